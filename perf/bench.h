@@ -1,0 +1,80 @@
+/* Benchmark scaffolding shared by every program in perf/, whatever library it measures:
+ * command-line options (nccl-tests' flags), the size sweep, timing, buffer allocation and
+ * nccl-tests' output format. Nothing here calls tutti or MPI, so mpi_allreduce_perf and the
+ * tutti benchmarks print the same columns from the same code.
+ */
+#ifndef TUTTI_PERF_BENCH_H_
+#define TUTTI_PERF_BENCH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bench_opts {
+  size_t min_bytes;     /* -b */
+  size_t max_bytes;     /* -e */
+  size_t step_bytes;    /* -i, used when step_factor <= 1 */
+  int step_factor;      /* -f */
+  int iters;            /* -n */
+  int warmup;           /* -w */
+  int check;            /* -c */
+  int blocking;         /* -z: accepted, host calls are always blocking */
+  int root;             /* -r, for rooted collectives */
+  const char *type_arg; /* -d, a name or "all" */
+  const char *op_arg;   /* -o, a name or "all" */
+  size_t iter_bytes;    /* --iter-bytes (tutti extension): 0 = -n at every size */
+} bench_opts_t;
+
+/* Parses argv into *o (defaults as in nccl-tests). Prints usage and exits on -h or on an error;
+ * `prog` names the program in the usage text. */
+void bench_parse(int argc, char **argv, const char *prog, bench_opts_t *o);
+
+/* "64", "4K", "16M", "1G" -> bytes (powers of 1024). Returns 0 on success, -1 if malformed. */
+int bench_parse_bytes(const char *s, size_t *bytes);
+
+/* The size sweep: bench_next_size(o, s) follows s, returning 0 once past max_bytes. */
+size_t bench_next_size(const bench_opts_t *o, size_t bytes);
+
+/* Timed iterations at a size: -n, or with --iter-bytes, iter_bytes / bytes clamped to
+ * [BENCH_MIN_SCALED_ITERS, -n]. Every rank computes the same number. */
+#define BENCH_MIN_SCALED_ITERS 3
+int bench_iters_for(const bench_opts_t *o, size_t bytes);
+
+/* Monotonic clock in seconds. */
+double bench_now(void);
+
+/* Page-aligned anonymous memory, every page touched once so that timing never sees a fault.
+ * Exits on failure. bench_free takes the same length. */
+void *bench_alloc(size_t bytes);
+void bench_free(void *p, size_t bytes);
+
+/* algbw and busbw in GB/s (1e9 B/s) for `bytes` moved in `seconds`. */
+double bench_algbw(size_t bytes, double seconds);
+
+/* ---- nccl-tests' output ---- */
+void bench_print_header(const bench_opts_t *o);
+/* One "#  Rank  r Group  0 Pid p on host device  0 [host]" line. */
+void bench_print_rank(int rank, long pid, const char *host);
+void bench_print_table_header(void);
+
+/* One half of a row: timing of the out-of-place or in-place run. wrong < 0 prints N/A. */
+typedef struct bench_result {
+  double time_us;
+  double algbw;
+  double busbw;
+  double wrong;
+} bench_result_t;
+
+void bench_print_row(size_t bytes, size_t count, const char *type, const char *op, int root,
+                     const bench_result_t *out_of_place, const bench_result_t *in_place);
+/* "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth    : X". */
+void bench_print_footer(double wrong_total, double avg_busbw);
+
+/* Fixed-size record each rank contributes so that rank 0 can print every rank's line. */
+#define BENCH_HOST_LEN 56
+typedef struct bench_rank_info {
+  char host[BENCH_HOST_LEN];
+  int64_t pid;
+} bench_rank_info_t;
+void bench_rank_info(bench_rank_info_t *info);
+
+#endif /* TUTTI_PERF_BENCH_H_ */

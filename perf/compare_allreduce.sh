@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# compare_allreduce.sh: tutti's ncclAllReduce against Open MPI's MPI_Allreduce, measured in the
+# same invocation on the same machine (the machines are shared and noisy, so only a ratio
+# measured side by side means anything).
+#
+# Runs all_reduce_perf under tutti-run and mpi_allreduce_perf under mpirun, interleaved, R
+# times each (the order alternates between repetitions), on fp32 sums without the check, and
+# prints per size the median time and busbw of each, their ratios, and whether the targets
+# hold:
+#   busbw >= 2 x Open MPI   for 1 MiB .. 256 MiB
+#   time  <= Open MPI       for 8 B .. 4 KiB
+# To keep a whole comparison to a few minutes on a 2-core machine, each size runs
+# min(-n, max(3, iter-bytes / size)) iterations (the perf programs' --iter-bytes): ~0.1-0.3 s
+# per size at Open MPI's bandwidth here.
+#
+# Exit status: 0 all targets in the measured range hold, 1 some target fails, 2 error.
+set -euo pipefail
+
+PY=/usr/bin/python3 # Debian's python3; the first python3 on PATH may be a bare one
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+usage() {
+  cat <<EOF
+usage: $(basename "$0") [options]
+  -B dir     build directory holding bin/ (default: ../build next to this script, or this
+             script's own directory when the programs are installed beside it)
+  -p n       ranks (2)
+  -r n       repetitions of each program (5)
+  -b size    smallest size (8)            -e size   largest size (256M)
+  -f n       size factor (2)
+  -n n       most iterations per size (1000)
+  -I size    bytes per size: iterations = min(-n, max(3, size/this)) (512M)
+  -w n       warm-up iterations (5)
+  -P out|in  compare the out-of-place (default) or the in-place columns
+  -J file    also write the medians as JSON to file
+  -K dir     keep every run's raw output in dir
+  -T s       kill a run after s seconds (600)
+  -h         this text
+EOF
+  exit "${1:-0}"
+}
+
+build="" nranks=2 reps=5 minb=8 maxb=256M factor=2 iters=1000 iter_bytes=512M warmup=5
+place=out json="" keep="" run_timeout=600
+while getopts "B:p:r:b:e:f:n:I:w:P:J:K:T:h" opt; do
+  case $opt in
+    B) build=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;;
+    b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
+    n) iters=$OPTARG ;; I) iter_bytes=$OPTARG ;; w) warmup=$OPTARG ;;
+    P) place=$OPTARG ;; J) json=$OPTARG ;; K) keep=$OPTARG ;; T) run_timeout=$OPTARG ;;
+    h) usage 0 ;; *) usage 2 ;;
+  esac
+done
+[[ $place == out || $place == in ]] || { echo "-P takes out or in" >&2; exit 2; }
+[[ $reps =~ ^[1-9][0-9]*$ && $nranks =~ ^[1-9][0-9]*$ ]] || { echo "bad -r or -p" >&2; exit 2; }
+
+if [[ -n $build ]]; then
+  bindir=$build/bin
+elif [[ -x $script_dir/all_reduce_perf ]]; then
+  bindir=$script_dir
+else
+  bindir=$script_dir/../build/bin
+fi
+for prog in tutti-run all_reduce_perf mpi_allreduce_perf; do
+  [[ -x $bindir/$prog ]] || { echo "missing $bindir/$prog (build first, or -B)" >&2; exit 2; }
+done
+command -v mpirun >/dev/null || { echo "mpirun not found" >&2; exit 2; }
+[[ -x $PY ]] || { echo "$PY not found" >&2; exit 2; }
+
+if [[ -n $keep ]]; then
+  mkdir -p "$keep"
+  outdir=$keep
+else
+  outdir=$(mktemp -d)
+  trap 'rm -rf "$outdir"' EXIT
+fi
+
+perf_args=(-b "$minb" -e "$maxb" -f "$factor" -n "$iters" --iter-bytes "$iter_bytes"
+           -w "$warmup" -d float -o sum -c 0)
+# Open MPI as the issue specifies: shared memory without CMA single copy, pinned to cores
+# (when there are enough), and glibc's malloc kept from mmap/trim churn.
+bind=(--bind-to core)
+(( nranks <= $(nproc) )) || bind=(--bind-to none --oversubscribe)
+
+run_tutti() {
+  timeout -k 10 "$run_timeout" "$bindir/tutti-run" -n "$nranks" -- \
+    "$bindir/all_reduce_perf" "${perf_args[@]}"
+}
+run_ompi() {
+  timeout -k 10 "$run_timeout" mpirun -np "$nranks" --allow-run-as-root "${bind[@]}" \
+    --mca btl_vader_single_copy_mechanism none \
+    -x MALLOC_MMAP_THRESHOLD_=4000000000 -x MALLOC_TRIM_THRESHOLD_=4000000000 \
+    "$bindir/mpi_allreduce_perf" "${perf_args[@]}"
+}
+
+# run_one LIB REP: runs one program, its output in $outdir/LIB.REP.txt; stops on failure.
+run_one() {
+  local lib=$1 rep=$2 out="$outdir/$1.$2.txt" t0=$EPOCHREALTIME rc=0
+  "run_$lib" >"$out" 2>&1 || rc=$?
+  awk -v l="$lib" -v r="$rep" -v n="$reps" -v a="$t0" -v b="$EPOCHREALTIME" \
+    'BEGIN { printf "  %-5s rep %d/%d: %5.1f s\n", l, r, n, b - a }' >&2
+  if ((rc != 0)); then
+    echo "$lib run $rep failed (exit $rc); last lines of $out:" >&2
+    tail -n 20 "$out" >&2
+    exit 2
+  fi
+}
+
+echo "# comparing all_reduce: $nranks ranks, ${perf_args[*]}, $reps repetitions" >&2
+for ((rep = 1; rep <= reps; rep++)); do
+  if ((rep % 2)); then order=(tutti ompi); else order=(ompi tutti); fi
+  for lib in "${order[@]}"; do run_one "$lib" "$rep"; done
+done
+
+"$PY" - "$outdir" "$reps" "$place" "$nranks" "$json" "${perf_args[*]}" <<'PYEOF'
+import json, statistics, sys
+
+outdir, reps, place, nranks, json_path, args = sys.argv[1:7]
+reps = int(reps)
+BW_TARGET = (1 << 20, 256 << 20, 2.0)   # busbw >= 2x Open MPI from 1 MiB to 256 MiB
+TIME_TARGET = (8, 4 << 10)              # time <= Open MPI from 8 B to 4 KiB
+# Columns of a result row (nccl-tests layout): size count type redop root, then time algbw
+# busbw #wrong out-of-place, then the same in-place.
+TIME_COL, BUSBW_COL = (5, 7) if place == "out" else (9, 11)
+
+
+def read_rows(path):
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 13 or line.startswith("#") or not fields[0].isdigit():
+                continue
+            rows[int(fields[0])] = (float(fields[TIME_COL]), float(fields[BUSBW_COL]))
+    return rows
+
+
+def medians(lib):
+    runs = [read_rows(f"{outdir}/{lib}.{r}.txt") for r in range(1, reps + 1)]
+    sizes = sorted(set.intersection(*(set(r) for r in runs)))
+    return {s: {"time_us": statistics.median(r[s][0] for r in runs),
+                "busbw": statistics.median(r[s][1] for r in runs),
+                "time_us_runs": [r[s][0] for r in runs],
+                "busbw_runs": [r[s][1] for r in runs]} for s in sizes}
+
+
+def verdicts(size, t, m):
+    bw_ok = time_ok = None
+    if BW_TARGET[0] <= size <= BW_TARGET[1]:
+        bw_ok = t["busbw"] >= BW_TARGET[2] * m["busbw"]
+    if TIME_TARGET[0] <= size <= TIME_TARGET[1]:
+        time_ok = t["time_us"] <= m["time_us"]
+    return bw_ok, time_ok
+
+
+def word(ok):
+    return "-" if ok is None else ("PASS" if ok else "FAIL")
+
+
+def ratio(a, b):
+    return a / b if b > 0 else float("inf")
+
+
+tutti, ompi = medians("tutti"), medians("ompi")
+sizes = sorted(set(tutti) & set(ompi))
+if not sizes:
+    sys.exit("no result rows to compare (see the raw outputs with -K)")
+where = "out-of-place" if place == "out" else "in-place"
+print(f"# all_reduce float sum, {nranks} ranks, {where}, median of {reps} runs each")
+print(f"# perf args: {args}")
+hdr = "#{:>11} {:>10} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}"
+print(hdr.format("size", "tutti", "tutti", "ompi", "ompi", "busbw", "time", "bw>=2x", "t<=ompi"))
+print(hdr.format("(B)", "(us)", "(GB/s)", "(us)", "(GB/s)", "ratio", "ratio", "1M-256M", "8B-4K"))
+rows, counts = [], {"bw": [0, 0], "time": [0, 0]}
+for s in sizes:
+    t, m = tutti[s], ompi[s]
+    bw_ok, time_ok = verdicts(s, t, m)
+    for key, ok in (("bw", bw_ok), ("time", time_ok)):
+        if ok is not None:
+            counts[key][0] += ok
+            counts[key][1] += 1
+    bw_r, t_r = ratio(t["busbw"], m["busbw"]), ratio(t["time_us"], m["time_us"])
+    print("{:>12} {:>10.2f} {:>8.2f} {:>10.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8} {:>8}".format(
+        s, t["time_us"], t["busbw"], m["time_us"], m["busbw"], bw_r, t_r, word(bw_ok),
+        word(time_ok)))
+    rows.append({"bytes": s, "tutti": t, "ompi": m, "busbw_ratio": bw_r, "time_ratio": t_r,
+                 "busbw_target": word(bw_ok), "time_target": word(time_ok)})
+print(f"# busbw >= 2x Open MPI (1 MiB..256 MiB): {counts['bw'][0]}/{counts['bw'][1]} PASS")
+print(f"# time <= Open MPI (8 B..4 KiB):         {counts['time'][0]}/{counts['time'][1]} PASS")
+all_ok = all(c[0] == c[1] for c in counts.values())
+if json_path:
+    with open(json_path, "w") as f:
+        json.dump({"collective": "all_reduce", "type": "float", "op": "sum", "nranks": int(nranks),
+                   "place": place, "repetitions": reps, "perf_args": args,
+                   "targets": {"busbw_ratio_min": BW_TARGET[2], "busbw_range": BW_TARGET[:2],
+                               "time_range": TIME_TARGET},
+                   "sizes": rows, "all_targets_pass": all_ok}, f, indent=1)
+sys.exit(0 if all_ok else 1)
+PYEOF

@@ -1,0 +1,51 @@
+/* One-shot all-reduce: the latency algorithm for small messages.
+ *
+ *   every rank sends its whole input to every other rank (n-1 sends), then folds the n inputs
+ *   in rank order: acc = x0; acc = acc (+) x1; ... ; acc = acc (+) x(n-1).
+ *
+ * Cost per rank: 1 hop of latency, (n-1) * bytes sent and received, n-1 reductions. Worth it
+ * while latency dominates (a few KiB on shared memory); the tuner's threshold is
+ * TUTTI_ONESHOT_MAX_BYTES. Every rank folds in the same order, so all ranks get bitwise the same
+ * result. In place (sendbuf == recvbuf) the own input would be overwritten by the accumulator
+ * before its turn, so it is first copied (premultiplied) into the communicator's scratch buffer.
+ * Each send fits one FIFO slot (the tuner guarantees count * size <= slot bytes), so the sends
+ * never block on a peer that is itself still sending.
+ */
+#include "algos/schedule.h"
+
+#define PUSH(...)                           \
+  do {                                      \
+    step_t st_ = {__VA_ARGS__};             \
+    if (sched_push(s, st_) != 0) return -1; \
+  } while (0)
+
+int oneshot_allreduce(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank;
+  size_t c = a->count;
+  /* Where this rank's own input is read from when its turn comes, and with which flags. */
+  uint8_t own_buf = BUF_SEND, own_pre = STEP_PRE;
+  if (a->in_place && n > 1 && r > 0) {
+    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_SCRATCH,
+         .flags = STEP_STORE | STEP_PRE, .count = c);
+    own_buf = BUF_SCRATCH, own_pre = 0;
+  }
+  for (int k = 1; k < n; k++)
+    PUSH(.recv_peer = -1, .send_peer = (r + k) % n, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+         .flags = STEP_PRE, .count = c);
+  for (int q = 0; q < n; q++) {
+    uint8_t post = (q == n - 1) ? STEP_POST : 0;
+    if (q == 0 && r == 0)
+      PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
+           .flags = (uint8_t)(STEP_STORE | own_pre | post), .count = c);
+    else if (q == 0)
+      PUSH(.recv_peer = 0, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+           .flags = (uint8_t)(STEP_STORE | post), .count = c);
+    else if (q == r)
+      PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
+           .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | own_pre | post), .count = c);
+    else
+      PUSH(.recv_peer = q, .send_peer = -1, .src_buf = BUF_RECV, .dst_buf = BUF_RECV,
+           .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | post), .count = c);
+  }
+  return 0;
+}

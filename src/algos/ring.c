@@ -1,0 +1,123 @@
+/* Ring algorithms: all-reduce (reduce-scatter then all-gather), reduce-scatter, all-gather.
+ *
+ *   rank r receives from prev = r-1 and sends to next = r+1 (mod n).
+ *
+ * All-reduce splits the buffer into n nearly equal segments (block_start) and each segment into
+ * rounds of at most `chunk` elements. In every round, rank r:
+ *
+ *   step 0          send seg r                                        (its own input, PRE)
+ *   step k=1..n-2   recv seg r-k, add own input, send it on           (REDUCE)
+ *   step n-1        recv seg r+1, add own input -> final: store + send (REDUCE|POST|STORE)
+ *   all-gather      recv seg r+1-k, store, send on   (k = 1..n-2)
+ *   last            recv seg r+2, store
+ *
+ * Cost per rank: 2(n-1) steps, 2(n-1)/n * bytes sent (the bandwidth-optimal amount) and as many
+ * received; latency 2(n-1) hops, which is why small messages use oneshot.c instead.
+ * Each segment is reduced in ring order starting at its owner's neighbour, always the same
+ * order for the same n, so results are bitwise reproducible and identical on every rank (the
+ * all-gather copies the owner's bits).
+ * Rounds bound the data a step moves to `chunk`, which keeps every ring deadlock-free (see
+ * schedule.h). Reduce-scatter and all-gather are the two halves on their own, with segments of
+ * exactly `count` elements and NCCL's in-place layouts (the own segment inside the big buffer).
+ */
+#include "algos/schedule.h"
+
+#define PUSH(...)                                   \
+  do {                                              \
+    step_t st_ = {__VA_ARGS__};                     \
+    if (sched_push(s, st_) != 0) return -1;         \
+  } while (0)
+
+/* Round j of a segment [start, end): its sub-range [*off, *off + *len). */
+static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t *off, size_t *len) {
+  size_t o = start + j * chunk;
+  *off = o < end ? o : end;
+  *len = o < end ? (end - o < chunk ? end - o : chunk) : 0;
+}
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Copy (with PRE/POST) for a single rank. */
+static int single_rank_copy(sched_t *s, size_t src_off, size_t count, uint8_t flags) {
+  PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+       .flags = (uint8_t)(STEP_STORE | flags), .src_off = src_off, .dst_off = 0, .count = count);
+  return 0;
+}
+
+int ring_allreduce(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank, prev = mod(r - 1, n), next = mod(r + 1, n);
+  if (n == 1) return single_rank_copy(s, 0, a->count, STEP_PRE | STEP_POST);
+  size_t seg_max = a->count / n + (a->count % n != 0);
+  size_t rounds = (seg_max + a->chunk - 1) / a->chunk;
+  for (size_t j = 0; j < rounds; j++) {
+    size_t off, len;
+#define SEG(q) round_range(block_start(a->count, n, (q)), block_start(a->count, n, (q) + 1), j, \
+                           a->chunk, &off, &len)
+    SEG(r);
+    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+         .flags = STEP_PRE, .src_off = off, .count = len);
+    for (int k = 1; k <= n - 2; k++) {
+      SEG(mod(r - k, n));
+      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+           .flags = STEP_REDUCE | STEP_PRE, .src_off = off, .count = len);
+    }
+    SEG(mod(r + 1, n));
+    PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+         .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = off, .dst_off = off,
+         .count = len);
+    for (int k = 1; k <= n - 2; k++) {
+      SEG(mod(r + 1 - k, n));
+      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+           .flags = STEP_STORE, .dst_off = off, .count = len);
+    }
+    SEG(mod(r + 2, n));
+    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .dst_off = off, .count = len);
+#undef SEG
+  }
+  return 0;
+}
+
+int ring_reducescatter(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank, prev = mod(r - 1, n), next = mod(r + 1, n);
+  size_t c = a->count;
+  if (n == 1) return single_rank_copy(s, 0, c, STEP_PRE | STEP_POST);
+  size_t rounds = (c + a->chunk - 1) / a->chunk;
+  for (size_t j = 0; j < rounds; j++) {
+    size_t off, len;
+    round_range(0, c, j, a->chunk, &off, &len);
+    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+         .flags = STEP_PRE, .src_off = (size_t)mod(r - 1, n) * c + off, .count = len);
+    for (int k = 1; k <= n - 2; k++)
+      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+           .flags = STEP_REDUCE | STEP_PRE, .src_off = (size_t)mod(r - 1 - k, n) * c + off,
+           .count = len);
+    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+         .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = (size_t)r * c + off,
+         .dst_off = off, .count = len);
+  }
+  return 0;
+}
+
+int ring_allgather(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank, prev = mod(r - 1, n), next = mod(r + 1, n);
+  size_t c = a->count;
+  if (n == 1) {
+    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .count = c);
+    return 0;
+  }
+  size_t rounds = (c + a->chunk - 1) / a->chunk;
+  for (size_t j = 0; j < rounds; j++) {
+    size_t off, len;
+    round_range(0, c, j, a->chunk, &off, &len);
+    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .src_off = off, .dst_off = (size_t)r * c + off, .count = len);
+    for (int k = 1; k <= n - 2; k++)
+      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+           .flags = STEP_STORE, .dst_off = (size_t)mod(r - k, n) * c + off, .count = len);
+    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .dst_off = (size_t)mod(r + 1, n) * c + off, .count = len);
+  }
+  return 0;
+}

@@ -1,0 +1,105 @@
+/* Schedules: what each rank does for one collective, as data.
+ *
+ * A schedule is, per rank, an ordered list of steps. A step names at most one peer to receive
+ * from and one to send to, a source and a destination buffer with element offsets, a length in
+ * elements and flags. The engine cuts each step into pieces of one FIFO slot and, per piece:
+ *
+ *   input  = recv_peer >= 0 ? (REDUCE ? combine(src, received) : received) : src
+ *   output = send to send_peer (if any); written to dst (if STORE)
+ *   no peer at all: dst = REDUCE ? combine(src, dst) : copy(src)
+ *
+ * PRE marks `src` as this rank's own input (PreMulSum scales it), POST marks the result as
+ * final (Avg divides it). Algorithms (ring.c, chain.c, oneshot.c, p2p.c) only fill these lists;
+ * they never touch memory, sockets or shared memory, so they are unit-tested without a network.
+ *
+ * Steps that both receive and send around a cycle (rings) must move at most `chunk` elements
+ * per step per round: with every FIFO holding at least 2 chunks, a cycle can never fill all of
+ * its FIFOs at once, so it can never deadlock.
+ */
+#ifndef TUTTI_SCHEDULE_H_
+#define TUTTI_SCHEDULE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tutti.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { BUF_SEND = 0, BUF_RECV = 1, BUF_NONE = 2, BUF_SCRATCH = 3 };
+enum { STEP_REDUCE = 1, STEP_STORE = 2, STEP_PRE = 4, STEP_POST = 8 };
+
+typedef struct step {
+  int32_t recv_peer; /* -1: none */
+  int32_t send_peer; /* -1: none */
+  uint8_t src_buf, dst_buf, flags;
+  uint16_t op;             /* index of the operation (buffers, type, op) in the engine's table */
+  size_t src_off, dst_off; /* elements */
+  size_t count;            /* elements */
+} step_t;
+
+/* A growable list of steps (one "lane" of the engine: steps run strictly in order). */
+typedef struct sched {
+  step_t *steps;
+  size_t n, cap;
+  size_t tagged; /* steps [0, tagged) already carry their op index */
+} sched_t;
+
+int sched_push(sched_t *s, step_t st); /* 0 on success, -1 out of memory */
+void sched_reset(sched_t *s);
+void sched_free(sched_t *s);
+/* Human-readable dump of a schedule (for TUTTI_DUMP_SCHEDULE and tests). */
+void sched_dump(const sched_t *s, int rank, const char *title, void *file);
+
+/* Collective kinds. */
+typedef enum {
+  COLL_ALLREDUCE,
+  COLL_BROADCAST,
+  COLL_REDUCE,
+  COLL_ALLGATHER,
+  COLL_REDUCESCATTER,
+  COLL_ALLTOALL,
+  COLL_GATHER,
+  COLL_SCATTER,
+  COLL_SEND,
+  COLL_RECV,
+  COLL_NUM
+} coll_t;
+const char *coll_name(coll_t c);
+
+typedef enum { ALGO_RING = 0, ALGO_ONESHOT, ALGO_CHAIN, ALGO_P2P, ALGO_NUM } algo_t;
+const char *algo_name(algo_t a);
+
+/* Everything an algorithm needs to know: ranks, counts, root. Counts are in elements. */
+typedef struct sched_args {
+  coll_t coll;
+  int rank, nranks, root; /* root: also the peer for send/recv */
+  size_t count;           /* per NCCL's definition for the collective */
+  size_t chunk;           /* elements per ring step per round (>= 1) */
+  int in_place;
+} sched_args_t;
+
+/* Appends rank's steps for the collective to s. Returns 0, or -1 out of memory. */
+int ring_allreduce(const sched_args_t *a, sched_t *s);
+int ring_reducescatter(const sched_args_t *a, sched_t *s);
+int ring_allgather(const sched_args_t *a, sched_t *s);
+int oneshot_allreduce(const sched_args_t *a, sched_t *s);
+int chain_broadcast(const sched_args_t *a, sched_t *s);
+int chain_reduce(const sched_args_t *a, sched_t *s);
+/* Point-to-point based: one lane per peer and direction; lanes[p] sends, lanes[n + p] receives. */
+int p2p_alltoall(const sched_args_t *a, sched_t *lanes);
+int p2p_gather(const sched_args_t *a, sched_t *lanes);
+int p2p_scatter(const sched_args_t *a, sched_t *lanes);
+
+/* Start of block k when `count` elements are split into n nearly equal blocks. */
+static inline size_t block_start(size_t count, int n, int k) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n;
+  return base * (size_t)k + ((size_t)k < rem ? (size_t)k : rem);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,314 @@
+/* Bootstrap root thread and client; see bootstrap.h for the protocol. */
+#include "bootstrap.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+TUTTI_PARAM(InitTimeout, "INIT_TIMEOUT", 120)
+
+#define ID_MAGIC "TUTTIid1"
+#define HELLO_MAGIC 0x74757474692d6869ull
+enum { MSG_ALLGATHER = 1, MSG_DONE = 2 };
+
+typedef struct hello {
+  uint64_t magic;
+  unsigned char secret[16];
+  int32_t nranks;
+  peer_info_t info;
+} hello_t;
+
+typedef struct reply { /* root -> rank: status, then len bytes (peers, blobs or a message) */
+  int32_t status;
+  uint32_t len;
+} reply_t;
+
+typedef struct request { /* rank -> root */
+  int32_t type;
+  uint32_t len;
+} request_t;
+
+struct bootstrap {
+  int fd;
+};
+
+typedef struct root {
+  int listen_fd;
+  bootstrap_id_t id;
+  int nranks;
+  int *fds;           /* [nranks], by rank */
+  peer_info_t *peers; /* [nranks] */
+  uint64_t deadline;
+} root_t;
+
+int64_t bootstrap_init_timeout_ms(void) { return tutti_param_InitTimeout() * 1000; }
+
+static int ms_left(uint64_t deadline) {
+  uint64_t now = tutti_time_ns();
+  return now >= deadline ? 0 : (int)((deadline - now) / 1000000ull);
+}
+
+void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncclUniqueId *id) {
+  bootstrap_id_t b;
+  memset(id, 0, sizeof(*id));
+  memset(&b, 0, sizeof(b));
+  memcpy(b.magic, ID_MAGIC, 8);
+  b.root = *addr;
+  if (secret) memcpy(b.secret, secret, 16);
+  else if (getrandom(b.secret, 16, 0) != 16) {
+    for (int i = 0; i < 16; i++) b.secret[i] = (unsigned char)(rand() ^ (tutti_time_ns() >> i));
+  }
+  memcpy(id->internal, &b, sizeof(b));
+}
+
+/* ---- root ---- */
+
+static void root_send_error_all(root_t *r, const char *msg) {
+  reply_t rep = {.status = ncclInvalidUsage, .len = (uint32_t)strlen(msg) + 1};
+  for (int i = 0; i < r->nranks; i++) {
+    if (r->fds[i] < 0) continue;
+    if (sock_send_all(r->fds[i], &rep, sizeof(rep), 1000) == ncclSuccess)
+      sock_send_all(r->fds[i], msg, rep.len, 1000);
+  }
+}
+
+/* Checks one hello against what the root already has; fills msg on a problem. */
+static int root_check_hello(root_t *r, const hello_t *h, char *msg, size_t len) {
+  const peer_info_t *in = &h->info;
+  if (h->nranks != r->nranks) {
+    snprintf(msg, len, "rank %d on host %s says nranks=%d but other ranks say %d: every rank must "
+             "pass the same nranks", in->rank, in->hostname, h->nranks, r->nranks);
+    return -1;
+  }
+  if (in->rank < 0 || in->rank >= r->nranks) {
+    snprintf(msg, len, "rank %d (host %s) is out of range [0, %d)", in->rank, in->hostname, r->nranks);
+    return -1;
+  }
+  if (r->fds[in->rank] >= 0) {
+    const peer_info_t *old = &r->peers[in->rank];
+    snprintf(msg, len, "rank %d joined twice: from host %s pid %d and from host %s pid %d (check "
+             "the launcher's rank numbering)", in->rank, old->hostname, old->pid, in->hostname, in->pid);
+    return -1;
+  }
+  for (int i = 0; i < r->nranks; i++) {
+    const peer_info_t *o = &r->peers[i];
+    if (r->fds[i] < 0) continue;
+    if (strcmp(o->version, in->version) != 0 || strcmp(o->build, in->build) != 0 ||
+        strcmp(o->settings, in->settings) != 0) {
+      snprintf(msg, len, "version mismatch: rank %d on host %s runs tutti %s (%s; %s) but rank %d "
+               "on host %s runs tutti %s (%s; %s): install the same tutti build and settings on "
+               "every host", in->rank, in->hostname, in->version, in->build, in->settings, o->rank,
+               o->hostname, o->version, o->build, o->settings);
+      return -1;
+    }
+    break;
+  }
+  return 0;
+}
+
+/* Accepts connections until every rank has presented a valid hello. */
+static int root_gather_hellos(root_t *r, char *msg, size_t len) {
+  int joined = 0;
+  while (r->nranks == 0 || joined < r->nranks) {
+    int fd = -1, left = ms_left(r->deadline);
+    if (left == 0 || sock_accept(r->listen_fd, left, &fd) != ncclSuccess || fd < 0) {
+      snprintf(msg, len, "only %d of %d ranks joined within TUTTI_INIT_TIMEOUT=%llds", joined,
+               r->nranks, (long long)tutti_param_InitTimeout());
+      return -1;
+    }
+    hello_t h;
+    if (sock_recv_all(fd, &h, sizeof(h), TUTTI_MIN(left, 5000)) != ncclSuccess ||
+        h.magic != HELLO_MAGIC || memcmp(h.secret, r->id.secret, 16) != 0) {
+      WARN("bootstrap: dropped a connection that did not present the job secret");
+      close(fd);
+      continue;
+    }
+    h.info.hostname[HOST_NAME_BYTES - 1] = h.info.version[31] = h.info.build[63] = '\0';
+    h.info.settings[63] = '\0';
+    if (r->nranks == 0) {
+      r->nranks = h.nranks > 0 ? h.nranks : 1;
+      r->fds = malloc(sizeof(int) * r->nranks);
+      r->peers = calloc(r->nranks, sizeof(peer_info_t));
+      for (int i = 0; i < r->nranks; i++) r->fds[i] = -1;
+    }
+    if (root_check_hello(r, &h, msg, len) != 0) {
+      reply_t rep = {.status = ncclInvalidUsage, .len = (uint32_t)strlen(msg) + 1};
+      if (sock_send_all(fd, &rep, sizeof(rep), 1000) == ncclSuccess) sock_send_all(fd, msg, rep.len, 1000);
+      close(fd);
+      return -1;
+    }
+    r->fds[h.info.rank] = fd;
+    r->peers[h.info.rank] = h.info;
+    joined++;
+  }
+  return 0;
+}
+
+static int root_reply_all(root_t *r, const void *data, uint32_t len) {
+  reply_t rep = {.status = 0, .len = len};
+  for (int i = 0; i < r->nranks; i++) {
+    if (sock_send_all(r->fds[i], &rep, sizeof(rep), ms_left(r->deadline)) != ncclSuccess ||
+        sock_send_all(r->fds[i], data, len, ms_left(r->deadline)) != ncclSuccess)
+      return -1;
+  }
+  return 0;
+}
+
+/* Serves allgather rounds until all ranks send DONE. */
+static int root_serve(root_t *r, char *msg, size_t len) {
+  char *buf = NULL;
+  for (;;) {
+    request_t first = {0};
+    for (int i = 0; i < r->nranks; i++) {
+      request_t q;
+      if (sock_recv_all(r->fds[i], &q, sizeof(q), ms_left(r->deadline)) != ncclSuccess) {
+        snprintf(msg, len, "rank %d (host %s, pid %d) disconnected or stalled during init", i,
+                 r->peers[i].hostname, r->peers[i].pid);
+        close(r->fds[i]);
+        r->fds[i] = -1;
+        free(buf);
+        return -1;
+      }
+      if (i == 0) {
+        first = q;
+        free(buf);
+        buf = malloc((size_t)q.len * r->nranks + 1);
+        if (!buf) return -1;
+      } else if (q.type != first.type || q.len != first.len) {
+        snprintf(msg, len, "ranks disagree during init (rank %d sent %d/%u, rank 0 %d/%u)", i,
+                 q.type, q.len, first.type, first.len);
+        free(buf);
+        return -1;
+      }
+      if (q.type == MSG_ALLGATHER &&
+          sock_recv_all(r->fds[i], buf + (size_t)i * q.len, q.len, ms_left(r->deadline)) != ncclSuccess) {
+        snprintf(msg, len, "rank %d (host %s) disconnected during init", i, r->peers[i].hostname);
+        free(buf);
+        return -1;
+      }
+    }
+    if (first.type == MSG_DONE) break;
+    if (root_reply_all(r, buf, first.len * (uint32_t)r->nranks) != 0) {
+      snprintf(msg, len, "a rank disconnected during init");
+      free(buf);
+      return -1;
+    }
+  }
+  free(buf);
+  return 0;
+}
+
+static void *root_main(void *arg) {
+  root_t *r = arg;
+  char msg[1024] = "";
+  if (root_gather_hellos(r, msg, sizeof(msg)) == 0 &&
+      root_reply_all(r, r->peers, sizeof(peer_info_t) * (uint32_t)r->nranks) == 0 &&
+      root_serve(r, msg, sizeof(msg)) == 0) {
+    INFO(SUB_BOOTSTRAP, "bootstrap root: %d ranks initialised", r->nranks);
+  } else if (msg[0]) {
+    WARN("bootstrap root: %s", msg);
+    root_send_error_all(r, msg);
+  }
+  for (int i = 0; i < r->nranks; i++)
+    if (r->fds[i] >= 0) close(r->fds[i]);
+  close(r->listen_fd);
+  free(r->fds);
+  free(r->peers);
+  free(r);
+  return NULL;
+}
+
+ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
+  root_t *r = calloc(1, sizeof(*r));
+  if (!r) return TUTTI_ERR(ncclSystemError, "out of memory");
+  r->listen_fd = listen_fd;
+  memcpy(&r->id, id->internal, sizeof(r->id));
+  r->deadline = tutti_time_ns() + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &attr, root_main, r);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    free(r);
+    return TUTTI_ERR(ncclSystemError, "cannot start the bootstrap root thread: %s", strerror(rc));
+  }
+  char buf[80];
+  INFO(SUB_BOOTSTRAP, "bootstrap root listening on %s", sock_addr_str(&r->id.root, buf, sizeof(buf)));
+  return ncclSuccess;
+}
+
+/* ---- client ---- */
+
+static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
+  reply_t rep;
+  int fd = comm->bootstrap->fd, tmo = (int)bootstrap_init_timeout_ms();
+  ncclResult_t res = sock_recv_all(fd, &rep, sizeof(rep), tmo);
+  if (res != ncclSuccess)
+    return TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root during init (%s)",
+                     comm->rank, tutti_last_error());
+  if (rep.status != 0) {
+    char msg[1024] = "";
+    sock_recv_all(fd, msg, TUTTI_MIN(rep.len, sizeof(msg) - 1), 2000);
+    msg[sizeof(msg) - 1] = '\0';
+    return TUTTI_ERR((ncclResult_t)rep.status, "rank %d: bootstrap failed: %s", comm->rank, msg);
+  }
+  if (rep.len != expect)
+    return TUTTI_ERR(ncclInternalError, "bootstrap reply of %u bytes, expected %zu", rep.len, expect);
+  return sock_recv_all(fd, data, expect, tmo);
+}
+
+ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
+  bootstrap_id_t b;
+  memcpy(&b, id->internal, sizeof(b));
+  if (memcmp(b.magic, ID_MAGIC, 8) != 0)
+    return TUTTI_ERR(ncclInvalidArgument, "commId is not a tutti unique id (was it produced by "
+                                          "ncclGetUniqueId and passed unchanged to every rank?)");
+  memcpy(comm->secret, b.secret, 16);
+  comm->bootstrap = calloc(1, sizeof(struct bootstrap));
+  if (!comm->bootstrap) return TUTTI_ERR(ncclSystemError, "out of memory");
+  comm->bootstrap->fd = -1;
+  TUTTI_CHECK(sock_connect(&b.root, (int)bootstrap_init_timeout_ms(), &comm->bootstrap->fd));
+  hello_t h = {.magic = HELLO_MAGIC, .nranks = comm->nranks, .info = comm->peers[comm->rank]};
+  memcpy(h.secret, b.secret, 16);
+  TUTTI_CHECK(sock_send_all(comm->bootstrap->fd, &h, sizeof(h), (int)bootstrap_init_timeout_ms()));
+  TUTTI_CHECK(recv_reply(comm, comm->peers, sizeof(peer_info_t) * comm->nranks));
+  char buf[80];
+  INFO(SUB_BOOTSTRAP | SUB_INIT, "rank %d/%d joined through root %s", comm->rank, comm->nranks,
+       sock_addr_str(&b.root, buf, sizeof(buf)));
+  return ncclSuccess;
+}
+
+ncclResult_t bootstrap_allgather(ncclComm_t comm, void *data, size_t bytes) {
+  request_t q = {.type = MSG_ALLGATHER, .len = (uint32_t)bytes};
+  int fd = comm->bootstrap->fd, tmo = (int)bootstrap_init_timeout_ms();
+  TUTTI_CHECK(sock_send_all(fd, &q, sizeof(q), tmo));
+  TUTTI_CHECK(sock_send_all(fd, (char *)data + bytes * comm->rank, bytes, tmo));
+  return recv_reply(comm, data, bytes * comm->nranks);
+}
+
+ncclResult_t bootstrap_barrier(ncclComm_t comm) {
+  char *tmp = calloc(comm->nranks, 1);
+  if (!tmp) return TUTTI_ERR(ncclSystemError, "out of memory");
+  ncclResult_t res = bootstrap_allgather(comm, tmp, 1);
+  free(tmp);
+  return res;
+}
+
+void bootstrap_close(ncclComm_t comm, int ok) {
+  if (!comm->bootstrap) return;
+  if (comm->bootstrap->fd >= 0) {
+    if (ok) {
+    request_t q = {.type = MSG_DONE, .len = 0};
+    sock_send_all(comm->bootstrap->fd, &q, sizeof(q), 1000);
+    }
+    close(comm->bootstrap->fd);
+  }
+  free(comm->bootstrap);
+  comm->bootstrap = NULL;
+}

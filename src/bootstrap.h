@@ -1,0 +1,36 @@
+/* Bootstrap over TCP: how ranks find each other.
+ *
+ * ncclGetUniqueId picks an address, listens, draws a random 128-bit job secret and starts the
+ * root thread; the id carries address + port + secret. Each rank connects to the root and
+ * presents the secret, its rank, the library version, build options and host identity. The
+ * root checks them all (secret, nranks, duplicate ranks, versions), answers with everybody's
+ * peer_info_t, then serves allgathers/barriers until every rank says it is done with init.
+ * Connections without the secret are logged and dropped; every wait is bounded by
+ * TUTTI_INIT_TIMEOUT (seconds).
+ */
+#ifndef TUTTI_BOOTSTRAP_H_
+#define TUTTI_BOOTSTRAP_H_
+
+#include "comm.h"
+#include "socket.h"
+
+typedef struct bootstrap_id { /* layout of ncclUniqueId */
+  char magic[8];
+  sock_addr_t root;
+  unsigned char secret[16];
+} bootstrap_id_t;
+
+int64_t bootstrap_init_timeout_ms(void);
+/* Fills an id for a root at `addr` with a fresh secret (or `secret` if non-NULL). */
+void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncclUniqueId *id);
+/* Starts the root thread serving `listen_fd` (takes ownership of the fd). */
+ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id);
+/* Joins: fills comm->peers. comm->rank/nranks/peers[rank] must be set. */
+ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id);
+/* data holds nranks blocks of `bytes`; this rank's block is sent, all blocks come back. */
+ncclResult_t bootstrap_allgather(ncclComm_t comm, void *data, size_t bytes);
+ncclResult_t bootstrap_barrier(ncclComm_t comm);
+/* Ends the bootstrap (tells the root this rank is done with init; closes the socket). */
+void bootstrap_close(ncclComm_t comm, int ok); /* ok=0: just drop (root tells the others) */
+
+#endif

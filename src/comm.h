@@ -1,0 +1,86 @@
+/* The communicator: who the ranks are, how to reach them, and its state. */
+#ifndef TUTTI_COMM_H_
+#define TUTTI_COMM_H_
+
+#include <pthread.h>
+
+#include "algos/schedule.h"
+#include "core.h"
+#include "reduce.h"
+#include "transport/transport.h"
+
+#define COMM_MAGIC 0x7475747469636f6dull /* "tutticom" */
+#define COMM_DEAD 0xdeadc0dedeadc0deull
+#define HOST_NAME_BYTES 64
+#define MAX_USER_OPS 64
+
+/* What every rank learns about every other rank at bootstrap. */
+typedef struct peer_info {
+  int32_t rank;
+  int32_t pid;
+  uint64_t host_hash;            /* host identity: hostname + boot id, or TUTTI_HOSTID */
+  char hostname[HOST_NAME_BYTES];
+  char version[32];              /* tutti version string */
+  char build[64];                /* build options */
+  char settings[64];             /* settings both ends of a connection must agree on */
+  int32_t cuda_dev;
+} peer_info_t;
+
+typedef struct user_op { /* ncclRedOpCreatePreMulSum */
+  int used;
+  ncclDataType_t type;
+  ncclScalarResidence_t residence;
+  unsigned char value[8]; /* immediate scalar */
+  const void *ptr;        /* scalar read at call time (ncclScalarDevice on host memory) */
+} user_op_t;
+
+struct bootstrap;
+
+struct ncclComm {
+  uint64_t magic;
+  int rank, nranks;
+  int local_rank, local_size; /* ranks sharing this rank's host */
+  int oversubscribed;         /* more local ranks than CPUs: poll politely */
+  int cuda_dev;
+  uint64_t id_hash;           /* names this communicator's shared resources */
+  unsigned char secret[16];
+  peer_info_t *peers;         /* [nranks] */
+  struct bootstrap *bootstrap; /* open during init only */
+
+  conn_t *send_conn;          /* [nranks]: to peer */
+  conn_t *recv_conn;          /* [nranks]: from peer */
+  void *shm;                  /* shm transport state */
+
+  pthread_mutex_t lock;       /* one operation at a time on this communicator */
+  volatile int abort_flag;    /* set by ncclCommAbort (any thread) */
+  volatile int async_error;   /* ncclResult_t of the first fatal error */
+  char error_msg[512];
+  int finalized;
+  uint64_t op_count;          /* operations run so far (for messages) */
+  user_op_t user_ops[MAX_USER_OPS];
+
+  /* Reused between calls (no allocation on the hot path). */
+  sched_t sched_scratch;
+  void *scratch;              /* engine scratch (in-place one-shot), scratch_bytes long */
+  size_t scratch_bytes;
+
+  /* FIFO geometry, set by the transports: the smallest slot and ring chunk of any connection. */
+  size_t slot_bytes;  /* 0 when there is no peer */
+  size_t chunk_bytes; /* bytes a ring step may move per round (<= half a FIFO) */
+  sched_t *p2p_lanes; /* [2 * nranks], reused */
+
+  /* Settings read at init. */
+  int64_t timeout_ms;
+  size_t oneshot_max_bytes;
+};
+
+/* Validates a communicator handle passed by the user (NULL, destroyed, finalized, failed). */
+ncclResult_t comm_check(ncclComm_t comm, const char *fn);
+/* Like comm_check but accepts finalized/failed communicators (for queries and destroy). */
+ncclResult_t comm_check_handle(ncclComm_t comm, const char *fn);
+/* Records a fatal error on the communicator (first one wins) and tells the peers. */
+void comm_set_error(ncclComm_t comm, ncclResult_t code, const char *msg);
+/* Host identity of this process (hostname + boot id, or TUTTI_HOSTID). */
+uint64_t host_identity(char *hostname, size_t len);
+
+#endif

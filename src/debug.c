@@ -1,0 +1,152 @@
+/* Logging and error messages.
+ *
+ * Every line starts with "host:pid:tid [rank]". WARN always prints (with file:line); INFO is
+ * gated by TUTTI_DEBUG / NCCL_DEBUG (VERSION, WARN, INFO, TRACE) and by TUTTI_DEBUG_SUBSYS /
+ * NCCL_DEBUG_SUBSYS (comma list of INIT, COLL, P2P, SHM, NET, BOOTSTRAP, ENV, TUNING, ALL;
+ * a leading ^ excludes). TUTTI_DEBUG_FILE writes to a file instead of stderr (%h host, %p pid).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+
+int tutti_log_level = -1;
+static unsigned log_subsys = SUB_ALL;
+static FILE *log_file;
+static char log_host[64];
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread int log_rank = -1;
+static __thread char last_error[1024];
+
+static const struct {
+  const char *name;
+  unsigned bit;
+} subsys_names[] = {{"INIT", SUB_INIT},   {"COLL", SUB_COLL},         {"P2P", SUB_P2P},
+                    {"SHM", SUB_SHM},     {"NET", SUB_NET},           {"BOOTSTRAP", SUB_BOOTSTRAP},
+                    {"ENV", SUB_ENV},     {"TUNING", SUB_TUNING},     {"ALL", SUB_ALL}};
+
+static unsigned parse_subsys(const char *s) {
+  int exclude = (s[0] == '^');
+  unsigned mask = 0;
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", s + exclude);
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+      if (strcasecmp(tok, subsys_names[i].name) == 0) mask |= subsys_names[i].bit;
+  }
+  return exclude ? ~mask : mask;
+}
+
+static void open_log_file(const char *pattern) {
+  char path[512];
+  size_t o = 0;
+  for (const char *c = pattern; *c && o + 32 < sizeof(path); c++) {
+    if (c[0] == '%' && c[1] == 'h') {
+      o += snprintf(path + o, sizeof(path) - o, "%s", log_host), c++;
+    } else if (c[0] == '%' && c[1] == 'p') {
+      o += snprintf(path + o, sizeof(path) - o, "%d", (int)getpid()), c++;
+    } else {
+      path[o++] = *c;
+    }
+  }
+  path[o] = '\0';
+  log_file = fopen(path, "a");
+  if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
+}
+
+static void log_init(void) {
+  gethostname(log_host, sizeof(log_host) - 1);
+  char *dot = strchr(log_host, '.');
+  if (dot) *dot = '\0';
+  const char *lvl = tutti_getenv("DEBUG");
+  int level = LOG_WARN; /* WARN prints unless TUTTI_DEBUG=NONE */
+  if (lvl) {
+    if (strcasecmp(lvl, "NONE") == 0) level = LOG_NONE;
+    else if (strcasecmp(lvl, "VERSION") == 0) level = LOG_VERSION;
+    else if (strcasecmp(lvl, "WARN") == 0) level = LOG_WARN;
+    else if (strcasecmp(lvl, "INFO") == 0) level = LOG_INFO;
+    else if (strcasecmp(lvl, "TRACE") == 0) level = LOG_TRACE;
+  }
+  const char *sub = tutti_getenv("DEBUG_SUBSYS");
+  log_subsys = sub ? parse_subsys(sub) : (SUB_ALL & ~0u);
+  const char *file = tutti_getenv("DEBUG_FILE");
+  if (file) open_log_file(file);
+  __atomic_store_n(&tutti_log_level, level, __ATOMIC_RELEASE);
+}
+
+int tutti_log_enabled(log_level_t level, unsigned subsys) {
+  pthread_once(&log_once, log_init);
+  if (level <= LOG_WARN) return tutti_log_level >= (int)level;
+  return tutti_log_level >= (int)level && (log_subsys & subsys);
+}
+
+void tutti_log_set_rank(int rank) { log_rank = rank; }
+
+static void vlog(log_level_t level, const char *file, int line, const char *fmt, va_list ap) {
+  char msg[1536];
+  int n;
+  long tid = syscall(SYS_gettid);
+  if (log_rank >= 0)
+    n = snprintf(msg, sizeof(msg), "%s:%d:%ld [%d] TUTTI ", log_host, (int)getpid(), tid, log_rank);
+  else
+    n = snprintf(msg, sizeof(msg), "%s:%d:%ld [-] TUTTI ", log_host, (int)getpid(), tid);
+  if (level == LOG_WARN) {
+    const char *base = strrchr(file, '/');
+    n += snprintf(msg + n, sizeof(msg) - n, "WARN %s:%d ", base ? base + 1 : file, line);
+  } else {
+    n += snprintf(msg + n, sizeof(msg) - n, "INFO ");
+  }
+  if (n < (int)sizeof(msg)) n += vsnprintf(msg + n, sizeof(msg) - n, fmt, ap);
+  if (n >= (int)sizeof(msg) - 1) n = sizeof(msg) - 2;
+  msg[n++] = '\n';
+  msg[n] = '\0';
+  pthread_mutex_lock(&log_lock);
+  fputs(msg, log_file ? log_file : stderr);
+  pthread_mutex_unlock(&log_lock);
+}
+
+void tutti_log(log_level_t level, unsigned subsys, const char *file, int line, const char *fmt,
+               ...) {
+  if (!tutti_log_enabled(level, subsys)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, file, line, fmt, ap);
+  va_end(ap);
+}
+
+ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof(last_error), fmt, ap);
+  va_end(ap);
+  pthread_once(&log_once, log_init);
+  if (tutti_log_level >= LOG_WARN) tutti_log(LOG_WARN, SUB_ALL, file, line, "%s", last_error);
+  return code;
+}
+
+void tutti_clear_error(void) { last_error[0] = '\0'; }
+const char *tutti_last_error(void) { return last_error; }
+
+uint64_t tutti_time_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const char *tutti_build_options(void) {
+#ifdef TUTTI_BUILD_OPTIONS
+  return TUTTI_BUILD_OPTIONS;
+#else
+  return "unknown";
+#endif
+}

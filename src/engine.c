@@ -1,0 +1,191 @@
+/* Engine: runs lanes of steps; see engine.h and algos/schedule.h for the step semantics. */
+#include "engine.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+TUTTI_PARAM(Timeout, "TIMEOUT", 60)
+TUTTI_PARAM(SpinCount, "SPIN_COUNT", 20000)
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static int transform_active(const reduce_op_t *op, int rflags) {
+  return ((rflags & REDUCE_PRE) && op->premul) || ((rflags & REDUCE_POST) && op->postdiv);
+}
+
+/* Moves one piece of a step whose data is local or a send (no receive). */
+static void piece_local(const op_ctx_t *o, const step_t *st, char *src, char *dst, void *out,
+                        size_t n, int rflags) {
+  if (st->recv_peer < 0 && st->send_peer < 0 && (st->flags & STEP_REDUCE)) {
+    reduce_combine(&o->rop, dst, src, dst, n, rflags);
+    return;
+  }
+  if (out) reduce_copy(&o->rop, out, src, n, rflags);
+  if ((st->flags & STEP_STORE) && (dst != src || transform_active(&o->rop, rflags)))
+    reduce_copy(&o->rop, dst, out ? out : src, n, out ? 0 : rflags);
+}
+
+/* Moves one received piece: reduce with src and/or forward and/or store. */
+static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char *src, char *dst,
+                       void *out, size_t n, int rflags) {
+  if (st->flags & STEP_REDUCE) {
+    void *target = out ? out : dst;
+    reduce_combine(&o->rop, target, src, in, n, rflags);
+    if (out && (st->flags & STEP_STORE)) memcpy(dst, out, n * o->esize);
+    return;
+  }
+  if (out) memcpy(out, in, n * o->esize);
+  if (st->flags & STEP_STORE) reduce_copy(&o->rop, dst, in, n, rflags & REDUCE_POST);
+}
+
+/* Advances one lane as far as it can without waiting. Returns 1 if it moved, 0 if blocked,
+ * -1 on a protocol error (message recorded). */
+static int lane_advance(lane_t *l, const op_ctx_t *ops) {
+  int moved = 0;
+  ncclComm_t comm = l->comm;
+  while (l->cur < l->nsteps) {
+    const step_t *st = &l->steps[l->cur];
+    const op_ctx_t *o = &ops[st->op];
+    size_t left = st->count - l->pos, es = o->esize, n = left;
+    if (left == 0) {
+      l->cur++, l->pos = 0;
+      continue;
+    }
+    conn_t *rc = st->recv_peer >= 0 ? &comm->recv_conn[st->recv_peer] : NULL;
+    conn_t *sc = st->send_peer >= 0 ? &comm->send_conn[st->send_peer] : NULL;
+    if (sc) n = TUTTI_MIN(n, sc->slot_bytes / es);
+    if (rc) n = TUTTI_MIN(n, rc->slot_bytes / es);
+    if (st->recv_peer < 0 && st->send_peer < 0) n = left;
+    const void *in = NULL;
+    void *out = NULL;
+    size_t got = 0;
+    if (rc && !(in = rc->transport->recv_slot(rc, &got))) {
+      l->wait_peer = st->recv_peer, l->wait_send = 0;
+      return moved;
+    }
+    if (sc && !(out = sc->transport->send_slot(sc))) {
+      l->wait_peer = st->send_peer, l->wait_send = 1;
+      return moved;
+    }
+    if (rc && got != n * es) {
+      TUTTI_ERR(ncclInvalidUsage,
+                "rank %d received %zu bytes from rank %d where it expected %zu in nccl%s (op #%llu): "
+                "ranks called different collectives, counts or types",
+                comm->rank, got, st->recv_peer, n * es, coll_name(o->coll),
+                (unsigned long long)o->seq);
+      return -1;
+    }
+    char *src = o->buf[st->src_buf] ? o->buf[st->src_buf] + (st->src_off + l->pos) * es : NULL;
+    char *dst = o->buf[st->dst_buf] ? o->buf[st->dst_buf] + (st->dst_off + l->pos) * es : NULL;
+    int rflags = ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
+    if (rc) piece_recv(o, st, in, src, dst, out, n, rflags);
+    else piece_local(o, st, src, dst, out, n, rflags);
+    if (sc) sc->transport->send_post(sc, n * es);
+    if (rc) rc->transport->recv_done(rc);
+    l->pos += n;
+    moved = 1;
+  }
+  return moved;
+}
+
+/* Is the process of a same-host peer gone (or a zombie)? */
+static int peer_process_dead(int pid) {
+  if (pid <= 0 || pid == getpid()) return 0;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  char *close_paren = strrchr(buf, ')');
+  return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+/* Checks why a blocked lane may never move again. Returns ncclSuccess to keep waiting. */
+static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_ns, int check_pids) {
+  ncclComm_t comm = l->comm;
+  const op_ctx_t *o = &ops[l->steps[l->cur].op];
+  int p = l->wait_peer;
+  const peer_info_t *pi = &comm->peers[p];
+  conn_t *c = l->wait_send ? &comm->send_conn[p] : &comm->recv_conn[p];
+  if (comm->abort_flag)
+    return TUTTI_ERR(ncclInvalidUsage, "rank %d: communicator aborted (ncclCommAbort) during nccl%s",
+                     comm->rank, coll_name(o->coll));
+  if (c->transport->peer_failed(c) || (check_pids && comm->peers[p].host_hash ==
+                                       comm->peers[comm->rank].host_hash && peer_process_dead(pi->pid)))
+    return TUTTI_ERR(ncclRemoteError,
+                     "rank %d: peer rank %d (pid %d on host %s) %s during nccl%s (op #%llu)",
+                     comm->rank, p, pi->pid, pi->hostname,
+                     c->transport->peer_failed(c) ? "failed or aborted" : "died", coll_name(o->coll),
+                     (unsigned long long)o->seq);
+  if (comm->timeout_ms > 0 && waited_ns / 1000000ull > (uint64_t)comm->timeout_ms)
+    return TUTTI_ERR(ncclSystemError,
+                     "rank %d: timed out after %llds waiting to %s rank %d (pid %d on host %s) in "
+                     "nccl%s (op #%llu, step %zu of %zu); TUTTI_TIMEOUT sets the limit",
+                     comm->rank, (long long)(comm->timeout_ms / 1000),
+                     l->wait_send ? "send to" : "receive from", p, pi->pid, pi->hostname,
+                     coll_name(o->coll), (unsigned long long)o->seq, l->cur + 1, l->nsteps);
+  return ncclSuccess;
+}
+
+/* Waits politely: spin, then yield, then sleep up to 1 ms. */
+static void backoff(uint64_t idle_rounds, int oversubscribed) {
+  uint64_t spin = oversubscribed ? 64 : (uint64_t)tutti_param_SpinCount();
+  if (idle_rounds < spin) {
+    cpu_relax();
+  } else if (idle_rounds < spin + 2000) {
+    sched_yield();
+  } else {
+    uint64_t us = TUTTI_MIN((idle_rounds - spin - 2000) / 16 + 1, 1000);
+    struct timespec ts = {0, (long)us * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, int phase) {
+  uint64_t idle = 0, idle_since = 0, last_check = 0;
+  int oversub = 0;
+  for (int i = 0; i < nlanes; i++) oversub |= lanes[i].comm->oversubscribed;
+  for (;;) {
+    int active = 0, moved = 0;
+    for (int i = 0; i < nlanes; i++) {
+      lane_t *l = &lanes[i];
+      if (l->phase != phase || l->cur >= l->nsteps) continue;
+      int r = lane_advance(l, ops);
+      if (r < 0) return ncclInvalidUsage;
+      moved |= r;
+      active += l->cur < l->nsteps;
+    }
+    if (!active) return ncclSuccess;
+    if (moved) {
+      idle = 0;
+      continue;
+    }
+    if (idle++ == 0) idle_since = last_check = tutti_time_ns();
+    if ((idle & 255) == 0) {
+      uint64_t now = tutti_time_ns();
+      int check_pids = now - last_check > 50000000ull;
+      if (check_pids) last_check = now;
+      for (int i = 0; i < nlanes; i++)
+        if (lanes[i].phase == phase && lanes[i].cur < lanes[i].nsteps)
+          TUTTI_CHECK(lane_check(&lanes[i], ops, now - idle_since, check_pids));
+    }
+    backoff(idle, oversub);
+  }
+}
+
+ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops) {
+  for (int phase = 0; phase < 2; phase++) TUTTI_CHECK(run_phase(lanes, nlanes, ops, phase));
+  return ncclSuccess;
+}

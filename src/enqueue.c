@@ -1,0 +1,324 @@
+/* Public collective and point-to-point calls: argument checks, then the group/engine path.
+ * Every check runs before anything is written, and names the argument it rejects. */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "group.h"
+
+#define API __attribute__((visibility("default")))
+
+TUTTI_PARAM(ForceAlgo, "ALGO_FORCE_ID", -1) /* internal: tests force an algorithm by id */
+
+typedef struct call {
+  const char *fn;
+  coll_t coll;
+  const void *sendbuff;
+  void *recvbuff;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  int root;
+  ncclComm_t comm;
+  cudaStream_t stream;
+} call_t;
+
+/* Number of elements the send and receive buffers must hold on this rank. */
+static void buffer_counts(const call_t *c, int n, int rank, size_t *send, size_t *recv) {
+  size_t k = c->count;
+  int root = rank == c->root;
+  switch (c->coll) {
+    case COLL_ALLGATHER: *send = k, *recv = k * n; break;
+    case COLL_REDUCESCATTER: *send = k * n, *recv = k; break;
+    case COLL_ALLTOALL: *send = *recv = k * n; break;
+    case COLL_GATHER: *send = k, *recv = root ? k * n : 0; break;
+    case COLL_SCATTER: *send = root ? k * n : 0, *recv = k; break;
+    case COLL_BROADCAST: *send = root ? k : 0, *recv = k; break;
+    case COLL_REDUCE: *send = k, *recv = root ? k : 0; break;
+    case COLL_SEND: *send = k, *recv = 0; break;
+    case COLL_RECV: *send = 0, *recv = k; break;
+    default: *send = *recv = k; break;
+  }
+}
+
+static int coll_has_op(coll_t c) {
+  return c == COLL_ALLREDUCE || c == COLL_REDUCE || c == COLL_REDUCESCATTER;
+}
+static int coll_has_root(coll_t c) {
+  return c == COLL_BROADCAST || c == COLL_REDUCE || c == COLL_GATHER || c == COLL_SCATTER ||
+         c == COLL_SEND || c == COLL_RECV;
+}
+
+static ncclResult_t check_op(const call_t *c, reduce_op_t *rop) {
+  ncclComm_t comm = c->comm;
+  memset(rop, 0, sizeof(*rop));
+  rop->type = c->type;
+  rop->divisor = comm->nranks;
+  if ((int)c->op >= 0 && c->op < ncclNumOps) {
+    rop->base = c->op == ncclAvg ? ncclSum : c->op;
+    rop->postdiv = c->op == ncclAvg;
+    return ncclSuccess;
+  }
+  int idx = (int)c->op - ncclNumOps;
+  if (idx < 0 || idx >= MAX_USER_OPS || !comm->user_ops[idx].used)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: op %d is not a valid ncclRedOp_t for this "
+                     "communicator", c->fn, (int)c->op);
+  const user_op_t *u = &comm->user_ops[idx];
+  if (u->type != c->type)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: op %d was created for datatype %d, not %d", c->fn,
+                     (int)c->op, (int)u->type, (int)c->type);
+  rop->base = ncclSum;
+  rop->premul = 1;
+  memcpy(rop->scalar, u->residence == ncclScalarHostImmediate ? (const void *)u->value : u->ptr,
+         tuttiTypeSize(c->type));
+  return ncclSuccess;
+}
+
+static int ranges_overlap(const void *a, size_t alen, const void *b, size_t blen) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return alen && blen && x < y + blen && y < x + alen;
+}
+
+/* NCCL's in-place layouts: all-gather sendbuff == recvbuff + rank * sendbytes; reduce-scatter
+ * recvbuff == sendbuff + rank * recvbytes; otherwise send == recv. Other overlaps are errors. */
+static ncclResult_t check_overlap(const call_t *c, size_t sbytes, size_t rbytes, size_t es, int *in_place) {
+  size_t own = (size_t)c->comm->rank * c->count * es; /* offset of this rank's block */
+  const char *s = c->sendbuff, *r = c->recvbuff;
+  if (c->coll == COLL_ALLGATHER || c->coll == COLL_GATHER) *in_place = s && r && s == r + own;
+  else if (c->coll == COLL_REDUCESCATTER || c->coll == COLL_SCATTER) *in_place = s && r && r == s + own;
+  else *in_place = s && s == r;
+  if (!*in_place && ranges_overlap(s, sbytes, r, rbytes))
+    return TUTTI_ERR(ncclInvalidArgument, "%s: sendbuff %p and recvbuff %p overlap but are not "
+                     "NCCL's in-place layout for this collective", c->fn, (const void *)s, (void *)r);
+  return ncclSuccess;
+}
+
+static ncclResult_t check_call(const call_t *c, pending_t *p) {
+  TUTTI_CHECK(comm_check(c->comm, c->fn));
+  ncclComm_t comm = c->comm;
+  size_t es = tuttiTypeSize(c->type);
+  if (es == 0)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: datatype %d is not a valid ncclDataType_t", c->fn, (int)c->type);
+  if (coll_has_root(c->coll) && (c->root < 0 || c->root >= comm->nranks))
+    return TUTTI_ERR(ncclInvalidArgument, "%s: %s %d is outside [0, nranks=%d)", c->fn,
+                     c->coll == COLL_SEND || c->coll == COLL_RECV ? "peer" : "root", c->root, comm->nranks);
+  if ((c->coll == COLL_SEND || c->coll == COLL_RECV) && c->root == comm->rank && c->count > 0)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: peer %d is this rank itself (send/recv to self is "
+                     "not supported yet)", c->fn, c->root);
+  if (c->count > SIZE_MAX / es / (size_t)comm->nranks)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: count %zu x %zu bytes x %d ranks overflows size_t",
+                     c->fn, c->count, es, comm->nranks);
+  if (c->stream != NULL)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: stream must be NULL for host buffers (this build "
+                     "has no CUDA stream support yet)", c->fn);
+  size_t ns, nr;
+  buffer_counts(c, comm->nranks, comm->rank, &ns, &nr);
+  if (ns && !c->sendbuff) return TUTTI_ERR(ncclInvalidArgument, "%s: sendbuff is NULL", c->fn);
+  if (nr && !c->recvbuff) return TUTTI_ERR(ncclInvalidArgument, "%s: recvbuff is NULL", c->fn);
+  memset(p, 0, sizeof(*p));
+  if (coll_has_op(c->coll)) TUTTI_CHECK(check_op(c, &p->ctx.rop));
+  else p->ctx.rop = (reduce_op_t){.type = c->type, .base = ncclSum, .divisor = comm->nranks};
+  int in_place = 0;
+  TUTTI_CHECK(check_overlap(c, ns * es, nr * es, es, &in_place));
+  p->ctx.comm = comm;
+  p->ctx.coll = c->coll;
+  p->ctx.buf[BUF_SEND] = (char *)c->sendbuff;
+  p->ctx.buf[BUF_RECV] = c->recvbuff;
+  p->ctx.buf[BUF_SCRATCH] = comm->scratch;
+  p->ctx.esize = es;
+  p->args = (sched_args_t){.coll = c->coll, .rank = comm->rank, .nranks = comm->nranks,
+                           .root = c->root, .count = c->count, .in_place = in_place};
+  return ncclSuccess;
+}
+
+static ncclResult_t submit(const call_t *c) {
+  pending_t p;
+  tutti_clear_error();
+  ncclResult_t res = check_call(c, &p);
+  if (res != ncclSuccess) {
+    group_fail(res);
+    return res;
+  }
+  return group_enqueue(&p);
+}
+
+/* ---- algorithm choice (the tuner issue replaces this with a cost model) ---- */
+
+static algo_t choose_algo(ncclComm_t comm, const pending_t *p) {
+  switch (p->args.coll) {
+    case COLL_ALLREDUCE: {
+      int64_t forced = tutti_param_ForceAlgo();
+      if (forced == ALGO_RING || forced == ALGO_ONESHOT) return (algo_t)forced;
+      const char *algo = tutti_getenv("ALGO");
+      if (algo && strncasecmp(algo, "ring", 4) == 0) return ALGO_RING;
+      size_t bytes = p->args.count * p->ctx.esize;
+      if (comm->nranks > 1 && bytes <= comm->oneshot_max_bytes && bytes <= comm->slot_bytes &&
+          bytes <= comm->scratch_bytes)
+        return ALGO_ONESHOT;
+      return ALGO_RING;
+    }
+    case COLL_ALLGATHER:
+    case COLL_REDUCESCATTER: return ALGO_RING;
+    case COLL_BROADCAST:
+    case COLL_REDUCE: return ALGO_CHAIN;
+    default: return ALGO_P2P;
+  }
+}
+
+static void tag_steps(sched_t *s, uint16_t op) {
+  for (size_t i = s->tagged; i < s->n; i++) s->steps[i].op = op;
+  s->tagged = s->n;
+}
+
+ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
+  ncclComm_t comm = p->ctx.comm;
+  p->ctx.algo = choose_algo(comm, p);
+  p->ctx.seq = comm->op_count++;
+  size_t es = p->ctx.esize;
+  p->args.chunk = comm->chunk_bytes >= es ? comm->chunk_bytes / es : 1;
+  if (comm->slot_bytes >= es) p->args.chunk -= p->args.chunk % (comm->slot_bytes / es);
+  if (p->args.chunk == 0) p->args.chunk = 1;
+  INFO(SUB_COLL, "nccl%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d "
+       "comm %p [nranks=%d] algo %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
+       (void *)p->ctx.buf[BUF_SEND], (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type,
+       (int)p->ctx.rop.base, p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
+  sched_t *col = &comm->sched_scratch, *lanes = comm->p2p_lanes;
+  int rc = 0, n = comm->nranks;
+  switch (p->args.coll) {
+    case COLL_ALLREDUCE:
+      rc = p->ctx.algo == ALGO_ONESHOT ? oneshot_allreduce(&p->args, col) : ring_allreduce(&p->args, col);
+      break;
+    case COLL_REDUCESCATTER: rc = ring_reducescatter(&p->args, col); break;
+    case COLL_ALLGATHER: rc = ring_allgather(&p->args, col); break;
+    case COLL_BROADCAST: rc = chain_broadcast(&p->args, col); break;
+    case COLL_REDUCE: rc = chain_reduce(&p->args, col); break;
+    case COLL_ALLTOALL: rc = p2p_alltoall(&p->args, lanes); break;
+    case COLL_GATHER: rc = p2p_gather(&p->args, lanes); break;
+    case COLL_SCATTER: rc = p2p_scatter(&p->args, lanes); break;
+    case COLL_SEND:
+      rc = sched_push(&lanes[p->args.root], (step_t){.recv_peer = -1, .send_peer = p->args.root,
+                      .src_buf = BUF_SEND, .dst_buf = BUF_NONE, .count = p->args.count});
+      break;
+    case COLL_RECV:
+      rc = sched_push(&lanes[n + p->args.root], (step_t){.recv_peer = p->args.root, .send_peer = -1,
+                      .src_buf = BUF_NONE, .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = p->args.count});
+      break;
+    default: return TUTTI_ERR(ncclInternalError, "unknown collective %d", (int)p->args.coll);
+  }
+  if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
+  tag_steps(col, op_index);
+  for (int i = 0; i < 2 * n; i++) tag_steps(&lanes[i], op_index);
+  return ncclSuccess;
+}
+
+/* ---- public entry points ---- */
+
+#define CALL(...)                 \
+  do {                            \
+    call_t c_ = {__VA_ARGS__};    \
+    return submit(&c_);           \
+  } while (0)
+
+API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  CALL("ncclAllReduce", COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm, stream);
+}
+
+API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                            ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                            cudaStream_t stream) {
+  CALL("ncclReduce", COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+}
+
+API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream) {
+  CALL("ncclBroadcast", COLL_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
+       stream);
+}
+
+API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t stream) {
+  CALL("ncclBcast", COLL_BROADCAST, buff, buff, count, datatype, ncclSum, root, comm, stream);
+}
+
+API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                   ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  CALL("ncclReduceScatter", COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0,
+       comm, stream);
+}
+
+API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                               ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  CALL("ncclAllGather", COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm,
+       stream);
+}
+
+API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  CALL("ncclAlltoAll", COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream);
+}
+
+API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  CALL("ncclGather", COLL_GATHER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
+}
+
+API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                             ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  CALL("ncclScatter", COLL_SCATTER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
+}
+
+API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                          ncclComm_t comm, cudaStream_t stream) {
+  CALL("ncclSend", COLL_SEND, sendbuff, NULL, count, datatype, ncclSum, peer, comm, stream);
+}
+
+API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                          ncclComm_t comm, cudaStream_t stream) {
+  CALL("ncclRecv", COLL_RECV, NULL, recvbuff, count, datatype, ncclSum, peer, comm, stream);
+}
+
+/* ---- PreMulSum operators ---- */
+
+API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                          ncclScalarResidence_t residence, ncclComm_t comm) {
+  tutti_clear_error();
+  TUTTI_CHECK(comm_check(comm, "ncclRedOpCreatePreMulSum"));
+  if (!op) return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
+  if (!scalar) return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL");
+  if (tuttiTypeSize(datatype) == 0)
+    return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: datatype %d is not valid", (int)datatype);
+  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
+    return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence %d is not valid", (int)residence);
+  pthread_mutex_lock(&comm->lock);
+  int idx = -1;
+  for (int i = 0; i < MAX_USER_OPS && idx < 0; i++)
+    if (!comm->user_ops[i].used) idx = i;
+  if (idx >= 0) {
+    user_op_t *u = &comm->user_ops[idx];
+    *u = (user_op_t){.used = 1, .type = datatype, .residence = residence, .ptr = scalar};
+    memcpy(u->value, scalar, tuttiTypeSize(datatype));
+  }
+  pthread_mutex_unlock(&comm->lock);
+  if (idx < 0)
+    return TUTTI_ERR(ncclInvalidUsage, "ncclRedOpCreatePreMulSum: more than %d live ops on this "
+                     "communicator; destroy some with ncclRedOpDestroy", MAX_USER_OPS);
+  *op = (ncclRedOp_t)(ncclNumOps + idx);
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  tutti_clear_error();
+  TUTTI_CHECK(comm_check_handle(comm, "ncclRedOpDestroy"));
+  int idx = (int)op - ncclNumOps;
+  if (idx < 0 || idx >= MAX_USER_OPS || !comm->user_ops[idx].used)
+    return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpDestroy: op %d was not created by "
+                     "ncclRedOpCreatePreMulSum on this communicator", (int)op);
+  pthread_mutex_lock(&comm->lock);
+  comm->user_ops[idx].used = 0;
+  pthread_mutex_unlock(&comm->lock);
+  return ncclSuccess;
+}

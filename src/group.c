@@ -1,0 +1,147 @@
+/* Groups: calls between ncclGroupStart and ncclGroupEnd are queued per thread and run together
+ * at GroupEnd, all their lanes advancing at once in one engine loop, so a group of sends and
+ * receives never deadlocks whatever their order, and one thread may drive several
+ * communicators (one rank each) in one group, as with ncclCommInitAll. A call outside any group
+ * is a group of one. A group containing an invalid call runs nothing and GroupEnd returns the
+ * error (nothing is written to user buffers).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "group.h"
+
+#define API __attribute__((visibility("default")))
+
+TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
+
+typedef struct group_state {
+  int depth;
+  ncclResult_t error;
+  pending_t *ops;
+  size_t n, cap;
+  /* reused by group_run */
+  op_ctx_t *ctxs;
+  lane_t *lanes;
+  ncclComm_t *comms;
+  size_t ctx_cap, lane_cap, comm_cap;
+} group_state_t;
+
+static __thread group_state_t grp;
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 8;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c * elem);
+  if (!q) return -1;
+  *p = q, *cap = c;
+  return 0;
+}
+
+void group_fail(ncclResult_t res) {
+  if (grp.depth > 0 && grp.error == ncclSuccess) grp.error = res;
+}
+
+static int comm_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (ncclComm_t const *)a, y = (uintptr_t) * (ncclComm_t const *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Distinct communicators of the group, sorted (a global lock order). */
+static int collect_comms(const pending_t *ops, size_t n) {
+  int nc = 0;
+  for (size_t i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < nc && !seen; j++) seen = grp.comms[j] == ops[i].ctx.comm;
+    if (seen) continue;
+    if (grow((void **)&grp.comms, &grp.comm_cap, (size_t)nc + 1, sizeof(ncclComm_t))) return -1;
+    grp.comms[nc++] = ops[i].ctx.comm;
+  }
+  qsort(grp.comms, nc, sizeof(ncclComm_t), comm_cmp);
+  return nc;
+}
+
+static ncclResult_t build_lanes(int nc, int *nlanes) {
+  int nl = 0;
+  for (int c = 0; c < nc; c++) {
+    ncclComm_t comm = grp.comms[c];
+    size_t need = (size_t)nl + 1 + 2 * (size_t)comm->nranks;
+    if (grow((void **)&grp.lanes, &grp.lane_cap, need, sizeof(lane_t)))
+      return TUTTI_ERR(ncclSystemError, "out of memory");
+    if (comm->sched_scratch.n)
+      grp.lanes[nl++] = (lane_t){.comm = comm, .steps = comm->sched_scratch.steps,
+                                 .nsteps = comm->sched_scratch.n, .phase = 0};
+    for (int p = 0; p < 2 * comm->nranks; p++)
+      if (comm->p2p_lanes[p].n)
+        grp.lanes[nl++] = (lane_t){.comm = comm, .steps = comm->p2p_lanes[p].steps,
+                                   .nsteps = comm->p2p_lanes[p].n, .phase = 1};
+    if (tutti_param_DumpSchedule()) {
+      sched_dump(&comm->sched_scratch, comm->rank, "collective lane", NULL);
+      for (int p = 0; p < 2 * comm->nranks; p++)
+        if (comm->p2p_lanes[p].n)
+          sched_dump(&comm->p2p_lanes[p], comm->rank, p < comm->nranks ? "send lane" : "recv lane", NULL);
+    }
+  }
+  *nlanes = nl;
+  return ncclSuccess;
+}
+
+static ncclResult_t group_run(pending_t *ops, size_t n) {
+  ncclResult_t res = ncclSuccess;
+  int nc = collect_comms(ops, n), nlanes = 0, locked = 0;
+  if (nc < 0 || grow((void **)&grp.ctxs, &grp.ctx_cap, n, sizeof(op_ctx_t)))
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  for (; locked < nc; locked++) {
+    pthread_mutex_lock(&grp.comms[locked]->lock);
+    TUTTI_CHECK_GOTO(comm_check(grp.comms[locked], "ncclGroupEnd"), res, out);
+    sched_reset(&grp.comms[locked]->sched_scratch);
+    for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++) sched_reset(&grp.comms[locked]->p2p_lanes[p]);
+  }
+  for (size_t i = 0; i < n; i++) {
+    TUTTI_CHECK_GOTO(enqueue_schedule(&ops[i], (uint16_t)i), res, out);
+    grp.ctxs[i] = ops[i].ctx;
+  }
+  TUTTI_CHECK_GOTO(build_lanes(nc, &nlanes), res, out);
+  res = engine_run(grp.lanes, nlanes, grp.ctxs);
+  if (res != ncclSuccess)
+    for (int c = 0; c < nc; c++) comm_set_error(grp.comms[c], res, tutti_last_error());
+out:
+  for (int c = 0; c < locked; c++) pthread_mutex_unlock(&grp.comms[c]->lock);
+  return res;
+}
+
+ncclResult_t group_enqueue(const pending_t *p) {
+  if (grp.depth == 0) {
+    pending_t one = *p;
+    return group_run(&one, 1);
+  }
+  if (grp.n >= 65535) return TUTTI_ERR(ncclInvalidUsage, "more than 65535 calls in one group");
+  if (grow((void **)&grp.ops, &grp.cap, grp.n + 1, sizeof(pending_t)))
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  grp.ops[grp.n++] = *p;
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclGroupStart(void) {
+  if (grp.depth == 0) grp.error = ncclSuccess, grp.n = 0;
+  grp.depth++;
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclGroupEnd(void) {
+  if (grp.depth == 0)
+    return TUTTI_ERR(ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
+  if (--grp.depth > 0) return ncclSuccess;
+  ncclResult_t res = grp.error;
+  if (res != ncclSuccess) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", tutti_last_error());
+    TUTTI_ERR(res, "ncclGroupEnd: the group contained an invalid call (%s); nothing was run", why);
+  } else if (grp.n > 0) {
+    res = group_run(grp.ops, grp.n);
+  }
+  grp.n = 0;
+  grp.error = ncclSuccess;
+  return res;
+}

@@ -1,0 +1,357 @@
+/* Communicator lifecycle: unique ids, init, InitAll, finalize, destroy, abort, queries. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "comm.h"
+
+#define API __attribute__((visibility("default")))
+
+TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
+TUTTI_PARAM_DECL(Timeout);
+
+/* ---- registry of live communicators: lets every call reject destroyed handles ---- */
+static pthread_rwlock_t registry_lock = PTHREAD_RWLOCK_INITIALIZER;
+static ncclComm_t *registry;
+static size_t registry_n, registry_cap;
+
+static int registry_add(ncclComm_t c) {
+  pthread_rwlock_wrlock(&registry_lock);
+  if (registry_n == registry_cap) {
+    size_t cap = registry_cap ? registry_cap * 2 : 16;
+    ncclComm_t *p = realloc(registry, cap * sizeof(*p));
+    if (!p) {
+      pthread_rwlock_unlock(&registry_lock);
+      return -1;
+    }
+    registry = p, registry_cap = cap;
+  }
+  registry[registry_n++] = c;
+  pthread_rwlock_unlock(&registry_lock);
+  return 0;
+}
+
+static void registry_remove(ncclComm_t c) {
+  pthread_rwlock_wrlock(&registry_lock);
+  for (size_t i = 0; i < registry_n; i++)
+    if (registry[i] == c) registry[i] = registry[--registry_n];
+  pthread_rwlock_unlock(&registry_lock);
+}
+
+static int registry_has(ncclComm_t c) {
+  int found = 0;
+  pthread_rwlock_rdlock(&registry_lock);
+  for (size_t i = 0; i < registry_n && !found; i++) found = registry[i] == c;
+  pthread_rwlock_unlock(&registry_lock);
+  return found;
+}
+
+ncclResult_t comm_check_handle(ncclComm_t comm, const char *fn) {
+  if (comm == NULL) return TUTTI_ERR(ncclInvalidArgument, "%s: comm is NULL", fn);
+  if (!registry_has(comm) || comm->magic != COMM_MAGIC)
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "%s: comm %p is not a live communicator (destroyed, or never created)", fn,
+                     (void *)comm);
+  return ncclSuccess;
+}
+
+ncclResult_t comm_check(ncclComm_t comm, const char *fn) {
+  TUTTI_CHECK(comm_check_handle(comm, fn));
+  if (comm->finalized)
+    return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was finalized", fn, comm->rank);
+  if (comm->abort_flag)
+    return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was aborted", fn, comm->rank);
+  if (comm->async_error != ncclSuccess)
+    return TUTTI_ERR((ncclResult_t)comm->async_error, "%s: communicator (rank %d) failed earlier: %s",
+                     fn, comm->rank, comm->error_msg);
+  return ncclSuccess;
+}
+
+void comm_set_error(ncclComm_t comm, ncclResult_t code, const char *msg) {
+  int expected = ncclSuccess;
+  if (__atomic_compare_exchange_n(&comm->async_error, &expected, (int)code, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE))
+    snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", msg);
+  transport_mark_failed(comm);
+}
+
+/* ---- version, ids, errors ---- */
+
+API ncclResult_t ncclGetVersion(int *version) {
+  if (!version) return TUTTI_ERR(ncclInvalidArgument, "ncclGetVersion: version is NULL");
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+API const char *tuttiVersionString(void) {
+  static char buf[96];
+  snprintf(buf, sizeof(buf), "%s (%s)", TUTTI_VERSION_STRING, tutti_build_options());
+  return buf;
+}
+
+API size_t tuttiTypeSize(ncclDataType_t t) {
+  static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return (unsigned)t < ncclNumTypes ? sizes[t] : 0;
+}
+
+API ncclResult_t ncclGetUniqueId(ncclUniqueId *out) {
+  if (!out) return TUTTI_ERR(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+  sock_addr_t addr;
+  char ifname[64];
+  int fd;
+  TUTTI_CHECK(sock_pick_local_addr(&addr, ifname, sizeof(ifname)));
+  TUTTI_CHECK(sock_listen(&addr, &fd));
+  bootstrap_make_id(&addr, NULL, out);
+  ncclResult_t res = bootstrap_root_start(fd, out);
+  if (res != ncclSuccess) close(fd);
+  return res;
+}
+
+API const char *ncclGetErrorString(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the tutti developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+API const char *ncclGetLastError(ncclComm_t comm) {
+  const char *msg = tutti_last_error();
+  if (msg[0] == '\0' && comm && registry_has(comm) && comm->async_error != ncclSuccess)
+    return comm->error_msg;
+  return msg;
+}
+
+/* ---- init ---- */
+
+static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
+  ncclComm_t c = calloc(1, sizeof(*c));
+  if (!c) return TUTTI_ERR(ncclSystemError, "out of memory");
+  c->peers = calloc(nranks, sizeof(peer_info_t));
+  c->p2p_lanes = calloc(2 * (size_t)nranks, sizeof(sched_t));
+  if (!c->peers || !c->p2p_lanes) {
+    free(c->peers);
+    free(c->p2p_lanes);
+    free(c);
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  }
+  c->magic = COMM_MAGIC;
+  c->rank = rank, c->nranks = nranks, c->cuda_dev = -1;
+  pthread_mutex_init(&c->lock, NULL);
+  peer_info_t *me = &c->peers[rank];
+  me->rank = rank;
+  me->pid = (int32_t)getpid();
+  me->host_hash = host_identity(me->hostname, sizeof(me->hostname));
+  const char *fake = getenv("TUTTI_TEST_FAKE_VERSION"); /* test hook for the mismatch check */
+  snprintf(me->version, sizeof(me->version), "%s", fake ? fake : TUTTI_VERSION_STRING);
+  snprintf(me->build, sizeof(me->build), "%s", tutti_build_options());
+  me->cuda_dev = -1;
+  *out = c;
+  return ncclSuccess;
+}
+
+static void comm_free(ncclComm_t c) {
+  transport_close_all(c);
+  bootstrap_close(c, 0);
+  sched_free(&c->sched_scratch);
+  for (int i = 0; c->p2p_lanes && i < 2 * c->nranks; i++) sched_free(&c->p2p_lanes[i]);
+  free(c->p2p_lanes);
+  free(c->scratch);
+  free(c->peers);
+  pthread_mutex_destroy(&c->lock);
+  c->magic = COMM_DEAD;
+  free(c);
+}
+
+static void comm_topology(ncclComm_t c) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  c->local_size = 0;
+  for (int p = 0; p < c->nranks; p++) {
+    if (c->peers[p].host_hash != c->peers[c->rank].host_hash) continue;
+    if (p == c->rank) c->local_rank = c->local_size;
+    c->local_size++;
+  }
+  c->oversubscribed = ncpu > 0 && c->local_size > ncpu;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < 16; i++) h = (h ^ c->secret[i]) * 0x100000001b3ull;
+  c->id_hash = h;
+}
+
+static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank) {
+  ncclComm_t c = NULL;
+  ncclResult_t res;
+  uint64_t t0 = tutti_time_ns();
+  tutti_log_set_rank(rank);
+  tutti_log_settings();
+  TUTTI_CHECK(comm_alloc(&c, nranks, rank));
+  snprintf(c->peers[rank].settings, sizeof(c->peers[rank].settings), "shm=%s/%s",
+           tutti_getenv("SHM_SLOT_BYTES") ? tutti_getenv("SHM_SLOT_BYTES") : "default",
+           tutti_getenv("SHM_NSLOTS") ? tutti_getenv("SHM_NSLOTS") : "default");
+  c->timeout_ms = tutti_param_Timeout() * 1000;
+  c->oneshot_max_bytes = (size_t)tutti_param_OneshotMaxBytes();
+  TUTTI_CHECK_GOTO(bootstrap_join(c, id), res, fail);
+  comm_topology(c);
+  TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);
+  c->scratch_bytes = TUTTI_MAX(c->oneshot_max_bytes, 64);
+  c->scratch = malloc(c->scratch_bytes);
+  if (!c->scratch) {
+    res = TUTTI_ERR(ncclSystemError, "out of memory");
+    goto fail;
+  }
+  bootstrap_close(c, 1);
+  if (registry_add(c) != 0) {
+    res = TUTTI_ERR(ncclSystemError, "out of memory");
+    goto fail;
+  }
+  INFO(SUB_INIT, "comm %p rank %d nranks %d local %d/%d host %s pid %d: init done in %.1f ms",
+       (void *)c, rank, nranks, c->local_rank, c->local_size, c->peers[rank].hostname,
+       c->peers[rank].pid, (tutti_time_ns() - t0) / 1e6);
+  *out = c;
+  return ncclSuccess;
+fail:
+  transport_mark_failed(c);
+  comm_free(c);
+  return res;
+}
+
+static ncclResult_t check_init_args(ncclComm_t *comm, int nranks, int rank, const char *fn) {
+  if (!comm) return TUTTI_ERR(ncclInvalidArgument, "%s: comm (the output pointer) is NULL", fn);
+  *comm = NULL;
+  if (nranks < 1) return TUTTI_ERR(ncclInvalidArgument, "%s: nranks %d must be >= 1", fn, nranks);
+  if (rank < 0 || rank >= nranks)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: rank %d is outside [0, nranks=%d)", fn, rank, nranks);
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  tutti_clear_error();
+  TUTTI_CHECK(check_init_args(comm, nranks, rank, "ncclCommInitRank"));
+  return comm_init(comm, nranks, &id, rank);
+}
+
+API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                        ncclConfig_t *config) {
+  tutti_clear_error();
+  TUTTI_CHECK(check_init_args(comm, nranks, rank, "ncclCommInitRankConfig"));
+  if (config && (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, blocking)))
+    return TUTTI_ERR(ncclInvalidArgument, "ncclCommInitRankConfig: config was not initialised "
+                                          "with NCCL_CONFIG_INITIALIZER");
+  /* blocking/CTA settings have no meaning on host memory: init always completes here. */
+  return comm_init(comm, nranks, &id, rank);
+}
+
+typedef struct init_all_arg {
+  ncclComm_t *slot;
+  int nranks, rank;
+  ncclUniqueId id;
+  ncclResult_t res;
+  char err[512];
+} init_all_arg_t;
+
+static void *init_all_thread(void *p) {
+  init_all_arg_t *a = p;
+  a->res = comm_init(a->slot, a->nranks, &a->id, a->rank);
+  if (a->res != ncclSuccess) snprintf(a->err, sizeof(a->err), "%s", tutti_last_error());
+  return NULL;
+}
+
+API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
+  tutti_clear_error();
+  if (!comms) return TUTTI_ERR(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
+  if (ndev < 1) return TUTTI_ERR(ncclInvalidArgument, "ncclCommInitAll: ndev %d must be >= 1", ndev);
+  ncclUniqueId id;
+  TUTTI_CHECK(ncclGetUniqueId(&id));
+  init_all_arg_t *args = calloc(ndev, sizeof(*args));
+  pthread_t *threads = calloc(ndev, sizeof(*threads));
+  if (!args || !threads) {
+    free(args), free(threads);
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  }
+  ncclResult_t res = ncclSuccess;
+  int started = 0;
+  for (int i = 0; i < ndev; i++) {
+    args[i] = (init_all_arg_t){.slot = &comms[i], .nranks = ndev, .rank = i, .id = id};
+    comms[i] = NULL;
+    if (pthread_create(&threads[i], NULL, init_all_thread, &args[i]) != 0) {
+      res = TUTTI_ERR(ncclSystemError, "ncclCommInitAll: cannot start thread %d", i);
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  for (int i = 0; i < started && res == ncclSuccess; i++)
+    if (args[i].res != ncclSuccess) res = TUTTI_ERR(args[i].res, "ncclCommInitAll: rank %d: %s", i, args[i].err);
+  for (int i = 0; i < ndev; i++) {
+    if (res != ncclSuccess && comms[i]) ncclCommDestroy(comms[i]), comms[i] = NULL;
+    else if (comms[i]) comms[i]->cuda_dev = devlist ? devlist[i] : i;
+  }
+  free(args);
+  free(threads);
+  return res;
+}
+
+/* ---- end of life ---- */
+
+API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  TUTTI_CHECK(comm_check_handle(comm, "ncclCommFinalize"));
+  pthread_mutex_lock(&comm->lock); /* waits for an operation running in another thread */
+  comm->finalized = 1;
+  pthread_mutex_unlock(&comm->lock);
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
+  TUTTI_CHECK(comm_check_handle(comm, "ncclCommDestroy"));
+  registry_remove(comm);
+  pthread_mutex_lock(&comm->lock);
+  pthread_mutex_unlock(&comm->lock);
+  comm_free(comm);
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;
+  TUTTI_CHECK(comm_check_handle(comm, "ncclCommAbort"));
+  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE); /* releases a blocked call */
+  transport_mark_failed(comm);                                /* and the peers waiting on us */
+  return ncclCommDestroy(comm);
+}
+
+API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err) {
+  TUTTI_CHECK(comm_check_handle(comm, "ncclCommGetAsyncError"));
+  if (!err) return TUTTI_ERR(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  *err = (ncclResult_t)comm->async_error;
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  TUTTI_CHECK(comm_check_handle(comm, "ncclCommCount"));
+  if (!count) return TUTTI_ERR(ncclInvalidArgument, "ncclCommCount: count is NULL");
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
+  TUTTI_CHECK(comm_check_handle(comm, "ncclCommCuDevice"));
+  if (!device) return TUTTI_ERR(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
+  *device = comm->cuda_dev;
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  TUTTI_CHECK(comm_check_handle(comm, "ncclCommUserRank"));
+  if (!rank) return TUTTI_ERR(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
+  *rank = comm->rank;
+  return ncclSuccess;
+}

@@ -1,0 +1,581 @@
+/* Reduction kernels on host memory: conversions, scalar kernels and ISA dispatch.
+ *
+ * Every call decodes its reduce_op_t once into reduce_args_t (scale and divisor in the compute
+ * type, effective pre/post flags), then runs one kernel from the table of the current ISA:
+ *
+ *   table[isa][datatype][base op][variant]      variant = pre | post << 1
+ *
+ * The scalar table is complete and is the reference: the AVX2 and AVX-512 tables
+ * (reduce_simd.c) start as copies of it and replace the entries they vectorise, with the same
+ * order of operations, so every ISA gives bitwise identical results:
+ *
+ *   v = load(a[i]) (fp16/bf16/fp8 widened to fp32)
+ *   if pre:  v = v * scale          (integers: wrapping multiply)
+ *   if b:    v = v OP load(b[i])    (max: v > b ? v : b, min: v < b ? v : b)
+ *   if post: v = v / divisor        (integers: truncates toward zero)
+ *   dst[i] = store(v)               (one rounding to the output type, nearest even)
+ *
+ * No FMA contraction anywhere (the pragma below), so a*s + b is two roundings on every ISA.
+ * The ISA is picked once (pthread_once) from the CPU; TUTTI_REDUCE_ISA caps it.
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reduce.h"
+#include "reduce_impl.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#define REDUCE_INLINE static inline __attribute__((always_inline))
+
+/* ---- bit casts ---- */
+
+static inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline float f32_from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* ---- small float formats: fp16, fp8 e4m3 (OCP "fn"), fp8 e5m2 ---- */
+
+/* Layout of an IEEE-like format of at most 16 bits, for the shared conversion code. */
+typedef struct minifloat {
+  int mbits;          /* mantissa bits */
+  int bias;           /* exponent bias */
+  uint32_t sign_bit;  /* 0x8000 or 0x80 */
+  uint32_t max_code;  /* magnitude bits of the largest finite value */
+  uint32_t over_code; /* what a finite overflow becomes: inf, or max_code when saturating */
+  uint32_t inf_code;  /* what +-inf becomes (max_code when the format has no infinity) */
+  uint32_t nan_code;  /* magnitude bits of the NaN we produce */
+  float sub_unit;     /* value of the smallest subnormal, 2^(1 - bias - mbits) */
+} minifloat_t;
+
+static const minifloat_t fmt_half = {10, 15, 0x8000, 0x7bff, 0x7c00, 0x7c00, 0x7e00, 0x1p-24f};
+static const minifloat_t fmt_e4m3 = {3, 7, 0x80, 0x7e, 0x7e, 0x7e, 0x7f, 0x1p-9f};
+static const minifloat_t fmt_e5m2 = {2, 15, 0x80, 0x7b, 0x7b, 0x7c, 0x7f, 0x1p-16f};
+
+/* mant >> shift, rounded to nearest even; shift >= 1. */
+static inline uint32_t round_shift_rne(uint32_t mant, unsigned shift) {
+  if (shift >= 32) return 0;
+  uint32_t q = mant >> shift;
+  uint32_t rem = mant & ((1u << shift) - 1);
+  uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1))) q++;
+  return q;
+}
+
+/* Magnitude bits of |f| in `fmt`, for finite f. */
+static uint32_t minifloat_from_finite(uint32_t abs_bits, const minifloat_t *fmt) {
+  if (abs_bits < 0x00800000) return 0; /* fp32 subnormals are below every format's range */
+  int exp = (int)(abs_bits >> 23) - 127 + fmt->bias;
+  unsigned shift = (unsigned)(23 - fmt->mbits);
+  uint32_t code;
+  if (exp >= 1) { /* normal: rounding may carry into the exponent, which is right */
+    code = round_shift_rne(((uint32_t)exp << 23) | (abs_bits & 0x7fffff), shift);
+  } else { /* subnormal in the target: shift the explicit mantissa further right */
+    code = round_shift_rne((abs_bits & 0x7fffff) | 0x800000, shift + (unsigned)(1 - exp));
+  }
+  return code > fmt->max_code ? fmt->over_code : code;
+}
+
+static uint32_t minifloat_from_float(float f, const minifloat_t *fmt) {
+  uint32_t bits = f32_bits(f);
+  uint32_t sign = (bits >> 31) ? fmt->sign_bit : 0;
+  uint32_t abs_bits = bits & 0x7fffffff;
+  if (abs_bits > 0x7f800000) return sign | fmt->nan_code;
+  if (abs_bits == 0x7f800000) return sign | fmt->inf_code;
+  return sign | minifloat_from_finite(abs_bits, fmt);
+}
+
+/* Finite values only (callers handle inf and NaN codes first). */
+static float minifloat_to_float(uint32_t v, const minifloat_t *fmt) {
+  uint32_t mag = v & (fmt->sign_bit - 1);
+  uint32_t exp = mag >> fmt->mbits;
+  uint32_t frac = mag & ((1u << fmt->mbits) - 1);
+  float r;
+  if (exp == 0) {
+    r = (float)frac * fmt->sub_unit;
+  } else {
+    r = f32_from_bits(((exp - (uint32_t)fmt->bias + 127) << 23) | (frac << (23 - fmt->mbits)));
+  }
+  return (v & fmt->sign_bit) ? -r : r;
+}
+
+/* NaN or inf of a format whose all-ones exponent is special (fp16, e5m2): quiet NaN keeps the
+ * payload, as vcvtph2ps does. */
+static float ieee_special_to_float(uint32_t v, const minifloat_t *fmt) {
+  uint32_t sign = (v & fmt->sign_bit) ? 0x80000000u : 0;
+  uint32_t frac = v & ((1u << fmt->mbits) - 1);
+  if (frac == 0) return f32_from_bits(sign | 0x7f800000);
+  return f32_from_bits(sign | 0x7fc00000 | (frac << (23 - fmt->mbits)));
+}
+
+float tutti_half_to_float(uint16_t h) {
+  if ((h & 0x7c00) == 0x7c00) return ieee_special_to_float(h, &fmt_half);
+  return minifloat_to_float(h, &fmt_half);
+}
+
+/* NaN keeps the top of its payload and is made quiet, as vcvtps2ph does. */
+uint16_t tutti_float_to_half(float f) {
+  uint32_t bits = f32_bits(f);
+  if ((bits & 0x7fffffff) > 0x7f800000) {
+    return (uint16_t)(((bits >> 16) & 0x8000) | 0x7e00 | ((bits >> 13) & 0x3ff));
+  }
+  return (uint16_t)minifloat_from_float(f, &fmt_half);
+}
+
+float tutti_bf16_to_float(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
+
+/* Round to nearest even by adding 0x7fff + lsb; NaN is truncated and made quiet. */
+uint16_t tutti_float_to_bf16(float f) {
+  uint32_t bits = f32_bits(f);
+  if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40);
+  return (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+float tutti_fp8e4m3_to_float(uint8_t v) {
+  if ((v & 0x7f) == 0x7f) return f32_from_bits((v & 0x80 ? 0x80000000u : 0) | 0x7fc00000);
+  return minifloat_to_float(v, &fmt_e4m3);
+}
+
+uint8_t tutti_float_to_fp8e4m3(float f) { return (uint8_t)minifloat_from_float(f, &fmt_e4m3); }
+
+float tutti_fp8e5m2_to_float(uint8_t v) {
+  if ((v & 0x7c) == 0x7c) return ieee_special_to_float(v, &fmt_e5m2);
+  return minifloat_to_float(v, &fmt_e5m2);
+}
+
+uint8_t tutti_float_to_fp8e5m2(float f) { return (uint8_t)minifloat_from_float(f, &fmt_e5m2); }
+
+/* ---- types ---- */
+
+size_t reduce_type_size(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+/* ---- scalar kernels: types computed in fp32 (fp32, fp16, bf16, fp8) ---- */
+
+REDUCE_INLINE float f32_load(const void *p, size_t i, ncclDataType_t type) {
+  switch (type) {
+    case ncclFloat16:
+      return tutti_half_to_float(((const uint16_t *)p)[i]);
+    case ncclBfloat16:
+      return tutti_bf16_to_float(((const uint16_t *)p)[i]);
+    case ncclFloat8e4m3:
+      return tutti_fp8e4m3_to_float(((const uint8_t *)p)[i]);
+    case ncclFloat8e5m2:
+      return tutti_fp8e5m2_to_float(((const uint8_t *)p)[i]);
+    default:
+      return ((const float *)p)[i];
+  }
+}
+
+REDUCE_INLINE void f32_store(void *p, size_t i, ncclDataType_t type, float v) {
+  switch (type) {
+    case ncclFloat16:
+      ((uint16_t *)p)[i] = tutti_float_to_half(v);
+      break;
+    case ncclBfloat16:
+      ((uint16_t *)p)[i] = tutti_float_to_bf16(v);
+      break;
+    case ncclFloat8e4m3:
+      ((uint8_t *)p)[i] = tutti_float_to_fp8e4m3(v);
+      break;
+    case ncclFloat8e5m2:
+      ((uint8_t *)p)[i] = tutti_float_to_fp8e5m2(v);
+      break;
+    default:
+      ((float *)p)[i] = v;
+  }
+}
+
+REDUCE_INLINE float f32_op(ncclRedOp_t base, float x, float y) {
+  switch (base) {
+    case ncclSum:
+      return x + y;
+    case ncclProd:
+      return x * y;
+    case ncclMax:
+      return x > y ? x : y;
+    default:
+      return x < y ? x : y;
+  }
+}
+
+REDUCE_INLINE void f32_loop(void *dst, const void *a, const void *b, size_t n,
+                            const reduce_args_t *args, ncclRedOp_t base, ncclDataType_t type) {
+  const int pre = args->pre, post = args->post;
+  const float scale = args->scale_f32, div = args->div_f32;
+  for (size_t i = 0; i < n; i++) {
+    float v = f32_load(a, i, type);
+    if (pre) v = v * scale;
+    if (b) v = f32_op(base, v, f32_load(b, i, type));
+    if (post) v = v / div;
+    f32_store(dst, i, type, v);
+  }
+}
+
+/* One function per type; the switch picks a loop with the op folded in. */
+#define REDUCE_F32_KERNEL(name, type)                                                   \
+  static void name(void *dst, const void *a, const void *b, size_t n,                  \
+                   const reduce_args_t *args) {                                        \
+    switch (args->base) {                                                              \
+      case ncclSum:                                                                    \
+        f32_loop(dst, a, b, n, args, ncclSum, type);                                   \
+        break;                                                                         \
+      case ncclProd:                                                                   \
+        f32_loop(dst, a, b, n, args, ncclProd, type);                                  \
+        break;                                                                         \
+      case ncclMax:                                                                    \
+        f32_loop(dst, a, b, n, args, ncclMax, type);                                   \
+        break;                                                                         \
+      default:                                                                         \
+        f32_loop(dst, a, b, n, args, ncclMin, type);                                   \
+    }                                                                                  \
+  }
+
+REDUCE_F32_KERNEL(scalar_f32, ncclFloat32)
+REDUCE_F32_KERNEL(scalar_f16, ncclFloat16)
+REDUCE_F32_KERNEL(scalar_bf16, ncclBfloat16)
+REDUCE_F32_KERNEL(scalar_e4m3, ncclFloat8e4m3)
+REDUCE_F32_KERNEL(scalar_e5m2, ncclFloat8e5m2)
+
+/* ---- scalar kernel: fp64 ---- */
+
+REDUCE_INLINE double f64_op(ncclRedOp_t base, double x, double y) {
+  switch (base) {
+    case ncclSum:
+      return x + y;
+    case ncclProd:
+      return x * y;
+    case ncclMax:
+      return x > y ? x : y;
+    default:
+      return x < y ? x : y;
+  }
+}
+
+REDUCE_INLINE void f64_loop(double *dst, const double *a, const double *b, size_t n,
+                            const reduce_args_t *args, ncclRedOp_t base) {
+  const int pre = args->pre, post = args->post;
+  const double scale = args->scale_f64, div = args->div_f64;
+  for (size_t i = 0; i < n; i++) {
+    double v = a[i];
+    if (pre) v = v * scale;
+    if (b) v = f64_op(base, v, b[i]);
+    if (post) v = v / div;
+    dst[i] = v;
+  }
+}
+
+static void scalar_f64(void *dst, const void *a, const void *b, size_t n,
+                       const reduce_args_t *args) {
+  switch (args->base) {
+    case ncclSum:
+      f64_loop(dst, a, b, n, args, ncclSum);
+      break;
+    case ncclProd:
+      f64_loop(dst, a, b, n, args, ncclProd);
+      break;
+    case ncclMax:
+      f64_loop(dst, a, b, n, args, ncclMax);
+      break;
+    default:
+      f64_loop(dst, a, b, n, args, ncclMin);
+  }
+}
+
+/* ---- scalar kernels: integers, computed in 64 bits and wrapped to the type's width ---- */
+
+REDUCE_INLINE int int_is_signed(ncclDataType_t type) {
+  return type == ncclInt8 || type == ncclInt32 || type == ncclInt64;
+}
+
+/* Sign- or zero-extends the low bits of v that fit the type. */
+REDUCE_INLINE uint64_t int_wrap(uint64_t v, ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8:
+      return (uint64_t)(int64_t)(int8_t)v;
+    case ncclUint8:
+      return (uint8_t)v;
+    case ncclInt32:
+      return (uint64_t)(int64_t)(int32_t)v;
+    case ncclUint32:
+      return (uint32_t)v;
+    default:
+      return v;
+  }
+}
+
+REDUCE_INLINE uint64_t int_load(const void *p, size_t i, ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8:
+      return (uint64_t)(int64_t)((const int8_t *)p)[i];
+    case ncclUint8:
+      return ((const uint8_t *)p)[i];
+    case ncclInt32:
+      return (uint64_t)(int64_t)((const int32_t *)p)[i];
+    case ncclUint32:
+      return ((const uint32_t *)p)[i];
+    default:
+      return ((const uint64_t *)p)[i];
+  }
+}
+
+REDUCE_INLINE void int_store(void *p, size_t i, ncclDataType_t type, uint64_t v) {
+  switch (reduce_type_size(type)) {
+    case 1:
+      ((uint8_t *)p)[i] = (uint8_t)v;
+      break;
+    case 4:
+      ((uint32_t *)p)[i] = (uint32_t)v;
+      break;
+    default:
+      ((uint64_t *)p)[i] = v;
+  }
+}
+
+/* x and y are wrapped (extended from the type's width), so 64-bit compares are right. */
+REDUCE_INLINE uint64_t int_op(ncclRedOp_t base, uint64_t x, uint64_t y, int sgn) {
+  switch (base) {
+    case ncclSum:
+      return x + y;
+    case ncclProd:
+      return x * y;
+    case ncclMax:
+      if (sgn) return (int64_t)x > (int64_t)y ? x : y;
+      return x > y ? x : y;
+    default:
+      if (sgn) return (int64_t)x < (int64_t)y ? x : y;
+      return x < y ? x : y;
+  }
+}
+
+REDUCE_INLINE uint64_t int_div(uint64_t v, int64_t div, int sgn) {
+  if (sgn) return (uint64_t)((int64_t)v / div);
+  return v / (uint64_t)div;
+}
+
+REDUCE_INLINE void int_loop(void *dst, const void *a, const void *b, size_t n,
+                            const reduce_args_t *args, ncclRedOp_t base, ncclDataType_t type) {
+  const int pre = args->pre, post = args->post, sgn = int_is_signed(type);
+  const uint64_t scale = args->scale_int;
+  const int64_t div = args->div_int;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = int_load(a, i, type);
+    if (pre) v = int_wrap(v * scale, type);
+    if (b) v = int_wrap(int_op(base, v, int_load(b, i, type), sgn), type);
+    if (post) v = int_div(v, div, sgn);
+    int_store(dst, i, type, v);
+  }
+}
+
+#define REDUCE_INT_KERNEL(name, type)                                                   \
+  static void name(void *dst, const void *a, const void *b, size_t n,                  \
+                   const reduce_args_t *args) {                                        \
+    switch (args->base) {                                                              \
+      case ncclSum:                                                                    \
+        int_loop(dst, a, b, n, args, ncclSum, type);                                   \
+        break;                                                                         \
+      case ncclProd:                                                                   \
+        int_loop(dst, a, b, n, args, ncclProd, type);                                  \
+        break;                                                                         \
+      case ncclMax:                                                                    \
+        int_loop(dst, a, b, n, args, ncclMax, type);                                   \
+        break;                                                                         \
+      default:                                                                         \
+        int_loop(dst, a, b, n, args, ncclMin, type);                                   \
+    }                                                                                  \
+  }
+
+REDUCE_INT_KERNEL(scalar_i8, ncclInt8)
+REDUCE_INT_KERNEL(scalar_u8, ncclUint8)
+REDUCE_INT_KERNEL(scalar_i32, ncclInt32)
+REDUCE_INT_KERNEL(scalar_u32, ncclUint32)
+REDUCE_INT_KERNEL(scalar_i64, ncclInt64)
+REDUCE_INT_KERNEL(scalar_u64, ncclUint64)
+
+static const reduce_kernel_t scalar_kernels[ncclNumTypes] = {
+    [ncclInt8] = scalar_i8,        [ncclUint8] = scalar_u8,       [ncclInt32] = scalar_i32,
+    [ncclUint32] = scalar_u32,     [ncclInt64] = scalar_i64,      [ncclUint64] = scalar_u64,
+    [ncclFloat16] = scalar_f16,    [ncclFloat32] = scalar_f32,    [ncclFloat64] = scalar_f64,
+    [ncclBfloat16] = scalar_bf16,  [ncclFloat8e4m3] = scalar_e4m3, [ncclFloat8e5m2] = scalar_e5m2,
+};
+
+reduce_kernel_t reduce_scalar_kernel(ncclDataType_t type) { return scalar_kernels[type]; }
+
+void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b,
+                        size_t from, size_t count, const reduce_args_t *args) {
+  if (from >= count) return;
+  size_t off = from * reduce_type_size(type);
+  scalar_kernels[type]((char *)dst + off, (const char *)a + off,
+                       b ? (const char *)b + off : NULL, count - from, args);
+}
+
+/* ---- ISA selection ---- */
+
+enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_COUNT };
+
+static const char *const isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512"};
+static reduce_table_t isa_tables[ISA_COUNT];
+static int isa_best = ISA_SCALAR; /* the highest the CPU runs; written once under isa_once */
+static atomic_int isa_current = ISA_SCALAR;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+/* __builtin_cpu_supports has no "f16c" on every compiler; CPUID.1:ECX.F16C[bit 29]. The OS
+ * saving YMM state is already implied by the avx2 check. */
+static int cpu_has_f16c(void) {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+  return (ecx & bit_F16C) != 0;
+}
+
+static int isa_detect(int *have_dq) {
+  __builtin_cpu_init();
+  *have_dq = __builtin_cpu_supports("avx512dq");
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return ISA_AVX512;
+  if (__builtin_cpu_supports("avx2") && cpu_has_f16c()) return ISA_AVX2;
+  return ISA_SCALAR;
+}
+#else
+static int isa_detect(int *have_dq) {
+  *have_dq = 0;
+  return ISA_SCALAR;
+}
+#endif
+
+static int isa_lookup(const char *name) {
+  for (int i = 0; i < ISA_COUNT; i++) {
+    if (name && strcmp(name, isa_names[i]) == 0) return i;
+  }
+  return -1;
+}
+
+static void table_fill_scalar(reduce_table_t *table) {
+  for (int t = 0; t < ncclNumTypes; t++) {
+    for (int op = 0; op < REDUCE_NUM_BASE_OPS; op++) {
+      for (int v = 0; v < REDUCE_NUM_VARIANTS; v++) table->fn[t][op][v] = scalar_kernels[t];
+    }
+  }
+}
+
+/* Builds every table the CPU can run (AVX-512 tables keep AVX2 kernels where they add none),
+ * then applies the TUTTI_REDUCE_ISA cap. */
+static void isa_init(void) {
+  int have_dq = 0;
+  isa_best = isa_detect(&have_dq);
+  table_fill_scalar(&isa_tables[ISA_SCALAR]);
+  isa_tables[ISA_AVX2] = isa_tables[ISA_SCALAR];
+  if (isa_best >= ISA_AVX2) reduce_simd_fill_avx2(&isa_tables[ISA_AVX2]);
+  isa_tables[ISA_AVX512] = isa_tables[ISA_AVX2];
+  if (isa_best >= ISA_AVX512) reduce_simd_fill_avx512(&isa_tables[ISA_AVX512], have_dq);
+  int pick = isa_best;
+  int cap = isa_lookup(getenv("TUTTI_REDUCE_ISA"));
+  if (cap >= 0 && cap < pick) pick = cap;
+  atomic_store(&isa_current, pick);
+}
+
+static const reduce_table_t *isa_table(void) {
+  pthread_once(&isa_once, isa_init);
+  return &isa_tables[atomic_load_explicit(&isa_current, memory_order_relaxed)];
+}
+
+const char *reduce_isa_name(void) {
+  pthread_once(&isa_once, isa_init);
+  return isa_names[atomic_load(&isa_current)];
+}
+
+int reduce_force_isa(const char *name) {
+  pthread_once(&isa_once, isa_init);
+  int isa = isa_lookup(name);
+  if (isa < 0 || isa > isa_best) return 0;
+  atomic_store(&isa_current, isa);
+  return 1;
+}
+
+/* ---- entry points ---- */
+
+/* Loads op->scalar (one element of the type) as an fp32, fp64 or 64-bit integer scale. */
+static void args_decode_scale(const reduce_op_t *op, reduce_args_t *args) {
+  const void *s = op->scalar;
+  if (op->type == ncclFloat64) {
+    memcpy(&args->scale_f64, s, sizeof(double));
+  } else if (op->type == ncclFloat32 || op->type == ncclFloat16 || op->type == ncclBfloat16 ||
+             op->type == ncclFloat8e4m3 || op->type == ncclFloat8e5m2) {
+    args->scale_f32 = f32_load(s, 0, op->type);
+  } else {
+    args->scale_int = int_load(s, 0, op->type);
+  }
+}
+
+/* Returns 0 for a type or op outside the table. */
+static int args_decode(const reduce_op_t *op, int flags, reduce_args_t *args) {
+  if ((unsigned)op->type >= ncclNumTypes || (unsigned)op->base >= REDUCE_NUM_BASE_OPS) return 0;
+  memset(args, 0, sizeof *args);
+  args->base = op->base;
+  args->pre = op->premul && (flags & REDUCE_PRE);
+  args->post = op->postdiv && (flags & REDUCE_POST);
+  if (args->pre) args_decode_scale(op, args);
+  int64_t div = op->divisor >= 1 ? op->divisor : 1;
+  args->div_int = div;
+  args->div_f32 = (float)div;
+  args->div_f64 = (double)div;
+  return 1;
+}
+
+static reduce_kernel_t kernel_for(const reduce_args_t *args, ncclDataType_t type) {
+  return isa_table()->fn[type][args->base][REDUCE_VARIANT(args->pre, args->post)];
+}
+
+void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count, int flags) {
+  reduce_args_t args;
+  if (count == 0 || !args_decode(op, flags, &args)) return;
+  if (!args.pre && !args.post) {
+    if (dst != src) memcpy(dst, src, count * reduce_type_size(op->type));
+    return;
+  }
+  kernel_for(&args, op->type)(dst, src, NULL, count, &args);
+}
+
+void reduce_combine(const reduce_op_t *op, void *dst, const void *a, const void *b,
+                    size_t count, int flags) {
+  reduce_args_t args;
+  if (count == 0 || !args_decode(op, flags, &args)) return;
+  kernel_for(&args, op->type)(dst, a, b, count, &args);
+}

@@ -1,0 +1,58 @@
+/* Private interface between the reduction dispatcher (reduce.c) and its SIMD kernels
+ * (reduce_simd.c). Nothing outside these two files includes it.
+ *
+ * A kernel computes dst[i] = post(pre(a[i]) OP b[i]) for one datatype; b == NULL means "no
+ * second operand" (reduce_copy with premul/postdiv), so the result is post(pre(a[i])).
+ * Kernels are kept in one table per instruction set, indexed by
+ *   [datatype][base op][variant]   variant = REDUCE_VARIANT(pre, post), 0..3
+ * The scalar table is complete; a SIMD table starts as a copy of it and overrides the entries
+ * its ISA covers, so every lookup gives a kernel with the same bitwise results.
+ */
+#ifndef TUTTI_REDUCE_IMPL_H_
+#define TUTTI_REDUCE_IMPL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reduce.h"
+
+#define REDUCE_NUM_BASE_OPS 4
+#define REDUCE_NUM_VARIANTS 4
+#define REDUCE_VARIANT(pre, post) ((pre) | ((post) << 1))
+
+/* Everything a kernel needs, decoded once per call from reduce_op_t and the flags. */
+typedef struct reduce_args {
+  ncclRedOp_t base; /* ncclSum .. ncclMin */
+  int pre;          /* apply scale to a[i] */
+  int post;         /* divide the result */
+  float scale_f32;  /* scale for fp32, fp16, bf16 and fp8 (computed in fp32) */
+  double scale_f64;
+  uint64_t scale_int; /* integer scale, sign-extended; products wrap modulo the width */
+  float div_f32;
+  double div_f64;
+  int64_t div_int; /* >= 1 */
+} reduce_args_t;
+
+typedef void (*reduce_kernel_t)(void *dst, const void *a, const void *b, size_t count,
+                                const reduce_args_t *args);
+
+typedef struct reduce_table {
+  reduce_kernel_t fn[ncclNumTypes][REDUCE_NUM_BASE_OPS][REDUCE_NUM_VARIANTS];
+} reduce_table_t;
+
+/* Size in bytes of one element of `type`. */
+size_t reduce_type_size(ncclDataType_t type);
+
+/* The scalar kernel of a type (all ops and variants); SIMD kernels use it for their tails. */
+reduce_kernel_t reduce_scalar_kernel(ncclDataType_t type);
+
+/* Runs the scalar kernel on elements [from, count) of a call: the tail of a SIMD loop. */
+void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b,
+                        size_t from, size_t count, const reduce_args_t *args);
+
+/* Overrides the entries of `table` that the ISA implements. `have_dq` says AVX-512DQ is there
+ * (64-bit integer multiply). Call only when the CPU supports the ISA. */
+void reduce_simd_fill_avx2(reduce_table_t *table);
+void reduce_simd_fill_avx512(reduce_table_t *table, int have_dq);
+
+#endif /* TUTTI_REDUCE_IMPL_H_ */

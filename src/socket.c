@@ -1,0 +1,222 @@
+/* TCP socket helpers: every wait is bounded by poll(). */
+#include "socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+socklen_t sock_addr_len(const sock_addr_t *addr) {
+  return addr->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (addr->sa.sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &addr->sin6.sin6_addr, host, sizeof(host));
+    snprintf(buf, len, "[%s]:%d", host, ntohs(addr->sin6.sin6_port));
+  } else {
+    inet_ntop(AF_INET, &addr->sin.sin_addr, host, sizeof(host));
+    snprintf(buf, len, "%s:%d", host, ntohs(addr->sin.sin_port));
+  }
+  return buf;
+}
+
+ncclResult_t sock_addr_parse(const char *text, sock_addr_t *addr) {
+  char host[256];
+  const char *port = NULL;
+  memset(addr, 0, sizeof(*addr));
+  if (text[0] == '[') {
+    const char *close = strchr(text, ']');
+    if (!close || (size_t)(close - text - 1) >= sizeof(host))
+      return TUTTI_ERR(ncclInvalidArgument, "bad address \"%s\": unmatched '['", text);
+    memcpy(host, text + 1, close - text - 1);
+    host[close - text - 1] = '\0';
+    if (close[1] == ':') port = close + 2;
+  } else {
+    const char *colon = strrchr(text, ':');
+    size_t n = colon && strchr(text, ':') == colon ? (size_t)(colon - text) : strlen(text);
+    if (n >= sizeof(host)) return TUTTI_ERR(ncclInvalidArgument, "address \"%s\" too long", text);
+    memcpy(host, text, n);
+    host[n] = '\0';
+    if (colon && strchr(text, ':') == colon) port = colon + 1;
+  }
+  int portnum = port ? atoi(port) : 0;
+  if (portnum < 0 || portnum > 65535)
+    return TUTTI_ERR(ncclInvalidArgument, "bad port in address \"%s\"", text);
+  struct addrinfo hints = {0}, *res = NULL;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc != 0 || !res)
+    return TUTTI_ERR(ncclInvalidArgument, "cannot resolve host \"%s\": %s", host, gai_strerror(rc));
+  memcpy(addr, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (addr->sa.sa_family == AF_INET6) addr->sin6.sin6_port = htons(portnum);
+  else addr->sin.sin_port = htons(portnum);
+  return ncclSuccess;
+}
+
+/* NCCL_SOCKET_IFNAME semantics: "eth,ib" prefixes; "^docker" excludes; "=eth0" exact. */
+static int ifname_matches(const char *spec, const char *name) {
+  int exclude = 0, exact = 0;
+  if (*spec == '^') exclude = 1, spec++;
+  if (*spec == '=') exact = 1, spec++;
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", spec);
+  int hit = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save))
+    hit = exact ? strcmp(tok, name) == 0 : strncmp(tok, name, strlen(tok)) == 0;
+  return exclude ? !hit : hit;
+}
+
+static int ifaddr_usable(const struct ifaddrs *ifa, const char *spec, int family) {
+  if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != family) return 0;
+  if (!(ifa->ifa_flags & IFF_UP)) return 0;
+  if (spec) return ifname_matches(spec, ifa->ifa_name);
+  if (strncmp(ifa->ifa_name, "lo", 2) == 0 || strncmp(ifa->ifa_name, "docker", 6) == 0) return 0;
+  if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr))
+    return 0;
+  return 1;
+}
+
+ncclResult_t sock_pick_local_addr(sock_addr_t *addr, char *ifname, size_t ifname_len) {
+  const char *spec = tutti_getenv("SOCKET_IFNAME");
+  struct ifaddrs *list = NULL;
+  if (getifaddrs(&list) != 0)
+    return TUTTI_ERR(ncclSystemError, "getifaddrs failed: %s", strerror(errno));
+  int found = 0;
+  int families[2] = {AF_INET, AF_INET6};
+  for (int f = 0; f < 2 && !found; f++) {
+    for (struct ifaddrs *ifa = list; ifa && !found; ifa = ifa->ifa_next) {
+      if (!ifaddr_usable(ifa, spec, families[f])) continue;
+      memset(addr, 0, sizeof(*addr));
+      memcpy(addr, ifa->ifa_addr, families[f] == AF_INET ? sizeof(struct sockaddr_in)
+                                                        : sizeof(struct sockaddr_in6));
+      snprintf(ifname, ifname_len, "%s", ifa->ifa_name);
+      found = 1;
+    }
+  }
+  freeifaddrs(list);
+  if (found) return ncclSuccess;
+  if (spec)
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "no network interface matches SOCKET_IFNAME=\"%s\" (see `ip addr`)", spec);
+  memset(addr, 0, sizeof(*addr));
+  addr->sin.sin_family = AF_INET;
+  addr->sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  snprintf(ifname, ifname_len, "lo");
+  return ncclSuccess;
+}
+
+ncclResult_t sock_listen(sock_addr_t *addr, int *fd) {
+  int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return TUTTI_ERR(ncclSystemError, "socket failed: %s", strerror(errno));
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  char buf[80];
+  if (bind(s, &addr->sa, sock_addr_len(addr)) != 0 || listen(s, 1024) != 0) {
+    int err = errno;
+    close(s);
+    return TUTTI_ERR(ncclSystemError, "cannot listen on %s: %s",
+                     sock_addr_str(addr, buf, sizeof(buf)), strerror(err));
+  }
+  socklen_t len = sizeof(*addr);
+  getsockname(s, &addr->sa, &len);
+  *fd = s;
+  return ncclSuccess;
+}
+
+static void sock_tune(int s) {
+  int one = 1;
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd) {
+  char buf[80];
+  uint64_t deadline = tutti_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+  int last_err = 0;
+  for (int attempt = 0;; attempt++) {
+    int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return TUTTI_ERR(ncclSystemError, "socket failed: %s", strerror(errno));
+    if (connect(s, &addr->sa, sock_addr_len(addr)) == 0) {
+      sock_tune(s);
+      *fd = s;
+      return ncclSuccess;
+    }
+    last_err = errno;
+    close(s);
+    /* The root may not be listening yet: retry refused/unreachable until the deadline. */
+    if (tutti_time_ns() > deadline) break;
+    usleep(attempt < 20 ? 10000 : 100000);
+  }
+  return TUTTI_ERR(ncclSystemError,
+                   "cannot connect to %s within %d ms: %s (is the root rank running, and is "
+                   "the address/port right?)",
+                   sock_addr_str(addr, buf, sizeof(buf)), timeout_ms, strerror(last_err));
+}
+
+ncclResult_t sock_accept(int listen_fd, int timeout_ms, int *fd) {
+  struct pollfd p = {.fd = listen_fd, .events = POLLIN};
+  *fd = -1;
+  int rc = poll(&p, 1, timeout_ms);
+  if (rc < 0 && errno != EINTR) return TUTTI_ERR(ncclSystemError, "poll: %s", strerror(errno));
+  if (rc <= 0) return ncclSuccess;
+  int s = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  if (s < 0) return TUTTI_ERR(ncclSystemError, "accept failed: %s", strerror(errno));
+  sock_tune(s);
+  *fd = s;
+  return ncclSuccess;
+}
+
+static ncclResult_t sock_wait(int fd, short events, int timeout_ms, const char *what) {
+  struct pollfd p = {.fd = fd, .events = events};
+  for (;;) {
+    int rc = poll(&p, 1, timeout_ms);
+    if (rc > 0) return ncclSuccess;
+    if (rc == 0)
+      return TUTTI_ERR(ncclSystemError, "socket %s timed out after %d ms", what, timeout_ms);
+    if (errno != EINTR) return TUTTI_ERR(ncclSystemError, "poll: %s", strerror(errno));
+  }
+}
+
+ncclResult_t sock_send_all(int fd, const void *buf, size_t len, int timeout_ms) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n, len -= (size_t)n;
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      TUTTI_CHECK(sock_wait(fd, POLLOUT, timeout_ms, "send"));
+    } else {
+      return TUTTI_ERR(ncclRemoteError, "socket send failed: %s", strerror(errno));
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t sock_recv_all(int fd, void *buf, size_t len, int timeout_ms) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n, len -= (size_t)n;
+    } else if (n == 0) {
+      return TUTTI_ERR(ncclRemoteError, "connection closed by peer");
+    } else if (errno == EAGAIN || errno == EINTR) {
+      TUTTI_CHECK(sock_wait(fd, POLLIN, timeout_ms, "receive"));
+    } else {
+      return TUTTI_ERR(ncclRemoteError, "socket receive failed: %s", strerror(errno));
+    }
+  }
+  return ncclSuccess;
+}

@@ -1,0 +1,283 @@
+/* Shared-memory transport: ranks on the same host (processes or threads).
+ *
+ * Each rank owns one POSIX shared-memory segment holding the FIFOs its local peers send to it:
+ *
+ *   [ header: magic, owner, failed flag                 ]  4 KiB
+ *   [ ctrl[local_size]: head | tail | sizes[nslots]     ]  4 KiB each (head, tail on own lines)
+ *   [ slots[local_size][nslots][slot_bytes]             ]  FIFO i is written by local rank i
+ *
+ * A sender fills slot head % nslots, records its size and publishes head + 1 (release); the
+ * receiver waits for head > tail, uses the slot in place and publishes tail + 1. Both ends keep
+ * a cached copy of the other's counter, so an uncontended transfer touches two shared lines.
+ * The segment is created with MAP_POPULATE (page faults once, at init) and unlinked as soon as
+ * every peer has mapped it, so nothing remains in /dev/shm even after kill -9. Segments left by
+ * processes that died before unlinking (a kill during init) are removed by the next init.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+TUTTI_PARAM(ShmDisable, "SHM_DISABLE", 0)
+TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
+TUTTI_PARAM(ShmSlots, "SHM_NSLOTS", 8)
+
+#define SHM_MAGIC 0x74757474692d7368ull
+#define SHM_PAGE 4096
+#define SHM_MAX_SLOTS 64
+
+typedef struct shm_header {
+  uint64_t magic;
+  int32_t owner_rank, owner_pid;
+  uint32_t nslots, local_size;
+  uint64_t slot_bytes;
+  char pad[SHM_PAGE / 2 - 32];
+  volatile int32_t failed; /* set by the owner when it fails or aborts */
+} shm_header_t;
+
+typedef struct shm_ctrl {
+  volatile uint64_t head; /* slots published by the sender */
+  char pad0[TUTTI_CACHELINE - 8];
+  volatile uint64_t tail; /* slots released by the receiver */
+  char pad1[TUTTI_CACHELINE - 8];
+  volatile uint64_t sizes[SHM_MAX_SLOTS];
+} shm_ctrl_t;
+
+typedef struct shm_end { /* one end of one FIFO */
+  shm_ctrl_t *ctrl;
+  char *slots;
+  uint32_t nslots;
+  size_t slot_bytes;
+  uint64_t pos;          /* my counter: head (sender) or tail (receiver) */
+  uint64_t seen;         /* cached copy of the other end's counter */
+  volatile int32_t *peer_failed;
+} shm_end_t;
+
+typedef struct shm_state {
+  char name[96];
+  char *seg;
+  size_t seg_bytes;
+  char **peer_seg;      /* [nranks] mapping of each local peer's segment */
+  size_t *peer_bytes;
+  int *local_index;     /* [nranks]: index among this host's ranks, -1 if remote */
+  shm_end_t *ends;      /* [2 * nranks]: send end to p, then receive end from p */
+} shm_state_t;
+
+typedef struct shm_blob {
+  char name[96];
+  uint64_t bytes;
+  int32_t local_index;
+} shm_blob_t;
+
+static size_t seg_size(uint32_t nslots, size_t slot_bytes, int local_size) {
+  return SHM_PAGE + (size_t)local_size * SHM_PAGE + (size_t)local_size * nslots * slot_bytes;
+}
+static shm_ctrl_t *seg_ctrl(char *seg, int i) { return (shm_ctrl_t *)(seg + SHM_PAGE * (1 + i)); }
+static char *seg_slots(char *seg, int i, int local_size, uint32_t nslots, size_t slot_bytes) {
+  return seg + SHM_PAGE * (1 + local_size) + (size_t)i * nslots * slot_bytes;
+}
+
+static int shm_can_connect(struct ncclComm *comm, int peer) {
+  return !tutti_param_ShmDisable() && comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash;
+}
+
+/* Removes /dev/shm/tutti-<pid>-* segments whose creating process no longer exists. */
+static void shm_remove_stale(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int pid = 0;
+    if (sscanf(e->d_name, "tutti-%d-", &pid) != 1 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    char path[300];
+    snprintf(path, sizeof(path), "/%s", e->d_name);
+    if (shm_unlink(path) == 0) INFO(SUB_SHM, "removed stale segment /dev/shm%s (pid %d is gone)", path, pid);
+  }
+  closedir(d);
+}
+
+static ncclResult_t map_segment(const char *name, size_t bytes, int create, char **out) {
+  int fd = shm_open(name, create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
+  if (fd < 0)
+    return TUTTI_ERR(ncclSystemError, "shm_open(%s) failed: %s (is /dev/shm full or missing?)",
+                     name, strerror(errno));
+  if (create && ftruncate(fd, (off_t)bytes) != 0) {
+    int err = errno;
+    close(fd);
+    shm_unlink(name);
+    return TUTTI_ERR(ncclSystemError, "cannot size shared memory %s to %zu bytes: %s", name,
+                     bytes, strerror(err));
+  }
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    if (create) shm_unlink(name);
+    return TUTTI_ERR(ncclSystemError, "mmap of %s (%zu bytes) failed: %s", name, bytes,
+                     strerror(errno));
+  }
+  *out = p;
+  return ncclSuccess;
+}
+
+static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]) {
+  int n = comm->nranks;
+  shm_state_t *st = calloc(1, sizeof(*st));
+  if (!st) return TUTTI_ERR(ncclSystemError, "out of memory");
+  comm->shm = st;
+  st->peer_seg = calloc(n, sizeof(char *));
+  st->peer_bytes = calloc(n, sizeof(size_t));
+  st->local_index = calloc(n, sizeof(int));
+  st->ends = calloc(2 * (size_t)n, sizeof(shm_end_t));
+  if (!st->peer_seg || !st->peer_bytes || !st->local_index || !st->ends)
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  int local = 0;
+  for (int p = 0; p < n; p++)
+    st->local_index[p] = (comm->peers[p].host_hash == comm->peers[comm->rank].host_hash) ? local++ : -1;
+  if (local <= 1) return ncclSuccess; /* no local peer: nothing to share */
+  uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
+  size_t slot_bytes = TUTTI_ALIGN_UP((size_t)TUTTI_MAX(tutti_param_ShmSlotBytes(), 4096), 4096);
+  shm_remove_stale();
+  snprintf(st->name, sizeof(st->name), "/tutti-%d-%016llx-%d", (int)getpid(),
+           (unsigned long long)comm->id_hash, comm->rank);
+  st->seg_bytes = seg_size(nslots, slot_bytes, local);
+  TUTTI_CHECK(map_segment(st->name, st->seg_bytes, 1, &st->seg));
+  shm_header_t *h = (shm_header_t *)st->seg;
+  h->magic = SHM_MAGIC;
+  h->owner_rank = comm->rank;
+  h->owner_pid = (int32_t)getpid();
+  h->nslots = nslots;
+  h->local_size = (uint32_t)local;
+  h->slot_bytes = slot_bytes;
+  if (!comm->slot_bytes || slot_bytes < comm->slot_bytes) comm->slot_bytes = slot_bytes;
+  if (!comm->chunk_bytes || slot_bytes * (nslots / 2) < comm->chunk_bytes)
+    comm->chunk_bytes = slot_bytes * (nslots / 2);
+  shm_blob_t b = {.bytes = st->seg_bytes, .local_index = st->local_index[comm->rank]};
+  snprintf(b.name, sizeof(b.name), "%s", st->name);
+  memcpy(blob, &b, sizeof(b));
+  INFO(SUB_SHM, "created %s: %d local ranks x %u slots x %zu bytes", st->name, local, nslots,
+       slot_bytes);
+  return ncclSuccess;
+}
+
+static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *peer_blob,
+                                conn_t *send, conn_t *recv) {
+  shm_state_t *st = comm->shm;
+  shm_blob_t b;
+  memcpy(&b, peer_blob, sizeof(b));
+  if (!st->peer_seg[peer]) {
+    TUTTI_CHECK(map_segment(b.name, b.bytes, 0, &st->peer_seg[peer]));
+    st->peer_bytes[peer] = b.bytes;
+  }
+  shm_header_t *ph = (shm_header_t *)st->peer_seg[peer], *mh = (shm_header_t *)st->seg;
+  if (ph->magic != SHM_MAGIC || ph->nslots != mh->nslots || ph->slot_bytes != mh->slot_bytes)
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "rank %d and rank %d disagree on shared-memory FIFOs (%u x %llu vs %u x "
+                     "%llu bytes): set TUTTI_SHM_NSLOTS / TUTTI_SHM_SLOT_BYTES alike everywhere",
+                     comm->rank, peer, mh->nslots, (unsigned long long)mh->slot_bytes, ph->nslots,
+                     (unsigned long long)ph->slot_bytes);
+  int me = st->local_index[comm->rank], them = st->local_index[peer], ls = (int)mh->local_size;
+  shm_end_t *se = &st->ends[peer], *re = &st->ends[comm->nranks + peer];
+  *se = (shm_end_t){.ctrl = seg_ctrl(st->peer_seg[peer], me),
+                    .slots = seg_slots(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
+                    .nslots = mh->nslots, .slot_bytes = mh->slot_bytes,
+                    .peer_failed = &ph->failed};
+  *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
+                    .slots = seg_slots(st->seg, them, ls, mh->nslots, mh->slot_bytes),
+                    .nslots = mh->nslots, .slot_bytes = mh->slot_bytes,
+                    .peer_failed = &ph->failed};
+  send->priv = se;
+  recv->priv = re;
+  send->slot_bytes = recv->slot_bytes = mh->slot_bytes;
+  return ncclSuccess;
+}
+
+static ncclResult_t shm_post_connect(struct ncclComm *comm) {
+  shm_state_t *st = comm->shm;
+  if (st && st->name[0]) {
+    shm_unlink(st->name);
+    INFO(SUB_SHM, "unlinked %s: every peer has mapped it", st->name);
+    st->name[0] = '\0';
+  }
+  return ncclSuccess;
+}
+
+static void *shm_send_slot(conn_t *c) {
+  shm_end_t *e = c->priv;
+  if (e->pos - e->seen >= e->nslots) {
+    e->seen = __atomic_load_n(&e->ctrl->tail, __ATOMIC_ACQUIRE);
+    if (e->pos - e->seen >= e->nslots) return NULL;
+  }
+  return e->slots + (e->pos % e->nslots) * e->slot_bytes;
+}
+
+static void shm_send_post(conn_t *c, size_t bytes) {
+  shm_end_t *e = c->priv;
+  e->ctrl->sizes[e->pos % e->nslots] = bytes;
+  e->pos++;
+  __atomic_store_n(&e->ctrl->head, e->pos, __ATOMIC_RELEASE);
+}
+
+static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
+  shm_end_t *e = c->priv;
+  if (e->seen == e->pos) {
+    e->seen = __atomic_load_n(&e->ctrl->head, __ATOMIC_ACQUIRE);
+    if (e->seen == e->pos) return NULL;
+  }
+  *bytes = e->ctrl->sizes[e->pos % e->nslots];
+  return e->slots + (e->pos % e->nslots) * e->slot_bytes;
+}
+
+static void shm_recv_done(conn_t *c) {
+  shm_end_t *e = c->priv;
+  e->pos++;
+  __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);
+}
+
+static int shm_peer_failed(conn_t *c) {
+  shm_end_t *e = c->priv;
+  return e->peer_failed && __atomic_load_n(e->peer_failed, __ATOMIC_ACQUIRE) != 0;
+}
+
+static void shm_mark_failed(struct ncclComm *comm) {
+  shm_state_t *st = comm->shm;
+  if (st && st->seg) __atomic_store_n(&((shm_header_t *)st->seg)->failed, 1, __ATOMIC_RELEASE);
+}
+
+static void shm_close(struct ncclComm *comm) {
+  shm_state_t *st = comm->shm;
+  if (!st) return;
+  shm_post_connect(comm); /* unlink if init failed before the barrier */
+  for (int p = 0; p < comm->nranks; p++)
+    if (st->peer_seg && st->peer_seg[p]) munmap(st->peer_seg[p], st->peer_bytes[p]);
+  if (st->seg) munmap(st->seg, st->seg_bytes);
+  free(st->peer_seg);
+  free(st->peer_bytes);
+  free(st->local_index);
+  free(st->ends);
+  free(st);
+  comm->shm = NULL;
+}
+
+const transport_t shm_transport = {
+    .name = "shm",
+    .can_connect = shm_can_connect,
+    .setup = shm_setup,
+    .connect = shm_connect,
+    .post_connect = shm_post_connect,
+    .send_slot = shm_send_slot,
+    .send_post = shm_send_post,
+    .recv_slot = shm_recv_slot,
+    .recv_done = shm_recv_done,
+    .peer_failed = shm_peer_failed,
+    .mark_failed = shm_mark_failed,
+    .close = shm_close,
+};

@@ -1,0 +1,57 @@
+/* Transports: one file each behind one vtable; the communicator picks, per peer, the first
+ * transport in the table whose can_connect says yes (same host -> shm; later ib, tcp).
+ *
+ * Data path (slot-based, non-blocking; the engine owns all waiting):
+ *   send_slot(conn)        -> pointer to the next free slot of the peer's FIFO, or NULL if full
+ *   send_post(conn, bytes) -> hands that slot (bytes long) to the peer
+ *   recv_slot(conn, &n)    -> pointer to the next filled slot from the peer, or NULL if none
+ *   recv_done(conn)        -> gives the slot back to the sender
+ *   peer_failed(conn)      -> nonzero once the peer is known dead or has aborted
+ * Every slot holds up to conn->slot_bytes bytes; both ends of a connection agree on it.
+ *
+ * Setup happens in three collective phases driven by transport_connect_all():
+ *   setup(comm, blob)        create this rank's local resources; describe them in a blob
+ *   connect(comm, peer, blob) attach to a peer's resources (after an allgather of blobs)
+ *   post_connect(comm)       after a barrier: e.g. unlink names nobody needs any more
+ */
+#ifndef TUTTI_TRANSPORT_H_
+#define TUTTI_TRANSPORT_H_
+
+#include "core.h"
+
+struct ncclComm;
+
+typedef struct conn {
+  const struct transport *transport;
+  int peer;
+  size_t slot_bytes;
+  void *priv; /* transport's own state */
+} conn_t;
+
+#define TRANSPORT_BLOB_BYTES 256
+
+typedef struct transport {
+  const char *name;
+  int (*can_connect)(struct ncclComm *comm, int peer);
+  ncclResult_t (*setup)(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]);
+  ncclResult_t (*connect)(struct ncclComm *comm, int peer, const char *peer_blob,
+                          conn_t *send, conn_t *recv);
+  ncclResult_t (*post_connect)(struct ncclComm *comm);
+  void *(*send_slot)(conn_t *conn);
+  void (*send_post)(conn_t *conn, size_t bytes);
+  const void *(*recv_slot)(conn_t *conn, size_t *bytes);
+  void (*recv_done)(conn_t *conn);
+  int (*peer_failed)(conn_t *conn);
+  /* Tells peers this rank failed / aborted (sets a flag they poll). */
+  void (*mark_failed)(struct ncclComm *comm);
+  void (*close)(struct ncclComm *comm);
+} transport_t;
+
+extern const transport_t shm_transport;
+
+/* Picks a transport per peer and connects every pair (collective over the communicator). */
+ncclResult_t transport_connect_all(struct ncclComm *comm);
+void transport_mark_failed(struct ncclComm *comm);
+void transport_close_all(struct ncclComm *comm);
+
+#endif

@@ -1,0 +1,768 @@
+/*
+ * tutti-run: starts N ranks of a program on this host and supervises them.
+ *
+ *   tutti-run -n N [options] [--] prog args...
+ *
+ * The protocol (read by tuttiCommInitFromEnv): every rank gets TUTTI_RANK, TUTTI_NRANKS,
+ * TUTTI_LOCAL_RANK, TUTTI_LOCAL_SIZE, TUTTI_ROOT_ADDR=127.0.0.1:PORT and TUTTI_SECRET (128
+ * random bits as 32 lowercase hex digits). The launcher opens the root's listening socket
+ * itself before any rank starts, so the port is known up front and no rank can connect before
+ * the root listens; rank 0 alone inherits that socket, its number in TUTTI_ROOT_FD.
+ *
+ * Supervision: all ranks share one new process group (the first rank's pid), so one kill()
+ * reaches them and anything they started. The launcher sleeps in poll() on a self-pipe fed by
+ * its signal handlers (SIGCHLD and the forwarded signals) and, with --prefix, on each rank's
+ * stdout and stderr pipes, relaying whole lines as "[r] line". The first failing rank, a
+ * --timeout or a SIGINT/SIGTERM to the launcher starts the shutdown: a signal to the group,
+ * TUTTI_RUN_KILL_GRACE seconds (default 3), then SIGKILL. tutti-run returns only after every
+ * rank has been reaped.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef TUTTI_RUN_VERSION
+#define TUTTI_RUN_VERSION "0.1.0"
+#endif
+
+#define RUN_MAX_RANKS 1024
+#define RUN_LINE_MAX 4096 /* longer lines are relayed as several prefixed lines */
+#define RUN_DEFAULT_GRACE_S 3.0
+#define RUN_EXIT_USAGE 2
+#define RUN_EXIT_TIMEOUT 124
+#define RUN_EXIT_NOEXEC 127
+
+typedef struct {
+  int nranks;
+  int prefix;
+  int print_settings;
+  double timeout_s; /* 0: no timeout */
+  char **prog_argv; /* NULL-terminated, points into argv */
+} run_options_t;
+
+/* One relayed output stream of one rank (--prefix only). */
+typedef struct {
+  int fd;     /* read end of the rank's pipe; -1 when closed */
+  int out_fd; /* STDOUT_FILENO or STDERR_FILENO */
+  size_t len;
+  char buf[RUN_LINE_MAX];
+} run_stream_t;
+
+typedef struct {
+  pid_t pid; /* 0 once reaped */
+  run_stream_t out, err;
+} run_rank_t;
+
+typedef struct {
+  run_options_t opt;
+  run_rank_t *ranks;
+  int nlaunched;
+  int nalive;    /* launched and not yet reaped */
+  pid_t pgid;    /* the ranks' process group; 0 before the first fork */
+  int listen_fd; /* the root's listening socket until all ranks are forked */
+  int exit_code; /* the first failure's code; 0 while all is well */
+  int stopping;  /* shutdown started */
+  int killed;    /* SIGKILL sent */
+  double grace_s;
+  double timeout_at; /* monotonic seconds; 0: none */
+  double kill_at;
+} run_job_t;
+
+/* ---------------------------------------------------------------- small helpers */
+
+static void die(const char *fmt, ...) {
+  va_list ap;
+  fputs("tutti-run: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(1);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return; /* stdout gone: the output is dropped, the job goes on */
+    p += k;
+    n -= (size_t)k;
+  }
+}
+
+/* ---------------------------------------------------------------- command line */
+
+static const char run_usage[] = "Usage: tutti-run -n N [options] [--] prog [args...]\n";
+
+static const char run_help[] =
+    "Starts N ranks of prog on this host and waits for them. Each rank gets TUTTI_RANK,\n"
+    "TUTTI_NRANKS, TUTTI_LOCAL_RANK, TUTTI_LOCAL_SIZE, TUTTI_ROOT_ADDR and TUTTI_SECRET;\n"
+    "rank 0 also inherits the root's listening socket as TUTTI_ROOT_FD. If a rank fails, the\n"
+    "others get SIGTERM and, TUTTI_RUN_KILL_GRACE seconds later (default 3), SIGKILL.\n"
+    "\n"
+    "Options:\n"
+    "  -n N              number of ranks, 1 to 1024 (required)\n"
+    "  --prefix          prefix each output line of rank r with \"[r] \"\n"
+    "  --timeout SEC     stop the job after SEC seconds (exit status 124)\n"
+    "  -x VAR=VALUE      add VAR=VALUE to the ranks' environment (repeatable)\n"
+    "  --print-settings  print the TUTTI_* and NCCL_* variables passed to the ranks\n"
+    "  -h, --help        show this help\n"
+    "  --version         show the version\n"
+    "\n"
+    "Exit status: 0 if every rank exits 0; else the first failing rank's status (128+signal\n"
+    "if it was killed), 124 on timeout, 127 if prog cannot be executed, 128+signal if\n"
+    "tutti-run itself was stopped by SIGINT or SIGTERM, 2 on a usage error.\n";
+
+static void usage_error(const char *fmt, ...) {
+  va_list ap;
+  fputs("tutti-run: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n%sTry 'tutti-run --help' for more information.\n", run_usage);
+  exit(RUN_EXIT_USAGE);
+}
+
+/* Matches argv[*i] against option `name`. The value comes attached ("--timeout=5", "-n4")
+ * or as the next argument; *i is advanced past what was consumed. */
+static int match_option(int argc, char **argv, int *i, const char *name, int takes_value,
+                        const char **value) {
+  const char *arg = argv[*i];
+  size_t len = strlen(name);
+  if (strncmp(arg, name, len) != 0) return 0;
+  if (!takes_value) return arg[len] == '\0';
+  int is_long = name[1] == '-';
+  if (arg[len] == '=' && is_long) {
+    *value = arg + len + 1;
+    return 1;
+  }
+  if (arg[len] != '\0') {
+    if (is_long) return 0; /* "--prefixes" is not "--prefix" */
+    *value = arg + len;
+    return 1;
+  }
+  if (*i + 1 >= argc) usage_error("option '%s' needs a value", name);
+  *value = argv[++*i];
+  return 1;
+}
+
+static int parse_nranks(const char *s) {
+  char *end;
+  errno = 0;
+  long n = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0' || n < 1 || n > RUN_MAX_RANKS)
+    usage_error("-n expects a rank count from 1 to %d, got '%s'", RUN_MAX_RANKS, s);
+  return (int)n;
+}
+
+static double parse_seconds(const char *s, const char *what) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end != '\0' || !isfinite(v) || v <= 0)
+    usage_error("%s expects a positive number of seconds, got '%s'", what, s);
+  return v;
+}
+
+/* -x VAR=VALUE goes straight into our environment, which the ranks inherit; the protocol
+ * variables are set later and win. putenv keeps the argv string itself, which lives on. */
+static void add_extra_env(char *assignment) {
+  const char *eq = strchr(assignment, '=');
+  if (eq == NULL || eq == assignment) usage_error("-x expects VAR=VALUE, got '%s'", assignment);
+  if (putenv(assignment) != 0) die("putenv: %s", strerror(errno));
+}
+
+/* Parses the option at argv[*i]; returns 0 if it is not one we know. */
+static int parse_option(int argc, char **argv, int *i, run_options_t *o) {
+  const char *v = NULL;
+  if (match_option(argc, argv, i, "-n", 1, &v)) {
+    o->nranks = parse_nranks(v);
+  } else if (match_option(argc, argv, i, "--timeout", 1, &v)) {
+    o->timeout_s = parse_seconds(v, "--timeout");
+  } else if (match_option(argc, argv, i, "-x", 1, &v)) {
+    add_extra_env((char *)v);
+  } else if (match_option(argc, argv, i, "--prefix", 0, &v)) {
+    o->prefix = 1;
+  } else if (match_option(argc, argv, i, "--print-settings", 0, &v)) {
+    o->print_settings = 1;
+  } else if (match_option(argc, argv, i, "-h", 0, &v) ||
+             match_option(argc, argv, i, "--help", 0, &v)) {
+    printf("%s%s", run_usage, run_help);
+    exit(0);
+  } else if (match_option(argc, argv, i, "--version", 0, &v)) {
+    printf("tutti-run (tutti) %s\n", TUTTI_RUN_VERSION);
+    exit(0);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+static void parse_args(int argc, char **argv, run_options_t *o) {
+  int i = 1;
+  for (; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) {
+      i++;
+      break;
+    }
+    if (argv[i][0] != '-' || argv[i][1] == '\0') break; /* the program */
+    if (!parse_option(argc, argv, &i, o)) usage_error("unknown option '%s'", argv[i]);
+  }
+  if (o->nranks == 0) usage_error("the rank count -n N is required");
+  if (i >= argc) usage_error("no program given");
+  o->prog_argv = argv + i;
+}
+
+/* ---------------------------------------------------------------- job setup */
+
+static double read_kill_grace(void) {
+  const char *s = getenv("TUTTI_RUN_KILL_GRACE");
+  if (s == NULL || *s == '\0') return RUN_DEFAULT_GRACE_S;
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || !isfinite(v) || v < 0) {
+    fprintf(stderr, "tutti-run: ignoring TUTTI_RUN_KILL_GRACE='%s' (not a number of seconds)\n", s);
+    return RUN_DEFAULT_GRACE_S;
+  }
+  return v;
+}
+
+/* With --prefix the launcher holds two pipes per rank: make sure the fd limit allows it. */
+static void raise_fd_limit(const run_options_t *o) {
+  rlim_t need = (rlim_t)(o->prefix ? 2 * o->nranks : 0) + 32;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return;
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+    die("%d ranks need %lu open files, the hard limit is %lu", o->nranks, (unsigned long)need,
+        (unsigned long)rl.rlim_max);
+  rl.rlim_cur = need;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    die("cannot raise the open file limit: %s", strerror(errno));
+}
+
+static void make_secret(char hex[33]) {
+  unsigned char raw[16];
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw)
+      die("cannot read random bytes for the job secret: %s", strerror(errno));
+    close(fd);
+  }
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* The root's listening socket on 127.0.0.1, any port. CLOEXEC: only rank 0 keeps it. */
+static int open_root_listener(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) die("cannot create the root socket: %s", strerror(errno));
+  int one = 1;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+    die("setsockopt(SO_REUSEADDR) on the root socket: %s", strerror(errno));
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1024) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+    die("cannot listen on 127.0.0.1: %s", strerror(errno));
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+static void set_env(const char *name, const char *value) {
+  if (setenv(name, value, 1) != 0) die("setenv %s: %s", name, strerror(errno));
+}
+
+static void set_env_int(const char *name, int value) {
+  char s[16];
+  snprintf(s, sizeof s, "%d", value);
+  set_env(name, s);
+}
+
+/* Sets what every rank shares in our own environment; the per-rank variables are set in
+ * each child after fork. They override any -x setting of the same name. */
+static void prepare_environment(run_job_t *job) {
+  int port;
+  job->listen_fd = open_root_listener(&port);
+  char addr[32], secret[33];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  make_secret(secret);
+  set_env_int("TUTTI_NRANKS", job->opt.nranks);
+  set_env_int("TUTTI_LOCAL_SIZE", job->opt.nranks);
+  set_env("TUTTI_ROOT_ADDR", addr);
+  set_env("TUTTI_SECRET", secret);
+  unsetenv("TUTTI_RANK");
+  unsetenv("TUTTI_LOCAL_RANK");
+  unsetenv("TUTTI_ROOT_FD");
+}
+
+static int compare_strings(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* --print-settings: the TUTTI_* and NCCL_* variables the ranks get, sorted. The secret is
+ * shown as set, not printed; the per-rank variables are shown as their ranges. */
+static void print_settings(const run_job_t *job) {
+  extern char **environ;
+  size_t n = 0, cap = 8;
+  for (char **e = environ; *e; e++) cap++;
+  char **lines = calloc(cap, sizeof *lines);
+  char ranks[64], fd[64];
+  if (lines == NULL) die("out of memory");
+  snprintf(ranks, sizeof ranks, "0..%d", job->opt.nranks - 1);
+  snprintf(fd, sizeof fd, "TUTTI_ROOT_FD=%d (rank 0 only)", job->listen_fd);
+  for (char **e = environ; *e; e++)
+    if (strncmp(*e, "TUTTI_", 6) == 0 || strncmp(*e, "NCCL_", 5) == 0) lines[n++] = *e;
+  qsort(lines, n, sizeof *lines, compare_strings);
+  printf("tutti-run: settings passed to the ranks:\n");
+  for (size_t i = 0; i < n; i++) {
+    if (strncmp(lines[i], "TUTTI_SECRET=", 13) == 0)
+      printf("  TUTTI_SECRET=<32 hex digits, not shown>\n");
+    else
+      printf("  %s\n", lines[i]);
+  }
+  printf("  TUTTI_RANK=%s\n  TUTTI_LOCAL_RANK=%s\n  %s\n", ranks, ranks, fd);
+  fflush(stdout);
+  free(lines);
+}
+
+/* ---------------------------------------------------------------- signals */
+
+/* Signals forwarded to the ranks. SIGINT and SIGTERM are always caught: they stop the job. A
+ * SIGHUP or SIGQUIT that was ignored when we started (nohup) stays ignored, for us and the
+ * ranks. (A shell also starts background commands with SIGINT ignored; we catch it anyway, so
+ * `kill -INT` stops a job started with `&` from a script.) */
+static struct {
+  int sig;
+  int stops_job;
+  int ignored;
+} run_forwarded[] = {{SIGINT, 1, 0}, {SIGTERM, 1, 0}, {SIGHUP, 0, 0}, {SIGQUIT, 0, 0}};
+#define RUN_N_FORWARDED ((int)(sizeof run_forwarded / sizeof run_forwarded[0]))
+
+static int run_sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  ssize_t ignored = write(run_sig_pipe[1], &b, 1); /* full pipe: a wakeup is pending anyway */
+  (void)ignored;
+  errno = saved;
+}
+
+static void catch_signal(int sig) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART | (sig == SIGCHLD ? SA_NOCLDSTOP : 0);
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, NULL);
+}
+
+static void install_signal_handlers(void) {
+  if (pipe2(run_sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) die("pipe: %s", strerror(errno));
+  for (int i = 0; i < RUN_N_FORWARDED; i++) {
+    struct sigaction old;
+    sigaction(run_forwarded[i].sig, NULL, &old);
+    run_forwarded[i].ignored = !run_forwarded[i].stops_job && old.sa_handler == SIG_IGN;
+    if (!run_forwarded[i].ignored) catch_signal(run_forwarded[i].sig);
+  }
+  catch_signal(SIGCHLD);
+  signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the launcher */
+}
+
+static void block_signals(sigset_t *old) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int i = 0; i < RUN_N_FORWARDED; i++) sigaddset(&set, run_forwarded[i].sig);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, old);
+}
+
+/* In a child before exec: our handlers must not run there, SIGPIPE must work again. */
+static void restore_child_signals(const sigset_t *old) {
+  for (int i = 0; i < RUN_N_FORWARDED; i++)
+    if (!run_forwarded[i].ignored) signal(run_forwarded[i].sig, SIG_DFL);
+  signal(SIGCHLD, SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);
+  sigprocmask(SIG_SETMASK, old, NULL);
+}
+
+/* Signals every process in the ranks' group. Only while a rank is unreaped: then the group
+ * exists and its id cannot have been reused. */
+static void signal_group(const run_job_t *job, int sig) {
+  if (job->pgid > 0 && job->nalive > 0) kill(-job->pgid, sig);
+}
+
+static void start_shutdown(run_job_t *job, int exit_code, int sig) {
+  if (job->exit_code == 0) job->exit_code = exit_code;
+  if (job->stopping) return;
+  job->stopping = 1;
+  job->kill_at = now_s() + job->grace_s;
+  signal_group(job, sig);
+}
+
+/* ---------------------------------------------------------------- launching */
+
+/* In the child: wire up stdio and the environment, then exec. On failure the errno goes back
+ * through status_fd (closed by a successful exec) and the parent prints the error. */
+static void child_exec(const run_job_t *job, int rank, int out_fd, int err_fd, int status_fd,
+                       const sigset_t *old_mask) {
+  restore_child_signals(old_mask);
+  setpgid(0, job->pgid); /* pgid 0 for the first rank: a new group named by its pid */
+  if (job->opt.prefix) {
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+  }
+  if (rank != 0) { /* like mpirun: stdin goes to rank 0 only */
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0 && null_fd != STDIN_FILENO) {
+      dup2(null_fd, STDIN_FILENO);
+      close(null_fd);
+    }
+  }
+  char num[16];
+  snprintf(num, sizeof num, "%d", rank);
+  setenv("TUTTI_RANK", num, 1);
+  setenv("TUTTI_LOCAL_RANK", num, 1);
+  if (rank == 0) {
+    fcntl(job->listen_fd, F_SETFD, 0); /* clear FD_CLOEXEC: rank 0 inherits the socket */
+    snprintf(num, sizeof num, "%d", job->listen_fd);
+    setenv("TUTTI_ROOT_FD", num, 1);
+  }
+  execvp(job->opt.prog_argv[0], job->opt.prog_argv);
+  int e = errno;
+  ssize_t ignored = write(status_fd, &e, sizeof e);
+  (void)ignored;
+  _exit(RUN_EXIT_NOEXEC);
+}
+
+static void stream_init(run_stream_t *s, int fd, int out_fd) {
+  s->fd = fd;
+  s->out_fd = out_fd;
+  s->len = 0;
+  if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+static void close_pair(int p[2]) {
+  close_fd(&p[0]);
+  close_fd(&p[1]);
+}
+
+/* 0 if the exec succeeded, else the child's errno. */
+static int read_exec_status(int fd) {
+  int e = 0;
+  ssize_t n;
+  do {
+    n = read(fd, &e, sizeof e);
+  } while (n < 0 && errno == EINTR);
+  return n == (ssize_t)sizeof e ? e : 0;
+}
+
+/* Forks rank r. Returns 0 once it runs prog, the exec's errno if prog could not be executed
+ * (the child then exits 127), or -errno if no child could be made. */
+static int spawn_rank(run_job_t *job, int r) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, status[2] = {-1, -1};
+  if (pipe2(status, O_CLOEXEC) != 0 ||
+      (job->opt.prefix && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))) {
+    int e = errno;
+    close_pair(out);
+    close_pair(err);
+    close_pair(status);
+    return -e;
+  }
+  sigset_t old;
+  block_signals(&old);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) child_exec(job, r, out[1], err[1], status[1], &old);
+  int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  close_fd(&out[1]);
+  close_fd(&err[1]);
+  close_fd(&status[1]);
+  if (pid < 0) {
+    close_fd(&out[0]);
+    close_fd(&err[0]);
+    close_fd(&status[0]);
+    return -fork_errno;
+  }
+  if (job->pgid == 0) job->pgid = pid;
+  setpgid(pid, job->pgid); /* also done in the child; whichever runs first wins the race */
+  run_rank_t *rk = &job->ranks[r];
+  rk->pid = pid;
+  stream_init(&rk->out, out[0], STDOUT_FILENO);
+  stream_init(&rk->err, err[0], STDERR_FILENO);
+  job->nlaunched++;
+  job->nalive++;
+  int exec_errno = read_exec_status(status[0]);
+  close(status[0]);
+  return exec_errno;
+}
+
+static void launch_ranks(run_job_t *job) {
+  if (job->opt.timeout_s > 0) job->timeout_at = now_s() + job->opt.timeout_s;
+  for (int r = 0; r < job->opt.nranks; r++) {
+    int e = spawn_rank(job, r);
+    if (e > 0) {
+      fprintf(stderr, "tutti-run: cannot execute '%s': %s\n", job->opt.prog_argv[0], strerror(e));
+      start_shutdown(job, RUN_EXIT_NOEXEC, SIGTERM);
+      break;
+    }
+    if (e < 0) {
+      fprintf(stderr, "tutti-run: cannot start rank %d: %s\n", r, strerror(-e));
+      start_shutdown(job, 1, SIGTERM);
+      break;
+    }
+  }
+  close(job->listen_fd); /* rank 0 has its copy */
+  job->listen_fd = -1;
+}
+
+/* ---------------------------------------------------------------- output relay (--prefix) */
+
+/* Writes "[rank] " and one line in one write(), so lines of different ranks never mix.
+ * add_newline ends a line that has none (a full buffer, or the text before EOF). */
+static void stream_emit(int rank, const run_stream_t *s, const char *p, size_t n, int add_newline) {
+  char out[32 + RUN_LINE_MAX + 1];
+  size_t k = (size_t)snprintf(out, 32, "[%d] ", rank);
+  memcpy(out + k, p, n);
+  k += n;
+  if (add_newline) out[k++] = '\n';
+  write_all(s->out_fd, out, k);
+}
+
+/* Relays every complete line in the buffer; a full buffer without a newline goes out as a
+ * line of its own. */
+static void stream_consume(int rank, run_stream_t *s) {
+  size_t start = 0;
+  char *nl;
+  while ((nl = memchr(s->buf + start, '\n', s->len - start)) != NULL) {
+    size_t end = (size_t)(nl - s->buf) + 1;
+    stream_emit(rank, s, s->buf + start, end - start, 0);
+    start = end;
+  }
+  s->len -= start;
+  memmove(s->buf, s->buf + start, s->len);
+  if (s->len == sizeof s->buf) {
+    stream_emit(rank, s, s->buf, s->len, 1);
+    s->len = 0;
+  }
+}
+
+static void stream_close(int rank, run_stream_t *s) {
+  if (s->fd < 0) return;
+  if (s->len > 0) stream_emit(rank, s, s->buf, s->len, 1);
+  s->len = 0;
+  close(s->fd);
+  s->fd = -1;
+}
+
+/* Reads what is there; returns 1 if it got data, 0 if there was none or the stream ended. */
+static int stream_pump(int rank, run_stream_t *s) {
+  if (s->fd < 0) return 0;
+  ssize_t n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return 0;
+  if (n <= 0) {
+    stream_close(rank, s);
+    return 0;
+  }
+  s->len += (size_t)n;
+  stream_consume(rank, s);
+  return 1;
+}
+
+/* After a rank is reaped: relay what it left in the pipe, then close it even if a process it
+ * started still holds the write end. */
+static void stream_drain(int rank, run_stream_t *s) {
+  while (stream_pump(rank, s)) {
+  }
+  stream_close(rank, s);
+}
+
+/* ---------------------------------------------------------------- supervision */
+
+static int find_rank(const run_job_t *job, pid_t pid) {
+  for (int r = 0; r < job->nlaunched; r++)
+    if (job->ranks[r].pid == pid) return r;
+  return -1;
+}
+
+static void rank_exited(run_job_t *job, int r, int status) {
+  run_rank_t *rk = &job->ranks[r];
+  pid_t pid = rk->pid;
+  rk->pid = 0;
+  job->nalive--;
+  stream_drain(r, &rk->out);
+  stream_drain(r, &rk->err);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  if (job->stopping) return; /* an expected casualty of the shutdown */
+  if (WIFEXITED(status)) {
+    fprintf(stderr, "tutti-run: rank %d (pid %d) exited with status %d\n", r, (int)pid,
+            WEXITSTATUS(status));
+    start_shutdown(job, WEXITSTATUS(status), SIGTERM);
+  } else {
+    int sig = WTERMSIG(status);
+    fprintf(stderr, "tutti-run: rank %d (pid %d) was killed by signal %d (%s)\n", r, (int)pid, sig,
+            strsignal(sig));
+    start_shutdown(job, 128 + sig, SIGTERM);
+  }
+}
+
+/* Reaps every exited rank. Before the last one is reaped (while its zombie still pins the
+ * group id) whatever it left behind in the group is signalled: killed if the job failed,
+ * asked to terminate if it succeeded. */
+static void reap_ranks(run_job_t *job) {
+  for (;;) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) return;
+    if (job->nalive == 1) signal_group(job, job->exit_code ? SIGKILL : SIGTERM);
+    int status;
+    pid_t pid;
+    do {
+      pid = waitpid(si.si_pid, &status, 0);
+    } while (pid < 0 && errno == EINTR);
+    int r = find_rank(job, si.si_pid);
+    if (pid > 0 && r >= 0) rank_exited(job, r, status);
+  }
+}
+
+static void handle_signal(run_job_t *job, int sig) {
+  if (sig == SIGCHLD) return; /* reap_ranks runs on every wakeup */
+  if (sig == SIGHUP || sig == SIGQUIT) {
+    signal_group(job, sig);
+    return;
+  }
+  if (job->stopping) { /* asked again while stopping: no more grace */
+    if (!job->killed) fprintf(stderr, "tutti-run: received signal %d, killing the job now\n", sig);
+    job->kill_at = now_s();
+    return;
+  }
+  fprintf(stderr, "tutti-run: received signal %d (%s), stopping the job\n", sig, strsignal(sig));
+  start_shutdown(job, 128 + sig, sig);
+}
+
+static void drain_signal_pipe(run_job_t *job) {
+  unsigned char sigs[64];
+  ssize_t n;
+  while ((n = read(run_sig_pipe[0], sigs, sizeof sigs)) > 0)
+    for (ssize_t i = 0; i < n; i++) handle_signal(job, sigs[i]);
+}
+
+static void check_deadlines(run_job_t *job) {
+  double t = now_s();
+  if (!job->stopping && job->timeout_at > 0 && t >= job->timeout_at) {
+    fprintf(stderr, "tutti-run: job timed out after %g seconds, stopping it\n", job->opt.timeout_s);
+    start_shutdown(job, RUN_EXIT_TIMEOUT, SIGTERM);
+  }
+  if (job->stopping && !job->killed && t >= job->kill_at) {
+    if (job->nalive > 0)
+      fprintf(stderr, "tutti-run: %d rank(s) still running, sending SIGKILL\n", job->nalive);
+    signal_group(job, SIGKILL);
+    job->killed = 1;
+  }
+}
+
+static int poll_timeout_ms(const run_job_t *job) {
+  double next;
+  if (job->stopping && !job->killed)
+    next = job->kill_at;
+  else if (!job->stopping && job->timeout_at > 0)
+    next = job->timeout_at;
+  else
+    return -1;
+  double ms = (next - now_s()) * 1000.0;
+  if (ms <= 0) return 0;
+  return ms >= INT_MAX ? INT_MAX : (int)ms + 1;
+}
+
+/* The poll set: the signal pipe, then every open rank stream. */
+static int build_poll_set(run_job_t *job, struct pollfd *pfd, run_stream_t **who, int *rank_of) {
+  int n = 0;
+  pfd[n++] = (struct pollfd){.fd = run_sig_pipe[0], .events = POLLIN};
+  for (int r = 0; r < job->nlaunched; r++) {
+    run_stream_t *s[2] = {&job->ranks[r].out, &job->ranks[r].err};
+    for (int k = 0; k < 2; k++) {
+      if (s[k]->fd < 0) continue;
+      who[n] = s[k];
+      rank_of[n] = r;
+      pfd[n++] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
+    }
+  }
+  return n;
+}
+
+static void supervise(run_job_t *job) {
+  int cap = 1 + 2 * job->opt.nranks;
+  struct pollfd *pfd = calloc((size_t)cap, sizeof *pfd);
+  run_stream_t **who = calloc((size_t)cap, sizeof *who);
+  int *rank_of = calloc((size_t)cap, sizeof *rank_of);
+  if (pfd == NULL || who == NULL || rank_of == NULL) die("out of memory");
+  while (job->nalive > 0) {
+    int n = build_poll_set(job, pfd, who, rank_of);
+    if (poll(pfd, (nfds_t)n, poll_timeout_ms(job)) < 0 && errno != EINTR)
+      die("poll: %s", strerror(errno));
+    if (pfd[0].revents) drain_signal_pipe(job);
+    for (int i = 1; i < n; i++)
+      if (pfd[i].revents) stream_pump(rank_of[i], who[i]);
+    reap_ranks(job);
+    check_deadlines(job);
+  }
+  free(pfd);
+  free(who);
+  free(rank_of);
+}
+
+/* Makes sure fds 0..2 are open, so no socket or pipe of ours lands on a stdio number. */
+static void ensure_stdio_open(void) {
+  for (int fd = 0; fd < 3; fd++)
+    if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0)
+      die("cannot open /dev/null: %s", strerror(errno));
+}
+
+int main(int argc, char **argv) {
+  run_job_t job;
+  memset(&job, 0, sizeof job);
+  job.listen_fd = -1;
+  ensure_stdio_open();
+  parse_args(argc, argv, &job.opt);
+  job.grace_s = read_kill_grace();
+  raise_fd_limit(&job.opt);
+  install_signal_handlers();
+  prepare_environment(&job);
+  if (job.opt.print_settings) print_settings(&job);
+  job.ranks = calloc((size_t)job.opt.nranks, sizeof *job.ranks);
+  if (job.ranks == NULL) die("out of memory");
+  launch_ranks(&job);
+  supervise(&job);
+  free(job.ranks);
+  return job.exit_code;
+}
