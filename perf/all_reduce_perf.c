@@ -13,11 +13,16 @@ static void all_reduce_counts(size_t bytes, size_t type_size, int nranks, int ra
   (void)nranks;
   (void)rank;
   size_t count = bytes / type_size;
-  *out = (perf_counts_t){.send_count = count, .recv_count = count, .param_count = count,
-                         .count = count, .in_place_offset = 0};
+  *out = (perf_counts_t){.send_count = count,
+                         .recv_count = count,
+                         .param_count = count,
+                         .count = count,
+                         .in_place_offset = 0};
 }
 
-static double all_reduce_bus_factor(int nranks) { return 2.0 * (nranks - 1) / nranks; }
+static double all_reduce_bus_factor(int nranks) {
+  return 2.0 * (nranks - 1) / nranks;
+}
 
 static void all_reduce_fill_input(const perf_case_t *c, void *buf) {
   perf_fill_input(c, c->rank, buf, 0, c->counts.send_count);
@@ -45,4 +50,6 @@ static const perf_coll_t all_reduce = {
     .run = all_reduce_run,
 };
 
-int main(int argc, char **argv) { return perf_main(&all_reduce, argc, argv); }
+int main(int argc, char **argv) {
+  return perf_main(&all_reduce, argc, argv);
+}

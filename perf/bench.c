@@ -42,11 +42,21 @@ int bench_parse_bytes(const char *s, size_t *bytes) {
   unsigned long long v = strtoull(s, &end, 10);
   if (end == s) return -1;
   switch (*end) {
-    case 'G': case 'g': v <<= 10; /* fall through */
-    case 'M': case 'm': v <<= 10; /* fall through */
-    case 'K': case 'k': v <<= 10; end++; break;
-    case '\0': break;
-    default: return -1;
+    case 'G':
+    case 'g':
+      v <<= 10; /* fall through */
+    case 'M':
+    case 'm':
+      v <<= 10; /* fall through */
+    case 'K':
+    case 'k':
+      v <<= 10;
+      end++;
+      break;
+    case '\0':
+      break;
+    default:
+      return -1;
   }
   if (*end == 'B' || *end == 'b') end++;
   if (*end != '\0') return -1;
@@ -89,31 +99,64 @@ static void bench_defaults(bench_opts_t *o) {
 enum { BENCH_OPT_ITER_BYTES = 1000 };
 
 static const struct option bench_long_opts[] = {
-    {"minbytes", required_argument, NULL, 'b'},  {"maxbytes", required_argument, NULL, 'e'},
-    {"stepbytes", required_argument, NULL, 'i'}, {"stepfactor", required_argument, NULL, 'f'},
-    {"iters", required_argument, NULL, 'n'},     {"warmup_iters", required_argument, NULL, 'w'},
-    {"check", required_argument, NULL, 'c'},     {"op", required_argument, NULL, 'o'},
-    {"datatype", required_argument, NULL, 'd'},  {"root", required_argument, NULL, 'r'},
-    {"blocking", required_argument, NULL, 'z'},  {"help", no_argument, NULL, 'h'},
+    {"minbytes", required_argument, NULL, 'b'},
+    {"maxbytes", required_argument, NULL, 'e'},
+    {"stepbytes", required_argument, NULL, 'i'},
+    {"stepfactor", required_argument, NULL, 'f'},
+    {"iters", required_argument, NULL, 'n'},
+    {"warmup_iters", required_argument, NULL, 'w'},
+    {"check", required_argument, NULL, 'c'},
+    {"op", required_argument, NULL, 'o'},
+    {"datatype", required_argument, NULL, 'd'},
+    {"root", required_argument, NULL, 'r'},
+    {"blocking", required_argument, NULL, 'z'},
+    {"help", no_argument, NULL, 'h'},
     {"iter-bytes", required_argument, NULL, BENCH_OPT_ITER_BYTES},
     {NULL, 0, NULL, 0}};
 
 static void bench_apply(int c, const char *arg, const char *prog, bench_opts_t *o) {
   switch (c) {
-    case 'b': o->min_bytes = bench_bytes_arg(prog, "-b", arg); break;
-    case 'e': o->max_bytes = bench_bytes_arg(prog, "-e", arg); break;
-    case 'i': o->step_bytes = bench_bytes_arg(prog, "-i", arg); break;
-    case 'f': o->step_factor = bench_int_arg(prog, "-f", arg, 1); break;
-    case 'n': o->iters = bench_int_arg(prog, "-n", arg, 1); break;
-    case 'w': o->warmup = bench_int_arg(prog, "-w", arg, 0); break;
-    case 'c': o->check = bench_int_arg(prog, "-c", arg, 0) != 0; break;
-    case 'o': o->op_arg = arg; break;
-    case 'd': o->type_arg = arg; break;
-    case 'r': o->root = bench_int_arg(prog, "-r", arg, 0); break;
-    case 'z': o->blocking = bench_int_arg(prog, "-z", arg, 0) != 0; break;
-    case BENCH_OPT_ITER_BYTES: o->iter_bytes = bench_bytes_arg(prog, "--iter-bytes", arg); break;
-    case 'h': bench_usage(prog, 0); break;
-    default: bench_usage(prog, 2);
+    case 'b':
+      o->min_bytes = bench_bytes_arg(prog, "-b", arg);
+      break;
+    case 'e':
+      o->max_bytes = bench_bytes_arg(prog, "-e", arg);
+      break;
+    case 'i':
+      o->step_bytes = bench_bytes_arg(prog, "-i", arg);
+      break;
+    case 'f':
+      o->step_factor = bench_int_arg(prog, "-f", arg, 1);
+      break;
+    case 'n':
+      o->iters = bench_int_arg(prog, "-n", arg, 1);
+      break;
+    case 'w':
+      o->warmup = bench_int_arg(prog, "-w", arg, 0);
+      break;
+    case 'c':
+      o->check = bench_int_arg(prog, "-c", arg, 0) != 0;
+      break;
+    case 'o':
+      o->op_arg = arg;
+      break;
+    case 'd':
+      o->type_arg = arg;
+      break;
+    case 'r':
+      o->root = bench_int_arg(prog, "-r", arg, 0);
+      break;
+    case 'z':
+      o->blocking = bench_int_arg(prog, "-z", arg, 0) != 0;
+      break;
+    case BENCH_OPT_ITER_BYTES:
+      o->iter_bytes = bench_bytes_arg(prog, "--iter-bytes", arg);
+      break;
+    case 'h':
+      bench_usage(prog, 0);
+      break;
+    default:
+      bench_usage(prog, 2);
   }
 }
 
@@ -193,8 +236,8 @@ void bench_print_header(const bench_opts_t *o) {
     printf("step: %d(factor)", o->step_factor);
   else
     printf("step: %zu(bytes)", o->step_bytes);
-  printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n", o->warmup,
-         o->iters, o->check);
+  printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n", o->warmup, o->iters,
+         o->check);
   if (o->iter_bytes)
     printf("# iterations per size: min(%d, max(%d, %zu / size))\n", o->iters,
            BENCH_MIN_SCALED_ITERS, o->iter_bytes);
@@ -209,11 +252,11 @@ void bench_print_table_header(void) {
   printf("#\n");
   /* centred over their 32-column halves, which start at columns 52 and 84 */
   printf("#%61s%s%22s%s\n", "", "out-of-place", "", "in-place");
-  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
-         "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-         "busbw", "#wrong");
-  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "(B)",
-         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
+         "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+         "#wrong");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "(B)", "(elements)",
+         "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
 }
 
 static void bench_print_half(const bench_result_t *r) {

@@ -35,9 +35,9 @@ enum { PATTERN_SMALL_INTS, PATTERN_ONE_HOT, PATTERN_POWERS_OF_TWO };
 
 struct perf_pattern {
   int kind;
-  size_t modulus; /* K for small ints; n for one-hot; 5 for powers of two */
-  size_t period;  /* the pattern repeats every `period` elements */
-  size_t table_len; /* a multiple of period */
+  size_t modulus;         /* K for small ints; n for one-hot; 5 for powers of two */
+  size_t period;          /* the pattern repeats every `period` elements */
+  size_t table_len;       /* a multiple of period */
   unsigned char *own;     /* this rank's input, table_len elements */
   unsigned char *reduced; /* the expected reduction, table_len elements (reducing ops only) */
   double tol;             /* relative tolerance of the check, 0 = exact */
@@ -45,9 +45,12 @@ struct perf_pattern {
 
 static double pattern_value(const perf_pattern_t *p, int r, size_t i) {
   switch (p->kind) {
-    case PATTERN_SMALL_INTS: return (double)((i + (size_t)r) % p->modulus + 1);
-    case PATTERN_ONE_HOT: return (i + (size_t)r) % p->modulus == 0 ? 1.0 : 0.0;
-    default: return (r < 6 && (i + (size_t)r) % 5 < 2) ? 2.0 : 1.0;
+    case PATTERN_SMALL_INTS:
+      return (double)((i + (size_t)r) % p->modulus + 1);
+    case PATTERN_ONE_HOT:
+      return (i + (size_t)r) % p->modulus == 0 ? 1.0 : 0.0;
+    default:
+      return (r < 6 && (i + (size_t)r) % 5 < 2) ? 2.0 : 1.0;
   }
 }
 
@@ -56,10 +59,18 @@ static double pattern_reduce(const perf_case_t *c, size_t i) {
   for (int r = 1; r < c->nranks; r++) {
     double v = pattern_value(c->pattern, r, i);
     switch (c->op) {
-      case ncclProd: acc *= v; break;
-      case ncclMax: acc = v > acc ? v : acc; break;
-      case ncclMin: acc = v < acc ? v : acc; break;
-      default: acc += v; break; /* sum, avg */
+      case ncclProd:
+        acc *= v;
+        break;
+      case ncclMax:
+        acc = v > acc ? v : acc;
+        break;
+      case ncclMin:
+        acc = v < acc ? v : acc;
+        break;
+      default:
+        acc += v;
+        break; /* sum, avg */
     }
   }
   if (c->op == ncclAvg) acc = c->type->is_float ? acc / c->nranks : floor(acc / c->nranks);
@@ -93,8 +104,8 @@ static unsigned char *pattern_table(const perf_case_t *c, int rank) {
     exit(1);
   }
   for (size_t j = 0; j < p->table_len; j++)
-    c->type->set(t, j, rank >= 0 ? pattern_value(p, rank, j % p->period)
-                                 : pattern_reduce(c, j % p->period));
+    c->type->set(
+        t, j, rank >= 0 ? pattern_value(p, rank, j % p->period) : pattern_reduce(c, j % p->period));
   return t;
 }
 
@@ -111,8 +122,8 @@ static void pattern_free(perf_pattern_t *p) {
 }
 
 /* buf[0 .. count) = table[(first + k) mod period] for a table of table_len elements. */
-static void pattern_tile(const perf_case_t *c, const unsigned char *table, void *buf,
-                         size_t first, size_t count) {
+static void pattern_tile(const perf_case_t *c, const unsigned char *table, void *buf, size_t first,
+                         size_t count) {
   size_t ts = c->type->size, len = c->pattern->table_len;
   size_t j = first % c->pattern->period; /* table_len is a multiple of period */
   unsigned char *out = buf;
@@ -187,8 +198,8 @@ typedef struct perf_state {
   int busbw_n;
 } perf_state_t;
 
-static void perf_select(const char *arg, int *first, int *count, int n,
-                        const char *(*name_of)(int), const char *what) {
+static void perf_select(const char *arg, int *first, int *count, int n, const char *(*name_of)(int),
+                        const char *what) {
   if (strcmp(arg, "all") == 0) {
     *first = 0;
     *count = n;
@@ -204,8 +215,12 @@ static void perf_select(const char *arg, int *first, int *count, int n,
   exit(2);
 }
 
-static const char *perf_type_name(int i) { return perf_types[i].name; }
-static const char *perf_op_name(int i) { return perf_ops[i].name; }
+static const char *perf_type_name(int i) {
+  return perf_types[i].name;
+}
+static const char *perf_op_name(int i) {
+  return perf_ops[i].name;
+}
 
 /* A barrier through the library: a one-element all-reduce. */
 static void perf_barrier(perf_state_t *st) {
@@ -221,8 +236,7 @@ static void perf_prepare(perf_state_t *st, const perf_case_t *c, int in_place) {
   st->coll->fill_input(c, in);
 }
 
-static double perf_count_wrong(const perf_case_t *c, const void *got, const void *want,
-                               size_t n) {
+static double perf_count_wrong(const perf_case_t *c, const void *got, const void *want, size_t n) {
   double wrong = 0, tol = c->pattern->tol;
   for (size_t k = 0; k < n; k++) {
     double g = c->type->get(got, k), w = c->type->get(want, k);
@@ -244,8 +258,8 @@ static double perf_check(perf_state_t *st, const perf_case_t *c) {
 }
 
 static void perf_run_iters(perf_state_t *st, const perf_case_t *c, int in_place, int iters) {
-  const void *send = in_place ? (char *)st->recv + c->counts.in_place_offset * c->type->size
-                              : st->send;
+  const void *send =
+      in_place ? (char *)st->recv + c->counts.in_place_offset * c->type->size : st->send;
   for (int i = 0; i < iters; i++) {
     ncclResult_t res = st->coll->run(c, send, st->recv);
     if (res != ncclSuccess) perf_fail(st->comm, st->coll->call_name, res);
@@ -299,8 +313,13 @@ static void perf_record(perf_state_t *st, const bench_result_t *r) {
 
 static void perf_sweep(perf_state_t *st, const perf_type_t *type, const perf_op_name_t *op) {
   perf_pattern_t pattern;
-  perf_case_t c = {.type = type, .op = op->op, .op_name = op->name, .rank = st->rank,
-                   .nranks = st->nranks, .comm = st->comm, .pattern = &pattern,
+  perf_case_t c = {.type = type,
+                   .op = op->op,
+                   .op_name = op->name,
+                   .rank = st->rank,
+                   .nranks = st->nranks,
+                   .comm = st->comm,
+                   .pattern = &pattern,
                    .root = st->coll->rooted ? st->opts.root : -1};
   pattern_init(&pattern, &c, st->coll->reduces);
   perf_warmup(st, &c);
@@ -351,8 +370,7 @@ static void perf_print_ranks(perf_state_t *st) {
   PERF_NCCL(st->comm, ncclAllGather(&mine, all, sizeof(mine), ncclInt8, st->comm, NULL));
   if (st->rank == 0) {
     bench_print_header(&st->opts);
-    for (int r = 0; r < st->nranks; r++)
-      bench_print_rank(r, (long)all[r].pid, all[r].host);
+    for (int r = 0; r < st->nranks; r++) bench_print_rank(r, (long)all[r].pid, all[r].host);
     bench_print_table_header();
   }
   free(all);
@@ -365,8 +383,8 @@ static void perf_init_comm(perf_state_t *st) {
   perf_my_rank = st->rank;
   if (st->coll->rooted && st->opts.root >= st->nranks) {
     if (st->rank == 0)
-      fprintf(stderr, "%s_perf: root %d out of range for %d ranks\n", st->coll->name,
-              st->opts.root, st->nranks);
+      fprintf(stderr, "%s_perf: root %d out of range for %d ranks\n", st->coll->name, st->opts.root,
+              st->nranks);
     (void)ncclCommDestroy(st->comm);
     exit(2);
   }

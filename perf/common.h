@@ -20,10 +20,10 @@
 
 /* Element counts of one call. */
 typedef struct perf_counts {
-  size_t send_count;  /* elements in this rank's input */
-  size_t recv_count;  /* elements in this rank's receive buffer */
-  size_t param_count; /* the `count` argument of the call */
-  size_t count;       /* printed in the count column; algbw = count * type size / time */
+  size_t send_count;      /* elements in this rank's input */
+  size_t recv_count;      /* elements in this rank's receive buffer */
+  size_t param_count;     /* the `count` argument of the call */
+  size_t count;           /* printed in the count column; algbw = count * type size / time */
   size_t in_place_offset; /* in-place: the input lives at recvbuff + offset (elements) */
 } perf_counts_t;
 
@@ -44,8 +44,8 @@ typedef struct perf_case {
 typedef struct perf_coll {
   const char *name;      /* "all_reduce": the program is name + "_perf" */
   const char *call_name; /* "ncclAllReduce", for error messages */
-  int reduces;      /* takes a reduction op (-o); if 0 the redop column says "none" */
-  int rooted;       /* takes a root (-r); if 0 the root column says -1 */
+  int reduces;           /* takes a reduction op (-o); if 0 the redop column says "none" */
+  int rooted;            /* takes a root (-r); if 0 the root column says -1 */
   /* Counts for a size of `bytes` (nccl-tests' meaning of -b/-e for this collective). */
   void (*counts)(size_t bytes, size_t type_size, int nranks, int rank, perf_counts_t *out);
   /* busbw = algbw * bus_factor(nranks): the bandwidth a single link needs. */
@@ -70,9 +70,9 @@ void perf_fill_reduced(const perf_case_t *c, void *buf, size_t first, size_t cou
 
 /* Prints "<what> failed: <error string> (<last error>)" and exits 1 (after ncclCommAbort). */
 void perf_fail(ncclComm_t comm, const char *what, ncclResult_t res);
-#define PERF_NCCL(comm, call)                                 \
-  do {                                                        \
-    ncclResult_t perf_res_ = (call);                          \
+#define PERF_NCCL(comm, call)                                        \
+  do {                                                               \
+    ncclResult_t perf_res_ = (call);                                 \
     if (perf_res_ != ncclSuccess) perf_fail(comm, #call, perf_res_); \
   } while (0)
 

@@ -34,6 +34,7 @@ usage: $(basename "$0") [options]
   -P out|in  compare the out-of-place (default) or the in-place columns
   -J file    also write the medians as JSON to file
   -K dir     keep every run's raw output in dir
+  -A dir     run nothing: summarize the outputs kept earlier with -K dir (same -p)
   -T s       kill a run after s seconds (600)
   -h         this text
 EOF
@@ -41,13 +42,14 @@ EOF
 }
 
 build="" nranks=2 reps=5 minb=8 maxb=256M factor=2 iters=1000 iter_bytes=512M warmup=5
-place=out json="" keep="" run_timeout=600
-while getopts "B:p:r:b:e:f:n:I:w:P:J:K:T:h" opt; do
+place=out json="" keep="" run_timeout=600 analyze=""
+while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:h" opt; do
   case $opt in
     B) build=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;;
     b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
     n) iters=$OPTARG ;; I) iter_bytes=$OPTARG ;; w) warmup=$OPTARG ;;
-    P) place=$OPTARG ;; J) json=$OPTARG ;; K) keep=$OPTARG ;; T) run_timeout=$OPTARG ;;
+    P) place=$OPTARG ;; J) json=$OPTARG ;; K) keep=$OPTARG ;; A) analyze=$OPTARG ;;
+    T) run_timeout=$OPTARG ;;
     h) usage 0 ;; *) usage 2 ;;
   esac
 done
@@ -61,13 +63,22 @@ elif [[ -x $script_dir/all_reduce_perf ]]; then
 else
   bindir=$script_dir/../build/bin
 fi
-for prog in tutti-run all_reduce_perf mpi_allreduce_perf; do
-  [[ -x $bindir/$prog ]] || { echo "missing $bindir/$prog (build first, or -B)" >&2; exit 2; }
-done
-command -v mpirun >/dev/null || { echo "mpirun not found" >&2; exit 2; }
+perf_args=(-b "$minb" -e "$maxb" -f "$factor" -n "$iters" --iter-bytes "$iter_bytes"
+           -w "$warmup" -d float -o sum -c 0)
 [[ -x $PY ]] || { echo "$PY not found" >&2; exit 2; }
+if [[ -z $analyze ]]; then
+  for prog in tutti-run all_reduce_perf mpi_allreduce_perf; do
+    [[ -x $bindir/$prog ]] || { echo "missing $bindir/$prog (build first, or -B)" >&2; exit 2; }
+  done
+  command -v mpirun >/dev/null || { echo "mpirun not found" >&2; exit 2; }
+fi
 
-if [[ -n $keep ]]; then
+if [[ -n $analyze ]]; then
+  outdir=$analyze
+  reps=$(find "$outdir" -maxdepth 1 -name 'tutti.*.txt' | wc -l)
+  ((reps > 0)) || { echo "no tutti.*.txt in $outdir" >&2; exit 2; }
+  perf_args=("(as recorded in $outdir)")
+elif [[ -n $keep ]]; then
   mkdir -p "$keep"
   outdir=$keep
 else
@@ -75,8 +86,6 @@ else
   trap 'rm -rf "$outdir"' EXIT
 fi
 
-perf_args=(-b "$minb" -e "$maxb" -f "$factor" -n "$iters" --iter-bytes "$iter_bytes"
-           -w "$warmup" -d float -o sum -c 0)
 # Open MPI as the issue specifies: shared memory without CMA single copy, pinned to cores
 # (when there are enough), and glibc's malloc kept from mmap/trim churn.
 bind=(--bind-to core)
@@ -106,11 +115,13 @@ run_one() {
   fi
 }
 
-echo "# comparing all_reduce: $nranks ranks, ${perf_args[*]}, $reps repetitions" >&2
-for ((rep = 1; rep <= reps; rep++)); do
-  if ((rep % 2)); then order=(tutti ompi); else order=(ompi tutti); fi
-  for lib in "${order[@]}"; do run_one "$lib" "$rep"; done
-done
+if [[ -z $analyze ]]; then
+  echo "# comparing all_reduce: $nranks ranks, ${perf_args[*]}, $reps repetitions" >&2
+  for ((rep = 1; rep <= reps; rep++)); do
+    if ((rep % 2)); then order=(tutti ompi); else order=(ompi tutti); fi
+    for lib in "${order[@]}"; do run_one "$lib" "$rep"; done
+  done
+fi
 
 "$PY" - "$outdir" "$reps" "$place" "$nranks" "$json" "${perf_args[*]}" <<'PYEOF'
 import json, statistics, sys
@@ -120,28 +131,37 @@ reps = int(reps)
 BW_TARGET = (1 << 20, 256 << 20, 2.0)   # busbw >= 2x Open MPI from 1 MiB to 256 MiB
 TIME_TARGET = (8, 4 << 10)              # time <= Open MPI from 8 B to 4 KiB
 # Columns of a result row (nccl-tests layout): size count type redop root, then time algbw
-# busbw #wrong out-of-place, then the same in-place.
-TIME_COL, BUSBW_COL = (5, 7) if place == "out" else (9, 11)
+# busbw #wrong out-of-place, then the same in-place. Only the time is read: the printed busbw
+# has two decimals, too few at small sizes, so busbw is recomputed from the time
+# (busbw = size * 2(n-1)/n / time) and the busbw ratio is the inverse of the time ratio.
+TIME_COL = 5 if place == "out" else 9
+BUS_FACTOR = 2.0 * (int(nranks) - 1) / int(nranks)
 
 
-def read_rows(path):
+def read_times(path):
     rows = {}
     with open(path) as f:
         for line in f:
             fields = line.split()
             if len(fields) < 13 or line.startswith("#") or not fields[0].isdigit():
                 continue
-            rows[int(fields[0])] = (float(fields[TIME_COL]), float(fields[BUSBW_COL]))
+            rows[int(fields[0])] = float(fields[TIME_COL])
     return rows
 
 
+def busbw(size, time_us):
+    return size * BUS_FACTOR / time_us / 1e3 if time_us > 0 else 0.0
+
+
 def medians(lib):
-    runs = [read_rows(f"{outdir}/{lib}.{r}.txt") for r in range(1, reps + 1)]
+    runs = [read_times(f"{outdir}/{lib}.{r}.txt") for r in range(1, reps + 1)]
     sizes = sorted(set.intersection(*(set(r) for r in runs)))
-    return {s: {"time_us": statistics.median(r[s][0] for r in runs),
-                "busbw": statistics.median(r[s][1] for r in runs),
-                "time_us_runs": [r[s][0] for r in runs],
-                "busbw_runs": [r[s][1] for r in runs]} for s in sizes}
+    out = {}
+    for s in sizes:
+        times = [r[s] for r in runs]
+        med = statistics.median(times)
+        out[s] = {"time_us": med, "busbw": busbw(s, med), "time_us_runs": times}
+    return out
 
 
 def verdicts(size, t, m):
@@ -179,8 +199,9 @@ for s in sizes:
         if ok is not None:
             counts[key][0] += ok
             counts[key][1] += 1
-    bw_r, t_r = ratio(t["busbw"], m["busbw"]), ratio(t["time_us"], m["time_us"])
-    print("{:>12} {:>10.2f} {:>8.2f} {:>10.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8} {:>8}".format(
+    t_r = ratio(t["time_us"], m["time_us"])
+    bw_r = ratio(m["time_us"], t["time_us"])
+    print("{:>12} {:>10.2f} {:>8.3f} {:>10.2f} {:>8.3f} {:>8.2f} {:>8.2f} {:>8} {:>8}".format(
         s, t["time_us"], t["busbw"], m["time_us"], m["busbw"], bw_r, t_r, word(bw_ok),
         word(time_ok)))
     rows.append({"bytes": s, "tutti": t, "ompi": m, "busbw_ratio": bw_r, "time_ratio": t_r,

@@ -23,8 +23,12 @@ static const minifloat_t fmt_bf16 = {8, 7, 127, 1, 0};
 static const minifloat_t fmt_e4m3 = {4, 3, 7, 0, 1};
 static const minifloat_t fmt_e5m2 = {5, 2, 15, 1, 1};
 
-static unsigned mf_emax(const minifloat_t *f) { return (1u << f->ebits) - 1; }
-static unsigned mf_mmask(const minifloat_t *f) { return (1u << f->mbits) - 1; }
+static unsigned mf_emax(const minifloat_t *f) {
+  return (1u << f->ebits) - 1;
+}
+static unsigned mf_mmask(const minifloat_t *f) {
+  return (1u << f->mbits) - 1;
+}
 
 static double mf_decode(unsigned bits, const minifloat_t *f) {
   unsigned sign = (bits >> (f->ebits + f->mbits)) & 1u;
@@ -55,7 +59,7 @@ static unsigned mf_encode_exact(double r, const minifloat_t *f) {
   int emin = 1 - f->bias, e;
   if (r == 0) return 0;
   (void)frexp(r, &e);
-  e -= 1; /* r = 1.f * 2^e */
+  e -= 1;                                                   /* r = 1.f * 2^e */
   if (e < emin) return (unsigned)ldexp(r, f->mbits - emin); /* subnormal */
   unsigned m = (unsigned)ldexp(ldexp(r, -e) - 1.0, f->mbits);
   return ((unsigned)(e + f->bias) << f->mbits) | m;
@@ -81,20 +85,15 @@ static unsigned mf_encode(double v, const minifloat_t *f) {
   return sign | mf_encode_exact(r, f);
 }
 
-double perf_half_to_double(unsigned bits) { return mf_decode(bits, &fmt_half); }
-unsigned perf_double_to_half(double v) { return mf_encode(v, &fmt_half); }
-double perf_bf16_to_double(unsigned bits) { return mf_decode(bits, &fmt_bf16); }
-unsigned perf_double_to_bf16(double v) { return mf_encode(v, &fmt_bf16); }
-double perf_e4m3_to_double(unsigned bits) { return mf_decode(bits, &fmt_e4m3); }
-unsigned perf_double_to_e4m3(double v) { return mf_encode(v, &fmt_e4m3); }
-double perf_e5m2_to_double(unsigned bits) { return mf_decode(bits, &fmt_e5m2); }
-unsigned perf_double_to_e5m2(double v) { return mf_encode(v, &fmt_e5m2); }
-
 /* ---- element accessors, one pair per C type ---- */
 
-#define PERF_PLAIN_ACCESSORS(tag, ctype)                                                   \
-  static double get_##tag(const void *b, size_t i) { return (double)((const ctype *)b)[i]; } \
-  static void set_##tag(void *b, size_t i, double v) { ((ctype *)b)[i] = (ctype)v; }
+#define PERF_PLAIN_ACCESSORS(tag, ctype)               \
+  static double get_##tag(const void *b, size_t i) {   \
+    return (double)((const ctype *)b)[i];              \
+  }                                                    \
+  static void set_##tag(void *b, size_t i, double v) { \
+    ((ctype *)b)[i] = (ctype)v;                        \
+  }
 
 PERF_PLAIN_ACCESSORS(i8, int8_t)
 PERF_PLAIN_ACCESSORS(u8, uint8_t)
@@ -105,12 +104,12 @@ PERF_PLAIN_ACCESSORS(u64, uint64_t)
 PERF_PLAIN_ACCESSORS(f32, float)
 PERF_PLAIN_ACCESSORS(f64, double)
 
-#define PERF_MINIFLOAT_ACCESSORS(tag, ctype, fmt)                                     \
-  static double get_##tag(const void *b, size_t i) {                                 \
-    return mf_decode(((const ctype *)b)[i], &fmt);                                   \
-  }                                                                                  \
-  static void set_##tag(void *b, size_t i, double v) {                               \
-    ((ctype *)b)[i] = (ctype)mf_encode(v, &fmt);                                     \
+#define PERF_MINIFLOAT_ACCESSORS(tag, ctype, fmt)      \
+  static double get_##tag(const void *b, size_t i) {   \
+    return mf_decode(((const ctype *)b)[i], &fmt);     \
+  }                                                    \
+  static void set_##tag(void *b, size_t i, double v) { \
+    ((ctype *)b)[i] = (ctype)mf_encode(v, &fmt);       \
   }
 
 PERF_MINIFLOAT_ACCESSORS(f16, uint16_t, fmt_half)

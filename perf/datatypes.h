@@ -12,12 +12,12 @@
 typedef struct perf_type {
   const char *name; /* nccl-tests' name: "float", "bfloat16", "f8e4m3", ... */
   ncclDataType_t nccl;
-  size_t size;       /* bytes per element */
+  size_t size; /* bytes per element */
   int is_float;
-  int mant_bits;     /* fraction bits of a floating type; 0 for integers */
-  double exact_max;  /* every integer in [0, exact_max] is representable */
-  double (*get)(const void *buf, size_t i);    /* element i as a double, exactly */
-  void (*set)(void *buf, size_t i, double v);  /* v rounded to nearest even (integers: cast) */
+  int mant_bits;                              /* fraction bits of a floating type; 0 for integers */
+  double exact_max;                           /* every integer in [0, exact_max] is representable */
+  double (*get)(const void *buf, size_t i);   /* element i as a double, exactly */
+  void (*set)(void *buf, size_t i, double v); /* v rounded to nearest even (integers: cast) */
 } perf_type_t;
 
 extern const perf_type_t perf_types[];
@@ -25,15 +25,5 @@ extern const int perf_num_types;
 
 /* NULL if unknown. */
 const perf_type_t *perf_type_by_name(const char *name);
-
-/* Bit-level conversions for the narrow float formats (exposed for tests and tools). */
-double perf_half_to_double(unsigned bits);
-unsigned perf_double_to_half(double v);
-double perf_bf16_to_double(unsigned bits);
-unsigned perf_double_to_bf16(double v);
-double perf_e4m3_to_double(unsigned bits);
-unsigned perf_double_to_e4m3(double v);
-double perf_e5m2_to_double(unsigned bits);
-unsigned perf_double_to_e5m2(double v);
 
 #endif /* TUTTI_PERF_DATATYPES_H_ */

@@ -137,8 +137,7 @@ int main(int argc, char **argv) {
     bench_result_t in = mpi_perf_measure(&p, count, 1);
     if (p.rank == 0) bench_print_row(count * sizeof(float), count, "float", "sum", -1, &out, &in);
   }
-  if (p.rank == 0)
-    bench_print_footer(p.wrong_total, p.busbw_n ? p.busbw_sum / p.busbw_n : 0.0);
+  if (p.rank == 0) bench_print_footer(p.wrong_total, p.busbw_n ? p.busbw_sum / p.busbw_n : 0.0);
   bench_free(p.send, p.buf_bytes);
   bench_free(p.recv, p.buf_bytes);
   MPI_Finalize();

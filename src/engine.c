@@ -10,7 +10,8 @@
 #include <unistd.h>
 
 TUTTI_PARAM(Timeout, "TIMEOUT", 60)
-TUTTI_PARAM(SpinCount, "SPIN_COUNT", 20000)
+TUTTI_PARAM(SpinUs, "SPIN_US", 50)     /* busy-poll this long before yielding the CPU */
+TUTTI_PARAM(YieldUs, "YIELD_US", 10000) /* then sched_yield this long before sleeping */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -139,15 +140,17 @@ static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_n
   return ncclSuccess;
 }
 
-/* Waits politely: spin, then yield, then sleep up to 1 ms. */
-static void backoff(uint64_t idle_rounds, int oversubscribed) {
-  uint64_t spin = oversubscribed ? 64 : (uint64_t)tutti_param_SpinCount();
-  if (idle_rounds < spin) {
-    cpu_relax();
-  } else if (idle_rounds < spin + 2000) {
+/* Waits politely: spin (not when there are more local ranks than CPUs), then yield, then
+ * sleep, growing to 1 ms, so that an idle rank costs no CPU. */
+static void backoff(uint64_t idle_ns, int oversubscribed) {
+  uint64_t spin_ns = oversubscribed ? 0 : (uint64_t)tutti_param_SpinUs() * 1000;
+  uint64_t yield_ns = spin_ns + (uint64_t)tutti_param_YieldUs() * 1000;
+  if (idle_ns < spin_ns) {
+    for (int i = 0; i < 8; i++) cpu_relax();
+  } else if (idle_ns < yield_ns) {
     sched_yield();
   } else {
-    uint64_t us = TUTTI_MIN((idle_rounds - spin - 2000) / 16 + 1, 1000);
+    uint64_t us = TUTTI_MIN((idle_ns - yield_ns) / 16000 + 20, 1000);
     struct timespec ts = {0, (long)us * 1000};
     nanosleep(&ts, NULL);
   }
@@ -172,16 +175,16 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
       idle = 0;
       continue;
     }
-    if (idle++ == 0) idle_since = last_check = tutti_time_ns();
-    if ((idle & 255) == 0) {
-      uint64_t now = tutti_time_ns();
+    uint64_t now = tutti_time_ns();
+    if (idle++ == 0) idle_since = last_check = now;
+    if ((idle & 63) == 0) {
       int check_pids = now - last_check > 50000000ull;
       if (check_pids) last_check = now;
       for (int i = 0; i < nlanes; i++)
         if (lanes[i].phase == phase && lanes[i].cur < lanes[i].nsteps)
           TUTTI_CHECK(lane_check(&lanes[i], ops, now - idle_since, check_pids));
     }
-    backoff(idle, oversub);
+    backoff(now - idle_since, oversub);
   }
 }
 

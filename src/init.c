@@ -56,6 +56,7 @@ ncclResult_t comm_check_handle(ncclComm_t comm, const char *fn) {
     return TUTTI_ERR(ncclInvalidArgument,
                      "%s: comm %p is not a live communicator (destroyed, or never created)", fn,
                      (void *)comm);
+  tutti_log_set_rank(comm->rank);
   return ncclSuccess;
 }
 

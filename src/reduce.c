@@ -24,12 +24,13 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+#include "reduce.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "reduce.h"
 #include "reduce_impl.h"
 
 #if defined(__x86_64__)
@@ -140,7 +141,9 @@ uint16_t tutti_float_to_half(float f) {
   return (uint16_t)minifloat_from_float(f, &fmt_half);
 }
 
-float tutti_bf16_to_float(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
+float tutti_bf16_to_float(uint16_t b) {
+  return f32_from_bits((uint32_t)b << 16);
+}
 
 /* Round to nearest even by adding 0x7fff + lsb; NaN is truncated and made quiet. */
 uint16_t tutti_float_to_bf16(float f) {
@@ -154,14 +157,18 @@ float tutti_fp8e4m3_to_float(uint8_t v) {
   return minifloat_to_float(v, &fmt_e4m3);
 }
 
-uint8_t tutti_float_to_fp8e4m3(float f) { return (uint8_t)minifloat_from_float(f, &fmt_e4m3); }
+uint8_t tutti_float_to_fp8e4m3(float f) {
+  return (uint8_t)minifloat_from_float(f, &fmt_e4m3);
+}
 
 float tutti_fp8e5m2_to_float(uint8_t v) {
   if ((v & 0x7c) == 0x7c) return ieee_special_to_float(v, &fmt_e5m2);
   return minifloat_to_float(v, &fmt_e5m2);
 }
 
-uint8_t tutti_float_to_fp8e5m2(float f) { return (uint8_t)minifloat_from_float(f, &fmt_e5m2); }
+uint8_t tutti_float_to_fp8e5m2(float f) {
+  return (uint8_t)minifloat_from_float(f, &fmt_e5m2);
+}
 
 /* ---- types ---- */
 
@@ -251,22 +258,21 @@ REDUCE_INLINE void f32_loop(void *dst, const void *a, const void *b, size_t n,
 }
 
 /* One function per type; the switch picks a loop with the op folded in. */
-#define REDUCE_F32_KERNEL(name, type)                                                   \
-  static void name(void *dst, const void *a, const void *b, size_t n,                  \
-                   const reduce_args_t *args) {                                        \
-    switch (args->base) {                                                              \
-      case ncclSum:                                                                    \
-        f32_loop(dst, a, b, n, args, ncclSum, type);                                   \
-        break;                                                                         \
-      case ncclProd:                                                                   \
-        f32_loop(dst, a, b, n, args, ncclProd, type);                                  \
-        break;                                                                         \
-      case ncclMax:                                                                    \
-        f32_loop(dst, a, b, n, args, ncclMax, type);                                   \
-        break;                                                                         \
-      default:                                                                         \
-        f32_loop(dst, a, b, n, args, ncclMin, type);                                   \
-    }                                                                                  \
+#define REDUCE_F32_KERNEL(name, type)                                                              \
+  static void name(void *dst, const void *a, const void *b, size_t n, const reduce_args_t *args) { \
+    switch (args->base) {                                                                          \
+      case ncclSum:                                                                                \
+        f32_loop(dst, a, b, n, args, ncclSum, type);                                               \
+        break;                                                                                     \
+      case ncclProd:                                                                               \
+        f32_loop(dst, a, b, n, args, ncclProd, type);                                              \
+        break;                                                                                     \
+      case ncclMax:                                                                                \
+        f32_loop(dst, a, b, n, args, ncclMax, type);                                               \
+        break;                                                                                     \
+      default:                                                                                     \
+        f32_loop(dst, a, b, n, args, ncclMin, type);                                               \
+    }                                                                                              \
   }
 
 REDUCE_F32_KERNEL(scalar_f32, ncclFloat32)
@@ -405,22 +411,21 @@ REDUCE_INLINE void int_loop(void *dst, const void *a, const void *b, size_t n,
   }
 }
 
-#define REDUCE_INT_KERNEL(name, type)                                                   \
-  static void name(void *dst, const void *a, const void *b, size_t n,                  \
-                   const reduce_args_t *args) {                                        \
-    switch (args->base) {                                                              \
-      case ncclSum:                                                                    \
-        int_loop(dst, a, b, n, args, ncclSum, type);                                   \
-        break;                                                                         \
-      case ncclProd:                                                                   \
-        int_loop(dst, a, b, n, args, ncclProd, type);                                  \
-        break;                                                                         \
-      case ncclMax:                                                                    \
-        int_loop(dst, a, b, n, args, ncclMax, type);                                   \
-        break;                                                                         \
-      default:                                                                         \
-        int_loop(dst, a, b, n, args, ncclMin, type);                                   \
-    }                                                                                  \
+#define REDUCE_INT_KERNEL(name, type)                                                              \
+  static void name(void *dst, const void *a, const void *b, size_t n, const reduce_args_t *args) { \
+    switch (args->base) {                                                                          \
+      case ncclSum:                                                                                \
+        int_loop(dst, a, b, n, args, ncclSum, type);                                               \
+        break;                                                                                     \
+      case ncclProd:                                                                               \
+        int_loop(dst, a, b, n, args, ncclProd, type);                                              \
+        break;                                                                                     \
+      case ncclMax:                                                                                \
+        int_loop(dst, a, b, n, args, ncclMax, type);                                               \
+        break;                                                                                     \
+      default:                                                                                     \
+        int_loop(dst, a, b, n, args, ncclMin, type);                                               \
+    }                                                                                              \
   }
 
 REDUCE_INT_KERNEL(scalar_i8, ncclInt8)
@@ -431,20 +436,18 @@ REDUCE_INT_KERNEL(scalar_i64, ncclInt64)
 REDUCE_INT_KERNEL(scalar_u64, ncclUint64)
 
 static const reduce_kernel_t scalar_kernels[ncclNumTypes] = {
-    [ncclInt8] = scalar_i8,        [ncclUint8] = scalar_u8,       [ncclInt32] = scalar_i32,
-    [ncclUint32] = scalar_u32,     [ncclInt64] = scalar_i64,      [ncclUint64] = scalar_u64,
-    [ncclFloat16] = scalar_f16,    [ncclFloat32] = scalar_f32,    [ncclFloat64] = scalar_f64,
-    [ncclBfloat16] = scalar_bf16,  [ncclFloat8e4m3] = scalar_e4m3, [ncclFloat8e5m2] = scalar_e5m2,
+    [ncclInt8] = scalar_i8,       [ncclUint8] = scalar_u8,        [ncclInt32] = scalar_i32,
+    [ncclUint32] = scalar_u32,    [ncclInt64] = scalar_i64,       [ncclUint64] = scalar_u64,
+    [ncclFloat16] = scalar_f16,   [ncclFloat32] = scalar_f32,     [ncclFloat64] = scalar_f64,
+    [ncclBfloat16] = scalar_bf16, [ncclFloat8e4m3] = scalar_e4m3, [ncclFloat8e5m2] = scalar_e5m2,
 };
 
-reduce_kernel_t reduce_scalar_kernel(ncclDataType_t type) { return scalar_kernels[type]; }
-
-void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b,
-                        size_t from, size_t count, const reduce_args_t *args) {
+void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b, size_t from,
+                        size_t count, const reduce_args_t *args) {
   if (from >= count) return;
   size_t off = from * reduce_type_size(type);
-  scalar_kernels[type]((char *)dst + off, (const char *)a + off,
-                       b ? (const char *)b + off : NULL, count - from, args);
+  scalar_kernels[type]((char *)dst + off, (const char *)a + off, b ? (const char *)b + off : NULL,
+                       count - from, args);
 }
 
 /* ---- ISA selection ---- */
@@ -531,9 +534,11 @@ int reduce_force_isa(const char *name) {
 
 /* ---- entry points ---- */
 
-/* Loads op->scalar (one element of the type) as an fp32, fp64 or 64-bit integer scale. */
+/* Loads op->scalar (one element of the type) as an fp32, fp64 or 64-bit integer scale. The
+ * bytes are copied first: op->scalar is not aligned for 8-byte loads. */
 static void args_decode_scale(const reduce_op_t *op, reduce_args_t *args) {
-  const void *s = op->scalar;
+  uint64_t s[1];
+  memcpy(s, op->scalar, sizeof s);
   if (op->type == ncclFloat64) {
     memcpy(&args->scale_f64, s, sizeof(double));
   } else if (op->type == ncclFloat32 || op->type == ncclFloat16 || op->type == ncclBfloat16 ||
@@ -573,8 +578,8 @@ void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count
   kernel_for(&args, op->type)(dst, src, NULL, count, &args);
 }
 
-void reduce_combine(const reduce_op_t *op, void *dst, const void *a, const void *b,
-                    size_t count, int flags) {
+void reduce_combine(const reduce_op_t *op, void *dst, const void *a, const void *b, size_t count,
+                    int flags) {
   reduce_args_t args;
   if (count == 0 || !args_decode(op, flags, &args)) return;
   kernel_for(&args, op->type)(dst, a, b, count, &args);

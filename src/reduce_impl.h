@@ -43,12 +43,9 @@ typedef struct reduce_table {
 /* Size in bytes of one element of `type`. */
 size_t reduce_type_size(ncclDataType_t type);
 
-/* The scalar kernel of a type (all ops and variants); SIMD kernels use it for their tails. */
-reduce_kernel_t reduce_scalar_kernel(ncclDataType_t type);
-
 /* Runs the scalar kernel on elements [from, count) of a call: the tail of a SIMD loop. */
-void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b,
-                        size_t from, size_t count, const reduce_args_t *args);
+void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b, size_t from,
+                        size_t count, const reduce_args_t *args);
 
 /* Overrides the entries of `table` that the ISA implements. `have_dq` says AVX-512DQ is there
  * (64-bit integer multiply). Call only when the CPU supports the ISA. */

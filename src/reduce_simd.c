@@ -33,8 +33,8 @@
 #define VARIANTS_PLAIN (1u << REDUCE_VARIANT(0, 0))
 #define VARIANTS_PRE (VARIANTS_PLAIN | (1u << REDUCE_VARIANT(1, 0)))
 
-static void table_set(reduce_table_t *table, ncclDataType_t type, unsigned ops,
-                      unsigned variants, reduce_kernel_t fn) {
+static void table_set(reduce_table_t *table, ncclDataType_t type, unsigned ops, unsigned variants,
+                      reduce_kernel_t fn) {
   for (int op = 0; op < REDUCE_NUM_BASE_OPS; op++) {
     for (int v = 0; v < REDUCE_NUM_VARIANTS; v++) {
       if ((ops >> op & 1) && (variants >> v & 1)) table->fn[type][op][v] = fn;
@@ -55,27 +55,27 @@ static void table_set(reduce_table_t *table, ncclDataType_t type, unsigned ops,
 
 /* Defines kernel `name`: per-call constants in `ctx`, then a switch that folds the op into
  * one chunk loop per op. LOOP(STEP) is the ISA's chunk loop; STEP(x, y, ctx, op, sgn). */
-#define SIMD_KERNEL(name, TARGET, CTX_T, CTX_INIT, LOOP, STEP, SGN, ESZ, TYPE)           \
-  TARGET static void name(void *dst, const void *a, const void *b, size_t n,              \
-                          const reduce_args_t *args) {                                    \
-    CTX_T ctx;                                                                            \
-    CTX_INIT(&ctx, args, b != NULL);                                                      \
-    const size_t nbytes = n * (ESZ);                                                      \
-    size_t off = 0;                                                                       \
-    switch (args->base) {                                                                 \
-      case ncclSum:                                                                       \
-        LOOP(STEP(x, y, &ctx, ncclSum, SGN));                                             \
-        break;                                                                            \
-      case ncclProd:                                                                      \
-        LOOP(STEP(x, y, &ctx, ncclProd, SGN));                                            \
-        break;                                                                            \
-      case ncclMax:                                                                       \
-        LOOP(STEP(x, y, &ctx, ncclMax, SGN));                                             \
-        break;                                                                            \
-      default:                                                                            \
-        LOOP(STEP(x, y, &ctx, ncclMin, SGN));                                             \
-    }                                                                                     \
-    reduce_scalar_tail(TYPE, dst, a, b, off / (ESZ), n, args);                            \
+#define SIMD_KERNEL(name, TARGET, CTX_T, CTX_INIT, LOOP, STEP, SGN, ESZ, TYPE) \
+  TARGET static void name(void *dst, const void *a, const void *b, size_t n,   \
+                          const reduce_args_t *args) {                         \
+    CTX_T ctx;                                                                 \
+    CTX_INIT(&ctx, args, b != NULL);                                           \
+    const size_t nbytes = n * (ESZ);                                           \
+    size_t off = 0;                                                            \
+    switch (args->base) {                                                      \
+      case ncclSum:                                                            \
+        LOOP(STEP(x, y, &ctx, ncclSum, SGN));                                  \
+        break;                                                                 \
+      case ncclProd:                                                           \
+        LOOP(STEP(x, y, &ctx, ncclProd, SGN));                                 \
+        break;                                                                 \
+      case ncclMax:                                                            \
+        LOOP(STEP(x, y, &ctx, ncclMax, SGN));                                  \
+        break;                                                                 \
+      default:                                                                 \
+        LOOP(STEP(x, y, &ctx, ncclMin, SGN));                                  \
+    }                                                                          \
+    reduce_scalar_tail(TYPE, dst, a, b, off / (ESZ), n, args);                 \
   }
 
 /* ======================= AVX2 ======================= */
@@ -99,11 +99,11 @@ TARGET_AVX2 SIMD_INLINE void v256_ctx_init(v256_ctx_t *c, const reduce_args_t *a
 }
 
 /* Full 32-byte chunks; `off` ends at the first byte left for the scalar tail. */
-#define V256_LOOP(STEP)                                                                  \
-  for (; off + 32 <= nbytes; off += 32) {                                                \
-    __m256i x = _mm256_loadu_si256((const __m256i *)((const char *)a + off));            \
-    __m256i y = b ? _mm256_loadu_si256((const __m256i *)((const char *)b + off)) : x;    \
-    _mm256_storeu_si256((__m256i *)((char *)dst + off), STEP);                          \
+#define V256_LOOP(STEP)                                                               \
+  for (; off + 32 <= nbytes; off += 32) {                                             \
+    __m256i x = _mm256_loadu_si256((const __m256i *)((const char *)a + off));         \
+    __m256i y = b ? _mm256_loadu_si256((const __m256i *)((const char *)b + off)) : x; \
+    _mm256_storeu_si256((__m256i *)((char *)dst + off), STEP);                        \
   }
 
 TARGET_AVX2 SIMD_INLINE __m256 v256_calc_ps(__m256 x, __m256 y, const v256_ctx_t *c, int op) {
@@ -243,8 +243,7 @@ typedef struct v512_ctx {
   __m512i scale_i32, scale_i64;
 } v512_ctx_t;
 
-TARGET_AVX512 SIMD_INLINE void v512_ctx_init(v512_ctx_t *c, const reduce_args_t *args,
-                                             int has_b) {
+TARGET_AVX512 SIMD_INLINE void v512_ctx_init(v512_ctx_t *c, const reduce_args_t *args, int has_b) {
   c->pre = args->pre;
   c->post = args->post;
   c->has_b = has_b;
@@ -261,12 +260,12 @@ TARGET_AVX512 SIMD_INLINE __mmask64 v512_mask(size_t left) {
 }
 
 /* Every chunk, the last one masked down to the bytes left; `off` ends at nbytes. */
-#define V512_LOOP(STEP)                                                  \
-  for (; off < nbytes; off += 64) {                                      \
-    __mmask64 m = v512_mask(nbytes - off);                               \
-    __m512i x = _mm512_maskz_loadu_epi8(m, (const char *)a + off);       \
+#define V512_LOOP(STEP)                                                    \
+  for (; off < nbytes; off += 64) {                                        \
+    __mmask64 m = v512_mask(nbytes - off);                                 \
+    __m512i x = _mm512_maskz_loadu_epi8(m, (const char *)a + off);         \
     __m512i y = b ? _mm512_maskz_loadu_epi8(m, (const char *)b + off) : x; \
-    _mm512_mask_storeu_epi8((char *)dst + off, m, STEP);                 \
+    _mm512_mask_storeu_epi8((char *)dst + off, m, STEP);                   \
   }
 
 TARGET_AVX512 SIMD_INLINE __m512 v512_calc_ps(__m512 x, __m512 y, const v512_ctx_t *c, int op) {
@@ -281,13 +280,13 @@ TARGET_AVX512 SIMD_INLINE __m512 v512_calc_ps(__m512 x, __m512 y, const v512_ctx
   return x;
 }
 
-TARGET_AVX512 SIMD_INLINE __m512i v512_step_f32(__m512i x, __m512i y, const v512_ctx_t *c,
-                                                int op, int sgn) {
+TARGET_AVX512 SIMD_INLINE __m512i v512_step_f32(__m512i x, __m512i y, const v512_ctx_t *c, int op,
+                                                int sgn) {
   return _mm512_castps_si512(v512_calc_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), c, op));
 }
 
-TARGET_AVX512 SIMD_INLINE __m512i v512_step_f64(__m512i x, __m512i y, const v512_ctx_t *c,
-                                                int op, int sgn) {
+TARGET_AVX512 SIMD_INLINE __m512i v512_step_f64(__m512i x, __m512i y, const v512_ctx_t *c, int op,
+                                                int sgn) {
   __m512d vx = _mm512_castsi512_pd(x), vy = _mm512_castsi512_pd(y);
   if (c->pre) vx = _mm512_mul_pd(vx, c->scale_pd);
   if (c->has_b) {
@@ -301,8 +300,8 @@ TARGET_AVX512 SIMD_INLINE __m512i v512_step_f64(__m512i x, __m512i y, const v512
 }
 
 /* 32 halves -> two fp32 vectors -> 32 halves, rounded once (vcvtps2ph, nearest even). */
-TARGET_AVX512 SIMD_INLINE __m512i v512_step_f16(__m512i x, __m512i y, const v512_ctx_t *c,
-                                                int op, int sgn) {
+TARGET_AVX512 SIMD_INLINE __m512i v512_step_f16(__m512i x, __m512i y, const v512_ctx_t *c, int op,
+                                                int sgn) {
   __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
   __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
   __m512 ylo = _mm512_cvtph_ps(_mm512_castsi512_si256(y));
@@ -329,8 +328,8 @@ TARGET_AVX512 SIMD_INLINE __m512 v512_widen_bf16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-TARGET_AVX512 SIMD_INLINE __m512i v512_step_bf16(__m512i x, __m512i y, const v512_ctx_t *c,
-                                                 int op, int sgn) {
+TARGET_AVX512 SIMD_INLINE __m512i v512_step_bf16(__m512i x, __m512i y, const v512_ctx_t *c, int op,
+                                                 int sgn) {
   __m512 lo = v512_widen_bf16(_mm512_castsi512_si256(x));
   __m512 hi = v512_widen_bf16(_mm512_extracti64x4_epi64(x, 1));
   lo = v512_calc_ps(lo, v512_widen_bf16(_mm512_castsi512_si256(y)), c, op);
@@ -339,8 +338,8 @@ TARGET_AVX512 SIMD_INLINE __m512i v512_step_bf16(__m512i x, __m512i y, const v51
   return _mm512_inserti64x4(r, v512_round_bf16(hi), 1);
 }
 
-TARGET_AVX512 SIMD_INLINE __m512i v512_step_i32(__m512i x, __m512i y, const v512_ctx_t *c,
-                                                int op, int sgn) {
+TARGET_AVX512 SIMD_INLINE __m512i v512_step_i32(__m512i x, __m512i y, const v512_ctx_t *c, int op,
+                                                int sgn) {
   if (c->pre) x = _mm512_mullo_epi32(x, c->scale_i32);
   if (!c->has_b) return x;
   if (op == ncclSum) return _mm512_add_epi32(x, y);
@@ -349,8 +348,8 @@ TARGET_AVX512 SIMD_INLINE __m512i v512_step_i32(__m512i x, __m512i y, const v512
   return sgn ? _mm512_min_epi32(x, y) : _mm512_min_epu32(x, y);
 }
 
-TARGET_AVX512 SIMD_INLINE __m512i v512_step_i8(__m512i x, __m512i y, const v512_ctx_t *c,
-                                               int op, int sgn) {
+TARGET_AVX512 SIMD_INLINE __m512i v512_step_i8(__m512i x, __m512i y, const v512_ctx_t *c, int op,
+                                               int sgn) {
   if (!c->has_b) return x;
   if (op == ncclSum) return _mm512_add_epi8(x, y);
   if (op == ncclMax) return sgn ? _mm512_max_epi8(x, y) : _mm512_max_epu8(x, y);
@@ -358,8 +357,8 @@ TARGET_AVX512 SIMD_INLINE __m512i v512_step_i8(__m512i x, __m512i y, const v512_
 }
 
 /* Without DQ: sum, max, min (the table never routes prod or premul here). */
-TARGET_AVX512 SIMD_INLINE __m512i v512_step_i64(__m512i x, __m512i y, const v512_ctx_t *c,
-                                                int op, int sgn) {
+TARGET_AVX512 SIMD_INLINE __m512i v512_step_i64(__m512i x, __m512i y, const v512_ctx_t *c, int op,
+                                                int sgn) {
   if (!c->has_b) return x;
   if (op == ncclSum) return _mm512_add_epi64(x, y);
   if (op == ncclMax) return sgn ? _mm512_max_epi64(x, y) : _mm512_max_epu64(x, y);
@@ -409,7 +408,9 @@ void reduce_simd_fill_avx512(reduce_table_t *table, int have_dq) {
 
 #else /* not x86-64: reduce.c never picks a SIMD ISA, the tables stay scalar */
 
-void reduce_simd_fill_avx2(reduce_table_t *table) { (void)table_set; }
+void reduce_simd_fill_avx2(reduce_table_t *table) {
+  (void)table_set;
+}
 void reduce_simd_fill_avx512(reduce_table_t *table, int have_dq) {}
 
 #endif

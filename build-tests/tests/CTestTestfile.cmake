@@ -1,0 +1,8 @@
+# CMake generated Testfile for 
+# Source directory: /work/main/tests
+# Build directory: /work/main/build-tests/tests
+# 
+# This file includes the relevant testing commands required for 
+# testing this directory and lists subdirectories to be tested as well.
+include("/work/main/build-tests/tests/test_reduce[1]_include.cmake")
+include("/work/main/build-tests/tests/test_launcher[1]_include.cmake")

@@ -1,0 +1,201 @@
+// Schedules checked without a network: every rank's step list is executed by a tiny in-memory
+// interpreter (unbounded FIFOs, whole steps as messages, int64 sums), and the results are
+// compared with closed-form values. Also checks the invariants the engine relies on.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "algos/schedule.h"
+
+namespace {
+
+struct Rank {
+  std::vector<int64_t> send, recv, scratch;
+  std::vector<sched_t> lanes;  // lane 0: collective; or p2p lanes
+  std::vector<size_t> cur;
+};
+
+using Fifo = std::deque<std::vector<int64_t>>;
+
+// Executes one step if its input is available. Returns true if it ran.
+bool run_step(Rank &rk, int me, const step_t &st, std::map<std::pair<int, int>, Fifo> &fifo) {
+  std::vector<int64_t> in;
+  if (st.recv_peer >= 0) {
+    Fifo &f = fifo[{st.recv_peer, me}];
+    if (f.empty()) return false;
+    in = f.front();
+    f.pop_front();
+    EXPECT_EQ(in.size(), st.count) << "rank " << me << " got a message of the wrong size";
+    if (in.size() != st.count) return true;
+  }
+  auto buf = [&](int b) -> std::vector<int64_t> * {
+    return b == BUF_SEND ? &rk.send : b == BUF_RECV ? &rk.recv : b == BUF_SCRATCH ? &rk.scratch : nullptr;
+  };
+  std::vector<int64_t> *src = buf(st.src_buf), *dst = buf(st.dst_buf);
+  std::vector<int64_t> out(st.count);
+  for (size_t i = 0; i < st.count; i++) {
+    if (st.recv_peer >= 0) {
+      out[i] = (st.flags & STEP_REDUCE) ? (*src)[st.src_off + i] + in[i] : in[i];
+    } else if (st.send_peer < 0 && (st.flags & STEP_REDUCE)) {
+      out[i] = (*src)[st.src_off + i] + (*dst)[st.dst_off + i];
+    } else {
+      out[i] = (*src)[st.src_off + i];
+    }
+  }
+  if (st.flags & STEP_STORE)
+    for (size_t i = 0; i < st.count; i++) (*dst)[st.dst_off + i] = out[i];
+  if (st.send_peer >= 0) fifo[{me, st.send_peer}].push_back(out);
+  return true;
+}
+
+// Runs all ranks to completion; fails the test on a deadlock.
+void run_all(std::vector<Rank> &ranks) {
+  std::map<std::pair<int, int>, Fifo> fifo;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t r = 0; r < ranks.size(); r++)
+      for (size_t l = 0; l < ranks[r].lanes.size(); l++)
+        while (ranks[r].cur[l] < ranks[r].lanes[l].n &&
+               run_step(ranks[r], (int)r, ranks[r].lanes[l].steps[ranks[r].cur[l]], fifo))
+          ranks[r].cur[l]++, progress = true;
+  }
+  for (size_t r = 0; r < ranks.size(); r++)
+    for (size_t l = 0; l < ranks[r].lanes.size(); l++)
+      ASSERT_EQ(ranks[r].cur[l], ranks[r].lanes[l].n) << "rank " << r << " lane " << l << " stuck";
+  for (auto &kv : fifo) ASSERT_TRUE(kv.second.empty()) << "unconsumed message";
+}
+
+int64_t input(int rank, size_t j) { return (int64_t)j * 1000 + rank + 1; }
+
+std::vector<Rank> make(coll_t coll, int n, size_t count, size_t chunk, int root, bool in_place,
+                       size_t send_elems, size_t recv_elems, int lanes,
+                       int (*fn)(const sched_args_t *, sched_t *)) {
+  std::vector<Rank> ranks(n);
+  for (int r = 0; r < n; r++) {
+    Rank &rk = ranks[r];
+    rk.send.resize(send_elems);
+    for (size_t j = 0; j < send_elems; j++) rk.send[j] = input(r, j);
+    rk.recv.assign(recv_elems, -7);
+    rk.scratch.assign(count + 1, 0);
+    rk.lanes.assign(lanes, sched_t{});
+    rk.cur.assign(lanes, 0);
+    sched_args_t a = {coll, r, n, root, count, chunk, in_place};
+    EXPECT_EQ(fn(&a, rk.lanes.data()), 0);
+  }
+  return ranks;
+}
+
+void free_all(std::vector<Rank> &ranks) {
+  for (auto &rk : ranks)
+    for (auto &s : rk.lanes) sched_free(&s);
+}
+
+const int kRanks[] = {1, 2, 3, 4, 5, 8};
+const size_t kCounts[] = {0, 1, 7, 1023, 4099};
+
+TEST(Schedule, RingAndOneshotAllReduce) {
+  for (auto fn : {ring_allreduce, oneshot_allreduce})
+    for (int n : kRanks)
+      for (size_t c : kCounts)
+        for (size_t chunk : {(size_t)1, (size_t)64, (size_t)100000}) {
+          auto ranks = make(COLL_ALLREDUCE, n, c, chunk, 0, false, c, c, 1, fn);
+          run_all(ranks);
+          for (int r = 0; r < n; r++)
+            for (size_t j = 0; j < c; j++) {
+              int64_t want = (int64_t)j * 1000 * n + (int64_t)n * (n + 1) / 2;
+              ASSERT_EQ(ranks[r].recv[j], want) << "n=" << n << " c=" << c << " r=" << r << " j=" << j;
+            }
+          free_all(ranks);
+        }
+}
+
+TEST(Schedule, RingMovesAtMostChunkPerStep) {
+  for (int n : kRanks) {
+    sched_t s = {};
+    sched_args_t a = {COLL_ALLREDUCE, n - 1, n, 0, 100003, 257, 0};
+    ASSERT_EQ(ring_allreduce(&a, &s), 0);
+    for (size_t i = 0; i < s.n; i++)
+      if (s.steps[i].recv_peer >= 0 || s.steps[i].send_peer >= 0) {
+        ASSERT_LE(s.steps[i].count, 257u);
+      }
+    // 2(n-1)+1 steps per round (n > 1): send, n-2 reduce-send, reduce-store-send, n-2 fwd, recv.
+    if (n > 1) {
+      ASSERT_EQ(s.n % (size_t)(2 * n - 1), 0u);
+    }
+    sched_free(&s);
+  }
+}
+
+TEST(Schedule, ReduceScatterAndAllGather) {
+  for (int n : kRanks)
+    for (size_t c : kCounts) {
+      auto rs = make(COLL_REDUCESCATTER, n, c, 50, 0, false, c * n, c, 1, ring_reducescatter);
+      run_all(rs);
+      for (int r = 0; r < n; r++)
+        for (size_t j = 0; j < c; j++)
+          ASSERT_EQ(rs[r].recv[j], (int64_t)(r * c + j) * 1000 * n + (int64_t)n * (n + 1) / 2);
+      free_all(rs);
+      auto ag = make(COLL_ALLGATHER, n, c, 50, 0, false, c, c * n, 1, ring_allgather);
+      run_all(ag);
+      for (int r = 0; r < n; r++)
+        for (int q = 0; q < n; q++)
+          for (size_t j = 0; j < c; j++) ASSERT_EQ(ag[r].recv[q * c + j], input(q, j));
+      free_all(ag);
+    }
+}
+
+TEST(Schedule, ChainBroadcastAndReduce) {
+  for (int n : kRanks)
+    for (int root = 0; root < n; root += (n > 2 ? n - 2 : 1))
+      for (size_t c : kCounts) {
+        auto b = make(COLL_BROADCAST, n, c, 50, root, false, c, c, 1, chain_broadcast);
+        run_all(b);
+        for (int r = 0; r < n; r++)
+          for (size_t j = 0; j < c; j++) ASSERT_EQ(b[r].recv[j], input(root, j));
+        free_all(b);
+        auto red = make(COLL_REDUCE, n, c, 50, root, false, c, c, 1, chain_reduce);
+        run_all(red);
+        for (size_t j = 0; j < c; j++)
+          ASSERT_EQ(red[root].recv[j], (int64_t)j * 1000 * n + (int64_t)n * (n + 1) / 2);
+        free_all(red);
+      }
+}
+
+TEST(Schedule, PointToPointCollectives) {
+  for (int n : kRanks)
+    for (size_t c : kCounts) {
+      auto a2a = make(COLL_ALLTOALL, n, c, 50, 0, false, c * n, c * n, 2 * n, p2p_alltoall);
+      run_all(a2a);
+      for (int r = 0; r < n; r++)
+        for (int p = 0; p < n; p++)
+          for (size_t j = 0; j < c; j++) ASSERT_EQ(a2a[r].recv[p * c + j], input(p, r * c + j));
+      free_all(a2a);
+      int root = n - 1;
+      auto g = make(COLL_GATHER, n, c, 50, root, false, c, c * n, 2 * n, p2p_gather);
+      run_all(g);
+      for (int p = 0; p < n; p++)
+        for (size_t j = 0; j < c; j++) ASSERT_EQ(g[root].recv[p * c + j], input(p, j));
+      free_all(g);
+      auto s = make(COLL_SCATTER, n, c, 50, root, false, c * n, c, 2 * n, p2p_scatter);
+      run_all(s);
+      for (int r = 0; r < n; r++)
+        for (size_t j = 0; j < c; j++) ASSERT_EQ(s[r].recv[j], input(root, r * c + j));
+      free_all(s);
+    }
+}
+
+TEST(Schedule, BlockStartCoversBeyond2e31) {
+  size_t count = (1ull << 33) + 7;
+  for (int n : kRanks) {
+    ASSERT_EQ(block_start(count, n, 0), 0u);
+    ASSERT_EQ(block_start(count, n, n), count);
+    for (int k = 0; k < n; k++) {
+      size_t len = block_start(count, n, k + 1) - block_start(count, n, k);
+      ASSERT_TRUE(len == count / n || len == count / n + 1);
+    }
+  }
+}
+
+}  // namespace
