@@ -72,6 +72,7 @@ struct ncclComm {
   /* Settings read at init. */
   int64_t timeout_ms;
   size_t oneshot_max_bytes;
+  int algo_allreduce; /* forced all-reduce algorithm (TUTTI_ALGO), -1: automatic */
 };
 
 /* Validates a communicator handle passed by the user (NULL, destroyed, finalized, failed). */

@@ -8,8 +8,6 @@
 
 #define API __attribute__((visibility("default")))
 
-TUTTI_PARAM(ForceAlgo, "ALGO_FORCE_ID", -1) /* internal: tests force an algorithm by id */
-
 typedef struct call {
   const char *fn;
   coll_t coll;
@@ -147,10 +145,11 @@ static ncclResult_t submit(const call_t *c) {
 static algo_t choose_algo(ncclComm_t comm, const pending_t *p) {
   switch (p->args.coll) {
     case COLL_ALLREDUCE: {
-      int64_t forced = tutti_param_ForceAlgo();
-      if (forced == ALGO_RING || forced == ALGO_ONESHOT) return (algo_t)forced;
-      const char *algo = tutti_getenv("ALGO");
-      if (algo && strncasecmp(algo, "ring", 4) == 0) return ALGO_RING;
+      int forced = comm->algo_allreduce;
+      if (forced == ALGO_RING || (forced == ALGO_ONESHOT && comm->nranks > 1 &&
+                                  p->args.count * p->ctx.esize <= comm->slot_bytes &&
+                                  p->args.count * p->ctx.esize <= comm->scratch_bytes))
+        return (algo_t)forced;
       size_t bytes = p->args.count * p->ctx.esize;
       if (comm->nranks > 1 && bytes <= comm->oneshot_max_bytes && bytes <= comm->slot_bytes &&
           bytes <= comm->scratch_bytes)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -135,6 +136,16 @@ API const char *ncclGetLastError(ncclComm_t comm) {
 
 /* ---- init ---- */
 
+/* TUTTI_ALGO / NCCL_ALGO: "ring" or "oneshot" (NCCL's "Ring" too); others are not built yet. */
+static int algo_from_env(void) {
+  const char *v = tutti_getenv("ALGO");
+  if (!v) return -1;
+  for (int a = 0; a < ALGO_NUM; a++)
+    if (strcasecmp(v, algo_name((algo_t)a)) == 0) return a;
+  WARN("ALGO=%s: unknown or not available for all-reduce (ring, oneshot); choosing automatically", v);
+  return -1;
+}
+
 static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   ncclComm_t c = calloc(1, sizeof(*c));
   if (!c) return TUTTI_ERR(ncclSystemError, "out of memory");
@@ -200,6 +211,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
            tutti_getenv("SHM_NSLOTS") ? tutti_getenv("SHM_NSLOTS") : "default");
   c->timeout_ms = tutti_param_Timeout() * 1000;
   c->oneshot_max_bytes = (size_t)tutti_param_OneshotMaxBytes();
+  c->algo_allreduce = algo_from_env();
   TUTTI_CHECK_GOTO(bootstrap_join(c, id), res, fail);
   comm_topology(c);
   TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);
