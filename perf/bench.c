@@ -182,8 +182,8 @@ void bench_parse(int argc, char **argv, const char *prog, bench_opts_t *o) {
 
 size_t bench_next_size(const bench_opts_t *o, size_t bytes) {
   size_t next = o->step_factor > 1 ? bytes * (size_t)o->step_factor : bytes + o->step_bytes;
-  if (next <= bytes) next = o->max_bytes + 1; /* 0 with -f, or overflow: stop */
-  return next > o->max_bytes ? 0 : next;
+  if (next <= bytes) return BENCH_END; /* 0 with -f, or overflow */
+  return next > o->max_bytes ? BENCH_END : next;
 }
 
 int bench_iters_for(const bench_opts_t *o, size_t bytes) {

@@ -31,7 +31,9 @@ void bench_parse(int argc, char **argv, const char *prog, bench_opts_t *o);
 /* "64", "4K", "16M", "1G" -> bytes (powers of 1024). Returns 0 on success, -1 if malformed. */
 int bench_parse_bytes(const char *s, size_t *bytes);
 
-/* The size sweep: bench_next_size(o, s) follows s, returning 0 once past max_bytes. */
+/* The size sweep: min_bytes, then bench_next_size(o, s) after s, BENCH_END once past
+ * max_bytes:  for (s = o->min_bytes; s != BENCH_END; s = bench_next_size(o, s)) */
+#define BENCH_END ((size_t)-1)
 size_t bench_next_size(const bench_opts_t *o, size_t bytes);
 
 /* Timed iterations at a size: -n, or with --iter-bytes, iter_bytes / bytes clamped to

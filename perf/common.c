@@ -323,7 +323,8 @@ static void perf_sweep(perf_state_t *st, const perf_type_t *type, const perf_op_
                    .root = st->coll->rooted ? st->opts.root : -1};
   pattern_init(&pattern, &c, st->coll->reduces);
   perf_warmup(st, &c);
-  for (size_t bytes = st->opts.min_bytes; bytes; bytes = bench_next_size(&st->opts, bytes)) {
+  for (size_t bytes = st->opts.min_bytes; bytes != BENCH_END;
+       bytes = bench_next_size(&st->opts, bytes)) {
     perf_set_size(st, &c, bytes);
     bench_result_t out = perf_measure(st, &c, 0);
     bench_result_t in = perf_measure(st, &c, 1);

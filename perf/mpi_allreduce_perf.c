@@ -131,7 +131,8 @@ int main(int argc, char **argv) {
   mpi_perf_init_expected(&p);
   mpi_perf_print_ranks(&p);
   mpi_perf_warmup(&p);
-  for (size_t bytes = p.opts.min_bytes; bytes; bytes = bench_next_size(&p.opts, bytes)) {
+  for (size_t bytes = p.opts.min_bytes; bytes != BENCH_END;
+       bytes = bench_next_size(&p.opts, bytes)) {
     size_t count = bytes / sizeof(float);
     bench_result_t out = mpi_perf_measure(&p, count, 0);
     bench_result_t in = mpi_perf_measure(&p, count, 1);

@@ -72,11 +72,14 @@ struct ncclComm {
   /* Settings read at init. */
   int64_t timeout_ms;
   size_t oneshot_max_bytes;
+  size_t nt_threshold; /* calls at least this large write results with streaming stores */
   int algo_allreduce; /* forced all-reduce algorithm (TUTTI_ALGO), -1: automatic */
 };
 
 /* Validates a communicator handle passed by the user (NULL, destroyed, finalized, failed). */
 ncclResult_t comm_check(ncclComm_t comm, const char *fn);
+/* The state part of comm_check (finalized, aborted, failed) for an already validated handle. */
+ncclResult_t comm_check_state(ncclComm_t comm, const char *fn);
 /* Like comm_check but accepts finalized/failed communicators (for queries and destroy). */
 ncclResult_t comm_check_handle(ncclComm_t comm, const char *fn);
 /* Records a fatal error on the communicator (first one wins) and tells the peers. */

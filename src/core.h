@@ -105,6 +105,8 @@ const char *tutti_getenv(const char *env);
 void tutti_log_settings(void);
 
 /* ---- small helpers ---- */
+/* Thread-locals on hot paths: initial-exec avoids a __tls_get_addr call per access. */
+#define TUTTI_TLS __thread __attribute__((tls_model("initial-exec")))
 uint64_t tutti_time_ns(void); /* CLOCK_MONOTONIC */
 #define TUTTI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TUTTI_MAX(a, b) ((a) > (b) ? (a) : (b))

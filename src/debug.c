@@ -24,8 +24,8 @@ static FILE *log_file;
 static char log_host[64];
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread int log_rank = -1;
-static __thread char last_error[1024];
+static TUTTI_TLS int log_rank = -1;
+static TUTTI_TLS char last_error[1024];
 
 static const struct {
   const char *name;
@@ -134,7 +134,9 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
   return code;
 }
 
-void tutti_clear_error(void) { last_error[0] = '\0'; }
+void tutti_clear_error(void) {
+  if (last_error[0]) last_error[0] = '\0';
+}
 const char *tutti_last_error(void) { return last_error; }
 
 uint64_t tutti_time_ns(void) {

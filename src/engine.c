@@ -1,6 +1,8 @@
 /* Engine: runs lanes of steps; see engine.h and algos/schedule.h for the step semantics. */
 #include "engine.h"
 
+#include "copy.h"
+
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
@@ -12,6 +14,8 @@
 TUTTI_PARAM(Timeout, "TIMEOUT", 60)
 TUTTI_PARAM(SpinUs, "SPIN_US", 50)     /* busy-poll this long before yielding the CPU */
 TUTTI_PARAM(YieldUs, "YIELD_US", 10000) /* then sched_yield this long before sleeping */
+
+#define ENGINE_L1_BLOCK (16 * 1024)
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -39,13 +43,24 @@ static void piece_local(const op_ctx_t *o, const step_t *st, char *src, char *ds
 static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char *src, char *dst,
                        void *out, size_t n, int rflags) {
   if (st->flags & STEP_REDUCE) {
-    void *target = out ? out : dst;
-    reduce_combine(&o->rop, target, src, in, n, rflags);
-    if (out && (st->flags & STEP_STORE)) memcpy(dst, out, n * o->esize);
+    if (!(out && (st->flags & STEP_STORE))) {
+      reduce_combine(&o->rop, out ? out : dst, src, in, n, rflags);
+      return;
+    }
+    /* Reduce into the outgoing slot and copy to dst block by block, while it is in L1. */
+    size_t es = o->esize, block = TUTTI_MAX(ENGINE_L1_BLOCK / es, 1);
+    for (size_t i = 0; i < n; i += block) {
+      size_t m = TUTTI_MIN(block, n - i);
+      reduce_combine(&o->rop, (char *)out + i * es, src + i * es, (const char *)in + i * es, m, rflags);
+      if (o->stream) copy_stream(dst + i * es, (char *)out + i * es, m * es);
+      else memcpy(dst + i * es, (char *)out + i * es, m * es);
+    }
     return;
   }
   if (out) memcpy(out, in, n * o->esize);
-  if (st->flags & STEP_STORE) reduce_copy(&o->rop, dst, in, n, rflags & REDUCE_POST);
+  if (!(st->flags & STEP_STORE)) return;
+  if (o->stream && !transform_active(&o->rop, rflags & REDUCE_POST)) copy_stream(dst, in, n * o->esize);
+  else reduce_copy(&o->rop, dst, in, n, rflags & REDUCE_POST);
 }
 
 /* Advances one lane as far as it can without waiting. Returns 1 if it moved, 0 if blocked,

@@ -17,6 +17,7 @@ typedef struct op_ctx { /* one collective or p2p call */
   size_t esize;
   reduce_op_t rop;
   uint64_t seq; /* comm->op_count at enqueue, for messages */
+  int stream;   /* large call: write results with streaming stores */
 } op_ctx_t;
 
 typedef struct lane {

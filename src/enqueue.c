@@ -174,6 +174,8 @@ ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
   p->ctx.algo = choose_algo(comm, p);
   p->ctx.seq = comm->op_count++;
   size_t es = p->ctx.esize;
+  p->ctx.stream = !p->args.in_place && p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
+                  comm->nt_threshold;
   p->args.chunk = comm->chunk_bytes >= es ? comm->chunk_bytes / es : 1;
   if (comm->slot_bytes >= es) p->args.chunk -= p->args.chunk % (comm->slot_bytes / es);
   if (p->args.chunk == 0) p->args.chunk = 1;

@@ -27,7 +27,7 @@ typedef struct group_state {
   size_t ctx_cap, lane_cap, comm_cap;
 } group_state_t;
 
-static __thread group_state_t grp;
+static TUTTI_TLS group_state_t grp;
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
@@ -58,7 +58,7 @@ static int collect_comms(const pending_t *ops, size_t n) {
     if (grow((void **)&grp.comms, &grp.comm_cap, (size_t)nc + 1, sizeof(ncclComm_t))) return -1;
     grp.comms[nc++] = ops[i].ctx.comm;
   }
-  qsort(grp.comms, nc, sizeof(ncclComm_t), comm_cmp);
+  if (nc > 1) qsort(grp.comms, nc, sizeof(ncclComm_t), comm_cmp);
   return nc;
 }
 
@@ -94,7 +94,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     return TUTTI_ERR(ncclSystemError, "out of memory");
   for (; locked < nc; locked++) {
     pthread_mutex_lock(&grp.comms[locked]->lock);
-    TUTTI_CHECK_GOTO(comm_check(grp.comms[locked], "ncclGroupEnd"), res, out);
+    TUTTI_CHECK_GOTO(comm_check_state(grp.comms[locked], "ncclGroupEnd"), res, out);
     sched_reset(&grp.comms[locked]->sched_scratch);
     for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++) sched_reset(&grp.comms[locked]->p2p_lanes[p]);
   }

@@ -13,6 +13,7 @@
 #define API __attribute__((visibility("default")))
 
 TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
+TUTTI_PARAM(NtThreshold, "NT_THRESHOLD", 64 << 20)
 TUTTI_PARAM_DECL(Timeout);
 
 /* ---- registry of live communicators: lets every call reject destroyed handles ---- */
@@ -63,6 +64,10 @@ ncclResult_t comm_check_handle(ncclComm_t comm, const char *fn) {
 
 ncclResult_t comm_check(ncclComm_t comm, const char *fn) {
   TUTTI_CHECK(comm_check_handle(comm, fn));
+  return comm_check_state(comm, fn);
+}
+
+ncclResult_t comm_check_state(ncclComm_t comm, const char *fn) {
   if (comm->finalized)
     return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was finalized", fn, comm->rank);
   if (comm->abort_flag)
@@ -212,6 +217,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   c->timeout_ms = tutti_param_Timeout() * 1000;
   c->oneshot_max_bytes = (size_t)tutti_param_OneshotMaxBytes();
   c->algo_allreduce = algo_from_env();
+  c->nt_threshold = (size_t)tutti_param_NtThreshold();
   TUTTI_CHECK_GOTO(bootstrap_join(c, id), res, fail);
   comm_topology(c);
   TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);

@@ -3,12 +3,14 @@
  * Each rank owns one POSIX shared-memory segment holding the FIFOs its local peers send to it:
  *
  *   [ header: magic, owner, failed flag                 ]  4 KiB
- *   [ ctrl[local_size]: head | tail | sizes[nslots]     ]  4 KiB each (head, tail on own lines)
+ *   [ ctrl[local_size]: tail | hdr[nslots]              ]  8 KiB each, one cache line apiece
  *   [ slots[local_size][nslots][slot_bytes]             ]  FIFO i is written by local rank i
  *
- * A sender fills slot head % nslots, records its size and publishes head + 1 (release); the
- * receiver waits for head > tail, uses the slot in place and publishes tail + 1. Both ends keep
- * a cached copy of the other's counter, so an uncontended transfer touches two shared lines.
+ * Message k goes to slot k % nslots. Its header line holds {seq, bytes, 48 inline bytes}: the
+ * sender writes the data (inline when it fits, which is what makes small collectives fast: the
+ * receiver then touches one cache line) and publishes seq = k + 1 (release); the receiver polls
+ * that line, uses the data in place and publishes tail = k + 1 so the slot can be reused. The
+ * sender keeps a cached copy of tail and rereads it only when the FIFO looks full.
  * The segment is created with MAP_POPULATE (page faults once, at init) and unlinked as soon as
  * every peer has mapped it, so nothing remains in /dev/shm even after kill -9. Segments left by
  * processes that died before unlinking (a kill during init) are removed by the next init.
@@ -43,21 +45,27 @@ typedef struct shm_header {
   volatile int32_t failed; /* set by the owner when it fails or aborts */
 } shm_header_t;
 
+#define SHM_INLINE 48
+typedef struct shm_slot_hdr {
+  volatile uint64_t seq; /* k + 1 once message k is in this slot */
+  uint64_t bytes;
+  char inline_data[SHM_INLINE];
+} shm_slot_hdr_t;
+
 typedef struct shm_ctrl {
-  volatile uint64_t head; /* slots published by the sender */
+  volatile uint64_t tail; /* messages released by the receiver */
   char pad0[TUTTI_CACHELINE - 8];
-  volatile uint64_t tail; /* slots released by the receiver */
-  char pad1[TUTTI_CACHELINE - 8];
-  volatile uint64_t sizes[SHM_MAX_SLOTS];
+  shm_slot_hdr_t hdr[SHM_MAX_SLOTS];
 } shm_ctrl_t;
+#define SHM_CTRL_BYTES (2 * SHM_PAGE)
 
 typedef struct shm_end { /* one end of one FIFO */
   shm_ctrl_t *ctrl;
   char *slots;
   uint32_t nslots;
   size_t slot_bytes;
-  uint64_t pos;          /* my counter: head (sender) or tail (receiver) */
-  uint64_t seen;         /* cached copy of the other end's counter */
+  uint64_t pos;          /* messages sent (sender) or consumed (receiver) */
+  uint64_t seen;         /* sender: cached copy of the receiver's tail */
   volatile int32_t *peer_failed;
 } shm_end_t;
 
@@ -78,11 +86,13 @@ typedef struct shm_blob {
 } shm_blob_t;
 
 static size_t seg_size(uint32_t nslots, size_t slot_bytes, int local_size) {
-  return SHM_PAGE + (size_t)local_size * SHM_PAGE + (size_t)local_size * nslots * slot_bytes;
+  return SHM_PAGE + (size_t)local_size * SHM_CTRL_BYTES + (size_t)local_size * nslots * slot_bytes;
 }
-static shm_ctrl_t *seg_ctrl(char *seg, int i) { return (shm_ctrl_t *)(seg + SHM_PAGE * (1 + i)); }
+static shm_ctrl_t *seg_ctrl(char *seg, int i) {
+  return (shm_ctrl_t *)(seg + SHM_PAGE + (size_t)i * SHM_CTRL_BYTES);
+}
 static char *seg_slots(char *seg, int i, int local_size, uint32_t nslots, size_t slot_bytes) {
-  return seg + SHM_PAGE * (1 + local_size) + (size_t)i * nslots * slot_bytes;
+  return seg + SHM_PAGE + (size_t)local_size * SHM_CTRL_BYTES + (size_t)i * nslots * slot_bytes;
 }
 
 static int shm_can_connect(struct ncclComm *comm, int peer) {
@@ -221,19 +231,21 @@ static void *shm_send_slot(conn_t *c) {
 
 static void shm_send_post(conn_t *c, size_t bytes) {
   shm_end_t *e = c->priv;
-  e->ctrl->sizes[e->pos % e->nslots] = bytes;
+  uint32_t i = (uint32_t)(e->pos % e->nslots);
+  shm_slot_hdr_t *h = &e->ctrl->hdr[i];
+  if (bytes <= SHM_INLINE) memcpy(h->inline_data, e->slots + (size_t)i * e->slot_bytes, bytes);
+  h->bytes = bytes;
   e->pos++;
-  __atomic_store_n(&e->ctrl->head, e->pos, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->seq, e->pos, __ATOMIC_RELEASE);
 }
 
 static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
   shm_end_t *e = c->priv;
-  if (e->seen == e->pos) {
-    e->seen = __atomic_load_n(&e->ctrl->head, __ATOMIC_ACQUIRE);
-    if (e->seen == e->pos) return NULL;
-  }
-  *bytes = e->ctrl->sizes[e->pos % e->nslots];
-  return e->slots + (e->pos % e->nslots) * e->slot_bytes;
+  uint32_t i = (uint32_t)(e->pos % e->nslots);
+  shm_slot_hdr_t *h = &e->ctrl->hdr[i];
+  if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) return NULL;
+  *bytes = h->bytes;
+  return *bytes <= SHM_INLINE ? (const void *)h->inline_data : e->slots + (size_t)i * e->slot_bytes;
 }
 
 static void shm_recv_done(conn_t *c) {

@@ -1,0 +1,2 @@
+# Empty compiler generated dependencies file for nccl_compat.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,22 @@
+
+# Consider dependencies only in project.
+set(CMAKE_DEPENDS_IN_PROJECT_ONLY OFF)
+
+# The set of languages for which implicit dependencies are needed:
+set(CMAKE_DEPENDS_LANGUAGES
+  )
+
+# The set of dependency files which are needed:
+set(CMAKE_DEPENDS_DEPENDENCY_FILES
+  "/work/main/perf/all_reduce_perf.c" "perf/CMakeFiles/all_reduce_perf.dir/all_reduce_perf.c.o" "gcc" "perf/CMakeFiles/all_reduce_perf.dir/all_reduce_perf.c.o.d"
+  )
+
+# Targets to which this target links.
+set(CMAKE_TARGET_LINKED_INFO_FILES
+  "/work/main/build-net/perf/CMakeFiles/tutti_perf_common.dir/DependInfo.cmake"
+  "/work/main/build-net/CMakeFiles/tutti.dir/DependInfo.cmake"
+  "/work/main/build-net/perf/CMakeFiles/tutti_perf_bench.dir/DependInfo.cmake"
+  )
+
+# Fortran module output directory.
+set(CMAKE_Fortran_TARGET_MODULE_DIR "")

@@ -1,0 +1,2 @@
+# Empty compiler generated dependencies file for mpi_allreduce_perf.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,2 @@
+# Empty dependencies file for mpi_allreduce_perf.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,2 @@
+# Empty dependencies file for perf_test_datatypes.
+# This may be replaced when dependencies are built.

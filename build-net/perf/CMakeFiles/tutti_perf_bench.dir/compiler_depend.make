@@ -1,0 +1,2 @@
+# Empty compiler generated dependencies file for tutti_perf_bench.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,2 @@
+# Empty dependencies file for tutti_perf_bench.
+# This may be replaced when dependencies are built.

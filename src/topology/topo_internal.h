@@ -1,0 +1,53 @@
+/* What the files of src/topology/ share: the topo_t layout and the helpers between them.
+ * Nothing outside src/topology/ includes this; the API is topo.h. */
+#ifndef TUTTI_TOPO_INTERNAL_H_
+#define TUTTI_TOPO_INTERNAL_H_
+
+#include <hwloc.h>
+
+#include "topology/topo.h"
+
+#define TOPO_NVLINK_PEERS "NVLinkPeers"
+#define TOPO_LINK_SPEED "LinkSpeedMbps"
+#define TOPO_NVSWITCH "nvswitch"
+
+struct topo {
+  hwloc_topology_t hw;
+  char source[1024]; /* "live" or the XML path */
+  int live;
+  double load_ms;
+  int ngpus;
+  topo_gpu_info_t *gpus; /* [ngpus] */
+  hwloc_obj_t *gpu_obj;  /* [ngpus] the GPUs' PCI devices */
+  int nnics;
+  topo_nic_info_t *nics; /* [nnics] IB first, then socket; each by PCI bus id, then name */
+  hwloc_obj_t *nic_obj;  /* [nnics] the NICs' OS devices */
+  int *nvl;              /* [ngpus * ngpus] NVLinks between GPUs (topo_nvlinks) */
+};
+
+/* topo_load.c */
+int topo_parse_busid(const char *s, unsigned *domain, unsigned *bus, unsigned *dev,
+                     unsigned *func);
+/* The PCI device an object hangs from (itself when it is one), NULL when none. */
+hwloc_obj_t topo_pci_of(hwloc_obj_t o);
+
+/* topo_nvml.c: adds "NVLinkPeers" to the GPUs' PCI devices from NVML (live topology only). */
+void topo_nvml_annotate(topo_t *t);
+/* Fills t->nvl from the "NVLinkPeers" infos and the GPUs' nvlinks counts. */
+ncclResult_t topo_nvlink_build(topo_t *t);
+
+/* topo_path.c */
+topo_path_t topo_path_objs(const topo_t *t, hwloc_obj_t a, hwloc_obj_t b);
+/* NUMA node / package (os index) an I/O object is local to, -1 when unknown or several. */
+int topo_obj_numa(const topo_t *t, hwloc_obj_t o);
+int topo_obj_package(const topo_t *t, hwloc_obj_t o);
+
+/* topo_decide.c */
+/* NCCL_IB_HCA / NCCL_SOCKET_IFNAME syntax: "a,b" prefixes, "^" excludes, "=" exact, ":port". */
+int topo_name_matches(const char *spec, const char *name);
+/* TUTTI_<name>, else NCCL_<name>; *which receives the variable's full name. */
+const char *topo_env(const char *name, char *which, size_t len);
+/* cpuset of the calling thread (live) or the whole machine (file), as a new bitmap. */
+hwloc_bitmap_t topo_current_cpuset(const topo_t *t);
+
+#endif /* TUTTI_TOPO_INTERNAL_H_ */

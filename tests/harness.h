@@ -1,0 +1,244 @@
+// Test harness for tutti's end-to-end tests: the public API only (tutti.h), nothing internal.
+//
+// 1. Ranks. run_ranks(mode, n, body) runs `body` once per rank, either
+//      Mode::kProcs    n forked processes: the parent draws the id (ncclGetUniqueId; the
+//                      bootstrap root thread lives in the parent), each child calls
+//                      ncclCommInitRank, the body, ncclCommDestroy and reports by exit code; its
+//                      failure messages come back through a pipe and the first one is also
+//                      printed to stderr. The parent waits until a deadline, then SIGKILLs.
+//      Mode::kThreads  one process, ncclCommInitAll(comms, n, NULL) and one std::thread per
+//                      rank; on the deadline the comms are aborted (ncclCommAbort releases the
+//                      blocked calls) and, if a thread still does not return, the test binary
+//                      aborts rather than hang.
+//    A body never uses gtest assertions (they would be lost in a child): it reports through
+//    ctx.fail(...) or the RCHECK / NCCL_OK macros below. expect_ranks_ok() turns the outcome
+//    into gtest failures naming the rank, the exit status and the messages. Every run also
+//    checks that no /dev/shm/tutti-<pid>-* segment of its processes is left behind.
+//
+// 2. Datatypes. Own codecs for float16 / bfloat16 / fp8 (round to nearest even, fp8 saturates
+//    to the largest finite), element encode/decode, and printable values for messages.
+//
+// 3. Collective cases (Gloo style). run_case(ctx, case) fills inputs with a closed-form
+//    f(index, rank) chosen so that every partial result is exact in the datatype, runs the
+//    collective (in place or not, any root, any op including PreMulSum), and checks every
+//    element of every buffer it passed: outputs against the closed form, inputs unchanged,
+//    buffers the collective must not write (non-root outputs, guard bytes around every buffer)
+//    unchanged.
+#ifndef TUTTI_TESTS_HARNESS_H_
+#define TUTTI_TESTS_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tutti.h"
+
+namespace th {
+
+// ---------------------------------------------------------------- ranks
+
+enum class Mode { kProcs, kThreads };
+const char *mode_name(Mode m);
+
+// What one rank's body sees.
+struct RankCtx {
+  int rank = 0, nranks = 0;
+  Mode mode = Mode::kProcs;
+  ncclComm_t comm = nullptr;             // null when Options::init is false
+  ncclUniqueId id{};                     // the id the ranks' communicator is made from
+  std::vector<ncclUniqueId> extra_ids;   // Options::extra_ids more ids, same for every rank
+  void *shared = nullptr;                // Options::shared_bytes, shared with every rank + test
+  std::vector<std::string> messages;     // first failures (capped)
+  int failures = 0;
+
+  // Records a failure (printf style). The first one is also printed to stderr at once.
+  void fail(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+  bool ok() const { return failures == 0; }
+};
+
+struct Options {
+  double timeout_s = 120;   // per run; a rank still running after it is killed / aborted
+  bool init = true;         // false: the body makes its own communicator from ctx.id
+  int extra_ids = 0;        // more unique ids drawn before the ranks start
+  size_t shared_bytes = 0;  // zeroed MAP_SHARED memory in ctx.shared
+  // Processes only: environment set in every child before init, and a per-rank hook run in the
+  // rank (child process, or thread) before init.
+  std::vector<std::pair<std::string, std::string>> env;
+  std::function<void(int rank)> before_init;
+  // Processes only: runs in the parent while the children run (e.g. to kill one).
+  std::function<void(const std::vector<pid_t> &pids, void *shared)> while_running;
+};
+
+struct RankResult {
+  int rank = 0;
+  pid_t pid = 0;          // the child (processes) or this process (threads)
+  int exit_code = -1;     // processes: exit status, -1 if killed by a signal
+  int term_signal = 0;    // processes: the signal that ended it
+  bool timed_out = false;
+  int failures = 0;
+  std::vector<std::string> messages;
+};
+
+struct RunResult {
+  Mode mode = Mode::kProcs;
+  int nranks = 0;
+  double seconds = 0;
+  std::vector<RankResult> ranks;
+  std::vector<std::string> leaked_shm;  // /dev/shm/tutti-<pid>-* of this run's processes
+  std::string setup_error;              // e.g. ncclCommInitAll failed
+  bool ok() const;
+  std::string describe() const;         // one line per rank that did not pass
+};
+
+using Body = std::function<void(RankCtx &)>;
+
+RunResult run_ranks(Mode mode, int nranks, const Body &body, const Options &opt = Options());
+// Adds a gtest failure naming `what` and every failing rank; returns r.ok().
+bool expect_ranks_ok(const RunResult &r, const std::string &what);
+// run_ranks + expect_ranks_ok.
+bool run_ranks_ok(Mode mode, int nranks, const Body &body, const Options &opt = Options(),
+                  const std::string &what = "");
+
+// /dev/shm/tutti-<pid>-* entries for the given pids.
+std::vector<std::string> shm_segments_of(const std::vector<pid_t> &pids);
+double now_s();  // CLOCK_MONOTONIC, comparable between processes
+bool contains(const std::string &text, const std::string &what);
+
+// Inside a body: record and return (or return `ret`) when a condition or a call fails.
+#define RCHECK_RET(ctx, cond, ret, ...) \
+  do {                                  \
+    if (!(cond)) {                      \
+      (ctx).fail(__VA_ARGS__);          \
+      return ret;                       \
+    }                                   \
+  } while (0)
+#define RCHECK(ctx, cond, ...) RCHECK_RET(ctx, cond, , __VA_ARGS__)
+#define NCCL_OK_RET(ctx, call, ret)                                                         \
+  do {                                                                                      \
+    ncclResult_t r_ = (call);                                                               \
+    if (r_ != ncclSuccess) {                                                                \
+      (ctx).fail("%s:%d: %s returned %d (%s): %s", __FILE__, __LINE__, #call, (int)r_,     \
+                 ncclGetErrorString(r_), ncclGetLastError((ctx).comm));                     \
+      return ret;                                                                           \
+    }                                                                                       \
+  } while (0)
+#define NCCL_OK(ctx, call) NCCL_OK_RET(ctx, call, )
+
+// ---------------------------------------------------------------- datatypes
+
+struct TypeInfo {
+  ncclDataType_t type;
+  const char *name;
+  size_t size;
+  bool is_float, is_signed;
+  uint64_t exact_bound;  // every integer in [-bound, bound] ([0, bound] unsigned) is exact
+};
+extern const ncclDataType_t kAllTypes[12];
+const TypeInfo &type_info(ncclDataType_t t);
+
+// Minifloat codecs: `ebits` exponent and `mbits` mantissa bits; fn = e4m3 style (no infinity,
+// only all-ones is NaN). encode rounds to nearest even; overflow saturates when `saturate`
+// (fp8) and goes to infinity otherwise (half, bfloat16).
+double minifloat_decode(uint32_t bits, int ebits, int mbits, bool fn);
+uint32_t minifloat_encode(double v, int ebits, int mbits, bool fn, bool saturate);
+
+// Element codecs. encode_float rounds once (nearest even) to the type; encode_int truncates to
+// the type's width (two's complement wrapping).
+void encode_float(ncclDataType_t t, double v, void *out);
+void encode_int(ncclDataType_t t, int64_t v, void *out);
+double decode_float(ncclDataType_t t, const void *p);
+int64_t decode_int(ncclDataType_t t, const void *p);  // sign- or zero-extended
+std::string format_elem(ncclDataType_t t, const void *p);  // "value (0xbits)"
+
+// ---------------------------------------------------------------- collective cases
+
+enum class Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter
+};
+enum class Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum };
+extern const Coll kAllColls[8];
+extern const Op kAllOps[6];
+const char *coll_name(Coll c);
+const char *op_name(Op o);
+bool coll_reduces(Coll c);  // takes an op
+
+struct Case {
+  Coll coll = Coll::kAllReduce;
+  ncclDataType_t type = ncclFloat32;
+  Op op = Op::kSum;     // reducing collectives only
+  size_t count = 0;     // NCCL's count argument (per-rank block for gather/scatter/...)
+  bool in_place = false;
+  int root = 0;         // rooted collectives only
+  size_t align = 0;     // extra elements of misalignment of every buffer (0..3)
+};
+std::string describe(const Case &c, int nranks);
+
+// Value rank `rank` contributes at global index g for a reducing case, as an integer (all
+// generated values are integers; uint64 values are bit patterns) and the PreMulSum scalar.
+int64_t input_value(ncclDataType_t t, Op op, size_t g, int rank, int nranks);
+int64_t premul_scalar(ncclDataType_t t, int nranks);
+
+// One collective case on one rank: the constructor lays out and fills the buffers, issue()
+// makes the call (inside a group it only queues it), verify() checks every buffer and reports
+// through ctx.fail. Buffers live as long as the object.
+struct CaseBuffer;
+class CaseRun {
+ public:
+  CaseRun(RankCtx &ctx, const Case &c);
+  ~CaseRun();
+  CaseRun(const CaseRun &) = delete;
+  CaseRun &operator=(const CaseRun &) = delete;
+  ncclResult_t issue();
+  bool verify();
+  bool comm_broken() const;  // the call failed and the communicator reports an async error
+
+ private:
+  void layout();
+  void input(size_t i, uint8_t *out) const;   // this rank's send element i
+  void output(size_t i, uint8_t *out) const;  // expected receive element i
+  void reduced(size_t g, uint8_t *out) const;
+  void bits(size_t g, int src, uint8_t *out) const;
+  ncclResult_t call(const void *send, void *recv, ncclRedOp_t op);
+  // Checks buffer b of n elements: expect(i, exp) fills exp, or returns false for "untouched".
+  bool check(const char *what, CaseBuffer &b, size_t n,
+             const std::function<bool(size_t, uint8_t *)> &expect);
+
+  RankCtx &ctx_;
+  Case c_;
+  int r_, n_;
+  size_t es_;
+  int64_t scalar_;
+  // Elements this rank sends / receives out of place, whether its receive buffer gets a result,
+  // and the single buffer in place (length, offsets of the send and receive views).
+  size_t send_n_ = 0, recv_n_ = 0, buf_n_ = 0, send_at_ = 0, recv_at_ = 0;
+  bool writes_ = true;
+  std::unique_ptr<CaseBuffer> buf_, sb_, rb_;
+  ncclRedOp_t op_ = ncclSum;
+  bool premul_ = false;
+  ncclResult_t rc_ = ncclSuccess;
+};
+
+// CaseRun's issue + verify. *comm_broken (if given) tells whether to stop using the comm.
+bool run_case(RankCtx &ctx, const Case &c, bool *comm_broken = nullptr);
+
+// Bit pattern element g of rank src in a copy collective (broadcast, gathers, all-to-all).
+void copy_elem(ncclDataType_t t, size_t g, int src, void *out);
+
+// A 64-bit hash of a buffer (FNV-1a), for comparing results between ranks and runs.
+uint64_t hash_bytes(const void *p, size_t n);
+
+}  // namespace th
+
+#endif  // TUTTI_TESTS_HARNESS_H_

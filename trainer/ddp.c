@@ -1,0 +1,213 @@
+/* Buckets, the communication thread and its FIFO; see ddp.h. */
+#include "ddp.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DDP_QUEUE 64
+
+typedef enum { JOB_ALLREDUCE, JOB_BROADCAST, JOB_STOP } job_kind_t;
+
+typedef struct {
+  job_kind_t kind;
+  void *buf;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  int root;
+} job_t;
+
+struct ddp {
+  ncclComm_t comm;
+  int rank, world;
+  model_t *model;
+  int nbuckets;
+  ddp_bucket_t buckets[DDP_MAX_BUCKETS];
+  int bucket_of[MODEL_MAX_TENSORS]; /* tensor -> bucket */
+  /* per backward: */
+  int sync;
+  int pending[DDP_MAX_BUCKETS]; /* tensors of the bucket still without their final gradient */
+  int next_bucket;              /* buckets are launched in this order, never out of it */
+  /* the FIFO, guarded by lock: */
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  job_t queue[DDP_QUEUE];
+  long submitted, completed;
+  ncclResult_t error;
+  char error_msg[512];
+  double comm_s, wait_s;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ncclResult_t run_job(ddp_t *d, const job_t *j) {
+  if (j->kind == JOB_ALLREDUCE)
+    return ncclAllReduce(j->buf, j->buf, j->count, j->type, j->op, d->comm, NULL);
+  return ncclBroadcast(j->buf, j->buf, j->count, j->type, j->root, d->comm, NULL);
+}
+
+/* The communication thread: runs jobs in FIFO order; after an error it only drains. */
+static void *comm_main(void *arg) {
+  ddp_t *d = arg;
+  pthread_mutex_lock(&d->lock);
+  for (;;) {
+    while (d->completed == d->submitted) pthread_cond_wait(&d->changed, &d->lock);
+    job_t job = d->queue[d->completed % DDP_QUEUE];
+    if (job.kind == JOB_STOP) break;
+    int failed = d->error != ncclSuccess;
+    pthread_mutex_unlock(&d->lock);
+    double t0 = now_s();
+    ncclResult_t res = failed ? ncclSuccess : run_job(d, &job);
+    double dt = now_s() - t0;
+    pthread_mutex_lock(&d->lock);
+    d->comm_s += dt;
+    if (res != ncclSuccess && d->error == ncclSuccess) {
+      d->error = res;
+      snprintf(d->error_msg, sizeof(d->error_msg), "%s", ncclGetLastError(d->comm));
+    }
+    d->completed++;
+    pthread_cond_broadcast(&d->changed);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return NULL;
+}
+
+static void submit(ddp_t *d, job_t job) {
+  pthread_mutex_lock(&d->lock);
+  while (d->submitted - d->completed == DDP_QUEUE) pthread_cond_wait(&d->changed, &d->lock);
+  d->queue[d->submitted % DDP_QUEUE] = job;
+  d->submitted++;
+  pthread_cond_broadcast(&d->changed);
+  pthread_mutex_unlock(&d->lock);
+}
+
+/* Waits for every submitted job; a failed collective ends the program with NCCL's message. */
+static void wait_all(ddp_t *d) {
+  double t0 = now_s();
+  pthread_mutex_lock(&d->lock);
+  while (d->completed != d->submitted) pthread_cond_wait(&d->changed, &d->lock);
+  ncclResult_t err = d->error;
+  d->wait_s += now_s() - t0;
+  pthread_mutex_unlock(&d->lock);
+  if (err != ncclSuccess) {
+    fprintf(stderr, "tutti-train: rank %d: collective failed: %s: %s\n", d->rank,
+            ncclGetErrorString(err), d->error_msg);
+    exit(1);
+  }
+}
+
+/* Walks the tensors in backward order (last first), closing a bucket once it holds cap bytes:
+ * DDP_FIRST_BUCKET_BYTES for the first bucket, bucket_bytes for the others. */
+static void make_buckets(ddp_t *d, size_t bucket_bytes) {
+  const model_t *m = d->model;
+  size_t cap = bucket_bytes < DDP_FIRST_BUCKET_BYTES ? bucket_bytes : DDP_FIRST_BUCKET_BYTES;
+  size_t bytes = 0;
+  d->nbuckets = 0;
+  for (int t = m->ntensors - 1; t >= 0; t--) {
+    if (bytes == 0) d->buckets[d->nbuckets] = (ddp_bucket_t){0, 0, t, 0};
+    ddp_bucket_t *b = &d->buckets[d->nbuckets];
+    b->first_tensor = t, b->ntensors++; /* tensors [t, t + ntensors) */
+    b->offset = m->tensors[t].offset;
+    b->count += m->tensors[t].count;
+    d->bucket_of[t] = d->nbuckets;
+    bytes += m->tensors[t].count * sizeof(float);
+    if (bytes >= cap || t == 0) d->nbuckets++, bytes = 0, cap = bucket_bytes;
+  }
+}
+
+static void on_grad_ready(void *ctx, int tensor) {
+  ddp_t *d = ctx;
+  if (!d->sync) return;
+  d->pending[d->bucket_of[tensor]]--;
+  while (d->next_bucket < d->nbuckets && d->pending[d->next_bucket] == 0) {
+    const ddp_bucket_t *b = &d->buckets[d->next_bucket++];
+    if (d->world > 1)
+      submit(d, (job_t){JOB_ALLREDUCE, d->model->grads + b->offset, b->count, ncclFloat, ncclAvg});
+  }
+}
+
+ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb) {
+  ddp_t *d = calloc(1, sizeof(*d));
+  if (!d) exit(1);
+  d->comm = comm, d->model = m, d->world = 1;
+  if (comm && (ncclCommUserRank(comm, &d->rank) != ncclSuccess ||
+               ncclCommCount(comm, &d->world) != ncclSuccess)) {
+    fprintf(stderr, "tutti-train: cannot query the communicator\n");
+    exit(1);
+  }
+  size_t bucket_bytes = bucket_mb > 0 ? (size_t)(bucket_mb * 1024 * 1024) : 1;
+  make_buckets(d, bucket_bytes);
+  pthread_mutex_init(&d->lock, NULL);
+  pthread_cond_init(&d->changed, NULL);
+  if (d->world > 1) {
+    if (pthread_create(&d->thread, NULL, comm_main, d) != 0) {
+      fprintf(stderr, "tutti-train: cannot start the communication thread\n");
+      exit(1);
+    }
+    d->thread_started = 1;
+  }
+  m->on_grad = on_grad_ready, m->on_grad_ctx = d;
+  return d;
+}
+
+void ddp_destroy(ddp_t *d) {
+  if (!d) return;
+  if (d->thread_started) {
+    submit(d, (job_t){.kind = JOB_STOP});
+    pthread_join(d->thread, NULL);
+  }
+  pthread_mutex_destroy(&d->lock);
+  pthread_cond_destroy(&d->changed);
+  d->model->on_grad = NULL;
+  free(d);
+}
+
+int ddp_rank(const ddp_t *d) { return d->rank; }
+int ddp_world(const ddp_t *d) { return d->world; }
+
+int ddp_buckets(const ddp_t *d, const ddp_bucket_t **buckets) {
+  *buckets = d->buckets;
+  return d->nbuckets;
+}
+
+void ddp_broadcast(ddp_t *d, void *buf, size_t count, ncclDataType_t type, int root) {
+  if (d->world == 1) return;
+  submit(d, (job_t){JOB_BROADCAST, buf, count, type, ncclSum, root});
+  wait_all(d);
+}
+
+void ddp_allreduce_sum(ddp_t *d, void *buf, size_t count, ncclDataType_t type) {
+  if (d->world == 1) return;
+  submit(d, (job_t){JOB_ALLREDUCE, buf, count, type, ncclSum});
+  wait_all(d);
+}
+
+void ddp_begin_backward(ddp_t *d, int sync) {
+  d->sync = sync;
+  d->next_bucket = 0;
+  for (int b = 0; b < d->nbuckets; b++) d->pending[b] = d->buckets[b].ntensors;
+}
+
+void ddp_end_backward(ddp_t *d) {
+  if (d->sync && d->next_bucket != d->nbuckets) {
+    fprintf(stderr, "tutti-train: internal error: backward left buckets unlaunched\n");
+    exit(1);
+  }
+  if (d->sync && d->world > 1) wait_all(d);
+  d->sync = 0;
+}
+
+void ddp_times(const ddp_t *d, double *comm_s, double *wait_s) {
+  pthread_mutex_lock((pthread_mutex_t *)&d->lock);
+  *comm_s = d->comm_s, *wait_s = d->wait_s;
+  pthread_mutex_unlock((pthread_mutex_t *)&d->lock);
+}

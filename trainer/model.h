@@ -1,0 +1,113 @@
+/* The two models of the reference trainer, llm.c style: all parameters carved out of one
+ * allocation (so are their gradients, with the same layout), all activations out of another,
+ * and a forward/backward pair per model written out layer by layer.
+ *
+ *   mlp  784 -> 512 -> ReLU -> 256 -> ReLU -> 10                          535,818 parameters
+ *   cnn  conv5x5 1->32, ReLU, maxpool2 -> conv5x5 32->64, ReLU, maxpool2
+ *        -> 3136 -> 512 -> ReLU -> 10                                     1,663,370 parameters
+ */
+#ifndef TRAINER_MODEL_H_
+#define TRAINER_MODEL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { MODEL_MLP = 0, MODEL_CNN = 1 } model_kind_t;
+
+#define MODEL_MAX_TENSORS 8
+
+typedef struct {
+  const char *name;
+  size_t offset, count; /* in floats, into params and grads */
+  int fan_in;           /* inputs per output, for the initialization */
+} param_tensor_t;
+
+typedef struct { /* views into params (or grads) */
+  float *fc1w; /* (512, 784) */
+  float *fc1b; /* (512) */
+  float *fc2w; /* (256, 512) */
+  float *fc2b; /* (256) */
+  float *fc3w; /* (10, 256) */
+  float *fc3b; /* (10) */
+} mlp_params_t;
+
+typedef struct {
+  float *h1, *h2; /* (B, 512), (B, 256), after ReLU */
+  float *dh1, *dh2;
+} mlp_acts_t;
+
+typedef struct {
+  float *conv1w; /* (32, 5, 5, 1) */
+  float *conv1b; /* (32) */
+  float *conv2w; /* (64, 5, 5, 32) */
+  float *conv2b; /* (64) */
+  float *fc1w;   /* (512, 3136) */
+  float *fc1b;   /* (512) */
+  float *fc2w;   /* (10, 512) */
+  float *fc2b;   /* (10) */
+} cnn_params_t;
+
+typedef struct {
+  float *cols1;  /* (B*28*28, 5*5*1) im2col of the input */
+  float *c1;     /* (B, 28, 28, 32) conv1 + ReLU */
+  float *p1;     /* (B, 14, 14, 32) */
+  int32_t *arg1; /* (B, 14, 14, 32) */
+  float *cols2;  /* (B*14*14, 5*5*32) */
+  float *c2;     /* (B, 14, 14, 64) conv2 + ReLU */
+  float *p2;     /* (B, 7, 7, 64) = (B, 3136) flattened in NHWC order */
+  int32_t *arg2; /* (B, 7, 7, 64) */
+  float *f1;     /* (B, 512) fc1 + ReLU */
+  float *dcols2, *dc1, *dp1, *dc2, *dp2, *df1;
+} cnn_acts_t;
+
+/* Called by backward once a parameter tensor's gradient is final for this micro-step; the
+ * data-parallel layer starts a bucket's all-reduce when all its tensors are in. */
+typedef void (*grad_ready_fn)(void *ctx, int tensor);
+
+typedef struct model {
+  model_kind_t kind;
+  int max_batch;
+  int ntensors;
+  param_tensor_t tensors[MODEL_MAX_TENSORS]; /* in forward order */
+  size_t nparams;
+  float *params; /* (nparams) every tensor, in forward order */
+  float *grads;  /* (nparams) same layout */
+  union {
+    mlp_params_t mlp;
+    cnn_params_t cnn;
+  } p, g;
+  union {
+    mlp_acts_t mlp;
+    cnn_acts_t cnn;
+  } a;
+  const float *x; /* (B, 784) the input of the last forward */
+  float *logits;  /* (B, 10) */
+  float *probs;   /* (B, 10) */
+  float *losses;  /* (B) */
+  float *dlogits; /* (B, 10) */
+  void *act_arena;
+  grad_ready_fn on_grad;
+  void *on_grad_ctx;
+} model_t;
+
+int model_parse(const char *name, model_kind_t *kind);
+const char *model_name(model_kind_t kind);
+
+/* Allocates parameters, gradients and activations for batches of up to max_batch. */
+int model_create(model_t *m, model_kind_t kind, int max_batch);
+void model_free(model_t *m);
+
+/* PyTorch's default initialization: weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+ * tensor t drawn from the stream (seed, RNG_INIT, t). */
+void model_init_params(model_t *m, uint64_t seed);
+
+/* x (B, 784) normalized images, y (B) labels -> logits, probs, losses (B). */
+void model_forward(model_t *m, const float *x, const uint8_t *y, int B);
+/* Accumulates into grads the gradient of scale * sum(losses); call after model_forward. */
+void model_backward(model_t *m, const uint8_t *y, int B, float scale);
+void model_zero_grad(model_t *m);
+
+/* Sum of losses and number of correct predictions of the last forward. */
+void model_score(const model_t *m, const uint8_t *y, int B, double *loss_sum, int *correct);
+
+#endif /* TRAINER_MODEL_H_ */
