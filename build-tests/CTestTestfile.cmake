@@ -5,5 +5,6 @@
 # This file includes the relevant testing commands required for 
 # testing this directory and lists subdirectories to be tested as well.
 subdirs("tools")
+subdirs("trainer")
 subdirs("perf")
 subdirs("tests")

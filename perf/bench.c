@@ -23,12 +23,20 @@ static void bench_usage(const char *prog, int status) {
           "  -i, --stepbytes <n>      additive step when -f is not > 1 (1M)\n"
           "  -f, --stepfactor <n>     multiplicative step (1 = use -i)\n"
           "  -n, --iters <n>          timed iterations per size (20)\n"
-          "  -w, --warmup_iters <n>   warm-up iterations at the smallest and largest size (5)\n"
-          "  -c, --check <0|1>        check every result against the closed form (1)\n"
-          "  -o, --op <op>            sum|prod|min|max|avg|all (sum)\n"
+          "  -w, --warmup_iters <n>   warm-up iterations at the largest and smallest size (5)\n"
+          "  -m, --agg_iters <n>      calls per timed iteration, aggregated in one group (1)\n"
+          "  -c, --check <n>          checked calls per size, each against the closed form (1)\n"
+          "  -o, --op <op>            sum|prod|max|min|avg|all (sum)\n"
           "  -d, --datatype <type>    int8|uint8|int32|uint32|int64|uint64|half|float|double|\n"
           "                           bfloat16|f8e4m3|f8e5m2|all (float)\n"
-          "  -r, --root <rank>        root of rooted collectives (0)\n"
+          "  -r, --root <rank|all>    root of rooted collectives; all = every rank in turn (0)\n"
+          "  -a, --average <0-3>      time reported across ranks: 0 rank 0, 1 mean, 2 min,\n"
+          "                           3 max (1)\n"
+          "  -T, --timeout <s>        abort the run if a call has not returned after s seconds\n"
+          "                           (0 = never)\n"
+          "  -J, --json <file>        also write the results as JSON (rank 0)\n"
+          "  -t, --nthreads <n>       threads per process: only 1 (one rank per process)\n"
+          "  -g, --ngpus <n>          GPUs per thread: only 1\n"
           "  -z, --blocking <0|1>     accepted for nccl-tests compatibility; host calls block\n"
           "      --iter-bytes <n>     tutti extension: at each size run iter-bytes/size\n"
           "                           iterations, at least %d and at most -n\n"
@@ -91,12 +99,16 @@ static void bench_defaults(bench_opts_t *o) {
   o->step_factor = 1;
   o->iters = 20;
   o->warmup = 5;
+  o->agg_iters = 1;
   o->check = 1;
+  o->average = BENCH_AVG_MEAN;
+  o->nthreads = 1;
+  o->ngpus = 1;
   o->type_arg = "float";
   o->op_arg = "sum";
 }
 
-enum { BENCH_OPT_ITER_BYTES = 1000 };
+enum { BENCH_OPT_ITER_BYTES = 1000, BENCH_OPT_COLL };
 
 static const struct option bench_long_opts[] = {
     {"minbytes", required_argument, NULL, 'b'},
@@ -105,69 +117,93 @@ static const struct option bench_long_opts[] = {
     {"stepfactor", required_argument, NULL, 'f'},
     {"iters", required_argument, NULL, 'n'},
     {"warmup_iters", required_argument, NULL, 'w'},
+    {"agg_iters", required_argument, NULL, 'm'},
     {"check", required_argument, NULL, 'c'},
     {"op", required_argument, NULL, 'o'},
     {"datatype", required_argument, NULL, 'd'},
     {"root", required_argument, NULL, 'r'},
+    {"average", required_argument, NULL, 'a'},
+    {"timeout", required_argument, NULL, 'T'},
+    {"json", required_argument, NULL, 'J'},
+    {"nthreads", required_argument, NULL, 't'},
+    {"ngpus", required_argument, NULL, 'g'},
     {"blocking", required_argument, NULL, 'z'},
     {"help", no_argument, NULL, 'h'},
     {"iter-bytes", required_argument, NULL, BENCH_OPT_ITER_BYTES},
+    {"coll", required_argument, NULL, BENCH_OPT_COLL},
     {NULL, 0, NULL, 0}};
 
-static void bench_apply(int c, const char *arg, const char *prog, bench_opts_t *o) {
+static int bench_root_arg(const char *prog, const char *s) {
+  return strcmp(s, "all") == 0 ? BENCH_ROOT_ALL : bench_int_arg(prog, "-r", s, 0);
+}
+
+/* Options that only measure differently (sizes, iterations, output). */
+static int bench_apply_measure(int c, const char *arg, const char *prog, bench_opts_t *o) {
   switch (c) {
-    case 'b':
-      o->min_bytes = bench_bytes_arg(prog, "-b", arg);
-      break;
-    case 'e':
-      o->max_bytes = bench_bytes_arg(prog, "-e", arg);
-      break;
-    case 'i':
-      o->step_bytes = bench_bytes_arg(prog, "-i", arg);
-      break;
-    case 'f':
-      o->step_factor = bench_int_arg(prog, "-f", arg, 1);
-      break;
-    case 'n':
-      o->iters = bench_int_arg(prog, "-n", arg, 1);
-      break;
-    case 'w':
-      o->warmup = bench_int_arg(prog, "-w", arg, 0);
-      break;
-    case 'c':
-      o->check = bench_int_arg(prog, "-c", arg, 0) != 0;
-      break;
-    case 'o':
-      o->op_arg = arg;
-      break;
-    case 'd':
-      o->type_arg = arg;
-      break;
-    case 'r':
-      o->root = bench_int_arg(prog, "-r", arg, 0);
-      break;
-    case 'z':
-      o->blocking = bench_int_arg(prog, "-z", arg, 0) != 0;
-      break;
-    case BENCH_OPT_ITER_BYTES:
-      o->iter_bytes = bench_bytes_arg(prog, "--iter-bytes", arg);
-      break;
-    case 'h':
-      bench_usage(prog, 0);
-      break;
-    default:
-      bench_usage(prog, 2);
+    case 'b': o->min_bytes = bench_bytes_arg(prog, "-b", arg); return 1;
+    case 'e': o->max_bytes = bench_bytes_arg(prog, "-e", arg); return 1;
+    case 'i': o->step_bytes = bench_bytes_arg(prog, "-i", arg); return 1;
+    case 'f': o->step_factor = bench_int_arg(prog, "-f", arg, 1); return 1;
+    case 'n': o->iters = bench_int_arg(prog, "-n", arg, 1); return 1;
+    case 'w': o->warmup = bench_int_arg(prog, "-w", arg, 0); return 1;
+    case 'm': o->agg_iters = bench_int_arg(prog, "-m", arg, 1); return 1;
+    case 'a': o->average = bench_int_arg(prog, "-a", arg, 0); return 1;
+    case 'T': o->timeout_s = bench_int_arg(prog, "-T", arg, 0); return 1;
+    case 'J': o->json_path = arg; return 1;
+    case BENCH_OPT_ITER_BYTES: o->iter_bytes = bench_bytes_arg(prog, "--iter-bytes", arg); return 1;
+    default: return 0;
+  }
+}
+
+static void bench_apply(int c, const char *arg, const char *prog, bench_opts_t *o) {
+  if (bench_apply_measure(c, arg, prog, o)) return;
+  switch (c) {
+    case 'c': o->check = bench_int_arg(prog, "-c", arg, 0); break;
+    case 'o': o->op_arg = arg; break;
+    case 'd': o->type_arg = arg; break;
+    case 'r': o->root = bench_root_arg(prog, arg); break;
+    case 't': o->nthreads = bench_int_arg(prog, "-t", arg, 0); break;
+    case 'g': o->ngpus = bench_int_arg(prog, "-g", arg, 0); break;
+    case 'z': o->blocking = bench_int_arg(prog, "-z", arg, 0) != 0; break;
+    case BENCH_OPT_COLL: o->coll_arg = arg; break;
+    case 'h': bench_usage(prog, 0); break;
+    default: bench_usage(prog, 2);
+  }
+}
+
+/* -t and -g exist for nccl-tests' command lines; a process here drives exactly one rank. */
+static void bench_check_threads(const char *prog, const bench_opts_t *o) {
+  if (o->nthreads != 1) {
+    fprintf(stderr,
+            "%s: -t %d: only 1 thread per process is supported (each process is one rank); "
+            "start more ranks instead (tutti-run -n N, mpirun -np N)\n",
+            prog, o->nthreads);
+    exit(2);
+  }
+  if (o->ngpus != 1) {
+    fprintf(stderr,
+            "%s: -g %d: only 1 GPU per thread is supported (each process is one rank with one "
+            "buffer); start more ranks instead (tutti-run -n N, mpirun -np N)\n",
+            prog, o->ngpus);
+    exit(2);
   }
 }
 
 void bench_parse(int argc, char **argv, const char *prog, bench_opts_t *o) {
   bench_defaults(o);
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:o:d:r:z:h", bench_long_opts, NULL)) != -1)
+  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:o:d:r:a:T:J:t:g:z:h", bench_long_opts,
+                          NULL)) != -1)
     bench_apply(c, optarg, prog, o);
   if (optind < argc) {
     fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
     bench_usage(prog, 2);
+  }
+  bench_check_threads(prog, o);
+  if (o->average > BENCH_AVG_MAX) {
+    fprintf(stderr, "%s: -a takes 0 (rank 0), 1 (mean), 2 (min) or 3 (max), not %d\n", prog,
+            o->average);
+    exit(2);
   }
   if (o->min_bytes > o->max_bytes) {
     fprintf(stderr, "%s: minbytes (%zu) is larger than maxbytes (%zu)\n", prog, o->min_bytes,
@@ -178,6 +214,11 @@ void bench_parse(int argc, char **argv, const char *prog, bench_opts_t *o) {
     fprintf(stderr, "%s: stepbytes must be > 0 when the step factor is 1\n", prog);
     exit(2);
   }
+}
+
+const char *bench_average_name(int average) {
+  static const char *const names[] = {"rank0", "mean", "min", "max"};
+  return average >= 0 && average <= BENCH_AVG_MAX ? names[average] : "?";
 }
 
 size_t bench_next_size(const bench_opts_t *o, size_t bytes) {
@@ -236,11 +277,12 @@ void bench_print_header(const bench_opts_t *o) {
     printf("step: %d(factor)", o->step_factor);
   else
     printf("step: %zu(bytes)", o->step_bytes);
-  printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n", o->warmup, o->iters,
-         o->check);
+  printf(" warmup iters: %d iters: %d agg iters: %d validation: %d graph: 0\n", o->warmup,
+         o->iters, o->agg_iters, o->check);
   if (o->iter_bytes)
     printf("# iterations per size: min(%d, max(%d, %zu / size))\n", o->iters,
            BENCH_MIN_SCALED_ITERS, o->iter_bytes);
+  printf("# time across ranks: %s (-a %d)\n", bench_average_name(o->average), o->average);
   printf("#\n# Using devices\n");
 }
 
@@ -248,30 +290,34 @@ void bench_print_rank(int rank, long pid, const char *host) {
   printf("#  Rank %2d Group  0 Pid %6ld on %10s device  0 [host]\n", rank, pid, host);
 }
 
+/* nccl-tests' three header lines, character for character. */
 void bench_print_table_header(void) {
   printf("#\n");
-  /* centred over their 32-column halves, which start at columns 52 and 84 */
-  printf("#%61s%s%22s%s\n", "", "out-of-place", "", "in-place");
+  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+         "", "", "", "", "");
   printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
          "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
          "#wrong");
-  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "(B)", "(elements)",
-         "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+static void bench_format_time(char *out, size_t len, double time_us) {
+  if (time_us >= 10000.0)
+    snprintf(out, len, "%7.0f", time_us);
+  else if (time_us >= 100.0)
+    snprintf(out, len, "%7.1f", time_us);
+  else
+    snprintf(out, len, "%7.2f", time_us);
 }
 
 static void bench_print_half(const bench_result_t *r) {
-  char time[32], wrong[32];
-  if (r->time_us >= 10000.0)
-    snprintf(time, sizeof(time), "%7.0f", r->time_us);
-  else if (r->time_us >= 100.0)
-    snprintf(time, sizeof(time), "%7.1f", r->time_us);
-  else
-    snprintf(time, sizeof(time), "%7.2f", r->time_us);
+  char time[32];
+  bench_format_time(time, sizeof(time), r->time_us);
   if (r->wrong < 0)
-    snprintf(wrong, sizeof(wrong), "%5s", "N/A");
+    printf("  %7s  %6.2f  %6.2f  %5s", time, r->algbw, r->busbw, "N/A");
   else
-    snprintf(wrong, sizeof(wrong), "%5.0f", r->wrong);
-  printf("  %7s  %6.2f  %6.2f  %5s", time, r->algbw, r->busbw, wrong);
+    printf("  %7s  %6.2f  %6.2f  %5g", time, r->algbw, r->busbw, r->wrong);
 }
 
 void bench_print_row(size_t bytes, size_t count, const char *type, const char *op, int root,
@@ -283,8 +329,126 @@ void bench_print_row(size_t bytes, size_t count, const char *type, const char *o
   fflush(stdout);
 }
 
-void bench_print_footer(double wrong_total, double avg_busbw) {
-  printf("# Out of bounds values : %.0f %s\n", wrong_total, wrong_total > 0 ? "FAILED" : "OK");
+void bench_print_footer(int results_wrong, double avg_busbw) {
+  printf("# Out of bounds values : %d %s\n", results_wrong, results_wrong > 0 ? "FAILED" : "OK");
   printf("# Avg bus bandwidth    : %g \n#\n", avg_busbw);
   fflush(stdout);
+}
+
+/* ---- JSON ---- */
+
+struct bench_json {
+  FILE *f;
+  int rows;
+};
+
+/* Writes s as a JSON string (the names written here are plain ASCII; anything else escaped). */
+static void bench_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; s && *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20 || ch >= 0x7f)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void bench_json_options(FILE *f, const bench_opts_t *o) {
+  fprintf(f,
+          "  \"options\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
+          "\"stepfactor\": %d, \"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, "
+          "\"check\": %d, \"average\": %d, \"timeout\": %d, \"iter_bytes\": %zu, \"datatype\": ",
+          o->min_bytes, o->max_bytes, o->step_bytes, o->step_factor, o->iters, o->warmup,
+          o->agg_iters, o->check, o->average, o->timeout_s, o->iter_bytes);
+  bench_json_str(f, o->type_arg);
+  fprintf(f, ", \"op\": ");
+  bench_json_str(f, o->op_arg);
+  if (o->root == BENCH_ROOT_ALL)
+    fprintf(f, ", \"root\": \"all\"},\n");
+  else
+    fprintf(f, ", \"root\": %d},\n", o->root);
+}
+
+static void bench_json_env(FILE *f) {
+  char load[128] = "";
+  FILE *l = fopen("/proc/loadavg", "r");
+  if (l) {
+    if (!fgets(load, sizeof(load), l)) load[0] = '\0';
+    fclose(l);
+  }
+  load[strcspn(load, "\n")] = '\0';
+  char when[64] = "";
+  time_t now = time(NULL);
+  struct tm tm;
+  if (gmtime_r(&now, &tm)) strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  fprintf(f, "  \"loadavg\": ");
+  bench_json_str(f, load);
+  fprintf(f, ",\n  \"started\": ");
+  bench_json_str(f, when);
+  fprintf(f, ",\n  \"cpus\": %ld,\n", sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+bench_json_t *bench_json_open(const bench_opts_t *o, const char *tool, const char *collective,
+                              const char *library, int nranks, const char *const *hosts) {
+  bench_json_t *j = calloc(1, sizeof(*j));
+  if (!j || !(j->f = fopen(o->json_path, "w"))) {
+    fprintf(stderr, "%s: cannot write the JSON results to '%s'\n", tool, o->json_path);
+    exit(2);
+  }
+  FILE *f = j->f;
+  fprintf(f, "{\n  \"tool\": ");
+  bench_json_str(f, tool);
+  fprintf(f, ",\n  \"collective\": ");
+  bench_json_str(f, collective);
+  fprintf(f, ",\n  \"library\": ");
+  bench_json_str(f, library);
+  fprintf(f, ",\n  \"nranks\": %d,\n  \"hosts\": [", nranks);
+  for (int r = 0; r < nranks; r++) {
+    if (r) fputs(", ", f);
+    bench_json_str(f, hosts[r]);
+  }
+  fprintf(f, "],\n");
+  bench_json_env(f);
+  bench_json_options(f, o);
+  fprintf(f, "  \"results\": [");
+  fflush(f);
+  return j;
+}
+
+static void bench_json_half(FILE *f, const char *name, const bench_result_t *r) {
+  fprintf(f, "\"%s\": {\"time_us\": %.6g, \"algbw\": %.6g, \"busbw\": %.6g, \"wrong\": ", name,
+          r->time_us, r->algbw, r->busbw);
+  if (r->wrong < 0)
+    fputs("null}", f);
+  else
+    fprintf(f, "%.0f}", r->wrong);
+}
+
+void bench_json_row(bench_json_t *j, size_t bytes, size_t count, const char *type, const char *op,
+                    int root, const bench_result_t *out_of_place, const bench_result_t *in_place) {
+  if (!j) return;
+  FILE *f = j->f;
+  fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": ", j->rows++ ? "," : "", bytes,
+          count);
+  bench_json_str(f, type);
+  fprintf(f, ", \"redop\": ");
+  bench_json_str(f, op);
+  fprintf(f, ", \"root\": %d, ", root);
+  bench_json_half(f, "out_of_place", out_of_place);
+  fputs(", ", f);
+  bench_json_half(f, "in_place", in_place);
+  fputc('}', f);
+  fflush(f);
+}
+
+void bench_json_close(bench_json_t *j, int results_wrong, double avg_busbw) {
+  if (!j) return;
+  fprintf(j->f, "\n  ],\n  \"results_wrong\": %d,\n  \"avg_busbw\": %.6g\n}\n", results_wrong,
+          avg_busbw);
+  fclose(j->f);
+  free(j);
 }

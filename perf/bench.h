@@ -9,19 +9,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define BENCH_ROOT_ALL (-1) /* -r all: every rank in turn */
+
 typedef struct bench_opts {
-  size_t min_bytes;     /* -b */
-  size_t max_bytes;     /* -e */
-  size_t step_bytes;    /* -i, used when step_factor <= 1 */
-  int step_factor;      /* -f */
-  int iters;            /* -n */
-  int warmup;           /* -w */
-  int check;            /* -c */
-  int blocking;         /* -z: accepted, host calls are always blocking */
-  int root;             /* -r, for rooted collectives */
-  const char *type_arg; /* -d, a name or "all" */
-  const char *op_arg;   /* -o, a name or "all" */
-  size_t iter_bytes;    /* --iter-bytes (tutti extension): 0 = -n at every size */
+  size_t min_bytes;      /* -b */
+  size_t max_bytes;      /* -e */
+  size_t step_bytes;     /* -i, used when step_factor <= 1 */
+  int step_factor;       /* -f */
+  int iters;             /* -n */
+  int warmup;            /* -w */
+  int agg_iters;         /* -m: calls per timed iteration, aggregated in one group */
+  int check;             /* -c: checked calls per size (0: no check) */
+  int blocking;          /* -z: accepted, host calls are always blocking */
+  int root;              /* -r, for rooted collectives; BENCH_ROOT_ALL for "all" */
+  int average;           /* -a: time across ranks, 0 rank 0, 1 mean, 2 min, 3 max */
+  int timeout_s;         /* -T: a call that has not returned after this long aborts the run */
+  int nthreads, ngpus;   /* -t, -g: only 1 (one rank per process, host buffers) */
+  const char *json_path; /* -J: results as JSON, written by rank 0 */
+  const char *type_arg;  /* -d, a name or "all" */
+  const char *op_arg;    /* -o, a name or "all" */
+  const char *coll_arg;  /* --coll: which collective a peer program (MPI, Gloo) measures */
+  size_t iter_bytes;     /* --iter-bytes (tutti extension): 0 = -n at every size */
 } bench_opts_t;
 
 /* Parses argv into *o (defaults as in nccl-tests). Prints usage and exits on -h or on an error;
@@ -35,6 +43,10 @@ int bench_parse_bytes(const char *s, size_t *bytes);
  * max_bytes:  for (s = o->min_bytes; s != BENCH_END; s = bench_next_size(o, s)) */
 #define BENCH_END ((size_t)-1)
 size_t bench_next_size(const bench_opts_t *o, size_t bytes);
+
+/* The -a modes, nccl-tests' numbering; bench_average_name(2) == "min". */
+enum { BENCH_AVG_RANK0 = 0, BENCH_AVG_MEAN = 1, BENCH_AVG_MIN = 2, BENCH_AVG_MAX = 3 };
+const char *bench_average_name(int average);
 
 /* Timed iterations at a size: -n, or with --iter-bytes, iter_bytes / bytes clamped to
  * [BENCH_MIN_SCALED_ITERS, -n]. Every rank computes the same number. */
@@ -68,8 +80,24 @@ typedef struct bench_result {
 
 void bench_print_row(size_t bytes, size_t count, const char *type, const char *op, int root,
                      const bench_result_t *out_of_place, const bench_result_t *in_place);
-/* "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth    : X". */
-void bench_print_footer(double wrong_total, double avg_busbw);
+/* "# Out of bounds values : N OK|FAILED" (N: results with a wrong element, as nccl-tests
+ * counts them) and "# Avg bus bandwidth    : X". */
+void bench_print_footer(int results_wrong, double avg_busbw);
+
+/* ---- JSON results (-J), written by rank 0 as the rows are printed ----
+ * {"tool", "collective", "library", "nranks", "hosts", "loadavg", "started", "options",
+ *  "results": [{"size", "count", "type", "redop", "root",
+ *               "out_of_place": {"time_us", "algbw", "busbw", "wrong"}, "in_place": {...}}],
+ *  "results_wrong", "avg_busbw"}
+ * "wrong" is null where the row prints N/A. perf/compare and perf/plot read this format. */
+typedef struct bench_json bench_json_t;
+/* Opens path and writes the header; hosts[r] is rank r's host name. Exits 2 if path cannot be
+ * created. */
+bench_json_t *bench_json_open(const bench_opts_t *o, const char *tool, const char *collective,
+                              const char *library, int nranks, const char *const *hosts);
+void bench_json_row(bench_json_t *j, size_t bytes, size_t count, const char *type, const char *op,
+                    int root, const bench_result_t *out_of_place, const bench_result_t *in_place);
+void bench_json_close(bench_json_t *j, int results_wrong, double avg_busbw);
 
 /* Fixed-size record each rank contributes so that rank 0 can print every rank's line. */
 #define BENCH_HOST_LEN 56

@@ -141,6 +141,26 @@ static void sock_tune(int s) {
   setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+void sock_set_data_options(int fd, int buf_bytes, int64_t timeout_ms) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (buf_bytes > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof(buf_bytes));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof(buf_bytes));
+  }
+  if (timeout_ms <= 0) return;
+  /* Idle sockets: a first probe after a third of the timeout, then every sixth; unacked data:
+   * TCP_USER_TIMEOUT. Together they bound how long a dead link stays unnoticed. */
+  int idle = (int)TUTTI_MAX(timeout_ms / 3000, 1), intvl = (int)TUTTI_MAX(timeout_ms / 6000, 1);
+  int cnt = 3;
+  unsigned int user_timeout = (unsigned int)TUTTI_MIN(timeout_ms, (int64_t)UINT32_MAX);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+}
+
 ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd) {
   char buf[80];
   uint64_t deadline = tutti_time_ns() + (uint64_t)timeout_ms * 1000000ull;

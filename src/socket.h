@@ -25,6 +25,10 @@ ncclResult_t sock_listen(sock_addr_t *addr, int *fd); /* binds addr (port 0 = an
 ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd);
 /* Accepts one connection within timeout_ms (<0: forever); *fd = -1 on timeout. */
 ncclResult_t sock_accept(int listen_fd, int timeout_ms, int *fd);
+/* Options for a long-lived data socket (tcp transport): TCP_NODELAY; SO_SNDBUF/SO_RCVBUF of
+ * buf_bytes each when > 0 (0 keeps the kernel's autotuning); when timeout_ms > 0, keepalive
+ * probes and TCP_USER_TIMEOUT so that a peer cut off for timeout_ms turns into ETIMEDOUT. */
+void sock_set_data_options(int fd, int buf_bytes, int64_t timeout_ms);
 /* Sends/receives exactly len bytes, each wait bounded by timeout_ms; a closed peer is an error. */
 ncclResult_t sock_send_all(int fd, const void *buf, size_t len, int timeout_ms);
 ncclResult_t sock_recv_all(int fd, void *buf, size_t len, int timeout_ms);

@@ -264,8 +264,8 @@ void run_threads(int n, const Body &body, const Options &opt, void *shared, RunR
   for (int r = 0; r < n; r++) {
     RankResult &rr = res->ranks[r];
     rr.rank = r, rr.pid = getpid(), rr.exit_code = 0, rr.timed_out = timed_out[r];
-    if (comms[r] != nullptr && !aborted[r]) {
-      ncclResult_t d = ncclCommDestroy(comms[r]);
+    if (ctxs[r].comm != nullptr && !aborted[r]) {  // the body may have destroyed it (nullptr)
+      ncclResult_t d = ncclCommDestroy(ctxs[r].comm);
       if (d != ncclSuccess) ctxs[r].fail("ncclCommDestroy returned %d: %s", (int)d, ncclGetLastError(nullptr));
     }
     rr.failures = ctxs[r].failures;
@@ -332,7 +332,9 @@ bool expect_ranks_ok(const RunResult &r, const std::string &what) {
 
 bool run_ranks_ok(Mode mode, int nranks, const Body &body, const Options &opt,
                   const std::string &what) {
-  return expect_ranks_ok(run_ranks(mode, nranks, body, opt), what);
+  RunResult r = run_ranks(mode, nranks, body, opt);
+  if (getenv("TUTTI_TEST_VERBOSE")) fprintf(stderr, "  [%s: %s]\n", what.c_str(), r.describe().c_str());
+  return expect_ranks_ok(r, what);
 }
 
 uint64_t hash_bytes(const void *p, size_t n) {
@@ -760,6 +762,12 @@ bool CaseRun::comm_broken() const {
   return rc_ != ncclSuccess && (ncclCommGetAsyncError(ctx_.comm, &async) != ncclSuccess || async != ncclSuccess);
 }
 
-bool run_case(RankCtx &ctx, const Case &c) { return CaseRun(ctx, c).run(); }
+bool run_case(RankCtx &ctx, const Case &c, bool *comm_broken) {
+  CaseRun run(ctx, c);
+  run.issue();
+  bool ok = run.verify();
+  if (comm_broken) *comm_broken = run.comm_broken();
+  return ok;
+}
 
 }  // namespace th

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -46,16 +46,6 @@ const Rep kReps[] = {
     {Coll::kReduceScatter, ncclBfloat16, Op::kSum}, {Coll::kAlltoAll, ncclInt32, Op::kSum},
     {Coll::kGather, ncclFloat64, Op::kSum},      {Coll::kScatter, ncclInt8, Op::kSum},
 };
-
-const Rep &rep_of(Coll c) {
-  for (const Rep &r : kReps)
-    if (r.coll == c) return r;
-  return kReps[0];
-}
-
-std::string param_name(Coll c, Mode m) {
-  return std::string(th::coll_name(c)) + (m == Mode::kProcs ? "_Procs" : "_Threads");
-}
 
 // Runs `cases` in order on ctx.comm; stops only if the communicator broke (a later call would
 // wait for peers that gave up). Returns the number of cases run.
@@ -341,89 +331,88 @@ TEST(SeveralComms, OneThreadDrivesAllRanksInAGroup) {
 }
 
 // Float sums of random inputs (not exact): every rank gets bitwise the same result, run after
-// run, and the result is the sum to within rounding.
+// run (two runs as processes, one as threads), and the result is the sum to within rounding.
+const int kPrintCases = 5;
 struct Fingerprints {
-  std::atomic<uint64_t> hash[3][8][6];  // [run][rank][case]
+  uint64_t hash[3][8][kPrintCases];  // [run][rank][case]; in memory shared with the children
 };
 
-void determinism_body(RankCtx &ctx, int run) {
-  Fingerprints *fp = static_cast<Fingerprints *>(ctx.shared);
-  const size_t counts[] = {1000, 300001};
+void determinism_body(RankCtx &ctx, uint64_t (*hash)[kPrintCases]) {
   int slot = 0;
   for (ncclDataType_t t : {ncclFloat32, ncclBfloat16}) {
-    for (size_t count : counts) {
-      std::vector<uint8_t> in(count * 4), out(count * 4, 0);
+    for (size_t count : {1000, 300001}) {  // one-shot and ring all-reduce
       size_t es = th::type_info(t).size;
-      double sum_abs_err_bound = 0;
+      std::vector<uint8_t> in(count * es), out(count * es, 0);
       std::vector<double> ref(count, 0.0);
       for (int p = 0; p < ctx.nranks; p++) {
         for (size_t j = 0; j < count; j++) {
-          uint64_t h = (j + 1) * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(p) * 0xc2b2ae3d27d4eb4full);
+          uint64_t h = (j + 1) * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(p + 1) * 0xc2b2ae3d27d4eb4full);
           h ^= h >> 29;
-          double v = (static_cast<double>(h % 2000001) - 1000000.0) / 999983.0;
+          double v = (static_cast<double>(h % 2000001) - 1000000.0) / 999983.0;  // in [-1, 1]
           uint8_t enc[4];
           th::encode_float(t, v, enc);
-          double exact = th::decode_float(t, enc);
-          ref[j] += exact;
+          ref[j] += th::decode_float(t, enc);
           if (p == ctx.rank) memcpy(&in[j * es], enc, es);
         }
       }
       NCCL_OK(ctx, ncclAllReduce(in.data(), out.data(), count, t, ncclSum, ctx.comm, nullptr));
-      double eps = t == ncclFloat32 ? 1.2e-7 : 7.9e-3;
-      sum_abs_err_bound = ctx.nranks * eps * ctx.nranks;  // |inputs| <= 1
+      // n - 1 additions of values <= n in magnitude, each rounded by at most half an ulp.
+      double eps = t == ncclFloat32 ? 0x1p-24 : 0x1p-8, bound = ctx.nranks * ctx.nranks * eps * 2;
       for (size_t j = 0; j < count; j++) {
         double got = th::decode_float(t, &out[j * es]);
-        RCHECK(ctx, std::fabs(got - ref[j]) <= sum_abs_err_bound, "%s count %zu: [%zu] = %g, sum is %g",
+        RCHECK(ctx, std::fabs(got - ref[j]) <= bound, "%s count %zu: [%zu] = %.9g, sum is %.9g",
                th::type_info(t).name, count, j, got, ref[j]);
       }
-      fp->hash[run][ctx.rank][slot++] = th::hash_bytes(out.data(), count * es);
+      hash[ctx.rank][slot++] = th::hash_bytes(out.data(), out.size());
     }
   }
-  // Reduce-scatter of the same kind, fingerprinted too.
-  const size_t k = 40001;
+  const size_t k = 40001;  // reduce-scatter of the same kind
   std::vector<float> in(k * ctx.nranks), out(k);
   for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(std::sin(i * 0.37 + ctx.rank * 1.3));
   NCCL_OK(ctx, ncclReduceScatter(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm, nullptr));
-  fp->hash[run][ctx.rank][slot++] = th::hash_bytes(out.data(), k * 4);
+  hash[ctx.rank][slot++] = th::hash_bytes(out.data(), k * 4);
 }
 
 TEST(Determinism, FloatSumsAreBitwiseIdenticalOnEveryRankAndRun) {
+  void *mem = mmap(nullptr, sizeof(Fingerprints), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  Fingerprints *fp = static_cast<Fingerprints *>(mem);
   for (int n : {3, 5}) {
-    th::Options opt;
-    opt.shared_bytes = sizeof(Fingerprints);
-    std::vector<std::vector<uint64_t>> runs;  // per run: hashes of [rank][case]
-    Fingerprints keep{};
+    memset(fp, 0, sizeof *fp);
     for (int run = 0; run < 3; run++) {
       Mode mode = run == 2 ? Mode::kThreads : Mode::kProcs;
-      opt.shared_bytes = sizeof(Fingerprints);
-      th::RunResult res;
-      auto body = [&, run](RankCtx &ctx) {
-        determinism_body(ctx, run);
-        if (ctx.rank == 0) memcpy(static_cast<void *>(&keep), ctx.shared, 0);  // keep lives in parent
-      };
-      // The fingerprints come back through the shared area; copy them out after each run.
-      Fingerprints *out = nullptr;
-      opt.while_running = nullptr;
-      res = th::run_ranks(mode, n, [&, run](RankCtx &ctx) {
-        determinism_body(ctx, run);
-        out = static_cast<Fingerprints *>(ctx.shared);
-        if (ctx.mode == Mode::kThreads || true) {
-          // nothing: the parent reads the area below via Options::while_running (procs) or
-          // directly (threads)
-        }
-      }, opt);
-      (void)body;
-      (void)out;
-      th::expect_ranks_ok(res, "determinism run " + std::to_string(run) + ", nranks " + std::to_string(n));
+      th::run_ranks_ok(mode, n, [&](RankCtx &ctx) { determinism_body(ctx, fp->hash[run]); },
+                       th::Options(), "run " + std::to_string(run) + ", nranks " + std::to_string(n));
     }
-    (void)keep;
-    (void)runs;
+    for (int c = 0; c < kPrintCases; c++) {
+      bool per_rank = c == kPrintCases - 1;  // reduce-scatter: each rank has its own block
+      for (int run = 0; run < 3; run++) {
+        for (int r = 0; r < n; r++) {
+          uint64_t want = fp->hash[0][per_rank ? r : 0][c];
+          EXPECT_NE(want, 0u) << "case " << c << " was not fingerprinted";
+          EXPECT_EQ(fp->hash[run][r][c], want) << "nranks " << n << " case " << c << ": run " << run
+                                               << " rank " << r << " differs from run 0 rank "
+                                               << (per_rank ? r : 0);
+        }
+      }
+    }
   }
+  munmap(mem, sizeof(Fingerprints));
 }
 
 #else  // TUTTI_COLL_MATRIX
 
 // ---------------------------------------------------------------- matrix
+
+const Rep &rep_of(Coll c) {
+  for (const Rep &r : kReps)
+    if (r.coll == c) return r;
+  return kReps[0];
+}
+
+std::string param_name(Coll c, Mode m) {
+  return std::string(th::coll_name(c)) + (m == Mode::kProcs ? "_Procs" : "_Threads");
+}
 
 class Matrix : public ::testing::TestWithParam<std::tuple<Coll, Mode>> {};
 

@@ -2,12 +2,19 @@
  * tutti-run: starts N ranks of a program on this host and supervises them.
  *
  *   tutti-run -n N [options] [--] prog args...
+ *   tutti-run --hosts h1:2,h2:2 [options] [--] prog args...    (the namespace test bed)
  *
  * The protocol (read by tuttiCommInitFromEnv): every rank gets TUTTI_RANK, TUTTI_NRANKS,
  * TUTTI_LOCAL_RANK, TUTTI_LOCAL_SIZE, TUTTI_ROOT_ADDR=127.0.0.1:PORT and TUTTI_SECRET (128
  * random bits as 32 lowercase hex digits). The launcher opens the root's listening socket
  * itself before any rank starts, so the port is known up front and no rank can connect before
  * the root listens; rank 0 alone inherits that socket, its number in TUTTI_ROOT_FD.
+ *
+ * --hosts places the ranks on the hosts of scripts/netns-cluster.sh, blocked (ranks 0..c1-1 on
+ * the first host, and so on; "h1,h2 -n 4" splits evenly): each rank enters the host's network
+ * namespace (/run/netns/<prefix><host>) and a new UTS namespace named after the host, exactly
+ * like `netns-cluster.sh exec`. The root's socket is then opened inside the first host and
+ * TUTTI_ROOT_ADDR is that host's own address, which every host can reach.
  *
  * Supervision: all ranks share one new process group (the first rank's pid), so one kill()
  * reaches them and anything they started. The launcher sleeps in poll() on a self-pipe fed by
@@ -21,10 +28,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <math.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,9 +58,20 @@
 #define RUN_EXIT_TIMEOUT 124
 #define RUN_EXIT_NOEXEC 127
 
+#define RUN_MAX_HOSTS 256
+
+typedef struct {
+  char name[48];
+  int count; /* ranks on this host; 0 until placed */
+} run_host_t;
+
 typedef struct {
   int nranks;
   int prefix;
+  int keep_going;          /* a failing rank does not stop the others */
+  run_host_t *hosts;       /* --hosts, NULL: this host */
+  int nhosts;
+  const char *netns_prefix;
   int print_settings;
   double timeout_s; /* 0: no timeout */
   char **prog_argv; /* NULL-terminated, points into argv */
@@ -128,6 +149,12 @@ static const char run_help[] =
     "  --timeout SEC     stop the job after SEC seconds (exit status 124)\n"
     "  -x VAR=VALUE      add VAR=VALUE to the ranks' environment (repeatable)\n"
     "  --print-settings  print the TUTTI_* and NCCL_* variables passed to the ranks\n"
+    "  --hosts LIST      run on the hosts of the namespace test bed (scripts/netns-cluster.sh):\n"
+    "                    \"h1:2,h2:2\" (ranks per host) or \"h1,h2\" with -n (split evenly);\n"
+    "                    ranks are placed in blocks, rank 0 on the first host\n"
+    "  --netns-prefix P  namespace prefix of the test bed (default $TUTTI_NETNS_PREFIX or tutti-)\n"
+    "  --keep-going      a failing rank does not stop the others: they must notice by\n"
+    "                    themselves (failure tests); the exit status is still the first failure's\n"
     "  -h, --help        show this help\n"
     "  --version         show the version\n"
     "\n"
@@ -194,6 +221,68 @@ static void add_extra_env(char *assignment) {
   if (putenv(assignment) != 0) die("putenv: %s", strerror(errno));
 }
 
+/* "h1:2,h2:2" or "h1,h2": host names (letters, digits, '.', '_', '-') with optional counts. */
+static void parse_hosts(const char *spec, run_options_t *o) {
+  o->hosts = calloc(RUN_MAX_HOSTS, sizeof *o->hosts);
+  if (o->hosts == NULL) die("out of memory");
+  o->nhosts = 0;
+  int with_counts = -1;
+  for (const char *p = spec; *p;) {
+    size_t len = strcspn(p, ",");
+    char item[96];
+    if (len == 0 || len >= sizeof item || o->nhosts == RUN_MAX_HOSTS)
+      usage_error("--hosts expects h1,h2 or h1:2,h2:2 (at most %d hosts), got '%s'", RUN_MAX_HOSTS, spec);
+    memcpy(item, p, len);
+    item[len] = '\0';
+    char *colon = strchr(item, ':');
+    run_host_t *h = &o->hosts[o->nhosts++];
+    if (colon) {
+      *colon = '\0';
+      h->count = parse_nranks(colon + 1);
+    }
+    if ((with_counts >= 0 && with_counts != (colon != NULL)))
+      usage_error("--hosts: give a rank count for every host or for none ('%s')", spec);
+    with_counts = colon != NULL;
+    if (item[0] == '\0' || strlen(item) >= sizeof h->name || strspn(item, "abcdefghijklmnopqrstuvwxyz"
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != strlen(item))
+      usage_error("--hosts: bad host name '%s'", item);
+    snprintf(h->name, sizeof h->name, "%s", item);
+    p += len + (p[len] == ',');
+  }
+  if (o->nhosts == 0) usage_error("--hosts: no host given");
+}
+
+/* Ranks per host: the given counts (which must add up to -n, if given), or -n split evenly. */
+static void place_ranks(run_options_t *o) {
+  int sum = 0;
+  for (int i = 0; i < o->nhosts; i++) sum += o->hosts[i].count;
+  if (sum > 0 && o->nranks > 0 && sum != o->nranks)
+    usage_error("--hosts places %d ranks but -n says %d", sum, o->nranks);
+  if (sum > RUN_MAX_RANKS) usage_error("--hosts places %d ranks, at most %d", sum, RUN_MAX_RANKS);
+  if (sum > 0) {
+    o->nranks = sum;
+    return;
+  }
+  if (o->nranks == 0) usage_error("--hosts without counts needs -n N");
+  for (int i = 0; i < o->nhosts; i++)
+    o->hosts[i].count = o->nranks / o->nhosts + (i < o->nranks % o->nhosts);
+  if (o->hosts[o->nhosts - 1].count == 0) usage_error("-n %d is fewer ranks than hosts", o->nranks);
+}
+
+/* Host index of rank r (blocked placement) and its rank and count on that host. */
+static int host_of_rank(const run_options_t *o, int r, int *local_rank) {
+  int first = 0;
+  for (int i = 0; i < o->nhosts; i++) {
+    if (r < first + o->hosts[i].count) {
+      *local_rank = r - first;
+      return i;
+    }
+    first += o->hosts[i].count;
+  }
+  *local_rank = r;
+  return -1;
+}
+
 /* Parses the option at argv[*i]; returns 0 if it is not one we know. */
 static int parse_option(int argc, char **argv, int *i, run_options_t *o) {
   const char *v = NULL;
@@ -207,6 +296,12 @@ static int parse_option(int argc, char **argv, int *i, run_options_t *o) {
     o->prefix = 1;
   } else if (match_option(argc, argv, i, "--print-settings", 0, &v)) {
     o->print_settings = 1;
+  } else if (match_option(argc, argv, i, "--hosts", 1, &v)) {
+    parse_hosts(v, o);
+  } else if (match_option(argc, argv, i, "--netns-prefix", 1, &v)) {
+    o->netns_prefix = v;
+  } else if (match_option(argc, argv, i, "--keep-going", 0, &v)) {
+    o->keep_going = 1;
   } else if (match_option(argc, argv, i, "-h", 0, &v) ||
              match_option(argc, argv, i, "--help", 0, &v)) {
     printf("%s%s", run_usage, run_help);
@@ -230,7 +325,10 @@ static void parse_args(int argc, char **argv, run_options_t *o) {
     if (argv[i][0] != '-' || argv[i][1] == '\0') break; /* the program */
     if (!parse_option(argc, argv, &i, o)) usage_error("unknown option '%s'", argv[i]);
   }
+  if (o->hosts) place_ranks(o);
   if (o->nranks == 0) usage_error("the rank count -n N is required");
+  if (!o->netns_prefix) o->netns_prefix = getenv("TUTTI_NETNS_PREFIX");
+  if (!o->netns_prefix || !*o->netns_prefix) o->netns_prefix = "tutti-";
   if (i >= argc) usage_error("no program given");
   o->prog_argv = argv + i;
 }
@@ -273,8 +371,9 @@ static void make_secret(char hex[33]) {
   for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
 }
 
-/* The root's listening socket on 127.0.0.1, any port. CLOEXEC: only rank 0 keeps it. */
-static int open_root_listener(int *port) {
+/* The root's listening socket on `ip` (127.0.0.1 or any), any port. CLOEXEC: only rank 0
+ * keeps it. */
+static int open_root_listener(int *port, in_addr_t ip) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) die("cannot create the root socket: %s", strerror(errno));
   int one = 1;
@@ -283,13 +382,63 @@ static int open_root_listener(int *port) {
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof sa);
   sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_addr.s_addr = htonl(ip);
   socklen_t len = sizeof sa;
   if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1024) != 0 ||
       getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
     die("cannot listen on 127.0.0.1: %s", strerror(errno));
   *port = ntohs(sa.sin_port);
   return fd;
+}
+
+/* ---------------------------------------------------------------- namespace test bed */
+
+static int open_host_netns(const run_options_t *o, const char *host) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "/run/netns/%s%s", o->netns_prefix, host);
+  return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* The root's socket inside the first host: enter its network namespace, listen on every
+ * address, advertise its first non-loopback IPv4 address, come back. */
+static int open_root_listener_in_host(const run_options_t *o, char *addr, size_t len) {
+  const char *host = o->hosts[0].name;
+  int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC), ns = open_host_netns(o, host);
+  if (self < 0 || ns < 0)
+    die("cannot open the network namespace of host %s (/run/netns/%s%s): %s; is the test bed up "
+        "(scripts/netns-cluster.sh up K) with the same prefix?", host, o->netns_prefix, host, strerror(errno));
+  if (setns(ns, CLONE_NEWNET) != 0) die("cannot enter host %s: %s (root needed)", host, strerror(errno));
+  int port, fd = open_root_listener(&port, INADDR_ANY);
+  struct ifaddrs *ifs = NULL, *ifa;
+  if (getifaddrs(&ifs) != 0) die("getifaddrs: %s", strerror(errno));
+  for (ifa = ifs; ifa; ifa = ifa->ifa_next)
+    if (ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET && (ifa->ifa_flags & IFF_UP) &&
+        !(ifa->ifa_flags & IFF_LOOPBACK))
+      break;
+  if (ifa == NULL) die("host %s has no IPv4 address", host);
+  char ip[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &((struct sockaddr_in *)ifa->ifa_addr)->sin_addr, ip, sizeof ip);
+  snprintf(addr, len, "%s:%d", ip, port);
+  freeifaddrs(ifs);
+  if (setns(self, CLONE_NEWNET) != 0) die("cannot return to our network namespace: %s", strerror(errno));
+  close(self);
+  close(ns);
+  for (int i = 1; i < o->nhosts; i++) { /* every host must exist before anything starts */
+    int f = open_host_netns(o, o->hosts[i].name);
+    if (f < 0) die("host %s: no namespace /run/netns/%s%s (is the test bed up?)", o->hosts[i].name,
+                   o->netns_prefix, o->hosts[i].name);
+    close(f);
+  }
+  return fd;
+}
+
+/* In a rank's child: become a process of `host` (network namespace + hostname). */
+static int enter_host(const run_options_t *o, const char *host) {
+  int fd = open_host_netns(o, host);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) return -1;
+  close(fd);
+  if (unshare(CLONE_NEWUTS) != 0 || sethostname(host, strlen(host)) != 0) return -1;
+  return 0;
 }
 
 static void set_env(const char *name, const char *value) {
@@ -306,9 +455,13 @@ static void set_env_int(const char *name, int value) {
  * each child after fork. They override any -x setting of the same name. */
 static void prepare_environment(run_job_t *job) {
   int port;
-  job->listen_fd = open_root_listener(&port);
-  char addr[32], secret[33];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  char addr[64], secret[33];
+  if (job->opt.hosts) {
+    job->listen_fd = open_root_listener_in_host(&job->opt, addr, sizeof addr);
+  } else {
+    job->listen_fd = open_root_listener(&port, INADDR_LOOPBACK);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  }
   make_secret(secret);
   set_env_int("TUTTI_NRANKS", job->opt.nranks);
   set_env_int("TUTTI_LOCAL_SIZE", job->opt.nranks);
@@ -447,6 +600,18 @@ static void child_exec(const run_job_t *job, int rank, int out_fd, int err_fd, i
   snprintf(num, sizeof num, "%d", rank);
   setenv("TUTTI_RANK", num, 1);
   setenv("TUTTI_LOCAL_RANK", num, 1);
+  if (job->opt.hosts) {
+    int local, h = host_of_rank(&job->opt, rank, &local);
+    if (enter_host(&job->opt, job->opt.hosts[h].name) != 0) {
+      fprintf(stderr, "tutti-run: rank %d cannot enter host %s: %s\n", rank, job->opt.hosts[h].name,
+              strerror(errno));
+      _exit(RUN_EXIT_NOEXEC);
+    }
+    snprintf(num, sizeof num, "%d", local);
+    setenv("TUTTI_LOCAL_RANK", num, 1);
+    snprintf(num, sizeof num, "%d", job->opt.hosts[h].count);
+    setenv("TUTTI_LOCAL_SIZE", num, 1);
+  }
   if (rank == 0) {
     fcntl(job->listen_fd, F_SETFD, 0); /* clear FD_CLOEXEC: rank 0 inherits the socket */
     snprintf(num, sizeof num, "%d", job->listen_fd);
@@ -624,6 +789,15 @@ static void rank_exited(run_job_t *job, int r, int status) {
   stream_drain(r, &rk->err);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
   if (job->stopping) return; /* an expected casualty of the shutdown */
+  if (job->opt.keep_going) { /* report it; the others find out by themselves */
+    if (job->exit_code == 0) job->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (WIFEXITED(status))
+      fprintf(stderr, "tutti-run: rank %d (pid %d) exited with status %d\n", r, (int)pid, WEXITSTATUS(status));
+    else
+      fprintf(stderr, "tutti-run: rank %d (pid %d) was killed by signal %d (%s)\n", r, (int)pid,
+              WTERMSIG(status), strsignal(WTERMSIG(status)));
+    return;
+  }
   if (WIFEXITED(status)) {
     fprintf(stderr, "tutti-run: rank %d (pid %d) exited with status %d\n", r, (int)pid,
             WEXITSTATUS(status));

@@ -7,11 +7,11 @@
 
 /* ---------------------------------------------------------------- linear */
 
-void linear_forward(float *out, const float *inp, const float *w, const float *b, int B, int I,
-                    int O) {
-  for (int r = 0; r < B; r++) memcpy(out + (long)r * O, b, (size_t)O * sizeof(float));
-  // out (B, O) += inp (B, I) . w^T (I, O)
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, O, I, 1.0f, inp, I, w, I, 1.0f, out, O);
+void linear_forward(float *out, const float *inp, const float *w, const float *b, int B, int IN,
+                    int OUT) {
+  for (int r = 0; r < B; r++) memcpy(out + (long)r * OUT, b, (size_t)OUT * sizeof(float));
+  // out (B, OUT) += inp (B, IN) . w^T (IN, OUT)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, inp, IN, w, IN, 1.0f, out, OUT);
 }
 
 /* db (n) += column sums of d (rows, n). */
@@ -23,14 +23,14 @@ static void add_column_sums(float *db, const float *d, long rows, int n) {
 }
 
 void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                     const float *w, int B, int I, int O) {
-  // dw (O, I) += dout^T (O, B) . inp (B, I)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, B, 1.0f, dout, O, inp, I, 1.0f, dw, I);
-  add_column_sums(db, dout, B, O);
-  // dinp (B, I) = dout (B, O) . w (O, I)
+                     const float *w, int B, int IN, int OUT) {
+  // dw (OUT, IN) += dout^T (OUT, B) . inp (B, IN)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, inp, IN, 1.0f, dw, IN);
+  add_column_sums(db, dout, B, OUT);
+  // dinp (B, IN) = dout (B, OUT) . w (OUT, IN)
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, I, O, 1.0f, dout, O, w, I, 0.0f,
-                dinp, I);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f,
+                dinp, IN);
 }
 
 /* ---------------------------------------------------------------- relu */

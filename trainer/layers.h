@@ -13,11 +13,11 @@
 
 #include <stdint.h>
 
-/* out (B, O) = inp (B, I) . w^T + b, with w (O, I) and b (O) as PyTorch's nn.Linear. */
-void linear_forward(float *out, const float *inp, const float *w, const float *b, int B, int I,
-                    int O);
+/* out (B, OUT) = inp (B, IN) . w^T + b, with w (OUT, IN) and b (OUT) as PyTorch's nn.Linear. */
+void linear_forward(float *out, const float *inp, const float *w, const float *b, int B, int IN,
+                    int OUT);
 void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                     const float *w, int B, int I, int O);
+                     const float *w, int B, int IN, int OUT);
 
 /* out = max(inp, 0), in place allowed. Backward uses the output: out > 0 iff inp > 0. */
 void relu_forward(float *out, const float *inp, long n);

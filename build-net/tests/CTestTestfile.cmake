@@ -7,3 +7,7 @@
 include("/work/main/build-net/tests/test_reduce[1]_include.cmake")
 include("/work/main/build-net/tests/test_launcher[1]_include.cmake")
 include("/work/main/build-net/tests/test_schedule[1]_include.cmake")
+include("/work/main/build-net/tests/test_collectives_quick[1]_include.cmake")
+include("/work/main/build-net/tests/test_collectives_matrix[1]_include.cmake")
+add_test([=[nccl_compat_app]=] "/work/main/build-net/bin/nccl_compat_app")
+set_tests_properties([=[nccl_compat_app]=] PROPERTIES  LABELS "quick" TIMEOUT "60" _BACKTRACE_TRIPLES "/work/main/tests/CMakeLists.txt;43;add_test;/work/main/tests/CMakeLists.txt;0;")

@@ -58,7 +58,7 @@ typedef enum { TOPO_NIC_IB = 0, TOPO_NIC_SOCKET = 1 } topo_nic_kind_t;
 #define TOPO_BUSID_CHARS 16  /* "0000:17:00.0" */
 #define TOPO_NAME_CHARS 32
 #define TOPO_SET_CHARS 256   /* hwloc list syntax "0-7,16-23" */
-#define TOPO_REASON_CHARS 320
+#define TOPO_REASON_CHARS 1024
 
 typedef struct topo_gpu_info {
   int index;                    /* GPUs are numbered in PCI bus id order (CUDA_DEVICE_ORDER) */

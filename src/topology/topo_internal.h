@@ -7,6 +7,10 @@
 
 #include "topology/topo.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TOPO_NVLINK_PEERS "NVLinkPeers"
 #define TOPO_LINK_SPEED "LinkSpeedMbps"
 #define TOPO_NVSWITCH "nvswitch"
@@ -38,6 +42,7 @@ ncclResult_t topo_nvlink_build(topo_t *t);
 
 /* topo_path.c */
 topo_path_t topo_path_objs(const topo_t *t, hwloc_obj_t a, hwloc_obj_t b);
+topo_path_t topo_path_nic_nic(const topo_t *t, int a, int b); /* for the printed matrix */
 /* NUMA node / package (os index) an I/O object is local to, -1 when unknown or several. */
 int topo_obj_numa(const topo_t *t, hwloc_obj_t o);
 int topo_obj_package(const topo_t *t, hwloc_obj_t o);
@@ -50,4 +55,7 @@ const char *topo_env(const char *name, char *which, size_t len);
 /* cpuset of the calling thread (live) or the whole machine (file), as a new bitmap. */
 hwloc_bitmap_t topo_current_cpuset(const topo_t *t);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* TUTTI_TOPO_INTERNAL_H_ */

@@ -1,13 +1,53 @@
 /* Picks a transport per peer (first in the table that can connect) and connects every pair.
- * Adding a transport = one file, one entry here, one CMake line. */
+ * Adding a transport = one file, one entry here, one CMake line.
+ *
+ * Order matters: shm for ranks on the same host (same host identity, TUTTI_SHM_DISABLE unset),
+ * tcp for everything else. After setup the FIFO geometry (smallest slot, largest safe chunk)
+ * is agreed by all ranks: schedules are cut into rounds of `chunk`, and a rank whose peers are
+ * all remote must cut them exactly as a rank with local peers does. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bootstrap.h"
 #include "comm.h"
 
-static const transport_t *const transports[] = {&shm_transport};
+static const transport_t *const transports[] = {&shm_transport, &tcp_transport};
 #define NTRANSPORTS (int)(sizeof(transports) / sizeof(transports[0]))
+
+/* Every rank takes the smallest slot and chunk of all ranks (0: a rank without peers), caps
+ * the chunk at half the shallowest FIFO counted in agreed slots (schedule.h: a ring can then
+ * never fill all its FIFOs) and gives every connection the agreed slot. */
+static ncclResult_t agree_geometry(ncclComm_t comm) {
+  int n = comm->nranks;
+  uint64_t depth = 0, *g = calloc(3 * (size_t)n, sizeof(uint64_t));
+  if (!g) return TUTTI_ERR(ncclSystemError, "out of memory");
+  for (int p = 0; p < n; p++)
+    for (int d = 0; d < 2; d++) {
+      const conn_t *c = d ? &comm->recv_conn[p] : &comm->send_conn[p];
+      if (c->transport && c->nslots > 0 && (!depth || (uint64_t)c->nslots < depth)) depth = c->nslots;
+    }
+  g[3 * comm->rank] = comm->slot_bytes;
+  g[3 * comm->rank + 1] = comm->chunk_bytes;
+  g[3 * comm->rank + 2] = depth;
+  ncclResult_t res = bootstrap_allgather(comm, g, 3 * sizeof(uint64_t));
+  uint64_t slot = 0, chunk = 0;
+  depth = 0;
+  for (int r = 0; res == ncclSuccess && r < n; r++) {
+    if (g[3 * r] && (!slot || g[3 * r] < slot)) slot = g[3 * r];
+    if (g[3 * r + 1] && (!chunk || g[3 * r + 1] < chunk)) chunk = g[3 * r + 1];
+    if (g[3 * r + 2] && (!depth || g[3 * r + 2] < depth)) depth = g[3 * r + 2];
+  }
+  free(g);
+  if (res != ncclSuccess) return res;
+  if (slot && depth && chunk > slot * (depth / 2)) chunk = slot * (depth / 2);
+  comm->slot_bytes = slot;
+  comm->chunk_bytes = chunk;
+  for (int p = 0; p < n; p++)
+    if (p != comm->rank) comm->send_conn[p].slot_bytes = comm->recv_conn[p].slot_bytes = slot;
+  INFO(SUB_INIT, "rank %d: FIFO geometry agreed by all ranks: slots of %llu bytes, chunks of %llu",
+       comm->rank, (unsigned long long)slot, (unsigned long long)chunk);
+  return ncclSuccess;
+}
 
 ncclResult_t transport_connect_all(ncclComm_t comm) {
   int n = comm->nranks, me = comm->rank;
@@ -25,12 +65,11 @@ ncclResult_t transport_connect_all(ncclComm_t comm) {
     for (int t = 0; t < NTRANSPORTS && p != me && choice[p] < 0; t++)
       if (transports[t]->can_connect(comm, p)) choice[p] = t;
     if (p != me && choice[p] < 0) {
-      res = TUTTI_ERR(ncclSystemError,
-                      "no transport can connect rank %d (host %s) to rank %d (host %s): shared "
-                      "memory needs the same host (TUTTI_SHM_DISABLE unset)",
-                      me, comm->peers[me].hostname, p, comm->peers[p].hostname);
+      res = TUTTI_ERR(ncclSystemError, "no transport can connect rank %d (host %s) to rank %d "
+                      "(host %s)", me, comm->peers[me].hostname, p, comm->peers[p].hostname);
       goto out;
     }
+    if (p != me) comm->send_conn[p].transport = comm->recv_conn[p].transport = transports[choice[p]];
   }
   for (int t = 0; t < NTRANSPORTS; t++) {
     const transport_t *tr = transports[t];
@@ -50,6 +89,7 @@ ncclResult_t transport_connect_all(ncclComm_t comm) {
     TUTTI_CHECK_GOTO(bootstrap_barrier(comm), res, out);
     TUTTI_CHECK_GOTO(tr->post_connect(comm), res, out);
   }
+  TUTTI_CHECK_GOTO(agree_geometry(comm), res, out);
 out:
   free(choice);
   free(blobs);
@@ -60,8 +100,10 @@ void transport_mark_failed(ncclComm_t comm) {
   for (int t = 0; t < NTRANSPORTS; t++) transports[t]->mark_failed(comm);
 }
 
+/* In reverse table order: tcp's helper threads may still report a failure (which marks every
+ * transport failed) until tcp_close has joined them, so shm must outlive them. */
 void transport_close_all(ncclComm_t comm) {
-  for (int t = 0; t < NTRANSPORTS; t++) transports[t]->close(comm);
+  for (int t = NTRANSPORTS - 1; t >= 0; t--) transports[t]->close(comm);
   free(comm->send_conn);
   free(comm->recv_conn);
   comm->send_conn = comm->recv_conn = NULL;

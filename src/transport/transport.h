@@ -1,5 +1,5 @@
 /* Transports: one file each behind one vtable; the communicator picks, per peer, the first
- * transport in the table whose can_connect says yes (same host -> shm; later ib, tcp).
+ * transport in the table whose can_connect says yes (same host -> shm; else tcp; later ib).
  *
  * Data path (slot-based, non-blocking; the engine owns all waiting):
  *   send_slot(conn)        -> pointer to the next free slot of the peer's FIFO, or NULL if full
@@ -7,10 +7,15 @@
  *   recv_slot(conn, &n)    -> pointer to the next filled slot from the peer, or NULL if none
  *   recv_done(conn)        -> gives the slot back to the sender
  *   peer_failed(conn)      -> nonzero once the peer is known dead or has aborted
- * Every slot holds up to conn->slot_bytes bytes; both ends of a connection agree on it.
+ * Every slot holds up to conn->slot_bytes bytes. The engine cuts a step into pieces of the
+ * smallest slot of the step's connections, so the pieces a sender cuts match the receiver's
+ * only if every connection of the communicator has the same slot_bytes: after setup,
+ * transport_connect_all sets it to the smallest slot of all ranks (transports' FIFOs may be
+ * larger; they just fill less of each slot) and the chunk to at most half the shallowest FIFO.
  *
  * Setup happens in three collective phases driven by transport_connect_all():
  *   setup(comm, blob)        create this rank's local resources; describe them in a blob
+ *                            (comm->send_conn[p].transport already names each peer's choice)
  *   connect(comm, peer, blob) attach to a peer's resources (after an allgather of blobs)
  *   post_connect(comm)       after a barrier: e.g. unlink names nobody needs any more
  */
@@ -24,8 +29,9 @@ struct ncclComm;
 typedef struct conn {
   const struct transport *transport;
   int peer;
-  size_t slot_bytes;
-  void *priv; /* transport's own state */
+  size_t slot_bytes; /* the communicator's agreed slot: every connection cuts the same pieces */
+  int nslots;        /* FIFO depth in slots (0: not reported); bounds the agreed chunk */
+  void *priv;        /* transport's own state */
 } conn_t;
 
 #define TRANSPORT_BLOB_BYTES 256
@@ -42,12 +48,16 @@ typedef struct transport {
   const void *(*recv_slot)(conn_t *conn, size_t *bytes);
   void (*recv_done)(conn_t *conn);
   int (*peer_failed)(conn_t *conn);
+  /* Optional (may be NULL): once peer_failed, what was seen ("connection reset by rank 3 on
+   * host h2", or the peer's own reason when it aborted), for the engine's error message. */
+  const char *(*failure_reason)(conn_t *conn);
   /* Tells peers this rank failed / aborted (sets a flag they poll). */
   void (*mark_failed)(struct ncclComm *comm);
   void (*close)(struct ncclComm *comm);
 } transport_t;
 
 extern const transport_t shm_transport;
+extern const transport_t tcp_transport;
 
 /* Picks a transport per peer and connects every pair (collective over the communicator). */
 ncclResult_t transport_connect_all(struct ncclComm *comm);

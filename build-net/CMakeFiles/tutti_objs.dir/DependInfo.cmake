@@ -14,6 +14,7 @@ set(CMAKE_DEPENDS_DEPENDENCY_FILES
   "/work/main/src/algos/ring.c" "CMakeFiles/tutti_objs.dir/src/algos/ring.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/algos/ring.c.o.d"
   "/work/main/src/algos/schedule.c" "CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o.d"
   "/work/main/src/bootstrap.c" "CMakeFiles/tutti_objs.dir/src/bootstrap.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/bootstrap.c.o.d"
+  "/work/main/src/copy.c" "CMakeFiles/tutti_objs.dir/src/copy.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/copy.c.o.d"
   "/work/main/src/debug.c" "CMakeFiles/tutti_objs.dir/src/debug.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/debug.c.o.d"
   "/work/main/src/engine.c" "CMakeFiles/tutti_objs.dir/src/engine.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/engine.c.o.d"
   "/work/main/src/enqueue.c" "CMakeFiles/tutti_objs.dir/src/enqueue.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/enqueue.c.o.d"
@@ -26,7 +27,14 @@ set(CMAKE_DEPENDS_DEPENDENCY_FILES
   "/work/main/src/socket.c" "CMakeFiles/tutti_objs.dir/src/socket.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/socket.c.o.d"
   "/work/main/src/split.c" "CMakeFiles/tutti_objs.dir/src/split.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/split.c.o.d"
   "/work/main/src/topology/host.c" "CMakeFiles/tutti_objs.dir/src/topology/host.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/topology/host.c.o.d"
+  "/work/main/src/topology/topo_decide.c" "CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o.d"
+  "/work/main/src/topology/topo_dump.c" "CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o.d"
+  "/work/main/src/topology/topo_load.c" "CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o.d"
+  "/work/main/src/topology/topo_nvml.c" "CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o.d"
+  "/work/main/src/topology/topo_path.c" "CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o.d"
+  "/work/main/src/topology/topo_ring.c" "CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o.d"
   "/work/main/src/transport/shm.c" "CMakeFiles/tutti_objs.dir/src/transport/shm.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/transport/shm.c.o.d"
+  "/work/main/src/transport/tcp.c" "CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o.d"
   "/work/main/src/transport/transport.c" "CMakeFiles/tutti_objs.dir/src/transport/transport.c.o" "gcc" "CMakeFiles/tutti_objs.dir/src/transport/transport.c.o.d"
   )
 

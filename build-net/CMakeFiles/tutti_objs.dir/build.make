@@ -125,10 +125,24 @@ CMakeFiles/tutti_objs.dir/src/reduce_simd.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/reduce_simd.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/reduce_simd.c -o CMakeFiles/tutti_objs.dir/src/reduce_simd.c.s
 
+CMakeFiles/tutti_objs.dir/src/copy.c.o: CMakeFiles/tutti_objs.dir/flags.make
+CMakeFiles/tutti_objs.dir/src/copy.c.o: /work/main/src/copy.c
+CMakeFiles/tutti_objs.dir/src/copy.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/tutti_objs.dir/src/copy.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/copy.c.o -MF CMakeFiles/tutti_objs.dir/src/copy.c.o.d -o CMakeFiles/tutti_objs.dir/src/copy.c.o -c /work/main/src/copy.c
+
+CMakeFiles/tutti_objs.dir/src/copy.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tutti_objs.dir/src/copy.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/copy.c > CMakeFiles/tutti_objs.dir/src/copy.c.i
+
+CMakeFiles/tutti_objs.dir/src/copy.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/copy.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/copy.c -o CMakeFiles/tutti_objs.dir/src/copy.c.s
+
 CMakeFiles/tutti_objs.dir/src/socket.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/socket.c.o: /work/main/src/socket.c
 CMakeFiles/tutti_objs.dir/src/socket.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/tutti_objs.dir/src/socket.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/tutti_objs.dir/src/socket.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/socket.c.o -MF CMakeFiles/tutti_objs.dir/src/socket.c.o.d -o CMakeFiles/tutti_objs.dir/src/socket.c.o -c /work/main/src/socket.c
 
 CMakeFiles/tutti_objs.dir/src/socket.c.i: cmake_force
@@ -142,7 +156,7 @@ CMakeFiles/tutti_objs.dir/src/socket.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/bootstrap.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/bootstrap.c.o: /work/main/src/bootstrap.c
 CMakeFiles/tutti_objs.dir/src/bootstrap.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/tutti_objs.dir/src/bootstrap.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/tutti_objs.dir/src/bootstrap.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/bootstrap.c.o -MF CMakeFiles/tutti_objs.dir/src/bootstrap.c.o.d -o CMakeFiles/tutti_objs.dir/src/bootstrap.c.o -c /work/main/src/bootstrap.c
 
 CMakeFiles/tutti_objs.dir/src/bootstrap.c.i: cmake_force
@@ -156,7 +170,7 @@ CMakeFiles/tutti_objs.dir/src/bootstrap.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/init.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/init.c.o: /work/main/src/init.c
 CMakeFiles/tutti_objs.dir/src/init.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/tutti_objs.dir/src/init.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/tutti_objs.dir/src/init.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/init.c.o -MF CMakeFiles/tutti_objs.dir/src/init.c.o.d -o CMakeFiles/tutti_objs.dir/src/init.c.o -c /work/main/src/init.c
 
 CMakeFiles/tutti_objs.dir/src/init.c.i: cmake_force
@@ -170,7 +184,7 @@ CMakeFiles/tutti_objs.dir/src/init.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/init_env.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/init_env.c.o: /work/main/src/init_env.c
 CMakeFiles/tutti_objs.dir/src/init_env.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/tutti_objs.dir/src/init_env.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/tutti_objs.dir/src/init_env.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/init_env.c.o -MF CMakeFiles/tutti_objs.dir/src/init_env.c.o.d -o CMakeFiles/tutti_objs.dir/src/init_env.c.o -c /work/main/src/init_env.c
 
 CMakeFiles/tutti_objs.dir/src/init_env.c.i: cmake_force
@@ -184,7 +198,7 @@ CMakeFiles/tutti_objs.dir/src/init_env.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/split.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/split.c.o: /work/main/src/split.c
 CMakeFiles/tutti_objs.dir/src/split.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/tutti_objs.dir/src/split.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/tutti_objs.dir/src/split.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/split.c.o -MF CMakeFiles/tutti_objs.dir/src/split.c.o.d -o CMakeFiles/tutti_objs.dir/src/split.c.o -c /work/main/src/split.c
 
 CMakeFiles/tutti_objs.dir/src/split.c.i: cmake_force
@@ -198,7 +212,7 @@ CMakeFiles/tutti_objs.dir/src/split.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/enqueue.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/enqueue.c.o: /work/main/src/enqueue.c
 CMakeFiles/tutti_objs.dir/src/enqueue.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/tutti_objs.dir/src/enqueue.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/tutti_objs.dir/src/enqueue.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/enqueue.c.o -MF CMakeFiles/tutti_objs.dir/src/enqueue.c.o.d -o CMakeFiles/tutti_objs.dir/src/enqueue.c.o -c /work/main/src/enqueue.c
 
 CMakeFiles/tutti_objs.dir/src/enqueue.c.i: cmake_force
@@ -212,7 +226,7 @@ CMakeFiles/tutti_objs.dir/src/enqueue.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/group.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/group.c.o: /work/main/src/group.c
 CMakeFiles/tutti_objs.dir/src/group.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/tutti_objs.dir/src/group.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/tutti_objs.dir/src/group.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/group.c.o -MF CMakeFiles/tutti_objs.dir/src/group.c.o.d -o CMakeFiles/tutti_objs.dir/src/group.c.o -c /work/main/src/group.c
 
 CMakeFiles/tutti_objs.dir/src/group.c.i: cmake_force
@@ -226,7 +240,7 @@ CMakeFiles/tutti_objs.dir/src/group.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/engine.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/engine.c.o: /work/main/src/engine.c
 CMakeFiles/tutti_objs.dir/src/engine.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/tutti_objs.dir/src/engine.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/tutti_objs.dir/src/engine.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/engine.c.o -MF CMakeFiles/tutti_objs.dir/src/engine.c.o.d -o CMakeFiles/tutti_objs.dir/src/engine.c.o -c /work/main/src/engine.c
 
 CMakeFiles/tutti_objs.dir/src/engine.c.i: cmake_force
@@ -240,7 +254,7 @@ CMakeFiles/tutti_objs.dir/src/engine.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o: /work/main/src/algos/schedule.c
 CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o -MF CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o.d -o CMakeFiles/tutti_objs.dir/src/algos/schedule.c.o -c /work/main/src/algos/schedule.c
 
 CMakeFiles/tutti_objs.dir/src/algos/schedule.c.i: cmake_force
@@ -254,7 +268,7 @@ CMakeFiles/tutti_objs.dir/src/algos/schedule.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/algos/ring.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/algos/ring.c.o: /work/main/src/algos/ring.c
 CMakeFiles/tutti_objs.dir/src/algos/ring.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/tutti_objs.dir/src/algos/ring.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/tutti_objs.dir/src/algos/ring.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/algos/ring.c.o -MF CMakeFiles/tutti_objs.dir/src/algos/ring.c.o.d -o CMakeFiles/tutti_objs.dir/src/algos/ring.c.o -c /work/main/src/algos/ring.c
 
 CMakeFiles/tutti_objs.dir/src/algos/ring.c.i: cmake_force
@@ -268,7 +282,7 @@ CMakeFiles/tutti_objs.dir/src/algos/ring.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.o: /work/main/src/algos/oneshot.c
 CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.o -MF CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.o.d -o CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.o -c /work/main/src/algos/oneshot.c
 
 CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.i: cmake_force
@@ -282,7 +296,7 @@ CMakeFiles/tutti_objs.dir/src/algos/oneshot.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/algos/chain.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/algos/chain.c.o: /work/main/src/algos/chain.c
 CMakeFiles/tutti_objs.dir/src/algos/chain.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/tutti_objs.dir/src/algos/chain.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/tutti_objs.dir/src/algos/chain.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/algos/chain.c.o -MF CMakeFiles/tutti_objs.dir/src/algos/chain.c.o.d -o CMakeFiles/tutti_objs.dir/src/algos/chain.c.o -c /work/main/src/algos/chain.c
 
 CMakeFiles/tutti_objs.dir/src/algos/chain.c.i: cmake_force
@@ -296,7 +310,7 @@ CMakeFiles/tutti_objs.dir/src/algos/chain.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o: /work/main/src/algos/p2p.c
 CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o -MF CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o.d -o CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o -c /work/main/src/algos/p2p.c
 
 CMakeFiles/tutti_objs.dir/src/algos/p2p.c.i: cmake_force
@@ -310,7 +324,7 @@ CMakeFiles/tutti_objs.dir/src/algos/p2p.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/transport/transport.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/transport/transport.c.o: /work/main/src/transport/transport.c
 CMakeFiles/tutti_objs.dir/src/transport/transport.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/tutti_objs.dir/src/transport/transport.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building C object CMakeFiles/tutti_objs.dir/src/transport/transport.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/transport/transport.c.o -MF CMakeFiles/tutti_objs.dir/src/transport/transport.c.o.d -o CMakeFiles/tutti_objs.dir/src/transport/transport.c.o -c /work/main/src/transport/transport.c
 
 CMakeFiles/tutti_objs.dir/src/transport/transport.c.i: cmake_force
@@ -324,7 +338,7 @@ CMakeFiles/tutti_objs.dir/src/transport/transport.c.s: cmake_force
 CMakeFiles/tutti_objs.dir/src/transport/shm.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/transport/shm.c.o: /work/main/src/transport/shm.c
 CMakeFiles/tutti_objs.dir/src/transport/shm.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building C object CMakeFiles/tutti_objs.dir/src/transport/shm.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building C object CMakeFiles/tutti_objs.dir/src/transport/shm.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/transport/shm.c.o -MF CMakeFiles/tutti_objs.dir/src/transport/shm.c.o.d -o CMakeFiles/tutti_objs.dir/src/transport/shm.c.o -c /work/main/src/transport/shm.c
 
 CMakeFiles/tutti_objs.dir/src/transport/shm.c.i: cmake_force
@@ -335,10 +349,24 @@ CMakeFiles/tutti_objs.dir/src/transport/shm.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/transport/shm.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/transport/shm.c -o CMakeFiles/tutti_objs.dir/src/transport/shm.c.s
 
+CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o: CMakeFiles/tutti_objs.dir/flags.make
+CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o: /work/main/src/transport/tcp.c
+CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_21) "Building C object CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o -MF CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o.d -o CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o -c /work/main/src/transport/tcp.c
+
+CMakeFiles/tutti_objs.dir/src/transport/tcp.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tutti_objs.dir/src/transport/tcp.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/transport/tcp.c > CMakeFiles/tutti_objs.dir/src/transport/tcp.c.i
+
+CMakeFiles/tutti_objs.dir/src/transport/tcp.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/transport/tcp.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/transport/tcp.c -o CMakeFiles/tutti_objs.dir/src/transport/tcp.c.s
+
 CMakeFiles/tutti_objs.dir/src/topology/host.c.o: CMakeFiles/tutti_objs.dir/flags.make
 CMakeFiles/tutti_objs.dir/src/topology/host.c.o: /work/main/src/topology/host.c
 CMakeFiles/tutti_objs.dir/src/topology/host.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building C object CMakeFiles/tutti_objs.dir/src/topology/host.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_22) "Building C object CMakeFiles/tutti_objs.dir/src/topology/host.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/topology/host.c.o -MF CMakeFiles/tutti_objs.dir/src/topology/host.c.o.d -o CMakeFiles/tutti_objs.dir/src/topology/host.c.o -c /work/main/src/topology/host.c
 
 CMakeFiles/tutti_objs.dir/src/topology/host.c.i: cmake_force
@@ -349,10 +377,95 @@ CMakeFiles/tutti_objs.dir/src/topology/host.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/topology/host.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/topology/host.c -o CMakeFiles/tutti_objs.dir/src/topology/host.c.s
 
+CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o: CMakeFiles/tutti_objs.dir/flags.make
+CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o: /work/main/src/topology/topo_load.c
+CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_23) "Building C object CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o -MF CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o.d -o CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o -c /work/main/src/topology/topo_load.c
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/topology/topo_load.c > CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.i
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/topology/topo_load.c -o CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.s
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o: CMakeFiles/tutti_objs.dir/flags.make
+CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o: /work/main/src/topology/topo_nvml.c
+CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_24) "Building C object CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o -MF CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o.d -o CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o -c /work/main/src/topology/topo_nvml.c
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/topology/topo_nvml.c > CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.i
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/topology/topo_nvml.c -o CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.s
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o: CMakeFiles/tutti_objs.dir/flags.make
+CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o: /work/main/src/topology/topo_path.c
+CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_25) "Building C object CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o -MF CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o.d -o CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o -c /work/main/src/topology/topo_path.c
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/topology/topo_path.c > CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.i
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/topology/topo_path.c -o CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.s
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o: CMakeFiles/tutti_objs.dir/flags.make
+CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o: /work/main/src/topology/topo_decide.c
+CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_26) "Building C object CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o -MF CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o.d -o CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o -c /work/main/src/topology/topo_decide.c
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/topology/topo_decide.c > CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.i
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/topology/topo_decide.c -o CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.s
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o: CMakeFiles/tutti_objs.dir/flags.make
+CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o: /work/main/src/topology/topo_ring.c
+CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_27) "Building C object CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o -MF CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o.d -o CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o -c /work/main/src/topology/topo_ring.c
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/topology/topo_ring.c > CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.i
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/topology/topo_ring.c -o CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.s
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o: CMakeFiles/tutti_objs.dir/flags.make
+CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o: /work/main/src/topology/topo_dump.c
+CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o: CMakeFiles/tutti_objs.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_28) "Building C object CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o -MF CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o.d -o CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o -c /work/main/src/topology/topo_dump.c
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/topology/topo_dump.c > CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.i
+
+CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/topology/topo_dump.c -o CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.s
+
 tutti_objs: CMakeFiles/tutti_objs.dir/src/debug.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/param.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/reduce.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/reduce_simd.c.o
+tutti_objs: CMakeFiles/tutti_objs.dir/src/copy.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/socket.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/bootstrap.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/init.c.o
@@ -368,7 +481,14 @@ tutti_objs: CMakeFiles/tutti_objs.dir/src/algos/chain.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/transport/transport.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/transport/shm.c.o
+tutti_objs: CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/src/topology/host.c.o
+tutti_objs: CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o
+tutti_objs: CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o
+tutti_objs: CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o
+tutti_objs: CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o
+tutti_objs: CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o
+tutti_objs: CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o
 tutti_objs: CMakeFiles/tutti_objs.dir/build.make
 .PHONY : tutti_objs
 

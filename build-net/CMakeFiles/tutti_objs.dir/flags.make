@@ -8,3 +8,27 @@ C_INCLUDES = -I/work/main/include -I/work/main/src
 
 C_FLAGS = -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -fvisibility=hidden -std=gnu11
 
+# Custom options: CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o_OPTIONS = 
+
+# Custom include directories: CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o_INCLUDE_DIRECTORIES = 
+
+# Custom options: CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o_OPTIONS = 
+
+# Custom include directories: CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o_INCLUDE_DIRECTORIES = 
+
+# Custom options: CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o_OPTIONS = 
+
+# Custom include directories: CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o_INCLUDE_DIRECTORIES = 
+
+# Custom options: CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o_OPTIONS = 
+
+# Custom include directories: CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o_INCLUDE_DIRECTORIES = 
+
+# Custom options: CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o_OPTIONS = 
+
+# Custom include directories: CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o_INCLUDE_DIRECTORIES = 
+
+# Custom options: CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o_OPTIONS = 
+
+# Custom include directories: CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o_INCLUDE_DIRECTORIES = 
+

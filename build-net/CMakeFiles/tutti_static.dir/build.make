@@ -78,6 +78,7 @@ tutti_static_EXTERNAL_OBJECTS = \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/param.c.o" \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/reduce.c.o" \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/reduce_simd.c.o" \
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/copy.c.o" \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/socket.c.o" \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/bootstrap.c.o" \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/init.c.o" \
@@ -93,12 +94,20 @@ tutti_static_EXTERNAL_OBJECTS = \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o" \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/transport/transport.c.o" \
 "/work/main/build-net/CMakeFiles/tutti_objs.dir/src/transport/shm.c.o" \
-"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/topology/host.c.o"
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o" \
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/topology/host.c.o" \
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o" \
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o" \
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o" \
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o" \
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o" \
+"/work/main/build-net/CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o"
 
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/debug.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/param.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/reduce.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/reduce_simd.c.o
+lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/copy.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/socket.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/bootstrap.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/init.c.o
@@ -114,7 +123,14 @@ lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/algos/chain.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/transport/transport.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/transport/shm.c.o
+lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o
 lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/topology/host.c.o
+lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o
+lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o
+lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o
+lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o
+lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o
+lib/libtutti.a: CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o
 lib/libtutti.a: CMakeFiles/tutti_static.dir/build.make
 lib/libtutti.a: CMakeFiles/tutti_static.dir/link.txt
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build-net/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Linking C static library lib/libtutti.a"

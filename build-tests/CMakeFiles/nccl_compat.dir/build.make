@@ -78,6 +78,7 @@ nccl_compat_EXTERNAL_OBJECTS = \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/param.c.o" \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/reduce.c.o" \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/reduce_simd.c.o" \
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/copy.c.o" \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/socket.c.o" \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/bootstrap.c.o" \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/init.c.o" \
@@ -93,12 +94,20 @@ nccl_compat_EXTERNAL_OBJECTS = \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o" \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/transport/transport.c.o" \
 "/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/transport/shm.c.o" \
-"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/topology/host.c.o"
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o" \
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/topology/host.c.o" \
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o" \
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o" \
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o" \
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o" \
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o" \
+"/work/main/build-tests/CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o"
 
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/debug.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/param.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/reduce.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/reduce_simd.c.o
+lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/copy.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/socket.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/bootstrap.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/init.c.o
@@ -114,8 +123,16 @@ lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/algos/chain.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/algos/p2p.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/transport/transport.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/transport/shm.c.o
+lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/transport/tcp.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/topology/host.c.o
+lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/topology/topo_load.c.o
+lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/topology/topo_nvml.c.o
+lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/topology/topo_path.c.o
+lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/topology/topo_decide.c.o
+lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/topology/topo_ring.c.o
+lib/libnccl.so.2.19.3: CMakeFiles/tutti_objs.dir/src/topology/topo_dump.c.o
 lib/libnccl.so.2.19.3: CMakeFiles/nccl_compat.dir/build.make
+lib/libnccl.so.2.19.3: /usr/lib/x86_64-linux-gnu/libhwloc.so
 lib/libnccl.so.2.19.3: CMakeFiles/nccl_compat.dir/link.txt
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build-tests/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Linking C shared library lib/libnccl.so"
 	$(CMAKE_COMMAND) -E cmake_link_script CMakeFiles/nccl_compat.dir/link.txt --verbose=$(VERBOSE)

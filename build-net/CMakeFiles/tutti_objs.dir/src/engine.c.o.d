@@ -55,7 +55,7 @@ CMakeFiles/tutti_objs.dir/src/engine.c.o: /work/main/src/engine.c \
  /usr/include/x86_64-linux-gnu/bits/xopen_lim.h \
  /usr/include/x86_64-linux-gnu/bits/uio_lim.h /work/main/src/core.h \
  /work/main/src/reduce.h /work/main/src/transport/transport.h \
- /work/main/src/core.h /usr/include/errno.h \
+ /work/main/src/core.h /work/main/src/copy.h /usr/include/errno.h \
  /usr/include/x86_64-linux-gnu/bits/errno.h /usr/include/linux/errno.h \
  /usr/include/x86_64-linux-gnu/asm/errno.h \
  /usr/include/asm-generic/errno.h /usr/include/asm-generic/errno-base.h \

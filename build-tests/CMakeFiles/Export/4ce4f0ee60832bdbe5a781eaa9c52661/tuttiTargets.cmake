@@ -68,7 +68,7 @@ add_library(tutti::tutti_static STATIC IMPORTED)
 
 set_target_properties(tutti::tutti_static PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${_IMPORT_PREFIX}/include"
-  INTERFACE_LINK_LIBRARIES "Threads::Threads;\$<LINK_ONLY:rt>;\$<LINK_ONLY:m>"
+  INTERFACE_LINK_LIBRARIES "Threads::Threads;\$<LINK_ONLY:rt>;\$<LINK_ONLY:m>;\$<LINK_ONLY:PkgConfig::HWLOC>;\$<LINK_ONLY:dl>"
 )
 
 if(CMAKE_VERSION VERSION_LESS 2.8.12)

@@ -94,6 +94,7 @@ bin/test_reduce: tests/CMakeFiles/test_reduce.dir/test_reduce.cc.o
 bin/test_reduce: tests/CMakeFiles/test_reduce.dir/build.make
 bin/test_reduce: lib/libtutti.a
 bin/test_reduce: /usr/lib/x86_64-linux-gnu/libgtest_main.a
+bin/test_reduce: /usr/lib/x86_64-linux-gnu/libhwloc.so
 bin/test_reduce: /usr/lib/x86_64-linux-gnu/libgtest.a
 bin/test_reduce: tests/CMakeFiles/test_reduce.dir/link.txt
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build-tests/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Linking CXX executable ../bin/test_reduce"

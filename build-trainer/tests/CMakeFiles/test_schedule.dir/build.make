@@ -94,6 +94,7 @@ bin/test_schedule: tests/CMakeFiles/test_schedule.dir/test_schedule.cc.o
 bin/test_schedule: tests/CMakeFiles/test_schedule.dir/build.make
 bin/test_schedule: lib/libtutti.a
 bin/test_schedule: /usr/lib/x86_64-linux-gnu/libgtest_main.a
+bin/test_schedule: /usr/lib/x86_64-linux-gnu/libhwloc.so
 bin/test_schedule: /usr/lib/x86_64-linux-gnu/libgtest.a
 bin/test_schedule: tests/CMakeFiles/test_schedule.dir/link.txt
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build-trainer/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Linking CXX executable ../bin/test_schedule"

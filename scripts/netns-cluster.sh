@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# netns-cluster.sh: a multi-host test bed on one machine (needs root).
+#
+# Each host is a network namespace <prefix>hN with one interface, eth0 = 192.0.2.N/24, cabled
+# by a veth pair to a bridge that lives in its own namespace <prefix>sw (the "switch"), so the
+# machine's own namespace gets no new device. Commands run on a host in a new UTS namespace
+# whose hostname is hN, so tutti sees K different hosts (host identity = hostname + boot id).
+#
+#   netns-cluster.sh up K [--rate R]   create hosts h1..hK (R: tc tbf rate per link, e.g. 1gbit)
+#   netns-cluster.sh down              remove everything this prefix created (idempotent)
+#   netns-cluster.sh exec HOST cmd...  run cmd on HOST (network namespace + hostname)
+#   netns-cluster.sh pids HOST         pids of every process on HOST
+#   netns-cluster.sh kill HOST         SIGKILL every process on HOST
+#   netns-cluster.sh link HOST up|down plug or unplug HOST's cable (at the switch)
+#   netns-cluster.sh rate HOST R|none  limit HOST's link to R in both directions, or unlimit it
+#   netns-cluster.sh addr HOST         HOST's address (192.0.2.N)
+#   netns-cluster.sh list              hosts of this prefix
+#
+# The prefix is TUTTI_NETNS_PREFIX (default "tutti-"); `tutti-run --hosts h1,h2` enters the
+# same namespaces. `up` tears down what it made if any step fails; use `down` (or a trap that
+# calls it) after tests, also failed ones.
+set -euo pipefail
+
+P=${TUTTI_NETNS_PREFIX:-tutti-}
+SW=${P}sw
+
+die() { echo "netns-cluster: $*" >&2; exit 1; }
+host_ns() { [[ $1 =~ ^h([0-9]+)$ ]] || die "host names are h1, h2, ... (got '$1')"; echo "${P}$1"; }
+host_num() { echo "${1#h}"; }
+hosts() { ip netns list | awk '{print $1}' | sed -n "s/^${P}\(h[0-9][0-9]*\)$/\1/p" | sort -V; }
+
+set_rate() { # set_rate HOST RATE|none: tbf on both ends of HOST's cable
+  local h=$1 rate=$2 ns
+  ns=$(host_ns "$h")
+  ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+  ip netns exec "$SW" tc qdisc del dev "$h" root 2>/dev/null || true
+  [[ $rate == none ]] && return 0
+  # burst: a few ms of line rate (at least 64 KiB: GSO packets); queue: 20 ms
+  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 20ms
+  ip netns exec "$SW" tc qdisc add dev "$h" root tbf rate "$rate" burst 256kb latency 20ms
+}
+
+cmd_down() {
+  local h
+  for h in $(hosts); do
+    ip netns pids "${P}$h" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "${P}$h" 2>/dev/null || true
+  done
+  ip netns del "$SW" 2>/dev/null || true
+}
+
+cmd_up() {
+  local k=${1:-} rate=none
+  shift || true
+  [[ $k =~ ^[1-9][0-9]*$ && $k -le 200 ]] || die "usage: up K [--rate R] (K hosts, 1..200)"
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+      *) die "unknown option '$1'" ;;
+    esac
+  done
+  [[ $(id -u) == 0 ]] || die "needs root (ip netns)"
+  ip netns list | awk '{print $1}' | grep -qx "$SW" && die "a cluster with prefix '$P' exists: run down first"
+  trap 'cmd_down; trap - ERR; exit 1' ERR
+  ip netns add "$SW"
+  ip -n "$SW" link set lo up
+  ip -n "$SW" link add br0 type bridge
+  ip -n "$SW" link set br0 up
+  for i in $(seq 1 "$k"); do
+    local ns=${P}h$i
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip -n "$SW" link add "h$i" type veth peer name eth0 netns "$ns"
+    ip -n "$SW" link set "h$i" master br0 up
+    ip -n "$ns" addr add "192.0.2.$i/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    set_rate "h$i" "$rate"
+  done
+  trap - ERR
+  echo "netns-cluster: $k hosts up (prefix '$P', link rate: $rate)"
+}
+
+cmd_exec() {
+  local h=${1:?exec HOST cmd...}
+  shift
+  [[ $# -gt 0 ]] || die "exec: no command"
+  local ns
+  ns=$(host_ns "$h")
+  exec ip netns exec "$ns" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$h" "$@"
+}
+
+case ${1:-} in
+  up) shift; cmd_up "$@" ;;
+  down) cmd_down ;;
+  exec) shift; cmd_exec "$@" ;;
+  pids) ip netns pids "$(host_ns "${2:?pids HOST}")" ;;
+  kill) ip netns pids "$(host_ns "${2:?kill HOST}")" | xargs -r kill -9 ;;
+  link)
+    h=${2:?link HOST up|down}; host_ns "$h" >/dev/null
+    [[ ${3:-} == up || ${3:-} == down ]] || die "link HOST up|down"
+    ip -n "$SW" link set "$h" "$3" ;;
+  rate) set_rate "${2:?rate HOST R|none}" "${3:?rate HOST R|none}" ;;
+  addr) h=${2:?addr HOST}; host_ns "$h" >/dev/null; echo "192.0.2.$(host_num "$h")" ;;
+  list) hosts ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

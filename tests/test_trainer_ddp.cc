@@ -1,0 +1,293 @@
+// End-to-end tests of tutti-train's data parallelism, with real processes: each test runs the
+// trainer binary (TUTTI_TRAIN_PATH) under the tutti-run launcher (TUTTI_RUN_PATH) and compares
+// what the ranks dump with --dump PREFIX:
+//   PREFIX.rank<r>.params  the final parameters, raw float32
+//   PREFIX.rank<r>.trace   "step hash" after every optimizer step, hash of the parameter bytes
+//
+// 1. Same parameters on every rank after every step: all ranks' traces are identical, line by
+//    line, and the final parameters are identical byte for byte.
+// 2. N ranks x per-rank batch b for k steps == 1 rank x batch N*b: the sampler gives the union
+//    of the ranks' batches to the single rank, so only float summation order differs. Reported:
+//    max over parameters of |a - b| / max(|a|, |b|, 1e-3), the 1e-3 floor keeping parameters
+//    that happen to sit near zero from dividing by nothing; and, stricter, the same measure on
+//    the updates (params - init), normalized per tensor by max |update|.
+// 3. Resume == uninterrupted, bit for bit: a run stopped by --max-steps (mid-epoch) and resumed
+//    from its checkpoint ends with the same bytes and the same per-step trace.
+// Tests named TrainerDdpQuick* use the MLP on a slice of the data (seconds each); TrainerDdpSlow*
+// use the CNN.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "data.h"
+#include "model.h"
+}
+
+#ifndef TUTTI_RUN_PATH
+#error "build with -DTUTTI_RUN_PATH and -DTUTTI_TRAIN_PATH"
+#endif
+
+namespace {
+
+struct RunResult {
+  int status;
+  std::string output;
+};
+
+RunResult run(const std::string &cmd) {
+  RunResult r{-1, ""};
+  FILE *p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+// ranks == 0: the trainer alone, without a launcher.
+std::string trainer(int ranks, const std::string &args) {
+  std::string t = std::string(TUTTI_TRAIN_PATH) + " " + args;
+  if (ranks == 0) return t;
+  return std::string(TUTTI_RUN_PATH) + " -n " + std::to_string(ranks) + " --timeout 900 " + t;
+}
+
+std::vector<float> read_floats(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> v(bytes.size() / sizeof(float));
+  if (!v.empty()) memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+std::vector<std::string> read_lines(const std::string &path) {
+  std::ifstream f(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(l);
+  return lines;
+}
+
+class TrainerDdp : public ::testing::Test {
+ public:
+  void SetUp() override {
+    std::string probe = std::string(DATA_DEFAULT_DIR) + "/train-images-idx3-ubyte.gz";
+    if (access(probe.c_str(), R_OK) != 0) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+    char tmpl[] = "/tmp/tutti-train-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) run("rm -rf '" + dir_ + "'");
+  }
+  std::string path(const std::string &name) const { return dir_ + "/" + name; }
+
+  // Runs and expects success; returns the output.
+  std::string train(int ranks, const std::string &args) {
+    RunResult r = run(trainer(ranks, args));
+    EXPECT_EQ(r.status, 0) << trainer(ranks, args) << "\n" << r.output;
+    return r.output;
+  }
+
+  std::string dir_;
+};
+
+// Every rank's trace is rank 0's, and every rank's final parameters are rank 0's bytes.
+void expect_ranks_identical(const std::string &prefix, int ranks, size_t steps) {
+  auto trace0 = read_lines(prefix + ".rank0.trace");
+  auto params0 = read_floats(prefix + ".rank0.params");
+  ASSERT_EQ(trace0.size(), steps);
+  ASSERT_FALSE(params0.empty());
+  for (int r = 1; r < ranks; r++) {
+    std::string rr = ".rank" + std::to_string(r);
+    auto trace = read_lines(prefix + rr + ".trace");
+    ASSERT_EQ(trace.size(), trace0.size()) << "rank " << r;
+    for (size_t s = 0; s < trace.size(); s++)
+      ASSERT_EQ(trace[s], trace0[s]) << "rank " << r << " differs from rank 0 after step " << s + 1;
+    auto params = read_floats(prefix + rr + ".params");
+    ASSERT_EQ(params.size(), params0.size());
+    EXPECT_EQ(memcmp(params.data(), params0.data(), params.size() * sizeof(float)), 0)
+        << "rank " << r;
+  }
+  printf("  %d ranks: identical parameter hashes after each of %zu steps, identical final bytes\n",
+         ranks, steps);
+}
+
+// Compares a (N ranks) with b (1 rank); prints and returns the two measures (see the top).
+void compare_params(model_kind_t kind, uint64_t seed, const std::vector<float> &a,
+                    const std::vector<float> &b, double *param_rel, double *update_rel) {
+  model_t m;
+  ASSERT_EQ(model_create(&m, kind, 1), 0);
+  model_init_params(&m, seed);
+  ASSERT_EQ(a.size(), m.nparams);
+  ASSERT_EQ(b.size(), m.nparams);
+  double prel = 0, urel = 0, max_abs = 0;
+  for (int t = 0; t < m.ntensors; t++) {
+    const param_tensor_t &pt = m.tensors[t];
+    double max_update = 0, max_update_diff = 0;
+    for (size_t i = pt.offset; i < pt.offset + pt.count; i++) {
+      double d = std::fabs((double)a[i] - b[i]);
+      max_abs = std::max(max_abs, d);
+      prel = std::max(prel, d / std::max({std::fabs((double)a[i]), std::fabs((double)b[i]), 1e-3}));
+      max_update = std::max(max_update, std::fabs((double)b[i] - m.params[i]));
+      max_update_diff = std::max(max_update_diff, d);
+    }
+    double u = max_update > 0 ? max_update_diff / max_update : 0;
+    printf("  %-13s max |a-b| %.3e  max |update| %.3e  update rel diff %.3e\n", pt.name,
+           max_update_diff, max_update, u);
+    urel = std::max(urel, u);
+  }
+  printf("  max relative difference of the parameters: %.3e (max abs %.3e); of the updates: %.3e\n",
+         prel, max_abs, urel);
+  *param_rel = prel, *update_rel = urel;
+  model_free(&m);
+}
+
+struct EquivCase {
+  const char *model;
+  const char *optim;
+  int ranks, batch, accum, steps;
+};
+
+// N ranks x batch b x accum a for k steps vs 1 rank x batch N*b*a.
+void run_equivalence(TrainerDdp *t, const std::string &dir, const EquivCase &c) {
+  const int global = c.ranks * c.batch * c.accum;
+  std::string common = std::string("--model ") + c.model + " --optim " + c.optim +
+                       " --epochs 2 --train-limit 4096 --test-limit 200 --seed 5 --max-steps " +
+                       std::to_string(c.steps) + " --lr-ref-batch " + std::to_string(global);
+  printf("  %d ranks x batch %d x accum %d vs 1 rank x batch %d, %s %s, %d steps\n", c.ranks,
+         c.batch, c.accum, global, c.model, c.optim, c.steps);
+  std::string many = dir + "/many", one = dir + "/one";
+  char args[256];
+  snprintf(args, sizeof(args), " --batch %d --accum %d --dump %s", c.batch, c.accum, many.c_str());
+  run(trainer(c.ranks, common + args));
+  snprintf(args, sizeof(args), " --batch %d --dump %s", global, one.c_str());
+  run(trainer(0, common + args));
+  expect_ranks_identical(many, c.ranks, c.steps);
+  auto a = read_floats(many + ".rank0.params"), b = read_floats(one + ".rank0.params");
+  double prel = 1, urel = 1;
+  model_kind_t kind;
+  ASSERT_EQ(model_parse(c.model, &kind), 0);
+  compare_params(kind, 5, a, b, &prel, &urel);
+  EXPECT_LE(prel, 1e-5);
+  EXPECT_LE(urel, 1e-4);
+}
+
+// ---------------------------------------------------------------- quick (MLP)
+
+using TrainerDdpQuick = TrainerDdp;
+using TrainerDdpSlow = TrainerDdp;
+
+TEST_F(TrainerDdpQuick, SameParametersOnEveryRankAfterEveryStep) {
+  train(3, "--model mlp --epochs 1 --batch 8 --train-limit 960 --test-limit 300 --dump " +
+               path("p"));
+  expect_ranks_identical(path("p"), 3, 960 / 24);
+}
+
+TEST_F(TrainerDdpQuick, TwoRanksEqualOneRankWithTwiceTheBatchAdamW) {
+  run_equivalence(this, dir_, {"mlp", "adamw", 2, 16, 1, 10});
+}
+
+TEST_F(TrainerDdpQuick, ThreeRanksEqualOneRankWithThreeTimesTheBatchSgd) {
+  run_equivalence(this, dir_, {"mlp", "sgd", 3, 8, 1, 10});
+}
+
+TEST_F(TrainerDdpQuick, AccumulationAndRanksEqualOneBigBatch) {
+  run_equivalence(this, dir_, {"mlp", "adamw", 2, 8, 3, 8});
+}
+
+// Uninterrupted 2 epochs vs stopped mid-epoch 2 (--max-steps) and resumed.
+void run_resume(TrainerDdp *t, const std::string &dir, const std::string &args, int ranks,
+                int steps, int stop_at) {
+  std::string full = dir + "/full", parts = dir + "/parts", ck = dir + "/ck";
+  t->train(ranks, args + " --dump " + full);
+  std::string out1 = t->train(ranks, args + " --checkpoint " + ck + " --max-steps " +
+                                         std::to_string(stop_at) + " --dump " + parts);
+  EXPECT_NE(out1.find("stopped after " + std::to_string(stop_at) + " steps"), std::string::npos)
+      << out1;
+  std::string out2 = t->train(ranks, args + " --checkpoint " + ck + " --resume --dump " + parts);
+  EXPECT_NE(out2.find("resumed from"), std::string::npos) << out2;
+  expect_ranks_identical(full, ranks, steps);
+  expect_ranks_identical(parts, ranks, steps);
+  EXPECT_EQ(read_lines(full + ".rank0.trace"), read_lines(parts + ".rank0.trace"));
+  auto a = read_floats(full + ".rank0.params"), b = read_floats(parts + ".rank0.params");
+  ASSERT_EQ(a.size(), b.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  printf("  stopped at step %d of %d and resumed: %zu of %zu parameters differ in any bit\n",
+         stop_at, steps, differ, a.size());
+  EXPECT_EQ(differ, 0u);
+}
+
+TEST_F(TrainerDdpQuick, ResumeEqualsUninterruptedBitForBit) {
+  // 1024 images / (2 ranks x 16) = 32 steps per epoch; stop in the middle of epoch 2
+  run_resume(this, dir_,
+             "--model mlp --epochs 2 --batch 16 --train-limit 1024 --test-limit 200 --seed 3", 2,
+             64, 45);
+}
+
+TEST_F(TrainerDdpQuick, ResumeRefusesOtherSettingsAndCorruptFiles) {
+  std::string ck = path("ck"), base = "--model mlp --epochs 2 --batch 16 --train-limit 512 "
+                                      "--test-limit 100 --checkpoint " + ck;
+  train(2, base + " --max-steps 5");
+  RunResult other = run(trainer(2, base + " --resume --lr 0.5"));
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.output.find("other settings"), std::string::npos) << other.output;
+  {  // flip one byte in the middle of the parameters
+    std::fstream f(ck, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(4096);
+    char c;
+    f.get(c);
+    f.seekp(4096);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  RunResult corrupt = run(trainer(2, base + " --resume"));
+  EXPECT_NE(corrupt.status, 0);
+  EXPECT_NE(corrupt.output.find("checksum"), std::string::npos) << corrupt.output;
+}
+
+TEST_F(TrainerDdpQuick, MissingDataSaysHowToInstallIt) {
+  RunResult r = run(trainer(0, "--data " + path("nowhere")));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("dataset-fashion-mnist"), std::string::npos) << r.output;
+}
+
+TEST_F(TrainerDdpQuick, CorruptDataIsAClearError) {
+  std::string d = path("data");
+  run("mkdir -p " + d + " && cp " DATA_DEFAULT_DIR "/* " + d +
+      " && head -c 100000 " DATA_DEFAULT_DIR "/train-images-idx3-ubyte.gz > " + d +
+      "/train-images-idx3-ubyte.gz");
+  RunResult r = run(trainer(0, "--data " + d));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("train-images-idx3-ubyte.gz"), std::string::npos) << r.output;
+}
+
+// ---------------------------------------------------------------- slow (CNN)
+
+TEST_F(TrainerDdpSlow, CnnTwoRanksEqualOneRankWithTwiceTheBatch) {
+  run_equivalence(this, dir_, {"cnn", "adamw", 2, 16, 1, 6});
+}
+
+TEST_F(TrainerDdpSlow, CnnThreeRanksWithAccumulationEqualOneRankSgd) {
+  run_equivalence(this, dir_, {"cnn", "sgd", 3, 4, 2, 6});
+}
+
+TEST_F(TrainerDdpSlow, CnnResumeEqualsUninterruptedBitForBit) {
+  // 512 images / (2 ranks x 8 x accum 2) = 16 steps per epoch; small buckets: 3 all-reduces
+  run_resume(this, dir_,
+             "--model cnn --optim sgd --epochs 2 --batch 8 --accum 2 --bucket-mb 0.1 "
+             "--train-limit 512 --test-limit 100 --seed 9",
+             2, 32, 21);
+}
+
+}  // namespace
