@@ -1,2 +1,0 @@
-# Empty dependencies file for nccl_compat.
-# This may be replaced when dependencies are built.

@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-net/tests/test_schedule[1]_tests.cmake")
-  include("/work/main/build-net/tests/test_schedule[1]_tests.cmake")
-else()
-  add_test(test_schedule_NOT_BUILT test_schedule_NOT_BUILT)
-endif()

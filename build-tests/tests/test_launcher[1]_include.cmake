@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-tests/tests/test_launcher[1]_tests.cmake")
-  include("/work/main/build-tests/tests/test_launcher[1]_tests.cmake")
-else()
-  add_test(test_launcher_NOT_BUILT test_launcher_NOT_BUILT)
-endif()

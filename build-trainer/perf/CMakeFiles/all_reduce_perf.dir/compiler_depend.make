@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for all_reduce_perf.
-# This may be replaced when dependencies are built.

@@ -1,2 +1,0 @@
-# Empty dependencies file for mpi_allreduce_perf.
-# This may be replaced when dependencies are built.

@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for perf_test_datatypes.
-# This may be replaced when dependencies are built.

@@ -1,2 +1,0 @@
-# Empty dependencies file for perf_test_datatypes.
-# This may be replaced when dependencies are built.

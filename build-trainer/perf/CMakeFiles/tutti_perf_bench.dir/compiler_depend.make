@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for tutti_perf_bench.
-# This may be replaced when dependencies are built.
