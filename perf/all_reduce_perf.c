@@ -12,25 +12,19 @@ static void all_reduce_counts(size_t bytes, size_t type_size, int nranks, int ra
                               perf_counts_t *out) {
   (void)nranks;
   (void)rank;
-  size_t count = bytes / type_size;
-  *out = (perf_counts_t){.send_count = count,
-                         .recv_count = count,
-                         .param_count = count,
-                         .count = count,
-                         .in_place_offset = 0};
+  perf_counts_flat(bytes, type_size, out);
 }
 
 static double all_reduce_bus_factor(int nranks) {
   return 2.0 * (nranks - 1) / nranks;
 }
 
-static void all_reduce_fill_input(const perf_case_t *c, void *buf) {
-  perf_fill_input(c, c->rank, buf, 0, c->counts.send_count);
+static void all_reduce_fill_input(const perf_case_t *c, void *buf, size_t first, size_t n) {
+  perf_fill_blocks(c, buf, first, n, c->counts.send_count, c->rank, 0);
 }
 
-static int all_reduce_expected(const perf_case_t *c, void *buf, size_t first, size_t count) {
-  perf_fill_reduced(c, buf, first, count);
-  return 1;
+static void all_reduce_expected(const perf_case_t *c, void *buf, size_t first, size_t n) {
+  perf_fill_blocks(c, buf, first, n, c->counts.recv_count, PERF_REDUCED, 0);
 }
 
 static ncclResult_t all_reduce_run(const perf_case_t *c, const void *sendbuf, void *recvbuf) {
@@ -42,7 +36,6 @@ static const perf_coll_t all_reduce = {
     .name = "all_reduce",
     .call_name = "ncclAllReduce",
     .reduces = 1,
-    .rooted = 0,
     .counts = all_reduce_counts,
     .bus_factor = all_reduce_bus_factor,
     .fill_input = all_reduce_fill_input,

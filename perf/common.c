@@ -1,169 +1,73 @@
-/* The tutti benchmark harness (see common.h): closed-form input patterns, the exact check, and
- * the measurement loop shared by every *_perf program.
+/* The tutti benchmark harness (see common.h): the measurement loop shared by every *_perf
+ * program, the -T watchdog and the layouts shared by several collectives. The data and the
+ * check live in pattern.c.
  *
- * Input patterns. Element i of rank r's input, for n ranks and a datatype that holds every
- * integer up to M exactly (M = 16 for fp8 e4m3, 256 for bf16, 2048 for fp16, ...):
- *   sum, avg, min, max, and collectives that do not reduce:
- *     (i + r) % K + 1, K = the largest odd number <= min(31, M / n),
- *     so any partial sum is an integer <= n * K <= M: exact in every reduction order;
- *     if M / n < 1 (many ranks, narrow type): 1 on the rank with (i + r) % n == 0, else 0.
- *   prod: 2 where r < 6 and (i + r) % 5 < 2, else 1, so every partial product is a power of
- *     two <= 64: exact in every type, int8 included.
- * K and 5 are odd so that a chunk placed at a wrong power-of-two offset does not land on the
- * same values. The expected reduction is computed in double from the same closed form:
- * sums, products, min and max are exact; avg is sum / n truncated toward zero for integers and
- * rounded to nearest even for floating types. The library divides the exact sum in fp32 for the
- * narrow float types, which can round a second time, so avg on floating types is checked with
- * a relative tolerance of one unit in the last place of the datatype (2^-fraction_bits); every
- * other case must match bit for bit (after a memcmp fast path, elements are compared as
- * doubles so that only avg needs the tolerance).
+ * One size, one placement (out-of-place, then in-place), as nccl-tests does it:
+ *   1. poison the receive buffer, write the input where the call reads it (only with -c);
+ *   2. barrier (a one-element all-reduce), then -n timed iterations of -m calls each (the -m
+ *      calls of an iteration in one group); time = elapsed / (n * m) on each rank;
+ *   3. -c times: poison, input, one call, compare with the closed form (#wrong on this rank);
+ *   4. aggregate across ranks: time as -a says (rank 0, mean, min, max), #wrong summed.
  */
 #include "common.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "pattern.h"
 
-/* ---- closed-form patterns ---- */
+/* ---- layouts and bus factors shared by several collectives ---- */
 
-enum { PATTERN_SMALL_INTS, PATTERN_ONE_HOT, PATTERN_POWERS_OF_TWO };
-#define PATTERN_TABLE_MIN 4096 /* elements per table: one memcpy moves at least this many */
-
-struct perf_pattern {
-  int kind;
-  size_t modulus;         /* K for small ints; n for one-hot; 5 for powers of two */
-  size_t period;          /* the pattern repeats every `period` elements */
-  size_t table_len;       /* a multiple of period */
-  unsigned char *own;     /* this rank's input, table_len elements */
-  unsigned char *reduced; /* the expected reduction, table_len elements (reducing ops only) */
-  double tol;             /* relative tolerance of the check, 0 = exact */
-};
-
-static double pattern_value(const perf_pattern_t *p, int r, size_t i) {
-  switch (p->kind) {
-    case PATTERN_SMALL_INTS:
-      return (double)((i + (size_t)r) % p->modulus + 1);
-    case PATTERN_ONE_HOT:
-      return (i + (size_t)r) % p->modulus == 0 ? 1.0 : 0.0;
-    default:
-      return (r < 6 && (i + (size_t)r) % 5 < 2) ? 2.0 : 1.0;
-  }
+void perf_counts_flat(size_t bytes, size_t type_size, perf_counts_t *out) {
+  size_t count = bytes / type_size;
+  *out = (perf_counts_t){.send_count = count, .recv_count = count, .param_count = count,
+                         .bw_count = count};
 }
 
-static double pattern_reduce(const perf_case_t *c, size_t i) {
-  double acc = pattern_value(c->pattern, 0, i);
-  for (int r = 1; r < c->nranks; r++) {
-    double v = pattern_value(c->pattern, r, i);
-    switch (c->op) {
-      case ncclProd:
-        acc *= v;
-        break;
-      case ncclMax:
-        acc = v > acc ? v : acc;
-        break;
-      case ncclMin:
-        acc = v < acc ? v : acc;
-        break;
-      default:
-        acc += v;
-        break; /* sum, avg */
-    }
-  }
-  if (c->op == ncclAvg) acc = c->type->is_float ? acc / c->nranks : floor(acc / c->nranks);
-  return acc;
+void perf_counts_gather(size_t bytes, size_t type_size, int nranks, int rank,
+                        perf_counts_t *out) {
+  size_t block = bytes / type_size / (size_t)nranks, n = (size_t)nranks;
+  *out = (perf_counts_t){.send_count = block, .recv_count = block * n, .param_count = block,
+                         .bw_count = block * n, .in_place_send = block * (size_t)rank};
 }
 
-static void pattern_choose(perf_pattern_t *p, const perf_type_t *t, ncclRedOp_t op, int n) {
-  size_t k = (size_t)(t->exact_max / n);
-  if (k > 31) k = 31;
-  if (k > 0 && k % 2 == 0) k--;
-  if (op == ncclProd) {
-    p->kind = PATTERN_POWERS_OF_TWO;
-    p->modulus = 5;
-  } else if (k == 0) {
-    p->kind = PATTERN_ONE_HOT;
-    p->modulus = (size_t)n;
-  } else {
-    p->kind = PATTERN_SMALL_INTS;
-    p->modulus = k;
-  }
-  p->period = p->modulus;
-  p->table_len = p->period * (PATTERN_TABLE_MIN / p->period + 1);
-  p->tol = (op == ncclAvg && t->is_float) ? ldexp(1.0, -t->mant_bits) : 0.0;
+void perf_counts_scatter(size_t bytes, size_t type_size, int nranks, int rank,
+                         perf_counts_t *out) {
+  size_t block = bytes / type_size / (size_t)nranks, n = (size_t)nranks;
+  *out = (perf_counts_t){.send_count = block * n, .recv_count = block, .param_count = block,
+                         .bw_count = block * n, .in_place_recv = block * (size_t)rank};
 }
 
-static unsigned char *pattern_table(const perf_case_t *c, int rank) {
-  const perf_pattern_t *p = c->pattern;
-  unsigned char *t = malloc(p->table_len * c->type->size);
-  if (!t) {
-    fprintf(stderr, "perf: out of memory\n");
-    exit(1);
-  }
-  for (size_t j = 0; j < p->table_len; j++)
-    c->type->set(
-        t, j, rank >= 0 ? pattern_value(p, rank, j % p->period) : pattern_reduce(c, j % p->period));
-  return t;
+double perf_bus_one(int nranks) {
+  (void)nranks;
+  return 1.0;
 }
 
-/* Builds the tables of case c (c->pattern must point at p). */
-static void pattern_init(perf_pattern_t *p, perf_case_t *c, int reduces) {
-  pattern_choose(p, c->type, c->op, c->nranks);
-  p->own = pattern_table(c, c->rank);
-  p->reduced = reduces ? pattern_table(c, -1) : NULL;
+double perf_bus_n_minus_1(int nranks) {
+  return (double)(nranks - 1) / nranks;
 }
 
-static void pattern_free(perf_pattern_t *p) {
-  free(p->own);
-  free(p->reduced);
-}
-
-/* buf[0 .. count) = table[(first + k) mod period] for a table of table_len elements. */
-static void pattern_tile(const perf_case_t *c, const unsigned char *table, void *buf, size_t first,
-                         size_t count) {
-  size_t ts = c->type->size, len = c->pattern->table_len;
-  size_t j = first % c->pattern->period; /* table_len is a multiple of period */
-  unsigned char *out = buf;
-  while (count > 0) {
-    size_t n = len - j < count ? len - j : count;
-    memcpy(out, table + j * ts, n * ts);
-    out += n * ts;
-    count -= n;
-    j = 0;
-  }
-}
-
-void perf_fill_input(const perf_case_t *c, int rank, void *buf, size_t first, size_t count) {
-  if (rank == c->rank) {
-    pattern_tile(c, c->pattern->own, buf, first, count);
-    return;
-  }
-  unsigned char *t = pattern_table(c, rank);
-  pattern_tile(c, t, buf, first, count);
-  free(t);
-}
-
-void perf_fill_reduced(const perf_case_t *c, void *buf, size_t first, size_t count) {
-  if (!c->pattern->reduced) {
-    fprintf(stderr, "perf: perf_fill_reduced called by a collective that does not reduce\n");
-    exit(1);
-  }
-  pattern_tile(c, c->pattern->reduced, buf, first, count);
-}
-
-/* ---- errors ---- */
+/* ---- errors and the -T watchdog ---- */
 
 static int perf_my_rank = -1;
 
+static void perf_where(char *host, size_t len, char *rank, size_t rlen) {
+  snprintf(host, len, "?");
+  (void)gethostname(host, len - 1);
+  snprintf(rank, rlen, "?");
+  if (perf_my_rank >= 0) snprintf(rank, rlen, "%d", perf_my_rank);
+}
+
 void perf_fail(ncclComm_t comm, const char *what, ncclResult_t res) {
-  char host[64] = "?";
-  (void)gethostname(host, sizeof(host) - 1);
+  char host[64], rank[16];
+  perf_where(host, sizeof(host), rank, sizeof(rank));
   const char *last = ncclGetLastError(comm);
-  char rank[16] = "?";
-  if (perf_my_rank >= 0) snprintf(rank, sizeof(rank), "%d", perf_my_rank);
   int name_len = (int)strcspn(what, "("); /* "ncclAllReduce(args...)" -> "ncclAllReduce" */
   fprintf(stderr, "%s:%d rank %s: %.*s failed: %s (%s)\n", host, (int)getpid(), rank, name_len,
           what, ncclGetErrorString(res), last && *last ? last : "no further detail");
@@ -171,6 +75,84 @@ void perf_fail(ncclComm_t comm, const char *what, ncclResult_t res) {
   if (comm) (void)ncclCommAbort(comm);
   exit(1);
 }
+
+/* Each library call of the harness runs between perf_watch_begin and perf_watch_end, which
+ * bump a counter (odd while a call runs: one atomic store each, nothing else on the timed
+ * path). With -T s, a thread polls the counter; if it stays at the same odd value for s
+ * seconds, the thread prints which call on which rank hung and ends the process. It does not
+ * call ncclCommAbort: that would free the communicator under the blocked call. The library
+ * unlinks its shared memory at init, so exiting leaves nothing behind, and the peers see this
+ * rank die and fail their own calls (the launcher then stops them). */
+#define PERF_EXIT_TIMEOUT 124 /* what timeout(1) and tutti-run return on a timeout */
+
+static struct {
+  uint64_t seq;            /* odd while a call runs */
+  const char *volatile what; /* the running call, for the message */
+  int timeout_s;
+} perf_watch;
+
+static void perf_watch_begin(const char *what) {
+  perf_watch.what = what;
+  __atomic_add_fetch(&perf_watch.seq, 1, __ATOMIC_RELEASE);
+}
+
+static void perf_watch_end(void) {
+  __atomic_add_fetch(&perf_watch.seq, 1, __ATOMIC_RELEASE);
+}
+
+static void perf_watch_fire(void) {
+  char host[64], rank[16];
+  perf_where(host, sizeof(host), rank, sizeof(rank));
+  fprintf(stderr,
+          "%s:%d rank %s: %s has not returned after %d s (-T %d): aborting the run\n", host,
+          (int)getpid(), rank, perf_watch.what ? perf_watch.what : "a call", perf_watch.timeout_s,
+          perf_watch.timeout_s);
+  fflush(stderr);
+  fflush(stdout);
+  _exit(PERF_EXIT_TIMEOUT);
+}
+
+static void *perf_watchdog(void *arg) {
+  (void)arg;
+  useconds_t poll_us = perf_watch.timeout_s >= 20 ? 1000000 : (useconds_t)perf_watch.timeout_s * 50000;
+  uint64_t last = 0;
+  double since = bench_now();
+  for (;;) {
+    usleep(poll_us);
+    uint64_t seq = __atomic_load_n(&perf_watch.seq, __ATOMIC_ACQUIRE);
+    double now = bench_now();
+    if (seq != last || !(seq & 1)) {
+      last = seq;
+      since = now;
+    } else if (now - since >= perf_watch.timeout_s) {
+      perf_watch_fire();
+    }
+  }
+  return NULL;
+}
+
+static void perf_watch_start(int timeout_s) {
+  if (timeout_s <= 0) return;
+  perf_watch.timeout_s = timeout_s;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, perf_watchdog, NULL) != 0) {
+    fprintf(stderr, "perf: cannot start the -T watchdog thread\n");
+    exit(1);
+  }
+  pthread_attr_destroy(&attr);
+}
+
+/* A library call of the harness, watched; exits through perf_fail on an error. */
+#define PERF_WATCHED(comm, what, call) \
+  do {                                 \
+    perf_watch_begin(what);            \
+    ncclResult_t perf_wres_ = (call);  \
+    perf_watch_end();                  \
+    if (perf_wres_ != ncclSuccess) perf_fail(comm, #call, perf_wres_); \
+  } while (0)
 
 /* ---- the run ---- */
 
@@ -185,6 +167,7 @@ static const perf_op_name_t perf_ops[] = {
 static const perf_op_name_t perf_no_op = {"none", ncclSum};
 #define PERF_NUM_OPS ((int)(sizeof(perf_ops) / sizeof(perf_ops[0])))
 #define PERF_CHECK_CHUNK ((size_t)1 << 16) /* elements compared per expected() call */
+#define PERF_SYNC_DOUBLES 4
 
 typedef struct perf_state {
   const perf_coll_t *coll;
@@ -193,10 +176,17 @@ typedef struct perf_state {
   int rank, nranks;
   void *send, *recv, *scratch;
   size_t send_bytes, recv_bytes;
-  double *sync; /* 2 doubles: barrier word, then {time, wrong} reductions */
-  double wrong_total, busbw_sum;
+  double *sync;            /* PERF_SYNC_DOUBLES: barrier word and the aggregations */
+  char activity[192];      /* the call being timed, for the watchdog's message */
+  char **hosts;            /* per rank, for the JSON */
+  bench_json_t *json;      /* rank 0 with -J */
+  int results_wrong;
+  double busbw_sum;
   int busbw_n;
 } perf_state_t;
+
+static const char *const perf_barrier_what = "ncclAllReduce (the harness's barrier)";
+static const char *const perf_reduce_what = "ncclAllReduce (the harness's time and #wrong sums)";
 
 static void perf_select(const char *arg, int *first, int *count, int n, const char *(*name_of)(int),
                         const char *what) {
@@ -222,70 +212,118 @@ static const char *perf_op_name(int i) {
   return perf_ops[i].name;
 }
 
-/* A barrier through the library: a one-element all-reduce. */
 static void perf_barrier(perf_state_t *st) {
-  PERF_NCCL(st->comm, ncclAllReduce(st->sync, st->sync, 1, ncclFloat64, ncclSum, st->comm, NULL));
+  PERF_WATCHED(st->comm, perf_barrier_what,
+               ncclAllReduce(st->sync, st->sync, 1, ncclFloat64, ncclSum, st->comm, NULL));
 }
 
-/* Poisons the receive buffer (0xff: NaN for every float type, -1 / max for integers, never an
- * expected value) and writes this rank's input where the call reads it. */
-static void perf_prepare(perf_state_t *st, const perf_case_t *c, int in_place) {
-  size_t ts = c->type->size;
-  memset(st->recv, 0xff, c->counts.recv_count * ts);
-  void *in = in_place ? (char *)st->recv + c->counts.in_place_offset * ts : st->send;
-  st->coll->fill_input(c, in);
+/* Elements the receive buffer needs for counts k: the output, and in place the input too. */
+static size_t perf_recv_elems(const perf_counts_t *k) {
+  size_t n = k->recv_count;
+  if (k->in_place_send + k->send_count > n) n = k->in_place_send + k->send_count;
+  if (k->in_place_recv + k->recv_count > n) n = k->in_place_recv + k->recv_count;
+  return n;
 }
 
-static double perf_count_wrong(const perf_case_t *c, const void *got, const void *want, size_t n) {
-  double wrong = 0, tol = c->pattern->tol;
-  for (size_t k = 0; k < n; k++) {
-    double g = c->type->get(got, k), w = c->type->get(want, k);
-    if (!(fabs(g - w) <= tol * fabs(w))) wrong++; /* NaN counts as wrong */
-  }
-  return wrong;
+static void *perf_send_ptr(const perf_state_t *st, const perf_case_t *c) {
+  return c->in_place ? (char *)st->recv + c->counts.in_place_send * c->type->size : st->send;
+}
+
+static void *perf_recv_ptr(const perf_state_t *st, const perf_case_t *c) {
+  return c->in_place ? (char *)st->recv + c->counts.in_place_recv * c->type->size : st->recv;
+}
+
+/* Poisons the receive buffer and writes this rank's input where the call reads it. */
+static void perf_prepare(perf_state_t *st, const perf_case_t *c) {
+  memset(st->recv, PERF_POISON_BYTE, perf_recv_elems(&c->counts) * c->type->size);
+  st->coll->fill_input(c, perf_send_ptr(st, c), 0, c->counts.send_count);
 }
 
 static double perf_check(perf_state_t *st, const perf_case_t *c) {
   size_t ts = c->type->size, total = c->counts.recv_count;
+  const char *out = perf_recv_ptr(st, c);
   double wrong = 0;
   for (size_t first = 0; first < total; first += PERF_CHECK_CHUNK) {
     size_t n = total - first < PERF_CHECK_CHUNK ? total - first : PERF_CHECK_CHUNK;
-    if (!st->coll->expected(c, st->scratch, first, n)) return 0;
-    const char *got = (const char *)st->recv + first * ts;
-    if (memcmp(got, st->scratch, n * ts) != 0) wrong += perf_count_wrong(c, got, st->scratch, n);
+    st->coll->expected(c, st->scratch, first, n);
+    const char *got = out + first * ts;
+    if (memcmp(got, st->scratch, n * ts) != 0) wrong += pattern_count_wrong(c, got, st->scratch, n);
   }
   return wrong;
 }
 
-static void perf_run_iters(perf_state_t *st, const perf_case_t *c, int in_place, int iters) {
-  const void *send =
-      in_place ? (char *)st->recv + c->counts.in_place_offset * c->type->size : st->send;
+static void perf_call(perf_state_t *st, const perf_case_t *c) {
+  perf_watch_begin(st->activity);
+  ncclResult_t res = st->coll->run(c, perf_send_ptr(st, c), perf_recv_ptr(st, c));
+  perf_watch_end();
+  if (res != ncclSuccess) perf_fail(st->comm, st->coll->call_name, res);
+}
+
+/* iters iterations of -m calls each; the -m calls of an iteration form one group. */
+static void perf_run_iters(perf_state_t *st, const perf_case_t *c, int iters) {
+  int agg = st->opts.agg_iters;
   for (int i = 0; i < iters; i++) {
-    ncclResult_t res = st->coll->run(c, send, st->recv);
-    if (res != ncclSuccess) perf_fail(st->comm, st->coll->call_name, res);
+    if (agg > 1) PERF_NCCL(st->comm, ncclGroupStart());
+    for (int a = 0; a < agg; a++) perf_call(st, c);
+    if (agg > 1) PERF_WATCHED(st->comm, st->activity, ncclGroupEnd());
   }
 }
 
-/* Times one size out-of-place or in-place: average per iteration, max over ranks. */
-static bench_result_t perf_measure(perf_state_t *st, const perf_case_t *c, int in_place) {
-  size_t bytes = c->counts.count * c->type->size;
-  int iters = bench_iters_for(&st->opts, bytes);
-  if (st->opts.check) perf_prepare(st, c, in_place);
+/* The -a aggregation of this rank's time across ranks, and #wrong summed (-1: not checked). */
+static void perf_aggregate(perf_state_t *st, double *seconds, double *wrong) {
+  double *s = st->sync;
+  s[0] = *seconds;
+  s[1] = *wrong > 0 ? *wrong : 0;
+  s[2] = st->rank == 0 ? *seconds : 0;
+  PERF_WATCHED(st->comm, perf_reduce_what,
+               ncclAllReduce(s, s, 3, ncclFloat64, ncclSum, st->comm, NULL));
+  double mean = s[0] / st->nranks, rank0 = s[2];
+  if (*wrong >= 0) *wrong = s[1];
+  if (st->opts.average == BENCH_AVG_MIN || st->opts.average == BENCH_AVG_MAX) {
+    s[3] = *seconds;
+    ncclRedOp_t op = st->opts.average == BENCH_AVG_MIN ? ncclMin : ncclMax;
+    PERF_WATCHED(st->comm, perf_reduce_what,
+                 ncclAllReduce(s + 3, s + 3, 1, ncclFloat64, op, st->comm, NULL));
+    *seconds = s[3];
+  } else {
+    *seconds = st->opts.average == BENCH_AVG_RANK0 ? rank0 : mean;
+  }
+}
+
+static size_t perf_size_bytes(const perf_case_t *c) {
+  size_t n = c->counts.send_count > c->counts.recv_count ? c->counts.send_count
+                                                         : c->counts.recv_count;
+  return n * c->type->size;
+}
+
+static void perf_describe(perf_state_t *st, const perf_case_t *c) {
+  snprintf(st->activity, sizeof(st->activity), "%s (%zu B, %s, %s, root %d, %s)",
+           st->coll->call_name, perf_size_bytes(c), c->type->name, c->op_name, c->root,
+           c->in_place ? "in-place" : "out-of-place");
+}
+
+/* Times and checks one size in one placement. */
+static bench_result_t perf_measure(perf_state_t *st, perf_case_t *c, int in_place) {
+  c->in_place = in_place;
+  perf_describe(st, c);
+  int iters = bench_iters_for(&st->opts, perf_size_bytes(c));
+  if (st->opts.check) perf_prepare(st, c);
   perf_barrier(st);
   double t0 = bench_now();
-  perf_run_iters(st, c, in_place, iters);
-  double seconds = (bench_now() - t0) / iters;
+  perf_run_iters(st, c, iters);
+  double seconds = (bench_now() - t0) / ((double)iters * st->opts.agg_iters);
   double wrong = -1;
-  if (st->opts.check) {
-    perf_prepare(st, c, in_place);
-    perf_run_iters(st, c, in_place, 1);
-    wrong = perf_check(st, c);
+  if (st->opts.check && !(in_place && st->coll->in_place_unchecked)) {
+    wrong = 0;
+    for (int k = 0; k < st->opts.check && wrong == 0; k++) {
+      perf_prepare(st, c);
+      perf_call(st, c);
+      wrong += perf_check(st, c);
+    }
   }
-  st->sync[0] = seconds;
-  st->sync[1] = wrong;
-  PERF_NCCL(st->comm, ncclAllReduce(st->sync, st->sync, 2, ncclFloat64, ncclMax, st->comm, NULL));
-  bench_result_t r = {.time_us = st->sync[0] * 1e6, .wrong = st->sync[1]};
-  r.algbw = bench_algbw(bytes, st->sync[0]);
+  perf_aggregate(st, &seconds, &wrong);
+  bench_result_t r = {.time_us = seconds * 1e6, .wrong = wrong};
+  r.algbw = bench_algbw(c->counts.bw_count * c->type->size, seconds);
   r.busbw = r.algbw * st->coll->bus_factor(st->nranks);
   return r;
 }
@@ -297,31 +335,34 @@ static void perf_set_size(const perf_state_t *st, perf_case_t *c, size_t bytes) 
 /* Fills both buffers once (sane values even without -c), then runs -w iterations at the
  * largest and at the smallest size so that lazily built resources are not timed. */
 static void perf_warmup(perf_state_t *st, perf_case_t *c) {
+  c->in_place = 0;
   perf_set_size(st, c, st->opts.max_bytes);
-  st->coll->fill_input(c, st->send);
-  st->coll->fill_input(c, st->recv);
-  perf_run_iters(st, c, 0, st->opts.warmup);
+  perf_describe(st, c);
+  st->coll->fill_input(c, st->send, 0, c->counts.send_count);
+  st->coll->fill_input(c, st->recv, 0, c->counts.send_count);
+  perf_run_iters(st, c, st->opts.warmup);
   perf_set_size(st, c, st->opts.min_bytes);
-  perf_run_iters(st, c, 0, st->opts.warmup);
+  perf_describe(st, c);
+  perf_run_iters(st, c, st->opts.warmup);
 }
 
 static void perf_record(perf_state_t *st, const bench_result_t *r) {
-  if (r->wrong > 0) st->wrong_total += r->wrong;
+  if (r->wrong > 0) st->results_wrong++;
   st->busbw_sum += r->busbw;
   st->busbw_n++;
 }
 
-static void perf_sweep(perf_state_t *st, const perf_type_t *type, const perf_op_name_t *op) {
-  perf_pattern_t pattern;
-  perf_case_t c = {.type = type,
+static void perf_sweep(perf_state_t *st, const perf_type_t *type, const perf_op_name_t *op,
+                       int root) {
+  perf_case_t c = {.coll = st->coll,
+                   .type = type,
                    .op = op->op,
                    .op_name = op->name,
                    .rank = st->rank,
                    .nranks = st->nranks,
                    .comm = st->comm,
-                   .pattern = &pattern,
-                   .root = st->coll->rooted ? st->opts.root : -1};
-  pattern_init(&pattern, &c, st->coll->reduces);
+                   .root = root};
+  pattern_init(&c, st->coll->reduces);
   perf_warmup(st, &c);
   for (size_t bytes = st->opts.min_bytes; bytes != BENCH_END;
        bytes = bench_next_size(&st->opts, bytes)) {
@@ -330,46 +371,57 @@ static void perf_sweep(perf_state_t *st, const perf_type_t *type, const perf_op_
     bench_result_t in = perf_measure(st, &c, 1);
     perf_record(st, &out);
     perf_record(st, &in);
-    if (st->rank == 0)
-      bench_print_row(c.counts.count * type->size, c.counts.count, type->name, op->name, c.root,
-                      &out, &in);
+    if (st->rank != 0) continue;
+    bench_print_row(perf_size_bytes(&c), c.counts.param_count, type->name, op->name, c.root,
+                    &out, &in);
+    bench_json_row(st->json, perf_size_bytes(&c), c.counts.param_count, type->name, op->name,
+                   c.root, &out, &in);
   }
-  pattern_free(&pattern);
+  pattern_free(&c);
 }
 
 /* Buffers sized for the largest size of any selected type, allocated and touched once. */
 static void perf_alloc_buffers(perf_state_t *st, int t0, int nt) {
   for (int t = t0; t < t0 + nt; t++) {
     perf_counts_t k;
-    st->coll->counts(st->opts.max_bytes, perf_types[t].size, st->nranks, st->rank, &k);
-    if (k.send_count * perf_types[t].size > st->send_bytes)
-      st->send_bytes = k.send_count * perf_types[t].size;
-    if (k.recv_count * perf_types[t].size > st->recv_bytes)
-      st->recv_bytes = k.recv_count * perf_types[t].size;
+    size_t ts = perf_types[t].size;
+    st->coll->counts(st->opts.max_bytes, ts, st->nranks, st->rank, &k);
+    if (k.send_count * ts > st->send_bytes) st->send_bytes = k.send_count * ts;
+    if (perf_recv_elems(&k) * ts > st->recv_bytes) st->recv_bytes = perf_recv_elems(&k) * ts;
   }
   st->send = bench_alloc(st->send_bytes);
   st->recv = bench_alloc(st->recv_bytes);
   st->scratch = bench_alloc(PERF_CHECK_CHUNK * sizeof(double));
-  st->sync = bench_alloc(2 * sizeof(double));
+  st->sync = bench_alloc(PERF_SYNC_DOUBLES * sizeof(double));
 }
 
 static void perf_free_buffers(perf_state_t *st) {
   bench_free(st->send, st->send_bytes);
   bench_free(st->recv, st->recv_bytes);
   bench_free(st->scratch, PERF_CHECK_CHUNK * sizeof(double));
-  bench_free(st->sync, 2 * sizeof(double));
+  bench_free(st->sync, PERF_SYNC_DOUBLES * sizeof(double));
 }
 
-/* Rank 0 prints the header and one line per rank, gathered through the library. */
+/* Every rank's host and pid, gathered through the library; rank 0 prints the header and opens
+ * the JSON file. */
 static void perf_print_ranks(perf_state_t *st) {
   bench_rank_info_t mine, *all = calloc((size_t)st->nranks, sizeof(*all));
-  if (!all) {
+  st->hosts = calloc((size_t)st->nranks, sizeof(*st->hosts));
+  if (!all || !st->hosts) {
     fprintf(stderr, "perf: out of memory\n");
     exit(1);
   }
   bench_rank_info(&mine);
-  PERF_NCCL(st->comm, ncclAllGather(&mine, all, sizeof(mine), ncclInt8, st->comm, NULL));
+  PERF_WATCHED(st->comm, "ncclAllGather (the harness's rank list)",
+               ncclAllGather(&mine, all, sizeof(mine), ncclInt8, st->comm, NULL));
+  for (int r = 0; r < st->nranks; r++) st->hosts[r] = strdup(all[r].host);
   if (st->rank == 0) {
+    char tool[64], library[128];
+    snprintf(tool, sizeof(tool), "%s_perf", st->coll->name);
+    snprintf(library, sizeof(library), "tutti %s", tuttiVersionString());
+    if (st->opts.json_path)
+      st->json = bench_json_open(&st->opts, tool, st->coll->name, library, st->nranks,
+                                 (const char *const *)st->hosts);
     bench_print_header(&st->opts);
     for (int r = 0; r < st->nranks; r++) bench_print_rank(r, (long)all[r].pid, all[r].host);
     bench_print_table_header();
@@ -378,7 +430,7 @@ static void perf_print_ranks(perf_state_t *st) {
 }
 
 static void perf_init_comm(perf_state_t *st) {
-  PERF_NCCL(NULL, tuttiCommInitFromEnv(&st->comm));
+  PERF_WATCHED(NULL, "tuttiCommInitFromEnv", tuttiCommInitFromEnv(&st->comm));
   PERF_NCCL(st->comm, ncclCommUserRank(st->comm, &st->rank));
   PERF_NCCL(st->comm, ncclCommCount(st->comm, &st->nranks));
   perf_my_rank = st->rank;
@@ -391,24 +443,58 @@ static void perf_init_comm(perf_state_t *st) {
   }
 }
 
+/* Roots of the sweep: -1 without a root, -r, or every rank for -r all. */
+static void perf_roots(const perf_state_t *st, int *first, int *last) {
+  if (!st->coll->rooted) {
+    *first = *last = -1;
+  } else if (st->opts.root == BENCH_ROOT_ALL) {
+    *first = 0;
+    *last = st->nranks - 1;
+  } else {
+    *first = *last = st->opts.root;
+  }
+}
+
+static void perf_finish(perf_state_t *st) {
+  double avg = st->busbw_n ? st->busbw_sum / st->busbw_n : 0.0;
+  if (st->rank == 0) {
+    bench_print_footer(st->results_wrong, avg);
+    bench_json_close(st->json, st->results_wrong, avg);
+  }
+  for (int r = 0; r < st->nranks; r++) free(st->hosts[r]);
+  free(st->hosts);
+  perf_free_buffers(st);
+  PERF_WATCHED(st->comm, "ncclCommDestroy", ncclCommDestroy(st->comm));
+}
+
 int perf_main(const perf_coll_t *coll, int argc, char **argv) {
   perf_state_t st = {.coll = coll};
-  char prog[64];
+  char prog[64], why[128] = "";
   snprintf(prog, sizeof(prog), "%s_perf", coll->name);
   bench_parse(argc, argv, prog, &st.opts);
-  int t0, nt, o0 = 0, no = 1;
+  if (st.opts.coll_arg) {
+    fprintf(stderr, "%s: --coll is for the peer programs; this one measures %s\n", prog,
+            coll->call_name);
+    return 2;
+  }
+  int t0, nt, o0 = 0, no = 1, r0, r1;
   perf_select(st.opts.type_arg, &t0, &nt, perf_num_types, perf_type_name, "datatype");
   if (coll->reduces) perf_select(st.opts.op_arg, &o0, &no, PERF_NUM_OPS, perf_op_name, "op");
 
+  perf_watch_start(st.opts.timeout_s);
   perf_init_comm(&st);
   perf_alloc_buffers(&st, t0, nt);
   perf_print_ranks(&st);
-  for (int t = t0; t < t0 + nt; t++)
-    for (int o = o0; o < o0 + no; o++)
-      perf_sweep(&st, &perf_types[t], coll->reduces ? &perf_ops[o] : &perf_no_op);
-  if (st.rank == 0)
-    bench_print_footer(st.wrong_total, st.busbw_n ? st.busbw_sum / st.busbw_n : 0.0);
-  perf_free_buffers(&st);
-  PERF_NCCL(st.comm, ncclCommDestroy(st.comm));
-  return st.wrong_total > 0 ? 1 : 0;
+  perf_roots(&st, &r0, &r1);
+  if (coll->supported && !coll->supported(st.nranks, why, sizeof(why))) {
+    if (st.rank == 0) printf("# %s, skipping\n", why);
+  } else {
+    for (int t = t0; t < t0 + nt; t++)
+      for (int o = o0; o < o0 + no; o++)
+        for (int root = r0; root <= r1; root++)
+          perf_sweep(&st, &perf_types[t], coll->reduces ? &perf_ops[o] : &perf_no_op, root);
+  }
+  int failed = st.results_wrong > 0;
+  perf_finish(&st);
+  return failed ? 1 : 0;
 }

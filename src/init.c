@@ -9,6 +9,7 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "topology/topo.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -204,6 +205,26 @@ static void comm_topology(ncclComm_t c) {
   c->id_hash = h;
 }
 
+/* Topology decisions for this rank (hwloc, once per process), printed at INFO with reasons.
+ * Host-memory ranks have no GPU: the NIC is the closest to the rank's CPU set and the binding
+ * keeps the launcher's (never narrower than what the user gave). */
+static void comm_topology_decisions(ncclComm_t c) {
+  const topo_t *t = NULL;
+  if (topo_get_process(&t) != ncclSuccess || !t) {
+    INFO(SUB_INIT, "topology: not available (%s); no placement decisions", tutti_last_error());
+    tutti_clear_error();
+    return;
+  }
+  topo_nic_choice_t nic;
+  topo_binding_t bind;
+  topo_choose_nic(t, TOPO_NIC_SOCKET, -1, NULL, &nic);
+  topo_choose_binding(t, -1, NULL, &bind);
+  INFO(SUB_INIT, "topology (%s, %.1f ms): socket NIC %s (%s): %s", topo_source(t), topo_load_ms(t),
+       nic.name[0] ? nic.name : "none", topo_path_name(nic.path), nic.reason);
+  INFO(SUB_INIT, "topology: rank %d binding numa %d cpuset %s: %s", c->rank, bind.numa,
+       bind.cpuset[0] ? bind.cpuset : "-", bind.reason);
+}
+
 static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank) {
   ncclComm_t c = NULL;
   ncclResult_t res;
@@ -220,6 +241,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   c->nt_threshold = (size_t)tutti_param_NtThreshold();
   TUTTI_CHECK_GOTO(bootstrap_join(c, id), res, fail);
   comm_topology(c);
+  comm_topology_decisions(c);
   TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);
   c->scratch_bytes = TUTTI_MAX(c->oneshot_max_bytes, 64);
   c->scratch = malloc(c->scratch_bytes);

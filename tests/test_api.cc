@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <functional>
 #include <string>
 #include <vector>
@@ -178,6 +179,18 @@ TEST(Api, InitFromEnvWithoutLauncherEnvironment) {
 
 // One rank claims another version: every rank's init fails with ncclInvalidUsage and a message
 // naming both versions.
+void expect_version_mismatch(RankCtx &ctx) {
+  ncclComm_t c = nullptr;
+  double t0 = th::now_s();
+  ncclResult_t rc = ncclCommInitRank(&c, ctx.nranks, ctx.id, ctx.rank);
+  std::string msg = ncclGetLastError(nullptr);
+  if (rc == ncclSuccess) ncclCommDestroy(c);
+  RCHECK(ctx, rc == ncclInvalidUsage, "init returned %d (%s) after %.1f s: %s", (int)rc,
+         ncclGetErrorString(rc), th::now_s() - t0, msg.c_str());
+  RCHECK(ctx, th::contains(msg, "version mismatch"), "message: %s", msg.c_str());
+  RCHECK(ctx, th::contains(msg, "9.9.9") && th::contains(msg, TUTTI_VERSION_STRING), "message: %s", msg.c_str());
+}
+
 TEST(Api, VersionMismatchFailsEveryRank) {
   th::Options opt;
   opt.init = false;
@@ -185,15 +198,24 @@ TEST(Api, VersionMismatchFailsEveryRank) {
   opt.before_init = [](int rank) {
     if (rank == 1) setenv("TUTTI_TEST_FAKE_VERSION", "9.9.9", 1);
   };
-  th::run_ranks_ok(Mode::kProcs, 3, [](RankCtx &ctx) {
-    ncclComm_t c = nullptr;
-    ncclResult_t rc = ncclCommInitRank(&c, ctx.nranks, ctx.id, ctx.rank);
-    std::string msg = ncclGetLastError(nullptr);
-    if (rc == ncclSuccess) ncclCommDestroy(c);
-    RCHECK(ctx, rc == ncclInvalidUsage, "init returned %d (%s): %s", (int)rc, ncclGetErrorString(rc), msg.c_str());
-    RCHECK(ctx, th::contains(msg, "version mismatch"), "message: %s", msg.c_str());
-    RCHECK(ctx, th::contains(msg, "9.9.9") && th::contains(msg, TUTTI_VERSION_STRING), "message: %s", msg.c_str());
-  }, opt);
+  th::run_ranks_ok(Mode::kProcs, 2, expect_version_mismatch, opt);
+}
+
+// The same with a third rank that joins after the root has seen the mismatch: it must get the
+// same answer, not wait out TUTTI_INIT_TIMEOUT for a root that went away. (Settings are read
+// once per process and the children inherit the parent's, so the 5 s limit is set here, before
+// this process draws its first id; run alone, as ctest does, it applies.)
+TEST(Api, VersionMismatchReachesRanksThatJoinLate) {
+  setenv("TUTTI_INIT_TIMEOUT", "5", 1);
+  th::Options opt;
+  opt.init = false;
+  opt.timeout_s = 40;
+  opt.before_init = [](int rank) {
+    if (rank == 1) setenv("TUTTI_TEST_FAKE_VERSION", "9.9.9", 1);
+    if (rank == 2) usleep(1000 * 1000);  // ranks 0 and 1 meet the root first
+  };
+  th::run_ranks_ok(Mode::kProcs, 3, expect_version_mismatch, opt);
+  unsetenv("TUTTI_INIT_TIMEOUT");
 }
 
 // ---------------------------------------------------------------- misuse of the collectives

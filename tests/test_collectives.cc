@@ -436,7 +436,7 @@ TEST_P(Matrix, Sweep) {
 TEST_P(Matrix, TypesOps) {
   Coll coll = std::get<0>(GetParam());
   Mode mode = std::get<1>(GetParam());
-  const std::vector<size_t> counts = {0, 1, 7, 1023};
+  const std::vector<size_t> counts = {0, 1, 7, 1023, 20001};  // 20001: ring even for 1-byte types
   for (int n : {2, 3}) {
     th::run_ranks_ok(mode, n, [&](RankCtx &ctx) {
       int seq = 0;

@@ -3,6 +3,11 @@
 //
 // Every decision is asserted exactly: a change in NIC choice, binding, ring order, P2P or path
 // class must fail here and be reviewed.
+//
+// Built a second time with TUTTI_FAKE_NVML, this file is a stand-in libnvidia-ml.so.1 (see the
+// end) that ctest puts first on LD_LIBRARY_PATH, so the NVML path runs without a GPU.
+#ifndef TUTTI_FAKE_NVML
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -16,14 +21,18 @@
 
 namespace {
 
-std::string fixture(const char *name) { return std::string(TUTTI_FIXTURES_DIR "/") + name; }
+std::string fixture(const char *name) {
+  return std::string(TUTTI_FIXTURES_DIR "/") + name;
+}
 
 // Settings the decisions read, cleared around every test so the caller's environment (an
 // NCCL_IB_HCA exported in the shell...) cannot change the answers.
-const char *const kSettings[] = {"P2P_LEVEL", "P2P_DISABLE", "IB_HCA", "SOCKET_IFNAME",
-                                 "IGNORE_CPU_AFFINITY", "TOPO_FILE", "TOPO_DUMP_FILE"};
+const char *const kSettings[] = {"P2P_LEVEL",     "P2P_DISABLE",         "IB_HCA",
+                                 "SOCKET_IFNAME", "IGNORE_CPU_AFFINITY", "TOPO_FILE",
+                                 "TOPO_DUMP_FILE"};
 
 void clear_settings() {
+  unsetenv("HWLOC_THISSYSTEM");  // would make the fixtures "this machine" and bind for real
   for (const char *s : kSettings) {
     unsetenv((std::string("TUTTI_") + s).c_str());
     unsetenv((std::string("NCCL_") + s).c_str());
@@ -59,9 +68,9 @@ class Topo : public ::testing::Test {
   std::vector<int> ring(const std::vector<topo_rank_loc_t> &locs, std::string *why = nullptr) {
     std::vector<int> order(locs.size());
     char reason[TOPO_REASON_CHARS];
-    EXPECT_EQ(topo_ring_order(t_, (int)locs.size(), locs.data(), order.data(), reason,
-                              sizeof(reason)),
-              ncclSuccess);
+    EXPECT_EQ(
+        topo_ring_order(t_, (int)locs.size(), locs.data(), order.data(), reason, sizeof(reason)),
+        ncclSuccess);
     if (why) *why = reason;
     return order;
   }
@@ -77,8 +86,7 @@ class Topo : public ::testing::Test {
   topo_t *t_ = nullptr;
 };
 
-#define EXPECT_PATH(expected, actual) \
-  EXPECT_STREQ(topo_path_name(expected), topo_path_name(actual))
+#define EXPECT_PATH(expected, actual) EXPECT_STREQ(topo_path_name(expected), topo_path_name(actual))
 
 // ---------------------------------------------------------------- DGX-H100-like
 
@@ -173,7 +181,7 @@ TEST_F(Topo, DgxIbHcaOverride) {
   }
   {
     Env e("NCCL_IB_HCA", "mlx5_4:1,mlx5_5:1");  // NCCL_ name, ports ignored
-    EXPECT_EQ(nic(TOPO_NIC_IB, 0), "mlx5_4");    // socket 0 GPUs share both, in turn
+    EXPECT_EQ(nic(TOPO_NIC_IB, 0), "mlx5_4");   // socket 0 GPUs share both, in turn
     EXPECT_EQ(nic(TOPO_NIC_IB, 1), "mlx5_5");
     EXPECT_EQ(nic(TOPO_NIC_IB, 2), "mlx5_4");
     EXPECT_EQ(nic(TOPO_NIC_IB, 3), "mlx5_5");
@@ -239,6 +247,10 @@ TEST_F(Topo, DgxBinding) {
   EXPECT_EQ(b.numa, -1);
   EXPECT_EQ(b.cpubind, 0);
   EXPECT_EQ(b.membind, 0);
+  topo_choose_binding(t_, 0, "fast", &b);
+  EXPECT_EQ(b.cpubind, 0);
+  EXPECT_EQ(b.membind, 0);
+  EXPECT_STREQ(b.reason, "\"fast\" is not a CPU set: no binding");
 }
 
 TEST_F(Topo, DgxRingAndP2p) {
@@ -439,6 +451,33 @@ TEST_F(Topo, CloudVm) {
   EXPECT_STREQ(why, "GPU 0 or 1 is not in the topology");
 }
 
+// ---------------------------------------------------------------- NVLink from NVML
+
+// The fake NVML (below) joins GPUs 0-1 of the PCIe fixture by 4 direct links and GPUs 2-3 to
+// NVSwitches by 6 links each.
+TEST_F(Topo, NvlinkFromNvml) {
+  void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  bool fake = lib && dlsym(lib, "tutti_fake_nvml");
+  if (lib) dlclose(lib);
+  if (!fake) GTEST_SKIP() << "the fake libnvidia-ml.so.1 is not on LD_LIBRARY_PATH (run ctest)";
+  load("pcie-4gpu-2socket.xml");
+  EXPECT_EQ(topo_nvlinks(t_, 0, 1), 0);
+  topo_nvml_annotate(t_);
+  ASSERT_EQ(topo_nvlink_build(t_), ncclSuccess);
+  EXPECT_EQ(topo_nvlinks(t_, 0, 1), 4);
+  EXPECT_EQ(topo_nvlinks(t_, 1, 0), 4);
+  EXPECT_EQ(topo_nvlinks(t_, 2, 3), 6);
+  EXPECT_EQ(topo_nvlinks(t_, 0, 2), 0);
+  EXPECT_EQ(topo_gpu(t_, 2)->nvswitch_links, 6);
+  EXPECT_EQ(topo_gpu(t_, 0)->nvlinks, 4);
+  EXPECT_PATH(TOPO_PATH_NVL, topo_path_gpu_gpu(t_, 0, 1));
+  EXPECT_PATH(TOPO_PATH_NVL, topo_path_gpu_gpu(t_, 3, 2));
+  EXPECT_PATH(TOPO_PATH_SYS, topo_path_gpu_gpu(t_, 1, 2));
+  EXPECT_STREQ(hwloc_obj_get_info_by_name(t_->gpu_obj[0], "NVLinkPeers"), "0000:3b:00.0*4");
+  EXPECT_STREQ(hwloc_obj_get_info_by_name(t_->gpu_obj[3], "NVLinkPeers"), "nvswitch*6");
+  EXPECT_TRUE(p2p(0, 1));  // NVL: allowed at the default level now
+}
+
 // ---------------------------------------------------------------- pure helpers
 
 TEST(TopoHelpers, NameMatching) {
@@ -513,7 +552,7 @@ TEST_F(TopoLive, BindAndRestore) {
   EXPECT_TRUE(CPU_EQUAL(&before, &after));
 }
 
-TEST_F(TopoLive, FileTopologyIsNeverApplied) {
+TEST_F(TopoLive, FileTopologyIsNotApplied) {
   load("dgx-h100.xml");
   cpu_set_t before, after;
   sched_getaffinity(0, sizeof(before), &before);
@@ -588,8 +627,7 @@ TEST_F(TopoLive, PrintsTreeAndDecisions) {
   fclose(f);
   std::string s(buf, len);
   free(buf);
-  EXPECT_NE(s.find("PCI 0000:c5:00.0 [10de:20b5] GPU 2, NVLink 0000:c6:00.0*12"),
-            std::string::npos)
+  EXPECT_NE(s.find("PCI 0000:c5:00.0 [10de:20b5] GPU 2, NVLink 0000:c6:00.0*12"), std::string::npos)
       << s;
   EXPECT_NE(s.find("GPU0                X     NV12      SYS      SYS      PIX      SYS   0"),
             std::string::npos)
@@ -598,3 +636,67 @@ TEST_F(TopoLive, PrintsTreeAndDecisions) {
 }
 
 }  // namespace
+
+#else  // TUTTI_FAKE_NVML: the few NVML entry points tutti calls, for a 4-GPU machine whose bus
+       // ids are those of tests/fixtures/pcie-4gpu-2socket.xml.
+#include <string.h>
+#include <strings.h>
+
+extern "C" {
+typedef struct {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+} fake_pci_info_t;
+
+struct fake_gpu {
+  const char *busid;
+  unsigned links;      // links 0..links-1 are active
+  const char *remote;  // as NVML prints it: 8-digit domain, upper case
+  int remote_type;     // 0 GPU, 2 NVSwitch
+};
+
+static const fake_gpu fake_gpus[] = {{"0000:18:00.0", 4, "00000000:3B:00.0", 0},
+                                     {"0000:3b:00.0", 4, "00000000:18:00.0", 0},
+                                     {"0000:99:00.0", 6, "00000000:E0:00.0", 2},
+                                     {"0000:b2:00.0", 6, "00000000:E1:00.0", 2}};
+
+__attribute__((visibility("default"))) int tutti_fake_nvml = 1;
+__attribute__((visibility("default"))) int nvmlInit_v2(void) {
+  return 0;
+}
+__attribute__((visibility("default"))) int nvmlShutdown(void) {
+  return 0;
+}
+
+__attribute__((visibility("default"))) int nvmlDeviceGetHandleByPciBusId_v2(const char *id,
+                                                                            void **dev) {
+  for (const fake_gpu &g : fake_gpus) {
+    if (strcasecmp(g.busid, id) != 0) continue;
+    *dev = (void *)&g;
+    return 0;
+  }
+  return 6;  // NVML_ERROR_NOT_FOUND
+}
+
+__attribute__((visibility("default"))) int nvmlDeviceGetNvLinkState(void *dev, unsigned link,
+                                                                    int *active) {
+  *active = link < ((const fake_gpu *)dev)->links;
+  return 0;
+}
+
+__attribute__((visibility("default"))) int nvmlDeviceGetNvLinkRemotePciInfo_v2(
+    void *dev, unsigned link, fake_pci_info_t *pci) {
+  memset(pci, 0, sizeof(*pci));
+  strcpy(pci->bus_id, ((const fake_gpu *)dev)->remote);
+  return link < ((const fake_gpu *)dev)->links ? 0 : 2;
+}
+
+__attribute__((visibility("default"))) int nvmlDeviceGetNvLinkRemoteDeviceType(void *dev,
+                                                                               unsigned link,
+                                                                               int *type) {
+  *type = ((const fake_gpu *)dev)->remote_type;
+  return link < ((const fake_gpu *)dev)->links ? 0 : 2;
+}
+}
+#endif  // TUTTI_FAKE_NVML

@@ -150,8 +150,9 @@ static const char run_help[] =
     "  -x VAR=VALUE      add VAR=VALUE to the ranks' environment (repeatable)\n"
     "  --print-settings  print the TUTTI_* and NCCL_* variables passed to the ranks\n"
     "  --hosts LIST      run on the hosts of the namespace test bed (scripts/netns-cluster.sh):\n"
-    "                    \"h1:2,h2:2\" (ranks per host) or \"h1,h2\" with -n (split evenly);\n"
-    "                    ranks are placed in blocks, rank 0 on the first host\n"
+    "                    \"h1:2,h2:2\" (ranks per host), \"h1,h2\" (one each) or \"h1,h2\" with\n"
+    "                    -n N (split evenly); ranks are placed in blocks, rank 0 on the\n"
+    "                    first host\n"
     "  --netns-prefix P  namespace prefix of the test bed (default $TUTTI_NETNS_PREFIX or tutti-)\n"
     "  --keep-going      a failing rank does not stop the others: they must notice by\n"
     "                    themselves (failure tests); the exit status is still the first failure's\n"
@@ -263,7 +264,7 @@ static void place_ranks(run_options_t *o) {
     o->nranks = sum;
     return;
   }
-  if (o->nranks == 0) usage_error("--hosts without counts needs -n N");
+  if (o->nranks == 0) o->nranks = o->nhosts; /* "h1,h2,h3": one rank each */
   for (int i = 0; i < o->nhosts; i++)
     o->hosts[i].count = o->nranks / o->nhosts + (i < o->nranks % o->nhosts);
   if (o->hosts[o->nhosts - 1].count == 0) usage_error("-n %d is fewer ranks than hosts", o->nranks);

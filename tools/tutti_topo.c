@@ -86,13 +86,27 @@ int main(int argc, char **argv) {
   int nranks = 0, runs = 0, quiet = 0, c;
   while ((c = getopt_long(argc, argv, "n:x:d:t:qh", opts, NULL)) != -1) {
     switch (c) {
-      case 'n': nranks = atoi(optarg); break;
-      case 'x': xml = optarg; break;
-      case 'd': dump = optarg; break;
-      case 't': runs = atoi(optarg); break;
-      case 'q': quiet = 1; break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case 'n':
+        nranks = atoi(optarg);
+        break;
+      case 'x':
+        xml = optarg;
+        break;
+      case 'd':
+        dump = optarg;
+        break;
+      case 't':
+        runs = atoi(optarg);
+        break;
+      case 'q':
+        quiet = 1;
+        break;
+      case 'h':
+        usage(stdout);
+        return 0;
+      default:
+        usage(stderr);
+        return 2;
     }
   }
   if (optind < argc || nranks < 0 || nranks > 256 || runs < 0) {

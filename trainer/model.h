@@ -3,7 +3,7 @@
  * and a forward/backward pair per model written out layer by layer.
  *
  *   mlp  784 -> 512 -> ReLU -> 256 -> ReLU -> 10                          535,818 parameters
- *   cnn  conv5x5 1->32, ReLU, maxpool2 -> conv5x5 32->64, ReLU, maxpool2
+ *   cnn  conv5x5 1->32, maxpool2, ReLU -> conv5x5 32->64, maxpool2, ReLU
  *        -> 3136 -> 512 -> ReLU -> 10                                     1,663,370 parameters
  */
 #ifndef TRAINER_MODEL_H_
@@ -49,12 +49,12 @@ typedef struct {
 
 typedef struct {
   float *cols1;  /* (B*28*28, 5*5*1) im2col of the input */
-  float *c1;     /* (B, 28, 28, 32) conv1 + ReLU */
-  float *p1;     /* (B, 14, 14, 32) */
+  float *c1;     /* (B, 28, 28, 32) conv1 */
+  float *p1;     /* (B, 14, 14, 32) maxpool + ReLU */
   int32_t *arg1; /* (B, 14, 14, 32) */
   float *cols2;  /* (B*14*14, 5*5*32) */
-  float *c2;     /* (B, 14, 14, 64) conv2 + ReLU */
-  float *p2;     /* (B, 7, 7, 64) = (B, 3136) flattened in NHWC order */
+  float *c2;     /* (B, 14, 14, 64) conv2 */
+  float *p2;     /* (B, 7, 7, 64) maxpool + ReLU = (B, 3136) flattened in NHWC order */
   int32_t *arg2; /* (B, 7, 7, 64) */
   float *f1;     /* (B, 512) fc1 + ReLU */
   float *dcols2, *dc1, *dp1, *dc2, *dp2, *df1;

@@ -45,6 +45,8 @@ typedef struct {
   int64_t epoch, step_in_epoch, global_step;
   double sums[3];   /* this rank's loss sum, correct, samples of the epoch so far */
   double elapsed_s; /* training time of earlier runs (resume) */
+  int64_t run_step0, steady_step0; /* first step of this run; of the steady-state measurement */
+  double steady_t0;                /* when this run completed BENCH_SKIP_STEPS steps */
   FILE *log, *trace;
 } trainer_t;
 
@@ -74,6 +76,10 @@ static void blas_pick_kernels(char **argv) {
   execv("/proc/self/exe", argv); /* returns only on failure: then run with Prescott */
   unsetenv("OPENBLAS_CORETYPE");
 }
+
+/* The steady-state figure of the final line leaves out the first steps (page faults of the
+ * first touch of every buffer, caches). */
+#define BENCH_SKIP_STEPS 5
 
 static void die(const char *msg) {
   fprintf(stderr, "tutti-train: %s\n", msg);
@@ -262,6 +268,8 @@ static void train_step(trainer_t *t) {
   float lr = lr_at(t->global_step, t->total_steps, t->warmup_steps, t->lr, o->final_lr_frac);
   optim_step(&t->optim, m->params, m->grads, lr);
   t->global_step++, t->step_in_epoch++;
+  if (t->global_step - t->run_step0 == BENCH_SKIP_STEPS)
+    t->steady_t0 = now_s(), t->steady_step0 = t->global_step;
   if (t->trace)
     fprintf(t->trace, "%lld %016llx\n", (long long)t->global_step,
             (unsigned long long)params_hash(m));
@@ -359,10 +367,19 @@ static void open_logs(trainer_t *t) {
 }
 
 static void finish(trainer_t *t, double run_s, int64_t steps_run) {
-  if (t->rank == 0)
-    printf("%s after %lld steps: %.0f samples/s over this run (%lld steps, %.1fs)\n",
-           should_stop(t) ? "stopped" : "done", (long long)t->global_step,
-           steps_run * (double)t->global_batch / run_s, (long long)steps_run, run_s);
+  double comm_s, wait_s, end = now_s();
+  ddp_times(t->ddp, &comm_s, &wait_s);
+  if (t->rank == 0) {
+    printf("%s after %lld steps: %.0f samples/s over this run (%lld steps, %.1fs; comm %.1fs, "
+           "exposed %.1fs)", should_stop(t) ? "stopped" : "done", (long long)t->global_step,
+           steps_run * (double)t->global_batch / run_s, (long long)steps_run, run_s, comm_s,
+           wait_s);
+    if (t->steady_t0 > 0 && t->global_step > t->steady_step0)
+      printf(", %.0f samples/s after the first %d steps",
+             (double)(t->global_step - t->steady_step0) * t->global_batch / (end - t->steady_t0),
+             BENCH_SKIP_STEPS);
+    printf("\n");
+  }
   if (t->opt.dump_prefix) dump_params(t);
   if (t->trace) fclose(t->trace);
   if (t->log) fclose(t->log);
@@ -383,7 +400,7 @@ int main(int argc, char **argv) {
   start_state(&t);
   open_logs(&t);
   double t0 = now_s();
-  int64_t step0 = t.global_step;
+  int64_t step0 = t.run_step0 = t.global_step;
   while (t.epoch < t.opt.epochs && !should_stop(&t))
     if (run_epoch(&t)) break;
   finish(&t, now_s() - t0, t.global_step - step0);

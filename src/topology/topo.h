@@ -55,9 +55,9 @@ typedef enum {
 
 typedef enum { TOPO_NIC_IB = 0, TOPO_NIC_SOCKET = 1 } topo_nic_kind_t;
 
-#define TOPO_BUSID_CHARS 16  /* "0000:17:00.0" */
+#define TOPO_BUSID_CHARS 16 /* "0000:17:00.0" */
 #define TOPO_NAME_CHARS 32
-#define TOPO_SET_CHARS 256   /* hwloc list syntax "0-7,16-23" */
+#define TOPO_SET_CHARS 256 /* hwloc list syntax "0-7,16-23" */
 #define TOPO_REASON_CHARS 1024
 
 typedef struct topo_gpu_info {
@@ -72,7 +72,7 @@ typedef struct topo_gpu_info {
 
 typedef struct topo_nic_info {
   int index;
-  char name[TOPO_NAME_CHARS];   /* "mlx5_0" (IB) or "eth0" (socket) */
+  char name[TOPO_NAME_CHARS]; /* "mlx5_0" (IB) or "eth0" (socket) */
   topo_nic_kind_t kind;
   char busid[TOPO_BUSID_CHARS]; /* PCI device, "" when not on PCI */
   int numa, package;            /* -1 unknown */
@@ -95,9 +95,9 @@ ncclResult_t topo_load_xml(const char *path, topo_t **out);
 ncclResult_t topo_get_process(const topo_t **out);
 void topo_free(topo_t *t);
 
-const char *topo_source(const topo_t *t);   /* "live" or the XML path */
-int topo_is_live(const topo_t *t);          /* binding applies only to the live machine */
-double topo_load_ms(const topo_t *t);       /* discovery time */
+const char *topo_source(const topo_t *t); /* "live" or the XML path */
+int topo_is_live(const topo_t *t); /* this machine (bindings apply): live, or HWLOC_THISSYSTEM=1 */
+double topo_load_ms(const topo_t *t); /* discovery time */
 void topo_get_counts(const topo_t *t, topo_counts_t *c);
 const topo_gpu_info_t *topo_gpu(const topo_t *t, int gpu); /* NULL when out of range */
 const topo_nic_info_t *topo_nic(const topo_t *t, int nic);
@@ -117,8 +117,8 @@ topo_path_t topo_path_cpu_nic(const topo_t *t, const char *cpuset, int nic);
 
 /* ---- decisions ---- */
 typedef struct topo_nic_choice {
-  int nic;                      /* index for topo_nic(), -1 when none */
-  topo_path_t path;             /* from the GPU, or from the CPU set */
+  int nic;          /* index for topo_nic(), -1 when none */
+  topo_path_t path; /* from the GPU, or from the CPU set */
   char name[TOPO_NAME_CHARS];
   char reason[TOPO_REASON_CHARS];
 } topo_nic_choice_t;
@@ -149,7 +149,8 @@ typedef struct topo_saved_binding {
   char cpuset[TOPO_SET_CHARS], nodeset[TOPO_SET_CHARS];
 } topo_saved_binding_t;
 /* Applies a binding to the calling thread (threads it creates inherit it). Never fails the
- * caller: a refused binding is a WARN; nothing is done for a topology read from a file.
+ * caller: a refused binding is a WARN; nothing is done for a topology read from a file (unless
+ * HWLOC_THISSYSTEM=1 says the file describes this machine).
  * saved (may be NULL) receives what topo_restore_thread needs to undo it. */
 void topo_bind_thread(const topo_t *t, const topo_binding_t *b, topo_saved_binding_t *saved);
 void topo_restore_thread(const topo_t *t, const topo_saved_binding_t *saved);

@@ -108,8 +108,8 @@ static int gpu_turn(const topo_t *t, const nic_set_t *cand, const nic_set_t *bes
   return turn;
 }
 
-static void candidates(const topo_t *t, topo_nic_kind_t kind, const char *spec,
-                       nic_set_t *cand, int *of_kind) {
+static void candidates(const topo_t *t, topo_nic_kind_t kind, const char *spec, nic_set_t *cand,
+                       int *of_kind) {
   cand->n = 0;
   *of_kind = 0;
   for (int i = 0; i < t->nnics && cand->n < 64; i++) {
@@ -122,14 +122,14 @@ static void candidates(const topo_t *t, topo_nic_kind_t kind, const char *spec,
   }
 }
 
-static void no_nic(topo_nic_choice_t *out, const char *what, const char *which,
-                   const char *spec, int of_kind) {
+static void no_nic(topo_nic_choice_t *out, const char *what, const char *which, const char *spec,
+                   int of_kind) {
   out->nic = -1;
   out->path = TOPO_PATH_SYS;
   if (spec)
-    snprintf(out->reason, sizeof(out->reason),
-             "%s=%s matches none of the %d %s in the topology%s", which, spec, of_kind,
-             what, of_kind ? "" : " (the transport may still find it outside hwloc)");
+    snprintf(out->reason, sizeof(out->reason), "%s=%s matches none of the %d %s in the topology%s",
+             which, spec, of_kind, what,
+             of_kind ? "" : " (the transport may still find it outside hwloc)");
   else
     snprintf(out->reason, sizeof(out->reason), "no usable %s in the topology (%d seen)", what,
              of_kind);
@@ -139,8 +139,8 @@ void topo_choose_nic(const topo_t *t, topo_nic_kind_t kind, int gpu, const char 
                      topo_nic_choice_t *out) {
   char which[64] = "", from[TOPO_SET_CHARS + 16], filter[TOPO_SET_CHARS + 96] = "";
   const char *what = kind == TOPO_NIC_IB ? "InfiniBand/RoCE HCAs" : "network interfaces";
-  const char *spec = topo_env(kind == TOPO_NIC_IB ? "IB_HCA" : "SOCKET_IFNAME", which,
-                              sizeof(which));
+  const char *spec =
+      topo_env(kind == TOPO_NIC_IB ? "IB_HCA" : "SOCKET_IFNAME", which, sizeof(which));
   char cur[TOPO_SET_CHARS];
   nic_set_t cand, best;
   int of_kind, sharing = 1, turn = 0;
@@ -160,12 +160,14 @@ void topo_choose_nic(const topo_t *t, topo_nic_kind_t kind, int gpu, const char 
   if (gpu >= 0 && best.n > 1) turn = gpu_turn(t, &cand, &best, gpu, &sharing);
   out->nic = best.nic[turn % best.n];
   snprintf(out->name, sizeof(out->name), "%s", t->nics[out->nic].name);
-  if (gpu >= 0) snprintf(from, sizeof(from), "GPU %d", gpu);
-  else snprintf(from, sizeof(from), "CPUs %s", cpuset ? cpuset : "(all)");
+  if (gpu >= 0)
+    snprintf(from, sizeof(from), "GPU %d", gpu);
+  else
+    snprintf(from, sizeof(from), "CPUs %s", cpuset ? cpuset : "(all)");
   if (spec) snprintf(filter, sizeof(filter), "; %s=%s kept %d of %d", which, spec, cand.n, of_kind);
   if (best.n == 1)
-    snprintf(out->reason, sizeof(out->reason), "%s is the closest of %d %s to %s (%s)%s",
-             out->name, cand.n, what, from, topo_path_name(out->path), filter);
+    snprintf(out->reason, sizeof(out->reason), "%s is the closest of %d %s to %s (%s)%s", out->name,
+             cand.n, what, from, topo_path_name(out->path), filter);
   else
     snprintf(out->reason, sizeof(out->reason),
              "%d %s at %s from %s, shared by %d GPUs taking them in turn: #%d%s", best.n, what,
@@ -195,19 +197,22 @@ static void bind_without_gpu(const topo_t *t, hwloc_const_cpuset_t cur, topo_bin
   else
     snprintf(out->reason, sizeof(out->reason),
              "no GPU and CPUs %s span NUMA nodes: left to the kernel (bind with the launcher, "
-             "e.g. mpirun --bind-to numa)", out->cpuset);
+             "e.g. mpirun --bind-to numa)",
+             out->cpuset);
 }
 
-static void bind_with_gpu(const topo_t *t, int gpu, hwloc_const_cpuset_t cur,
-                          hwloc_bitmap_t target, topo_binding_t *out) {
+static void bind_with_gpu(const topo_t *t, int gpu, hwloc_const_cpuset_t cur, hwloc_bitmap_t target,
+                          topo_binding_t *out) {
   hwloc_obj_t side = hwloc_get_non_io_ancestor_obj(t->hw, t->gpu_obj[gpu]);
   int nnuma = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_NUMANODE);
   char which[64], local[TOPO_SET_CHARS] = "?";
   const char *ignore = topo_env("IGNORE_CPU_AFFINITY", which, sizeof(which));
   int ignored = ignore && atoi(ignore) == 1;
   set_to_list(side->cpuset, local, sizeof(local));
-  if (ignored) hwloc_bitmap_copy(target, side->cpuset);
-  else hwloc_bitmap_and(target, side->cpuset, cur);
+  if (ignored)
+    hwloc_bitmap_copy(target, side->cpuset);
+  else
+    hwloc_bitmap_and(target, side->cpuset, cur);
   if (hwloc_bitmap_iszero(target)) {
     hwloc_bitmap_copy(target, cur);
     set_to_list(target, out->cpuset, sizeof(out->cpuset));
@@ -222,9 +227,10 @@ static void bind_with_gpu(const topo_t *t, int gpu, hwloc_const_cpuset_t cur,
   out->numa = t->gpus[gpu].numa;
   out->cpubind = !hwloc_bitmap_isequal(target, cur);
   out->membind = out->numa >= 0 && nnuma > 1;
-  const char *note = ignored ? "; launcher's binding ignored (IGNORE_CPU_AFFINITY=1)"
-                     : nnuma == 1 ? "; the only NUMA node"
-                     : out->cpubind ? "" : "; the launcher's binding is already within it";
+  const char *note = ignored        ? "; launcher's binding ignored (IGNORE_CPU_AFFINITY=1)"
+                     : nnuma == 1   ? "; the only NUMA node"
+                     : out->cpubind ? ""
+                                    : "; the launcher's binding is already within it";
   if (out->numa >= 0)
     snprintf(out->reason, sizeof(out->reason), "GPU %d is local to NUMA %d (CPUs %s)%s", gpu,
              out->numa, local, note);
@@ -238,10 +244,12 @@ void topo_choose_binding(const topo_t *t, int gpu, const char *current, topo_bin
   hwloc_bitmap_t cur = NULL, target = hwloc_bitmap_alloc();
   memset(out, 0, sizeof(*out));
   out->numa = -1;
-  if (current && target && (cur = hwloc_bitmap_alloc()))
-    hwloc_bitmap_list_sscanf(cur, current);
-  else if (target)
-    cur = topo_current_cpuset(t);
+  if (current && target && (cur = hwloc_bitmap_alloc()) &&
+      (hwloc_bitmap_list_sscanf(cur, current) != 0 || hwloc_bitmap_iszero(cur))) {
+    snprintf(out->reason, sizeof(out->reason), "\"%.64s\" is not a CPU set: no binding", current);
+    goto done;
+  }
+  if (!current && target) cur = topo_current_cpuset(t);
   if (!cur || !target) {
     snprintf(out->reason, sizeof(out->reason), "out of memory: no binding");
   } else if (!set_to_list(cur, out->cpuset, sizeof(out->cpuset))) {
@@ -252,6 +260,7 @@ void topo_choose_binding(const topo_t *t, int gpu, const char *current, topo_bin
   } else {
     bind_without_gpu(t, cur, out);
   }
+done:
   if (out->cpuset[0] == '\0') out->cpubind = out->membind = 0;
   hwloc_bitmap_free(cur);
   hwloc_bitmap_free(target);
@@ -264,8 +273,7 @@ static void save_binding(const topo_t *t, topo_saved_binding_t *saved) {
   if (!set) return;
   if (hwloc_get_cpubind(t->hw, set, HWLOC_CPUBIND_THREAD) == 0)
     saved->has_cpu = set_to_list(set, saved->cpuset, sizeof(saved->cpuset));
-  if (hwloc_get_membind(t->hw, set, &policy, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) ==
-      0) {
+  if (hwloc_get_membind(t->hw, set, &policy, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) == 0) {
     saved->has_mem = set_to_list(set, saved->nodeset, sizeof(saved->nodeset));
     saved->mem_policy = (int)policy;
   }
@@ -277,7 +285,8 @@ static void save_binding(const topo_t *t, topo_saved_binding_t *saved) {
 void topo_bind_thread(const topo_t *t, const topo_binding_t *b, topo_saved_binding_t *saved) {
   if (saved) memset(saved, 0, sizeof(*saved));
   if (!t->live) {
-    INFO(SUB_INIT, "topology from %s: binding not applied", t->source);
+    INFO(SUB_INIT, "topology from %s: binding not applied (HWLOC_THISSYSTEM=1 applies it)",
+         t->source);
     return;
   }
   if (!b->cpubind && !b->membind) return;
@@ -334,7 +343,8 @@ topo_path_t topo_p2p_level(char *reason, size_t len) {
   } else if (s && s[0] >= '0' && s[0] <= '9') {
     int old = atoi(s);
     level = legacy_levels[old > 4 ? 4 : old];
-    if (reason) snprintf(reason, len, "%s=%s (legacy number) = %s", which, s, topo_path_name(level));
+    if (reason)
+      snprintf(reason, len, "%s=%s (legacy number) = %s", which, s, topo_path_name(level));
   } else {
     if (s) WARN("%s=%s is not one of LOC, NVL, PIX, PXB, PHB, SYS: using PXB", which, s);
     level = TOPO_PATH_PXB;
@@ -343,8 +353,7 @@ topo_path_t topo_p2p_level(char *reason, size_t len) {
   return level;
 }
 
-int topo_p2p_allowed(const topo_t *t, int a, int b, topo_path_t level, char *reason,
-                     size_t len) {
+int topo_p2p_allowed(const topo_t *t, int a, int b, topo_path_t level, char *reason, size_t len) {
   if (a < 0 || b < 0 || a >= t->ngpus || b >= t->ngpus) {
     if (reason) snprintf(reason, len, "GPU %d or %d is not in the topology", a, b);
     return 0;

@@ -3,7 +3,7 @@
  *   Machine (2048 GiB) from dgx-h100.xml
  *     Package P#0 "Intel(R) Xeon(R) Platinum 8480C", CPUs 0-7,16-23
  *       NUMANode P#0 (1024 GiB)
- *       L3 105 MiB x1, L2 2 MiB x8, L1d 48 KiB x8, L1i 32 KiB x8; 8 cores, 16 PUs
+ *       L3 105 MiB x1, L2 2 MiB x8, L1d 48 KiB x8; 8 cores, 16 PUs
  *       HostBridge 0000:[10-1f]
  *         PCIBridge 0000:10:01.0 (root port)
  *           PCIBridge 0000:11:00.0 (switch)
@@ -19,7 +19,9 @@
 
 #include "topology/topo_internal.h"
 
-static void indent(FILE *f, int depth) { fprintf(f, "%*s", 2 * depth, ""); }
+static void indent(FILE *f, int depth) {
+  fprintf(f, "%*s", 2 * depth, "");
+}
 
 static void human_bytes(unsigned long long b, char *buf, size_t len) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -43,8 +45,8 @@ static int nic_index_of(const topo_t *t, hwloc_obj_t o) {
 
 static const char *bridge_role(hwloc_obj_t o) {
   int level = 0;
-  for (hwloc_obj_t p = o; p && p->type == HWLOC_OBJ_BRIDGE &&
-                          p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
+  for (hwloc_obj_t p = o;
+       p && p->type == HWLOC_OBJ_BRIDGE && p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
        p = p->parent)
     level++;
   return level == 1 ? "root port" : level % 2 == 0 ? "switch" : "switch port";
@@ -70,8 +72,9 @@ static void print_io(const topo_t *t, hwloc_obj_t o, int depth, FILE *f) {
   } else if (o->type == HWLOC_OBJ_BRIDGE || o->type == HWLOC_OBJ_PCI_DEVICE) {
     const struct hwloc_pcidev_attr_s *p = &o->attr->pcidev;
     int gpu = gpu_index_of(t, o);
-    fprintf(f, "%s %04x:%02x:%02x.%x [%04x:%04x]", o->type == HWLOC_OBJ_BRIDGE ? "PCIBridge" : "PCI",
-            p->domain, p->bus, p->dev, p->func, p->vendor_id, p->device_id);
+    fprintf(f, "%s %04x:%02x:%02x.%x [%04x:%04x]",
+            o->type == HWLOC_OBJ_BRIDGE ? "PCIBridge" : "PCI", p->domain, p->bus, p->dev, p->func,
+            p->vendor_id, p->device_id);
     if (o->type == HWLOC_OBJ_BRIDGE) fprintf(f, " (%s)", bridge_role(o));
     if (gpu >= 0) fprintf(f, " GPU %d", gpu);
     const char *nvl = hwloc_obj_get_info_by_name(o, TOPO_NVLINK_PEERS);
@@ -132,41 +135,64 @@ static void print_package(const topo_t *t, hwloc_obj_t p, FILE *f) {
   print_io_under(t, p, 2, f);
 }
 
-static void print_matrix_cell(const topo_t *t, int gpu_row, int nic_row, int gpu_col,
-                              int nic_col, FILE *f) {
+/* Packages (with the I/O below them), then I/O attached higher up: to groups of packages, or
+ * to the machine when hwloc does not know the locality (VMs). */
+static void print_tree(const topo_t *t, hwloc_obj_t o, FILE *f) {
+  if (o->type == HWLOC_OBJ_PACKAGE) {
+    print_package(t, o, f);
+    return;
+  }
+  for (unsigned i = 0; i < o->arity; i++) print_tree(t, o->children[i], f);
+  for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) print_io(t, c, 1, f);
+}
+
+static void print_matrix_cell(const topo_t *t, int gpu_row, int nic_row, int gpu_col, int nic_col,
+                              FILE *f) {
   char cell[16];
   if (gpu_row >= 0 && gpu_col >= 0 && gpu_row != gpu_col && topo_nvlinks(t, gpu_row, gpu_col))
     snprintf(cell, sizeof(cell), "NV%d", topo_nvlinks(t, gpu_row, gpu_col));
   else if ((gpu_row >= 0 && gpu_row == gpu_col) || (nic_row >= 0 && nic_row == nic_col))
     snprintf(cell, sizeof(cell), "X");
   else if (gpu_row >= 0)
-    snprintf(cell, sizeof(cell), "%s", topo_path_name(gpu_col >= 0 ? topo_path_gpu_gpu(t, gpu_row, gpu_col) : topo_path_gpu_nic(t, gpu_row, nic_col)));
+    snprintf(cell, sizeof(cell), "%s",
+             topo_path_name(gpu_col >= 0 ? topo_path_gpu_gpu(t, gpu_row, gpu_col)
+                                         : topo_path_gpu_nic(t, gpu_row, nic_col)));
   else
-    snprintf(cell, sizeof(cell), "%s", topo_path_name(gpu_col >= 0 ? topo_path_gpu_nic(t, gpu_col, nic_row) : topo_path_nic_nic(t, nic_row, nic_col)));
+    snprintf(cell, sizeof(cell), "%s",
+             topo_path_name(gpu_col >= 0 ? topo_path_gpu_nic(t, gpu_col, nic_row)
+                                         : topo_path_nic_nic(t, nic_row, nic_col)));
   fprintf(f, " %8s", cell);
 }
 
 static void print_matrix(const topo_t *t, FILE *f) {
   int n = t->ngpus + t->nnics;
   if (n == 0) return;
-  fprintf(f, "\nPaths (LOC same device, NV# NVLinks, PIX one PCIe switch, PXB several, PHB host "
-             "bridge, SYS across sockets):\n%-12s", "");
+  fprintf(f,
+          "\nPaths (LOC same device, NV# NVLinks, PIX one PCIe switch, PXB several, PHB host "
+          "bridge, SYS across sockets):\n%-12s",
+          "");
   for (int c = 0; c < n; c++) {
     char name[16];
-    if (c < t->ngpus) snprintf(name, sizeof(name), "GPU%d", c);
-    else snprintf(name, sizeof(name), "%.8s", t->nics[c - t->ngpus].name);
+    if (c < t->ngpus)
+      snprintf(name, sizeof(name), "GPU%d", c);
+    else
+      snprintf(name, sizeof(name), "%.8s", t->nics[c - t->ngpus].name);
     fprintf(f, " %8s", name);
   }
   fprintf(f, "   NUMA\n");
   for (int r = 0; r < n; r++) {
     int gr = r < t->ngpus ? r : -1, nr = r < t->ngpus ? -1 : r - t->ngpus;
-    if (gr >= 0) fprintf(f, "GPU%-9d", gr);
-    else fprintf(f, "%-12.12s", t->nics[nr].name);
+    if (gr >= 0)
+      fprintf(f, "GPU%-9d", gr);
+    else
+      fprintf(f, "%-12.12s", t->nics[nr].name);
     for (int c = 0; c < n; c++)
       print_matrix_cell(t, gr, nr, c < t->ngpus ? c : -1, c < t->ngpus ? -1 : c - t->ngpus, f);
     int numa = gr >= 0 ? t->gpus[gr].numa : t->nics[nr].numa;
-    if (numa >= 0) fprintf(f, "   %d\n", numa);
-    else fprintf(f, "   ?\n");
+    if (numa >= 0)
+      fprintf(f, "   %d\n", numa);
+    else
+      fprintf(f, "   ?\n");
   }
 }
 
@@ -176,18 +202,15 @@ void topo_print(const topo_t *t, FILE *f) {
   char mem[32];
   topo_get_counts(t, &c);
   human_bytes(root->total_memory, mem, sizeof(mem));
-  fprintf(f, "Machine (%s) from %s: %d packages, %d NUMA nodes, %d cores, %d PUs, %d GPUs, "
-             "%d NICs; discovered in %.1f ms\n",
+  fprintf(f,
+          "Machine (%s) from %s: %d packages, %d NUMA nodes, %d cores, %d PUs, %d GPUs, "
+          "%d NICs; discovered in %.1f ms\n",
           mem, t->source, c.packages, c.numa_nodes, c.cores, c.pus, c.gpus, c.nics, t->load_ms);
-  int npkg = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PACKAGE);
-  for (int i = 0; i < npkg; i++) print_package(t, hwloc_get_obj_by_type(t->hw, HWLOC_OBJ_PACKAGE, i), f);
-  if (npkg == 0) {
+  if (hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PACKAGE) == 0) {
     print_numa(t, root->nodeset, 1, f);
     print_caches(t, root->cpuset, 1, f);
   }
-  /* I/O whose locality is the whole machine (VMs, single-socket boxes with no NUMA info). */
-  for (hwloc_obj_t o = root->io_first_child; o; o = o->next_sibling) print_io(t, o, 1, f);
-  for (unsigned i = 0; npkg == 0 && i < root->arity; i++) print_io_under(t, root->children[i], 1, f);
+  print_tree(t, root, f);
   print_matrix(t, f);
 }
 
@@ -197,15 +220,17 @@ static void print_rank(const topo_t *t, int r, int gpu, FILE *f) {
   topo_choose_nic(t, TOPO_NIC_IB, gpu, NULL, &ib);
   topo_choose_nic(t, TOPO_NIC_SOCKET, gpu, NULL, &sock);
   topo_choose_binding(t, gpu, NULL, &b);
-  if (gpu >= 0) fprintf(f, "  rank %d: GPU %d %s\n", r, gpu, t->gpus[gpu].busid);
-  else fprintf(f, "  rank %d: no GPU\n", r);
+  if (gpu >= 0)
+    fprintf(f, "  rank %d: GPU %d %s\n", r, gpu, t->gpus[gpu].busid);
+  else
+    fprintf(f, "  rank %d: no GPU\n", r);
   fprintf(f, "    IB NIC:   %s (%s) - %s\n", ib.nic >= 0 ? ib.name : "none",
           ib.nic >= 0 ? topo_path_name(ib.path) : "-", ib.reason);
   fprintf(f, "    socket:   %s (%s) - %s\n", sock.nic >= 0 ? sock.name : "none",
           sock.nic >= 0 ? topo_path_name(sock.path) : "-", sock.reason);
   fprintf(f, "    binding:  NUMA %d, CPUs %s, %s threads, %s memory - %s\n", b.numa,
-          b.cpuset[0] ? b.cpuset : "?", b.cpubind ? "bind" : "leave", b.membind ? "prefer" : "leave",
-          b.reason);
+          b.cpuset[0] ? b.cpuset : "?", b.cpubind ? "bind" : "leave",
+          b.membind ? "prefer" : "leave", b.reason);
 }
 
 static void print_p2p(const topo_t *t, int nranks, const topo_rank_loc_t *locs, FILE *f) {
@@ -221,8 +246,11 @@ static void print_p2p(const topo_t *t, int nranks, const topo_rank_loc_t *locs, 
   for (int r = 0; r < nranks; r++) {
     fprintf(f, "  %4d", r);
     for (int c = 0; c < nranks; c++) {
-      if (locs[r].gpu < 0 || locs[c].gpu < 0) fprintf(f, " %4s", "-");
-      else fprintf(f, " %4s", topo_p2p_allowed(t, locs[r].gpu, locs[c].gpu, level, NULL, 0) ? "yes" : "no");
+      if (locs[r].gpu < 0 || locs[c].gpu < 0)
+        fprintf(f, " %4s", "-");
+      else
+        fprintf(f, " %4s",
+                topo_p2p_allowed(t, locs[r].gpu, locs[c].gpu, level, NULL, 0) ? "yes" : "no");
     }
     fprintf(f, "\n");
   }

@@ -18,7 +18,8 @@ extern "C" {
 struct topo {
   hwloc_topology_t hw;
   char source[1024]; /* "live" or the XML path */
-  int live;
+  int live;          /* describes this machine: hwloc_topology_is_thissystem() (a file is
+                        not, unless HWLOC_THISSYSTEM=1) -- bindings apply only then */
   double load_ms;
   int ngpus;
   topo_gpu_info_t *gpus; /* [ngpus] */
@@ -30,8 +31,7 @@ struct topo {
 };
 
 /* topo_load.c */
-int topo_parse_busid(const char *s, unsigned *domain, unsigned *bus, unsigned *dev,
-                     unsigned *func);
+int topo_parse_busid(const char *s, unsigned *domain, unsigned *bus, unsigned *dev, unsigned *func);
 /* The PCI device an object hangs from (itself when it is one), NULL when none. */
 hwloc_obj_t topo_pci_of(hwloc_obj_t o);
 

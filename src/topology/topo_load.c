@@ -5,13 +5,16 @@
  * to skip what we never read:
  *  - I/O objects: only "important" ones (GPUs, NICs, storage and the bridges above them);
  *  - the x86 backend (it binds the thread to every PU in turn to run cpuid: slow on big
- *    machines and it touches the caller's binding) and the opencl/gl/cuda/nvml/rsmi/levelzero
- *    plugins (initialising a GPU runtime inside discovery can take seconds and create contexts);
- *    the Linux backend reads the same from sysfs and /proc;
- *  - the pci plugin (libpciaccess): the Linux backend reads the PCI tree from sysfs itself;
+ *    machines and it touches the caller's binding); the Linux backend reads the same from sysfs
+ *    and /proc;
+ *  - the opencl/gl/cuda/nvml/rsmi/levelzero components: on a GPU machine they initialise a GPU
+ *    runtime inside discovery (hundreds of ms, and a CUDA context before the user made one);
+ *  - the pci component (libpciaccess): the Linux backend reads the PCI tree from sysfs itself;
  *  - distances, memory attributes and CPU kinds.
+ * hwloc_topology_init still dlopens its plugins (a few ms of wall time on a cold cache, not
+ * CPU); HWLOC_PLUGINS_BLACKLIST=hwloc_opencl,hwloc_gl,hwloc_pci in a job's environment saves
+ * that too. We do not set it ourselves: it would change other hwloc users in the process.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,19 +26,22 @@
 
 TUTTI_PARAM(TopoNvml, "TOPO_NVML", 1);
 
-static const char *const skipped_components[] = {"x86", "pci", "opencl", "gl", "cuda",
-                                                 "nvml", "rsmi", "levelzero"};
+static const char *const skipped_components[] = {"x86",  "pci",  "opencl", "gl",
+                                                 "cuda", "nvml", "rsmi",   "levelzero"};
 
 static void hw_configure(hwloc_topology_t hw) {
   hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   hwloc_topology_set_type_filter(hw, HWLOC_OBJ_MISC, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_flags(hw, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING |
-                                   HWLOC_TOPOLOGY_FLAG_NO_DISTANCES |
-                                   HWLOC_TOPOLOGY_FLAG_NO_MEMATTRS |
-                                   HWLOC_TOPOLOGY_FLAG_NO_CPUKINDS);
+#if HWLOC_API_VERSION >= 0x00020800 /* hwloc >= 2.8; older ones just discover a bit more */
+  hwloc_topology_set_flags(
+      hw, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING | HWLOC_TOPOLOGY_FLAG_NO_DISTANCES |
+              HWLOC_TOPOLOGY_FLAG_NO_MEMATTRS | HWLOC_TOPOLOGY_FLAG_NO_CPUKINDS);
+#endif
+#if HWLOC_API_VERSION >= 0x00020100
   for (size_t i = 0; i < sizeof(skipped_components) / sizeof(skipped_components[0]); i++)
     hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
                                   skipped_components[i]);
+#endif
 }
 
 int topo_parse_busid(const char *s, unsigned *domain, unsigned *bus, unsigned *dev,
@@ -182,6 +188,7 @@ static ncclResult_t topo_new(topo_t **out) {
 }
 
 static ncclResult_t topo_finish(topo_t *t, uint64_t t0) {
+  t->live = hwloc_topology_is_thissystem(t->hw);
   TUTTI_CHECK(scan_gpus(t));
   TUTTI_CHECK(scan_nics(t));
   if (t->live && t->ngpus > 1 && tutti_param_TopoNvml()) topo_nvml_annotate(t);
@@ -202,11 +209,9 @@ ncclResult_t topo_load_live(topo_t **out) {
   ncclResult_t res;
   *out = NULL;
   TUTTI_CHECK(topo_new(&t));
-  t->live = 1;
   snprintf(t->source, sizeof(t->source), "live");
   if (hwloc_topology_load(t->hw) != 0) {
-    res = TUTTI_ERR(ncclSystemError, "hwloc could not discover this machine: %s",
-                    strerror(errno));
+    res = TUTTI_ERR(ncclSystemError, "hwloc could not discover this machine: %s", strerror(errno));
     goto fail;
   }
   TUTTI_CHECK_GOTO(topo_finish(t, t0), res, fail);
@@ -224,6 +229,7 @@ ncclResult_t topo_load_xml(const char *path, topo_t **out) {
   *out = NULL;
   TUTTI_CHECK(topo_new(&t));
   snprintf(t->source, sizeof(t->source), "%s", path);
+  errno = 0;
   if (hwloc_topology_set_xml(t->hw, path) != 0 || hwloc_topology_load(t->hw) != 0) {
     res = TUTTI_ERR(ncclInvalidUsage, "cannot load the hwloc XML topology \"%s\": %s", path,
                     errno ? strerror(errno) : "invalid file");
@@ -257,9 +263,12 @@ static void expand_path(const char *in, char *out, size_t len) {
   gethostname(host, sizeof(host) - 1);
   for (; *in && o + 1 < len; in++) {
     int w = 0;
-    if (in[0] == '%' && in[1] == 'h') w = snprintf(out + o, len - o, "%s", host), in++;
-    else if (in[0] == '%' && in[1] == 'p') w = snprintf(out + o, len - o, "%d", getpid()), in++;
-    else out[o] = *in, w = 1;
+    if (in[0] == '%' && in[1] == 'h')
+      w = snprintf(out + o, len - o, "%s", host), in++;
+    else if (in[0] == '%' && in[1] == 'p')
+      w = snprintf(out + o, len - o, "%d", getpid()), in++;
+    else
+      out[o] = *in, w = 1;
     o += (size_t)w < len - o ? (size_t)w : len - o - 1;
   }
   out[o] = '\0';
@@ -278,8 +287,8 @@ ncclResult_t topo_load(topo_t **out) {
   char which[64];
   const char *file = topo_env("TOPO_FILE", which, sizeof(which));
   if (file && strncmp(which, "NCCL_", 5) == 0 && is_nccl_topo_file(file)) {
-    WARN("%s=%s is an NCCL topology file, not hwloc XML: ignored, discovering the machine",
-         which, file);
+    WARN("%s=%s is an NCCL topology file, not hwloc XML: ignored, discovering the machine", which,
+         file);
     file = NULL;
   }
   if (file) {
@@ -315,9 +324,15 @@ void topo_free(topo_t *t) {
   free(t);
 }
 
-const char *topo_source(const topo_t *t) { return t->source; }
-int topo_is_live(const topo_t *t) { return t->live; }
-double topo_load_ms(const topo_t *t) { return t->load_ms; }
+const char *topo_source(const topo_t *t) {
+  return t->source;
+}
+int topo_is_live(const topo_t *t) {
+  return t->live;
+}
+double topo_load_ms(const topo_t *t) {
+  return t->load_ms;
+}
 
 void topo_get_counts(const topo_t *t, topo_counts_t *c) {
   c->packages = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PACKAGE);

@@ -41,14 +41,14 @@ static int nvml_open(nvml_t *n) {
   if (!n->lib) return -1;
   n->init = (int (*)(void))dlsym(n->lib, "nvmlInit_v2");
   n->shutdown = (int (*)(void))dlsym(n->lib, "nvmlShutdown");
-  n->by_busid = (int (*)(const char *, nvml_device_t *))dlsym(n->lib,
-                                                             "nvmlDeviceGetHandleByPciBusId_v2");
-  n->link_state = (int (*)(nvml_device_t, unsigned, int *))dlsym(n->lib,
-                                                                 "nvmlDeviceGetNvLinkState");
+  n->by_busid =
+      (int (*)(const char *, nvml_device_t *))dlsym(n->lib, "nvmlDeviceGetHandleByPciBusId_v2");
+  n->link_state =
+      (int (*)(nvml_device_t, unsigned, int *))dlsym(n->lib, "nvmlDeviceGetNvLinkState");
   n->remote_pci = (int (*)(nvml_device_t, unsigned, nvml_pci_info_t *))dlsym(
       n->lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
-  n->remote_type = (int (*)(nvml_device_t, unsigned, int *))dlsym(
-      n->lib, "nvmlDeviceGetNvLinkRemoteDeviceType");
+  n->remote_type =
+      (int (*)(nvml_device_t, unsigned, int *))dlsym(n->lib, "nvmlDeviceGetNvLinkRemoteDeviceType");
   if (!n->init || !n->shutdown || !n->by_busid || !n->link_state || !n->remote_pci ||
       n->init() != NVML_SUCCESS) {
     dlclose(n->lib);
@@ -59,8 +59,7 @@ static int nvml_open(nvml_t *n) {
 
 /* Without nvmlDeviceGetNvLinkRemoteDeviceType: an NVSwitch is PCI class 0x0680 (NCCL does the
  * same through sysfs). */
-static int remote_is_switch(const nvml_t *n, nvml_device_t dev, unsigned link,
-                            const char *busid) {
+static int remote_is_switch(const nvml_t *n, nvml_device_t dev, unsigned link, const char *busid) {
   int type = -1;
   if (n->remote_type && n->remote_type(dev, link, &type) == NVML_SUCCESS)
     return type == NVML_NVLINK_DEVICE_TYPE_SWITCH;
@@ -89,8 +88,10 @@ static void annotate_gpu(const topo_t *t, const nvml_t *n, int g) {
     if (n->link_state(dev, l, &active) != NVML_SUCCESS || !active) continue;
     if (n->remote_pci(dev, l, &pci) != NVML_SUCCESS) continue;
     int peer = topo_gpu_by_busid(t, pci.bus_id);
-    if (peer >= 0 && peer < 256) per_gpu[peer]++;
-    else if (peer < 0 && remote_is_switch(n, dev, l, pci.bus_id)) to_switch++;
+    if (peer >= 0 && peer < 256)
+      per_gpu[peer]++;
+    else if (peer < 0 && remote_is_switch(n, dev, l, pci.bus_id))
+      to_switch++;
   }
   char value[1024] = "";
   for (int p = 0; p < t->ngpus && p < 256; p++)
@@ -130,15 +131,19 @@ static void parse_peers(topo_t *t, int g, const char *value) {
       continue;
     }
     int peer = topo_gpu_by_busid(t, tok);
-    if (peer >= 0 && peer != g) t->nvl[g * t->ngpus + peer] += links;
-    else if (peer < 0) INFO(SUB_INIT, "topology: GPU %d NVLink peer %s is not a GPU here", g, tok);
+    if (peer >= 0 && peer != g)
+      t->nvl[g * t->ngpus + peer] += links;
+    else if (peer < 0)
+      INFO(SUB_INIT, "topology: GPU %d NVLink peer %s is not a GPU here", g, tok);
   }
 }
 
 ncclResult_t topo_nvlink_build(topo_t *t) {
   int n = t->ngpus;
+  free(t->nvl); /* rebuilt from scratch: callable again after more infos were added */
   t->nvl = calloc(n ? (size_t)n * n : 1, sizeof(*t->nvl));
   if (!t->nvl) return TUTTI_ERR(ncclSystemError, "out of memory");
+  for (int g = 0; g < n; g++) t->gpus[g].nvlinks = t->gpus[g].nvswitch_links = 0;
   for (int g = 0; g < n; g++) {
     const char *v = hwloc_obj_get_info_by_name(t->gpu_obj[g], TOPO_NVLINK_PEERS);
     if (v) parse_peers(t, g, v);

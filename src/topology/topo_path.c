@@ -16,8 +16,7 @@
 
 #include "topology/topo_internal.h"
 
-static const char *const path_names[TOPO_PATH_COUNT] = {"LOC", "NVL", "PIX",
-                                                        "PXB", "PHB", "SYS"};
+static const char *const path_names[TOPO_PATH_COUNT] = {"LOC", "NVL", "PIX", "PXB", "PHB", "SYS"};
 
 const char *topo_path_name(topo_path_t p) {
   return (p >= 0 && p < TOPO_PATH_COUNT) ? path_names[p] : "?";
@@ -34,8 +33,7 @@ int topo_path_parse(const char *s, topo_path_t *p) {
 }
 
 static int is_pci_bridge(hwloc_obj_t o) {
-  return o && o->type == HWLOC_OBJ_BRIDGE &&
-         o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
+  return o && o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
 }
 
 /* Level of a PCI-PCI bridge below its host bridge: 1 for a root port. */
@@ -149,8 +147,10 @@ topo_path_t topo_path_cpu_nic(const topo_t *t, const char *cpuset, int nic) {
   hwloc_bitmap_t cpus = hwloc_bitmap_alloc(), nodes = hwloc_bitmap_alloc();
   topo_path_t p = TOPO_PATH_PHB;
   if (!cpus || !nodes) goto done;
-  if (cpuset) hwloc_bitmap_list_sscanf(cpus, cpuset);
-  else hwloc_bitmap_copy(cpus, hwloc_topology_get_topology_cpuset(t->hw));
+  if (cpuset)
+    hwloc_bitmap_list_sscanf(cpus, cpuset);
+  else
+    hwloc_bitmap_copy(cpus, hwloc_topology_get_topology_cpuset(t->hw));
   hwloc_cpuset_to_nodeset(t->hw, cpus, nodes);
   p = numa_path(nodes, cpu_side(t, t->nic_obj[nic])->nodeset);
 done:

@@ -21,7 +21,9 @@
 #define RING_MAX_RANKS 256
 #define RING_EXHAUSTIVE_MAX 9
 
-static uint64_t class_cost(topo_path_t p) { return 1ull << (9 * (unsigned)p); }
+static uint64_t class_cost(topo_path_t p) {
+  return 1ull << (9 * (unsigned)p);
+}
 
 static int rank_numa(const topo_t *t, const topo_rank_loc_t *l) {
   const topo_gpu_info_t *g = topo_gpu(t, l->gpu);
@@ -103,7 +105,8 @@ static long two_opt(int n, const uint64_t *cost, int *order) {
 /* "0 1 3 2: 2 NVL + 2 PIX edges" */
 static void describe(int n, const int *order, const uint64_t *cost, char *buf, size_t len) {
   size_t o = 0;
-  for (int i = 0; i < n && o < len; i++) o += snprintf(buf + o, len - o, "%s%d", i ? " " : "", order[i]);
+  for (int i = 0; i < n && o < len; i++)
+    o += snprintf(buf + o, len - o, "%s%d", i ? " " : "", order[i]);
   uint64_t c = ring_cost(n, cost, order);
   const char *sep = ": ";
   for (int p = TOPO_PATH_SYS; p >= TOPO_PATH_LOC && o < len; p--) {
@@ -134,7 +137,10 @@ ncclResult_t topo_ring_order(const topo_t *t, int n, const topo_rank_loc_t *locs
     snprintf(how, sizeof(how), "nearest neighbour + %ld 2-opt moves", moves);
   }
   describe(n, order, cost, ring, sizeof(ring));
-  if (reason) snprintf(reason, len, "ring %s (%s)", ring, how);
+  if (reason && n == 1)
+    snprintf(reason, len, "ring 0: a single rank");
+  else if (reason)
+    snprintf(reason, len, "ring %s (%s)", ring, how);
   free(cost);
   return ncclSuccess;
 }

@@ -1,0 +1,8 @@
+# Multi-host tests on the network-namespace test bed (scripts/netns-cluster.sh; needs root,
+# skipped otherwise); included from tests/CMakeLists.txt. Label "slow": each test builds its
+# own hosts, and the failure tests wait for timeouts on purpose.
+tutti_test(test_multihost test_multihost.cc test_multihost_ranks.cc)
+target_compile_definitions(test_multihost PRIVATE TUTTI_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+add_dependencies(test_multihost tutti-run)
+gtest_discover_tests(test_multihost PROPERTIES LABELS "slow" RUN_SERIAL TRUE TIMEOUT 600
+                     DISCOVERY_TIMEOUT 60)

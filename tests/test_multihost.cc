@@ -1,0 +1,297 @@
+// Multi-host tests on the namespace test bed (scripts/netns-cluster.sh): every collective with
+// exact values on 2 hosts x 2 ranks and 3 hosts x 1 rank, a host killed or cut off in the
+// middle of a 256 MiB all-reduce loop, and strangers connecting to the data ports.
+//
+// Each test makes its own test bed (prefix "tmh<pid>-", so runs never collide) and tears it
+// down afterwards, also when the test fails; test beds of test processes that died are removed
+// at start. The ranks are this very binary, launched by tutti-run --hosts: with TUTTI_MH_HELPER
+// set it acts as a rank (helper_main) and exits before gtest's main.
+// Needs root (network namespaces); skipped otherwise.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tutti.h"
+
+#ifndef TUTTI_SOURCE_DIR
+#error "build with -DTUTTI_SOURCE_DIR=..."
+#endif
+
+extern "C" int multihost_helper_main(const char *mode); // test_multihost_ranks.cc
+
+namespace {
+
+__attribute__((constructor)) void maybe_helper() {
+  const char *mode = getenv("TUTTI_MH_HELPER");
+  if (mode && *mode) exit(multihost_helper_main(mode));
+}
+
+double now_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  buf[n > 0 ? n : 0] = '\0';
+  return buf;
+}
+
+const std::string kCluster = std::string(TUTTI_SOURCE_DIR) + "/scripts/netns-cluster.sh";
+const std::string kRun = std::string(TUTTI_BIN_DIR) + "/tutti-run";
+
+std::string sh(const std::string &cmd) {
+  std::string out;
+  FILE *f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+// A child process (tutti-run) whose stdout+stderr we read line by line.
+struct Proc {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string out, partial;
+  int status = -1;
+
+  void start(const std::vector<std::string> &argv, const std::vector<std::string> &env) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    pid = fork();
+    if (pid == 0) {
+      dup2(p[1], 1);
+      dup2(p[1], 2);
+      close(p[0]);
+      close(p[1]);
+      for (auto &e : env) putenv(strdup(e.c_str()));
+      std::vector<char *> a;
+      for (auto &s : argv) a.push_back(strdup(s.c_str()));
+      a.push_back(nullptr);
+      execv(a[0], a.data());
+      _exit(127);
+    }
+    close(p[1]);
+    fd = p[0];
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+  }
+  // Reads output until pred(out) holds, the process ends or the deadline passes.
+  bool read_until(const std::function<bool(const std::string &)> &pred, double deadline) {
+    while (!pred(out)) {
+      if (fd < 0 || now_s() > deadline) return pred(out);
+      pollfd pf = {fd, POLLIN, 0};
+      poll(&pf, 1, 100);
+      char buf[65536];
+      ssize_t n = read(fd, buf, sizeof buf);
+      if (n > 0) out.append(buf, (size_t)n);
+      else if (n == 0) close(fd), fd = -1;
+    }
+    return true;
+  }
+  // Waits for the exit (killing the process group after the deadline); returns the status.
+  int wait(double deadline) {
+    read_until([](const std::string &) { return false; }, deadline);
+    if (getenv("TUTTI_MH_VERBOSE")) fprintf(stderr, "%s", out.c_str());
+    if (fd >= 0) { // still running: stop it
+      kill(pid, SIGTERM);
+      read_until([](const std::string &) { return false; }, now_s() + 5);
+    }
+    waitpid(pid, &status, 0);
+    if (fd >= 0) close(fd), fd = -1;
+    return status;
+  }
+  ~Proc() {
+    if (fd >= 0) close(fd);
+    if (pid > 0 && status == -1) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+  }
+};
+
+int count(const std::string &s, const std::string &what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) n++;
+  return n;
+}
+
+// Lines of rank r: its helper lines ("R<r>| ...") and its log lines ("host:pid:tid [r] ...").
+std::string lines_of_rank(const std::string &out, int rank) {
+  std::string res, mine = "R" + std::to_string(rank) + "| ";
+  std::regex log_re("^[^ ]+:[0-9]+:[0-9]+ \\[" + std::to_string(rank) + "\\] ");
+  for (size_t p = 0; p < out.size();) {
+    size_t e = out.find('\n', p);
+    if (e == std::string::npos) e = out.size();
+    std::string line = out.substr(p, e - p);
+    if (line.rfind(mine, 0) == 0 || std::regex_search(line, log_re)) res += line + "\n";
+    p = e + 1;
+  }
+  return res;
+}
+
+class MultiHost : public ::testing::Test {
+ protected:
+  std::string prefix;
+  bool up = false;
+  int nhosts = 0;
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    if (system("ip netns list >/dev/null 2>&1") != 0) GTEST_SKIP() << "no `ip netns`";
+    remove_stale_beds();
+    prefix = "tmh" + std::to_string(getpid()) + "-";
+  }
+  void TearDown() override { down(); }
+
+  // Test beds whose test process is gone (killed mid-test) are removed.
+  static void remove_stale_beds() {
+    std::string list = sh("ip netns list | sed -n 's/^tmh\\([0-9]*\\)-sw.*/\\1/p'");
+    for (size_t p = 0; p < list.size();) {
+      size_t e = list.find('\n', p);
+      int pid = atoi(list.substr(p, e - p).c_str());
+      if (pid > 0 && kill(pid, 0) != 0)
+        sh("TUTTI_NETNS_PREFIX=tmh" + std::to_string(pid) + "- " + kCluster + " down");
+      if (e == std::string::npos) break;
+      p = e + 1;
+    }
+  }
+  void bed_up(int hosts, const std::string &rate = "") {
+    std::string cmd = "TUTTI_NETNS_PREFIX=" + prefix + " " + kCluster + " up " + std::to_string(hosts) +
+                      (rate.empty() ? "" : " --rate " + rate) + " 2>&1";
+    std::string out = sh(cmd);
+    ASSERT_NE(out.find("hosts up"), std::string::npos) << out;
+    up = true;
+    nhosts = hosts;
+  }
+  void down() {
+    if (up) sh("TUTTI_NETNS_PREFIX=" + prefix + " " + kCluster + " down");
+    up = false;
+    std::string left = sh("ip netns list | grep '^" + prefix + "' || true");
+    EXPECT_EQ(left, "") << "namespaces left behind";
+  }
+  std::string bed(const std::string &args) {
+    return sh("TUTTI_NETNS_PREFIX=" + prefix + " " + kCluster + " " + args + " 2>&1");
+  }
+  void launch(Proc &p, const std::string &hosts, const std::string &mode, std::vector<std::string> env,
+              const std::vector<std::string> &run_opts = {}) {
+    std::vector<std::string> argv = {kRun, "--hosts", hosts, "--netns-prefix", prefix, "--timeout", "300"};
+    argv.insert(argv.end(), run_opts.begin(), run_opts.end());
+    argv.push_back(self_exe());
+    env.push_back("TUTTI_MH_HELPER=" + mode);
+    p.start(argv, env);
+  }
+  // No process left on any host; no shared-memory segment of a rank of this run.
+  void expect_clean(const std::string &out) {
+    for (int h = 1; h <= nhosts; h++)
+      EXPECT_EQ(bed("pids h" + std::to_string(h)), "") << "processes left on h" << h;
+    std::smatch m;
+    std::regex pid_re("Pid +([0-9]+)");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), pid_re); it != std::sregex_iterator(); ++it) {
+      std::string seg = sh("ls /dev/shm | grep '^tutti-" + (*it)[1].str() + "-' || true");
+      EXPECT_EQ(seg, "") << "shared memory left by pid " << (*it)[1].str();
+    }
+  }
+  void run_collectives(const std::string &hosts, int nranks, std::vector<std::string> env = {}) {
+    Proc p;
+    env.push_back("TUTTI_TIMEOUT=30");
+    launch(p, hosts, "collectives", env);
+    int st = p.wait(now_s() + 280);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
+    EXPECT_EQ(count(p.out, "every collective exact"), nranks) << p.out;
+    expect_clean(p.out);
+  }
+  // Kills (or cuts off) host h2 during a 256 MiB all-reduce loop; every rank must end with an
+  // error naming the other side within TUTTI_TIMEOUT + 5 s.
+  void failure_run(bool cut, int timeout_s, int run) {
+    Proc p;
+    launch(p, "h1:2,h2:2", "loop", {"TUTTI_TIMEOUT=" + std::to_string(timeout_s)}, {"--keep-going"});
+    ASSERT_TRUE(p.read_until([](const std::string &o) { return count(o, "looping") >= 4; }, now_s() + 120))
+        << p.out;
+    usleep(300000 + 100000 * run); // somewhere inside an all-reduce
+    double t0 = now_s();
+    bed(cut ? "link h2 down" : "kill h2");
+    p.wait(t0 + timeout_s + 5 + 20);
+    double took = now_s() - t0;
+    EXPECT_LE(took, timeout_s + 5.0) << "ranks took " << took << " s to exit\n" << p.out;
+    for (int r = 0; r < 4; r++) {
+      std::string mine = lines_of_rank(p.out, r);
+      if (!cut && r >= 2) continue; // killed
+      EXPECT_NE(mine.find("FAILED"), std::string::npos) << "rank " << r << " did not report an error\n" << p.out;
+      const char *other = r < 2 ? "host h2" : "host h1";
+      EXPECT_NE(mine.find(other), std::string::npos) << "rank " << r << " did not name " << other << "\n" << p.out;
+    }
+    if (cut) bed("link h2 up");
+    expect_clean(p.out);
+  }
+};
+
+TEST_F(MultiHost, EveryCollectiveTwoHostsTwoRanks) {
+  bed_up(2);
+  run_collectives("h1:2,h2:2", 4);
+}
+
+TEST_F(MultiHost, EveryCollectiveThreeHostsOneRank) {
+  bed_up(3);
+  run_collectives("h1,h2,h3", 3);
+}
+
+TEST_F(MultiHost, EveryCollectiveSeveralSocketsAndThreads) {
+  bed_up(3);
+  run_collectives("h1:1,h2:2", 3, {"TUTTI_SOCKET_NTHREADS=2", "TUTTI_NSOCKS_PERTHREAD=2", "TUTTI_TCP_SLOT_BYTES=64K"});
+}
+
+TEST_F(MultiHost, KilledHostIsNamedByEveryRank) {
+  bed_up(2);
+  for (int run = 0; run < 3; run++) failure_run(false, 10, run);
+}
+
+TEST_F(MultiHost, CutLinkIsNamedByEveryRank) {
+  bed_up(2);
+  for (int run = 0; run < 3; run++) failure_run(true, 10, run);
+}
+
+// Strangers on the data ports while collectives run: garbage, a truncated hello, a port scan.
+TEST_F(MultiHost, StrangersOnDataPortsAreLoggedAndIgnored) {
+  bed_up(3);
+  Proc p;
+  launch(p, "h1:1,h2:1", "collectives",
+         {"TUTTI_TIMEOUT=30", "TUTTI_MH_REPEAT=40", "TUTTI_DEBUG=INFO", "TUTTI_DEBUG_SUBSYS=NET,INIT"});
+  std::regex port_re("(?:tcp: listening on|, root) ([0-9.]+):([0-9]+)");
+  ASSERT_TRUE(p.read_until([](const std::string &o) { return count(o, "looping") >= 2; }, now_s() + 120)) << p.out;
+  std::vector<std::string> ports;
+  for (auto it = std::sregex_iterator(p.out.begin(), p.out.end(), port_re); it != std::sregex_iterator(); ++it)
+    ports.push_back((*it)[1].str() + " " + (*it)[2].str());
+  ASSERT_EQ(ports.size(), 4u) << p.out; // two data ports, the bootstrap root's (twice)
+  for (auto &hp : ports) {
+    bed("exec h3 sh -c 'head -c 200000 /dev/urandom | timeout 5 nc -q1 " + hp + "'");
+    bed("exec h3 sh -c 'printf tutti | timeout 5 nc -q0 " + hp + "'");
+    bed("exec h3 timeout 5 nc -z " + hp);
+  }
+  p.read_until([](const std::string &) { return false; }, now_s() + 0.1);
+  EXPECT_EQ(count(p.out, "every collective exact"), 0) << "the collectives ended before the strangers came";
+  int st = p.wait(now_s() + 280);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
+  EXPECT_EQ(count(p.out, "every collective exact"), 2) << p.out;
+  EXPECT_GE(count(p.out, "dropped a connection to the data port"), 2) << p.out;
+  EXPECT_EQ(count(p.out, "FAILED"), 0) << p.out;
+  expect_clean(p.out);
+}
+
+} // namespace
