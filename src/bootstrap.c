@@ -110,14 +110,23 @@ static int root_check_hello(root_t *r, const hello_t *h, char *msg, size_t len) 
   return 0;
 }
 
-/* Accepts connections until every rank has presented a valid hello. */
+static void reply_error(int fd, const char *msg) {
+  reply_t rep = {.status = ncclInvalidUsage, .len = (uint32_t)strlen(msg) + 1};
+  if (sock_send_all(fd, &rep, sizeof(rep), 1000) == ncclSuccess) sock_send_all(fd, msg, rep.len, 1000);
+  close(fd);
+}
+
+/* Accepts connections until every rank has presented a valid hello. After a bad hello (version
+ * mismatch, duplicate rank, ...) it keeps answering the ranks still to come with the same error
+ * until all nranks arrived or the deadline passed, so every rank learns what to fix. */
 static int root_gather_hellos(root_t *r, char *msg, size_t len) {
-  int joined = 0;
-  while (r->nranks == 0 || joined < r->nranks) {
+  int joined = 0, arrived = 0, failed = 0;
+  while (r->nranks == 0 || arrived < r->nranks) {
     int fd = -1, left = ms_left(r->deadline);
     if (left == 0 || sock_accept(r->listen_fd, left, &fd) != ncclSuccess || fd < 0) {
-      snprintf(msg, len, "only %d of %d ranks joined within TUTTI_INIT_TIMEOUT=%llds", joined,
-               r->nranks, (long long)tutti_param_InitTimeout());
+      if (!failed)
+        snprintf(msg, len, "only %d of %d ranks joined within TUTTI_INIT_TIMEOUT=%llds", joined,
+                 r->nranks, (long long)tutti_param_InitTimeout());
       return -1;
     }
     hello_t h;
@@ -135,17 +144,17 @@ static int root_gather_hellos(root_t *r, char *msg, size_t len) {
       r->peers = calloc(r->nranks, sizeof(peer_info_t));
       for (int i = 0; i < r->nranks; i++) r->fds[i] = -1;
     }
-    if (root_check_hello(r, &h, msg, len) != 0) {
-      reply_t rep = {.status = ncclInvalidUsage, .len = (uint32_t)strlen(msg) + 1};
-      if (sock_send_all(fd, &rep, sizeof(rep), 1000) == ncclSuccess) sock_send_all(fd, msg, rep.len, 1000);
-      close(fd);
-      return -1;
+    arrived++;
+    if (failed || root_check_hello(r, &h, msg, len) != 0) {
+      failed = 1;
+      reply_error(fd, msg);
+      continue;
     }
     r->fds[h.info.rank] = fd;
     r->peers[h.info.rank] = h.info;
     joined++;
   }
-  return 0;
+  return failed ? -1 : 0;
 }
 
 static int root_reply_all(root_t *r, const void *data, uint32_t len) {
@@ -191,7 +200,10 @@ static int root_serve(root_t *r, char *msg, size_t len) {
         return -1;
       }
     }
-    if (first.type == MSG_DONE) break;
+    if (first.type == MSG_DONE) { /* answer only now: nobody exits while others still wait */
+      root_reply_all(r, "", 0);
+      break;
+    }
     if (root_reply_all(r, buf, first.len * (uint32_t)r->nranks) != 0) {
       snprintf(msg, len, "a rank disconnected during init");
       free(buf);
@@ -249,9 +261,12 @@ static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   reply_t rep;
   int fd = comm->bootstrap->fd, tmo = (int)bootstrap_init_timeout_ms();
   ncclResult_t res = sock_recv_all(fd, &rep, sizeof(rep), tmo);
-  if (res != ncclSuccess)
+  if (res != ncclSuccess) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", tutti_last_error());
     return TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root during init (%s)",
-                     comm->rank, tutti_last_error());
+                     comm->rank, why);
+  }
   if (rep.status != 0) {
     char msg[1024] = "";
     sock_recv_all(fd, msg, TUTTI_MIN(rep.len, sizeof(msg) - 1), 2000);
@@ -303,9 +318,12 @@ ncclResult_t bootstrap_barrier(ncclComm_t comm) {
 void bootstrap_close(ncclComm_t comm, int ok) {
   if (!comm->bootstrap) return;
   if (comm->bootstrap->fd >= 0) {
-    if (ok) {
-    request_t q = {.type = MSG_DONE, .len = 0};
-    sock_send_all(comm->bootstrap->fd, &q, sizeof(q), 1000);
+    if (ok) { /* DONE is a round trip: the root answers once every rank sent it */
+      request_t q = {.type = MSG_DONE, .len = 0};
+      if (sock_send_all(comm->bootstrap->fd, &q, sizeof(q), 1000) == ncclSuccess) {
+        char none;
+        recv_reply(comm, &none, 0);
+      }
     }
     close(comm->bootstrap->fd);
   }

@@ -118,6 +118,9 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   else p->ctx.rop = (reduce_op_t){.type = c->type, .base = ncclSum, .divisor = comm->nranks};
   int in_place = 0;
   TUTTI_CHECK(check_overlap(c, ns * es, nr * es, es, &in_place));
+  if (c->coll == COLL_ALLTOALL && in_place && c->count > 0)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: sendbuff == recvbuff: in-place all-to-all is not "
+                     "supported (NCCL does not define it either); use separate buffers", c->fn);
   p->ctx.comm = comm;
   p->ctx.coll = c->coll;
   p->ctx.buf[BUF_SEND] = (char *)c->sendbuff;

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ typedef struct shm_header {
   uint64_t slot_bytes;
   char pad[SHM_PAGE / 2 - 32];
   volatile int32_t failed; /* set by the owner when it fails or aborts */
+  char reason[512];        /* the owner's error message, written before `failed` */
 } shm_header_t;
 
 #define SHM_INLINE 48
@@ -261,7 +263,17 @@ static int shm_peer_failed(conn_t *c) {
 
 static void shm_mark_failed(struct ncclComm *comm) {
   shm_state_t *st = comm->shm;
-  if (st && st->seg) __atomic_store_n(&((shm_header_t *)st->seg)->failed, 1, __ATOMIC_RELEASE);
+  if (!st || !st->seg) return;
+  shm_header_t *h = (shm_header_t *)st->seg;
+  if (!h->failed)
+    snprintf(h->reason, sizeof(h->reason), "%s", comm->error_msg[0] ? comm->error_msg : "it called ncclCommAbort");
+  __atomic_store_n(&h->failed, 1, __ATOMIC_RELEASE);
+}
+
+static const char *shm_peer_reason(conn_t *c) {
+  shm_end_t *e = c->priv;
+  if (!shm_peer_failed(c)) return NULL;
+  return (const char *)e->peer_failed + offsetof(shm_header_t, reason) - offsetof(shm_header_t, failed);
 }
 
 static void shm_close(struct ncclComm *comm) {
@@ -290,6 +302,7 @@ const transport_t shm_transport = {
     .recv_slot = shm_recv_slot,
     .recv_done = shm_recv_done,
     .peer_failed = shm_peer_failed,
+    .peer_reason = shm_peer_reason,
     .mark_failed = shm_mark_failed,
     .close = shm_close,
 };

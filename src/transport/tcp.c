@@ -44,6 +44,7 @@
  * close drains what the engine posted and sends a goodbye header on every socket, so the peer
  * never mistakes it for a crash.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -62,7 +63,7 @@
 #include "socket.h"
 
 TUTTI_PARAM(SocketNthreads, "SOCKET_NTHREADS", 1)
-TUTTI_PARAM(NsocksPerThread, "NSOCKS_PERTHREAD", 1)
+TUTTI_PARAM(NsocksPerThread, "NSOCKS_PERTHREAD", 1) /* TUTTI_NSOCKS is the short name */
 TUTTI_PARAM(TcpSlotBytes, "TCP_SLOT_BYTES", 512 * 1024)
 TUTTI_PARAM(TcpSlots, "TCP_NSLOTS", 8)
 TUTTI_PARAM(SocketBufBytes, "SOCKET_BUFFER", 4 * 1024 * 1024) /* 0: kernel autotuning */
@@ -102,10 +103,9 @@ typedef struct tcp_blob {
   char ifname[32];
 } tcp_blob_t;
 
-typedef struct padded_u64 {
+typedef struct padded_u64 { /* a counter alone on its cache line */
   uint64_t v;
-  char pad[TUTTI_CACHELINE - 8];
-} padded_u64_t;
+} __attribute__((aligned(TUTTI_CACHELINE))) padded_u64_t;
 
 struct tcp_state;
 
@@ -121,14 +121,15 @@ typedef struct tcp_conn {
   pthread_t threads[TCP_MAX_THREADS];
   int nstarted;
   /* engine side only */
-  uint64_t pos;   /* next slot to fill (send) or to read (receive) */
+  padded_u64_t pos;               /* next slot to fill (send) or to read (receive) */
   /* shared with the helpers */
   padded_u64_t posted;            /* send: slots posted by the engine; recv: slots released */
   padded_u64_t done[TCP_MAX_SOCKS]; /* per socket: slots sent (send) or received (recv) */
-  int sleepers, stop, failed, byes; /* byes: receive threads that saw the goodbye */
+  int sleepers, stop, byes;       /* byes: receive threads that saw the goodbye */
+  int claimed, failed;            /* failed is set once reason is written */
   pthread_mutex_t mu;
-  pthread_mutex_t io_mu;          /* send: held while a helper writes, so an abort notice never
-                                     lands in the middle of a slot */
+  pthread_mutex_t io_mu[TCP_MAX_THREADS]; /* send: held by helper t while it writes on its
+                                             sockets, so an abort notice never lands mid-slot */
   pthread_cond_t cv;
   char reason[384];
 } tcp_conn_t;
@@ -142,6 +143,8 @@ typedef struct tcp_state {
   char ifname[64];
   pthread_t acceptor;
   int acceptor_started, aborted;  /* aborted: this rank failed (mark_failed) */
+  int closing;                    /* tcp_close runs: failures are expected, nobody is told */
+  pthread_mutex_t life_mu;        /* mark_failed (any thread) vs. the start of tcp_close */
   int nremote;                    /* remote failures seen (the first is a WARN, others INFO) */
   int nthreads, per_thread;       /* this rank's settings */
   uint32_t nslots;
@@ -177,6 +180,13 @@ static void state_unlink(tcp_state_t *st) {
 }
 
 static const char *host_of(const tcp_state_t *st, int rank) { return st->comm->peers[rank].hostname; }
+
+/* The communicator's recorded error, once there is one (comm_set_error). */
+static const char *comm_error_text(struct ncclComm *comm) {
+  if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == ncclSuccess || !comm->error_msg[0])
+    return NULL;
+  return comm->error_msg;
+}
 
 /* ---- helpers' sleeping and waking ---- */
 
@@ -220,10 +230,10 @@ static int conn_wait(tcp_conn_t *c, uint64_t *ctr, uint64_t target) {
  * (mark_failed shut it). A receive socket that breaks is always news from the peer. */
 static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
   tcp_state_t *st = c->st;
-  int quiet = __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE) ||
+  int quiet = __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE) || __atomic_load_n(&st->closing, __ATOMIC_ACQUIRE) ||
               (c->is_send && __atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE));
   int expected = 0;
-  if (!__atomic_compare_exchange_n(&c->failed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+  if (!__atomic_compare_exchange_n(&c->claimed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return;
   int me = st->comm->rank, p = c->peer;
   const char *h = host_of(st, p), *dir = c->is_send ? "sending to" : "receiving from";
@@ -245,6 +255,7 @@ static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
     snprintf(r, n, "rank %d: %s from rank %d on host %s", me, detail, p, h);
   else
     snprintf(r, n, "rank %d: socket error %s rank %d on host %s: %s", me, dir, p, h, strerror(err));
+  __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
   conn_wake(c);
   if (quiet) return;
   if (__atomic_fetch_add(&st->nremote, 1, __ATOMIC_ACQ_REL) == 0) WARN("%s", r);
@@ -304,9 +315,9 @@ static void send_loop(tcp_conn_t *c, int t) {
   for (;; s += c->nthreads) {
     if (conn_wait(c, &c->posted.v, s) != 0) break;
     tcp_hdr_t h = {HDR_DATA, c->sizes[s % c->nslots]};
-    pthread_mutex_lock(&c->io_mu);
+    pthread_mutex_lock(&c->io_mu[t]);
     int err = io_send(c->fds[s % c->nsocks], &h, c->slots + (s % c->nslots) * c->slot_bytes, h.bytes);
-    pthread_mutex_unlock(&c->io_mu);
+    pthread_mutex_unlock(&c->io_mu[t]);
     if (err) {
       conn_fail(c, err, NULL);
       return;
@@ -316,12 +327,12 @@ static void send_loop(tcp_conn_t *c, int t) {
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE))
     return;
   tcp_hdr_t bye = {HDR_BYE, 0}; /* everything posted went out: say goodbye on my sockets */
-  pthread_mutex_lock(&c->io_mu);
+  pthread_mutex_lock(&c->io_mu[t]);
   for (int k = t; k < c->nsocks; k += c->nthreads) {
     io_send(c->fds[k], &bye, NULL, 0);
     shutdown(c->fds[k], SHUT_WR);
   }
-  pthread_mutex_unlock(&c->io_mu);
+  pthread_mutex_unlock(&c->io_mu[t]);
 }
 
 static void recv_loop(tcp_conn_t *c, int t) {
@@ -373,29 +384,29 @@ static void *helper_main(void *arg) {
 static void *tcp_send_slot(conn_t *conn) {
   tcp_conn_t *c = conn->priv;
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) return NULL; /* let the engine see it */
-  if (c->pos >= c->nslots && !slot_done(c, c->pos - c->nslots)) return NULL;
-  return c->slots + (c->pos % c->nslots) * c->slot_bytes;
+  if (c->pos.v >= c->nslots && !slot_done(c, c->pos.v - c->nslots)) return NULL;
+  return c->slots + (c->pos.v % c->nslots) * c->slot_bytes;
 }
 
 static void tcp_send_post(conn_t *conn, size_t bytes) {
   tcp_conn_t *c = conn->priv;
-  c->sizes[c->pos % c->nslots] = (uint32_t)bytes;
-  c->pos++;
-  __atomic_store_n(&c->posted.v, c->pos, __ATOMIC_SEQ_CST);
+  c->sizes[c->pos.v % c->nslots] = (uint32_t)bytes;
+  c->pos.v++;
+  __atomic_store_n(&c->posted.v, c->pos.v, __ATOMIC_SEQ_CST);
   conn_wake(c);
 }
 
 static const void *tcp_recv_slot(conn_t *conn, size_t *bytes) {
   tcp_conn_t *c = conn->priv;
-  if (!slot_done(c, c->pos)) return NULL;
-  *bytes = c->sizes[c->pos % c->nslots];
-  return c->slots + (c->pos % c->nslots) * c->slot_bytes;
+  if (!slot_done(c, c->pos.v)) return NULL;
+  *bytes = c->sizes[c->pos.v % c->nslots];
+  return c->slots + (c->pos.v % c->nslots) * c->slot_bytes;
 }
 
 static void tcp_recv_done(conn_t *conn) {
   tcp_conn_t *c = conn->priv;
-  c->pos++;
-  __atomic_store_n(&c->posted.v, c->pos, __ATOMIC_SEQ_CST);
+  c->pos.v++;
+  __atomic_store_n(&c->posted.v, c->pos.v, __ATOMIC_SEQ_CST);
   conn_wake(c);
 }
 
@@ -406,8 +417,10 @@ static tcp_conn_t *conn_twin(tcp_conn_t *c) {
 
 static int tcp_peer_failed(conn_t *conn) {
   tcp_conn_t *c = conn->priv, *twin = conn_twin(c);
-  /* a break in either direction means the peer is gone or aborted */
-  if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) || (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)))
+  /* a break in either direction means the peer is gone or aborted; once this rank has failed
+   * (its peers are being told), waiting on any peer is pointless too */
+  if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) || (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)) ||
+      __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE))
     return 1;
   /* every receive thread saw the goodbye: the peer closed its communicator, nothing will come */
   return !c->is_send && __atomic_load_n(&c->byes, __ATOMIC_ACQUIRE) == c->nthreads;
@@ -419,6 +432,8 @@ static const char *tcp_failure_reason(conn_t *conn) {
   if (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE) && twin->reason[0]) return twin->reason;
   if (!c->is_send && __atomic_load_n(&c->byes, __ATOMIC_ACQUIRE) == c->nthreads)
     return "the peer destroyed its communicator";
+  if (__atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE) && comm_error_text(c->st->comm))
+    return comm_error_text(c->st->comm); /* this rank failed first, for this reason */
   return NULL;
 }
 
@@ -438,7 +453,7 @@ static tcp_conn_t *conn_new(tcp_state_t *st, int peer, int is_send, int nthreads
   c->slots = (char *)p + head;
   for (int k = 0; k < TCP_MAX_SOCKS; k++) c->fds[k] = -1;
   pthread_mutex_init(&c->mu, NULL);
-  pthread_mutex_init(&c->io_mu, NULL);
+  for (int t = 0; t < TCP_MAX_THREADS; t++) pthread_mutex_init(&c->io_mu[t], NULL);
   pthread_cond_init(&c->cv, NULL);
   return c;
 }
@@ -497,7 +512,7 @@ static void conn_free(tcp_conn_t *c, uint64_t deadline) {
   for (int k = 0; k < TCP_MAX_SOCKS; k++)
     if (c->fds[k] >= 0) close(c->fds[k]);
   pthread_mutex_destroy(&c->mu);
-  pthread_mutex_destroy(&c->io_mu);
+  for (int t = 0; t < TCP_MAX_THREADS; t++) pthread_mutex_destroy(&c->io_mu[t]);
   pthread_cond_destroy(&c->cv);
   munmap(c, c->arena_bytes);
 }
@@ -612,6 +627,7 @@ static ncclResult_t state_new(struct ncclComm *comm, tcp_state_t **out) {
   st->comm = comm;
   st->listen_fd = st->wake[0] = st->wake[1] = -1;
   pthread_mutex_init(&st->mu, NULL);
+  pthread_mutex_init(&st->life_mu, NULL);
   pthread_cond_init(&st->cv, NULL);
   pthread_mutex_lock(&states_mu);
   st->next = states;
@@ -634,10 +650,22 @@ static ncclResult_t tcp_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
     st->npeers += p != comm->rank && comm->send_conn[p].transport == &tcp_transport;
   if (st->npeers == 0) return ncclSuccess; /* empty blob: nobody connects to us */
   st->nthreads = (int)TUTTI_MIN(TUTTI_MAX(tutti_param_SocketNthreads(), 1), TCP_MAX_THREADS);
-  st->per_thread = (int)TUTTI_MIN(TUTTI_MAX(tutti_param_NsocksPerThread(), 1), TCP_MAX_SOCKS / st->nthreads);
+  const char *nsocks = getenv("TUTTI_NSOCKS");
+  int64_t per = nsocks && *nsocks ? atoll(nsocks) : tutti_param_NsocksPerThread();
+  st->per_thread = (int)TUTTI_MIN(TUTTI_MAX(per, 1), TCP_MAX_SOCKS / st->nthreads);
   st->nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlots(), 2), TCP_MAX_SLOTS);
   st->slot_bytes = TUTTI_ALIGN_UP((size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlotBytes(), 4096), 1 << 30), 4096);
   TUTTI_CHECK(sock_pick_local_addr(&st->addr, st->ifname, sizeof(st->ifname)));
+  int loopback = st->addr.sa.sa_family == AF_INET6 ? IN6_IS_ADDR_LOOPBACK(&st->addr.sin6.sin6_addr)
+                                                    : (ntohl(st->addr.sin.sin_addr.s_addr) >> 24) == 127;
+  for (int p = 0; loopback && p < comm->nranks; p++)
+    if (comm->send_conn[p].transport == &tcp_transport &&
+        comm->peers[p].host_hash != comm->peers[comm->rank].host_hash) {
+      WARN("rank %d (host %s) has only a loopback interface (%s) to offer rank %d on host %s: set "
+           "TUTTI_SOCKET_IFNAME to an interface the other hosts can reach", comm->rank,
+           host_of(st, comm->rank), st->ifname, p, host_of(st, p));
+      break;
+    }
   if (st->addr.sa.sa_family == AF_INET6) st->addr.sin6.sin6_port = 0;
   else st->addr.sin.sin_port = 0;
   TUTTI_CHECK(sock_listen(&st->addr, &st->listen_fd));
@@ -754,16 +782,17 @@ static ncclResult_t tcp_post_connect(struct ncclComm *comm) {
 /* Tells a peer that this rank failed, and why, on one send socket, unless a helper is in the
  * middle of a slot there (then the shutdown alone says it: EOF without a goodbye). */
 static void send_abort_notice(tcp_conn_t *c, const char *why) {
-  if (pthread_mutex_trylock(&c->io_mu) == 0) {
-    char msg[sizeof(tcp_hdr_t) + TCP_REASON_MAX];
-    tcp_hdr_t h = {HDR_ABORT, (uint32_t)TUTTI_MIN(strlen(why), TCP_REASON_MAX - 1)};
-    memcpy(msg, &h, sizeof(h));
-    memcpy(msg + sizeof(h), why, h.bytes);
-    for (int k = 0; k < c->nsocks; k++) { /* never blocks: a full socket just gets no notice */
+  char msg[sizeof(tcp_hdr_t) + TCP_REASON_MAX];
+  tcp_hdr_t h = {HDR_ABORT, (uint32_t)TUTTI_MIN(strlen(why), TCP_REASON_MAX - 1)};
+  memcpy(msg, &h, sizeof(h));
+  memcpy(msg + sizeof(h), why, h.bytes);
+  for (int t = 0; t < c->nthreads; t++) {
+    if (pthread_mutex_trylock(&c->io_mu[t]) != 0) continue; /* helper t is mid-slot */
+    for (int k = t; k < c->nsocks; k += c->nthreads) { /* never blocks: full socket, no notice */
       ssize_t ignored = send(c->fds[k], msg, sizeof(h) + h.bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
       (void)ignored;
     }
-    pthread_mutex_unlock(&c->io_mu);
+    pthread_mutex_unlock(&c->io_mu[t]);
   }
   conn_shutdown_wr(c);
   conn_wake(c);
@@ -773,20 +802,29 @@ static void send_abort_notice(tcp_conn_t *c, const char *why) {
  * then EOF). Receive sockets stay open: what breaks there from now on is the peers' news. */
 static void tcp_mark_failed(struct ncclComm *comm) {
   tcp_state_t *st = state_of(comm);
-  if (!st || __atomic_exchange_n(&st->aborted, 1, __ATOMIC_ACQ_REL)) return;
-  const char *why = comm->error_msg[0] ? comm->error_msg
-                  : comm->abort_flag   ? "ncclCommAbort was called"
-                                       : "its communicator failed during init";
+  if (!st) return;
+  pthread_mutex_lock(&st->life_mu);
+  if (st->closing || __atomic_exchange_n(&st->aborted, 1, __ATOMIC_ACQ_REL)) {
+    pthread_mutex_unlock(&st->life_mu);
+    return;
+  }
+  const char *why = comm_error_text(comm)   ? comm_error_text(comm)
+                  : comm->abort_flag       ? "ncclCommAbort was called"
+                                           : "its communicator failed during init";
   for (int p = 0; st->send && st->recv && p < comm->nranks; p++) {
     if (st->send[p] && st->send[p]->nstarted) send_abort_notice(st->send[p], why);
     else if (st->send[p]) conn_shutdown_wr(st->send[p]);
     if (st->recv[p]) conn_wake(st->recv[p]);
   }
+  pthread_mutex_unlock(&st->life_mu);
 }
 
 static void tcp_close(struct ncclComm *comm) {
   tcp_state_t *st = state_of(comm);
   if (!st) return;
+  pthread_mutex_lock(&st->life_mu); /* a mark_failed under way finishes first */
+  __atomic_store_n(&st->closing, 1, __ATOMIC_RELEASE); /* helpers still running stay quiet */
+  pthread_mutex_unlock(&st->life_mu);
   if (st->acceptor_started) {
     ssize_t ignored = write(st->wake[1], "x", 1);
     (void)ignored;
@@ -796,15 +834,16 @@ static void tcp_close(struct ncclComm *comm) {
   int n = st->send && st->recv ? comm->nranks : 0;
   uint64_t deadline = tutti_time_ns() + (uint64_t)tutti_param_NetDrainMs() * 1000000ull;
   for (int p = 0; p < n; p++) conn_stop(st->send[p]);
-  for (int p = 0; p < n; p++) conn_free(st->send[p], deadline);
+  for (int p = 0; p < n; p++) conn_free(st->send[p], deadline), st->send[p] = NULL;
   for (int p = 0; p < n; p++) conn_stop(st->recv[p]);
-  for (int p = 0; p < n; p++) conn_free(st->recv[p], 0);
+  for (int p = 0; p < n; p++) conn_free(st->recv[p], 0), st->recv[p] = NULL;
   for (size_t i = 0; st->rfds && i < (size_t)comm->nranks * TCP_MAX_SOCKS; i++)
     if (st->rfds[i] >= 0) close(st->rfds[i]);
   if (st->listen_fd >= 0) close(st->listen_fd);
   if (st->wake[0] >= 0) close(st->wake[0]), close(st->wake[1]);
   state_unlink(st);
   pthread_mutex_destroy(&st->mu);
+  pthread_mutex_destroy(&st->life_mu);
   pthread_cond_destroy(&st->cv);
   free(st->send);
   free(st->recv);

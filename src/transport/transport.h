@@ -48,6 +48,8 @@ typedef struct transport {
   const void *(*recv_slot)(conn_t *conn, size_t *bytes);
   void (*recv_done)(conn_t *conn);
   int (*peer_failed)(conn_t *conn);
+  /* Optional: why the peer failed, as it recorded it (NULL when unknown). */
+  const char *(*peer_reason)(conn_t *conn);
   /* Optional (may be NULL): once peer_failed, what was seen ("connection reset by rank 3 on
    * host h2", or the peer's own reason when it aborted), for the engine's error message. */
   const char *(*failure_reason)(conn_t *conn);

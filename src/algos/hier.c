@@ -1,0 +1,200 @@
+/* Hierarchical all-reduce: for communicators spanning several hosts with m ranks each.
+ *
+ *   host 0: ranks a0 a1 .. a(m-1)      host 1: b0 .. b(m-1)      ...  (H hosts)
+ *
+ *   1. reduce-scatter inside each host (a ring over the m local ranks, shared memory): the
+ *      local rank at position p ends up with its host's sum of block (p + 1) % m of the
+ *      buffer (the block a ring reduce-scatter leaves there, as in ring.c)
+ *   2. all-reduce of that block across hosts (a ring over the H ranks at position p, one per
+ *      host, the network): every one of them ends with the global sum of its block (POST here)
+ *   3. all-gather inside each host (the local ring again): everybody gets every block
+ *
+ * Cost per rank, for a buffer of S bytes: 2(m-1)/m * S over shared memory and 2(H-1)/H * S/m
+ * over the network, versus 2(n-1)/n * S over the network for some ranks of a flat ring (whose
+ * host-crossing links carry the whole stream). Every rank uses the network, each for 1/m of the
+ * data, so m network connections per host work in parallel; the cross-host ring has H steps
+ * of latency instead of n. Worth it once the buffer is large enough that bandwidth dominates.
+ *
+ * Invariants: own input is read with PRE only in phase 1 (or in phase 2 when m = 1), the final
+ * value gets POST exactly once (phase 2's last reduce), every step moves at most `chunk`
+ * elements per round, phases run in order on each rank and each pair of ranks carries one
+ * kind of traffic (same host: phases 1 and 3; different hosts: phase 2). The reduction order
+ * of every element is fixed by (n, m, H), so results are bitwise reproducible and identical
+ * on every rank (phases 2 and 3 copy the owner's bits).
+ * Applies when every host has the same number of ranks (hier_applicable); the caller falls
+ * back to the flat ring otherwise.
+ */
+#include <stdlib.h>
+
+#include "algos/schedule.h"
+
+#define PUSH(...)                           \
+  do {                                      \
+    step_t st_ = {__VA_ARGS__};             \
+    if (sched_push(s, st_) != 0) return -1; \
+  } while (0)
+
+typedef struct ring { /* participants in ring order and my position among them */
+  int *ranks;
+  int n, pos;
+} ring_t;
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+static int ring_peer(const ring_t *r, int d) { return r->ranks[mod(r->pos + d, r->n)]; }
+
+/* Round j of [start, end): its sub-range. */
+static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t *off, size_t *len) {
+  size_t o = start + j * chunk;
+  *off = o < end ? o : end;
+  *len = o < end ? (end - o < chunk ? end - o : chunk) : 0;
+}
+
+/* Segment q of n of the range [base, base + len). */
+static size_t seg_start(size_t base, size_t len, int n, int q) { return base + block_start(len, n, q); }
+
+static size_t rounds_for(size_t len, int n, size_t chunk) {
+  size_t seg_max = len / (size_t)n + (len % (size_t)n != 0);
+  return (seg_max + chunk - 1) / chunk;
+}
+
+#define SEG(q) round_range(seg_start(base, len, r->n, mod(q, r->n)), \
+                           seg_start(base, len, r->n, mod(q, r->n) + 1), j, chunk, &off, &cnt)
+
+/* Ring reduce-scatter of [base, base + len) over ring r (n >= 2): own input from BUF_SEND
+ * (PRE); segment pos + 1 ends in BUF_RECV (no POST: phase 2 finishes the sum). */
+static int local_reduce_scatter(const ring_t *r, size_t base, size_t len, size_t chunk, sched_t *s) {
+  int p = r->pos, prev = ring_peer(r, -1), next = ring_peer(r, 1);
+  size_t rounds = rounds_for(len, r->n, chunk), off, cnt;
+  for (size_t j = 0; j < rounds; j++) {
+    SEG(p);
+    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+         .flags = STEP_PRE, .src_off = off, .count = cnt);
+    for (int k = 1; k <= r->n - 2; k++) {
+      SEG(p - k);
+      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+           .flags = STEP_REDUCE | STEP_PRE, .src_off = off, .count = cnt);
+    }
+    SEG(p + 1);
+    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+         .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .src_off = off, .dst_off = off, .count = cnt);
+  }
+  return 0;
+}
+
+/* Ring all-reduce of [base, base + len) over ring r (n >= 2), partial sums read from `src`
+ * (PRE when that is the user's input), result in BUF_RECV; as ring_allreduce in ring.c. */
+static int cross_allreduce(const ring_t *r, size_t base, size_t len, size_t chunk, uint8_t src,
+                           sched_t *s) {
+  int p = r->pos, prev = ring_peer(r, -1), next = ring_peer(r, 1);
+  uint8_t pre = src == BUF_SEND ? STEP_PRE : 0;
+  size_t rounds = rounds_for(len, r->n, chunk), off, cnt;
+  for (size_t j = 0; j < rounds; j++) {
+    SEG(p);
+    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = src, .dst_buf = BUF_NONE, .flags = pre,
+         .src_off = off, .count = cnt);
+    for (int k = 1; k <= r->n - 2; k++) {
+      SEG(p - k);
+      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = src, .dst_buf = BUF_NONE,
+           .flags = (uint8_t)(STEP_REDUCE | pre), .src_off = off, .count = cnt);
+    }
+    SEG(p + 1);
+    PUSH(.recv_peer = prev, .send_peer = next, .src_buf = src, .dst_buf = BUF_RECV,
+         .flags = (uint8_t)(STEP_REDUCE | STEP_POST | STEP_STORE | pre), .src_off = off,
+         .dst_off = off, .count = cnt);
+    for (int k = 1; k <= r->n - 2; k++) {
+      SEG(p + 1 - k);
+      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+           .flags = STEP_STORE, .dst_off = off, .count = cnt);
+    }
+    SEG(p + 2);
+    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .dst_off = off, .count = cnt);
+  }
+  return 0;
+}
+
+/* Ring all-gather of [base, base + len) over ring r (n >= 2): segment pos + 1 is final in
+ * BUF_RECV; the others arrive there. */
+static int local_all_gather(const ring_t *r, size_t base, size_t len, size_t chunk, sched_t *s) {
+  int p = r->pos, prev = ring_peer(r, -1), next = ring_peer(r, 1);
+  size_t rounds = rounds_for(len, r->n, chunk), off, cnt;
+  for (size_t j = 0; j < rounds; j++) {
+    SEG(p + 1);
+    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
+         .src_off = off, .count = cnt);
+    for (int k = 1; k <= r->n - 2; k++) {
+      SEG(p + 1 - k);
+      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+           .flags = STEP_STORE, .dst_off = off, .count = cnt);
+    }
+    SEG(p + 2);
+    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .dst_off = off, .count = cnt);
+  }
+  return 0;
+}
+#undef SEG
+
+int hier_applicable(const int *host_of_rank, int nranks) {
+  int hosts = 0, per_host = -1;
+  for (int r = 0; r < nranks; r++) {
+    int first = 1, here = 0;
+    for (int q = 0; q < r && first; q++) first = host_of_rank[q] != host_of_rank[r];
+    if (!first) continue;
+    hosts++;
+    for (int q = r; q < nranks; q++) here += host_of_rank[q] == host_of_rank[r];
+    if (per_host >= 0 && here != per_host) return 0;
+    per_host = here;
+  }
+  return hosts >= 2 && per_host >= 1;
+}
+
+/* Fills the local ring (ranks of my host, by rank) and the cross ring (the rank at my local
+ * position on every host, hosts ordered by their first rank). */
+static void make_rings(const int *host_of_rank, int n, int me, ring_t *local, ring_t *cross) {
+  local->n = cross->n = 0;
+  for (int r = 0; r < n; r++) {
+    if (host_of_rank[r] == host_of_rank[me]) {
+      if (r == me) local->pos = local->n;
+      local->ranks[local->n++] = r;
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    int first = 1, idx = 0;
+    for (int q = 0; q < r && first; q++) first = host_of_rank[q] != host_of_rank[r];
+    if (!first) continue; /* r is the first rank of a new host: take its local rank pos */
+    for (int q = r; q < n; q++) {
+      if (host_of_rank[q] != host_of_rank[r]) continue;
+      if (idx++ == local->pos) {
+        if (q == me) cross->pos = cross->n;
+        cross->ranks[cross->n++] = q;
+        break;
+      }
+    }
+  }
+}
+
+int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
+  int n = a->nranks;
+  ring_t local = {calloc((size_t)n, sizeof(int)), 0, 0}, cross = {calloc((size_t)n, sizeof(int)), 0, 0};
+  int rc = -1;
+  if (!local.ranks || !cross.ranks) goto out;
+  make_rings(host_of_rank, n, a->rank, &local, &cross);
+  if (cross.n < 2) { /* one host: the hierarchy is the flat ring */
+    rc = ring_allreduce(a, s);
+    goto out;
+  }
+  int m = local.n;
+  size_t chunk = a->chunk ? a->chunk : 1;
+  /* my block after phase 1: the one a ring reduce-scatter leaves at position pos */
+  size_t bo = m > 1 ? block_start(a->count, m, mod(local.pos + 1, m)) : 0;
+  size_t blen = (m > 1 ? block_start(a->count, m, mod(local.pos + 1, m) + 1) : a->count) - bo;
+  if (m > 1 && local_reduce_scatter(&local, 0, a->count, chunk, s) != 0) goto out;
+  if (cross_allreduce(&cross, bo, blen, chunk, m > 1 ? BUF_RECV : BUF_SEND, s) != 0) goto out;
+  if (m > 1 && local_all_gather(&local, 0, a->count, chunk, s) != 0) goto out;
+  rc = 0;
+out:
+  free(local.ranks);
+  free(cross.ranks);
+  return rc;
+}
