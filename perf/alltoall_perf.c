@@ -14,7 +14,9 @@ static void alltoall_counts(size_t bytes, size_t type_size, int nranks, int rank
                             perf_counts_t *out) {
   (void)rank;
   size_t block = bytes / type_size / (size_t)nranks, n = (size_t)nranks;
-  *out = (perf_counts_t){.send_count = block * n, .recv_count = block * n, .param_count = block,
+  *out = (perf_counts_t){.send_count = block * n,
+                         .recv_count = block * n,
+                         .param_count = block,
                          .bw_count = block * n};
 }
 

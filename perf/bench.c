@@ -140,34 +140,76 @@ static int bench_root_arg(const char *prog, const char *s) {
 /* Options that only measure differently (sizes, iterations, output). */
 static int bench_apply_measure(int c, const char *arg, const char *prog, bench_opts_t *o) {
   switch (c) {
-    case 'b': o->min_bytes = bench_bytes_arg(prog, "-b", arg); return 1;
-    case 'e': o->max_bytes = bench_bytes_arg(prog, "-e", arg); return 1;
-    case 'i': o->step_bytes = bench_bytes_arg(prog, "-i", arg); return 1;
-    case 'f': o->step_factor = bench_int_arg(prog, "-f", arg, 1); return 1;
-    case 'n': o->iters = bench_int_arg(prog, "-n", arg, 1); return 1;
-    case 'w': o->warmup = bench_int_arg(prog, "-w", arg, 0); return 1;
-    case 'm': o->agg_iters = bench_int_arg(prog, "-m", arg, 1); return 1;
-    case 'a': o->average = bench_int_arg(prog, "-a", arg, 0); return 1;
-    case 'T': o->timeout_s = bench_int_arg(prog, "-T", arg, 0); return 1;
-    case 'J': o->json_path = arg; return 1;
-    case BENCH_OPT_ITER_BYTES: o->iter_bytes = bench_bytes_arg(prog, "--iter-bytes", arg); return 1;
-    default: return 0;
+    case 'b':
+      o->min_bytes = bench_bytes_arg(prog, "-b", arg);
+      return 1;
+    case 'e':
+      o->max_bytes = bench_bytes_arg(prog, "-e", arg);
+      return 1;
+    case 'i':
+      o->step_bytes = bench_bytes_arg(prog, "-i", arg);
+      return 1;
+    case 'f':
+      o->step_factor = bench_int_arg(prog, "-f", arg, 1);
+      return 1;
+    case 'n':
+      o->iters = bench_int_arg(prog, "-n", arg, 1);
+      return 1;
+    case 'w':
+      o->warmup = bench_int_arg(prog, "-w", arg, 0);
+      return 1;
+    case 'm':
+      o->agg_iters = bench_int_arg(prog, "-m", arg, 1);
+      return 1;
+    case 'a':
+      o->average = bench_int_arg(prog, "-a", arg, 0);
+      return 1;
+    case 'T':
+      o->timeout_s = bench_int_arg(prog, "-T", arg, 0);
+      return 1;
+    case 'J':
+      o->json_path = arg;
+      return 1;
+    case BENCH_OPT_ITER_BYTES:
+      o->iter_bytes = bench_bytes_arg(prog, "--iter-bytes", arg);
+      return 1;
+    default:
+      return 0;
   }
 }
 
 static void bench_apply(int c, const char *arg, const char *prog, bench_opts_t *o) {
   if (bench_apply_measure(c, arg, prog, o)) return;
   switch (c) {
-    case 'c': o->check = bench_int_arg(prog, "-c", arg, 0); break;
-    case 'o': o->op_arg = arg; break;
-    case 'd': o->type_arg = arg; break;
-    case 'r': o->root = bench_root_arg(prog, arg); break;
-    case 't': o->nthreads = bench_int_arg(prog, "-t", arg, 0); break;
-    case 'g': o->ngpus = bench_int_arg(prog, "-g", arg, 0); break;
-    case 'z': o->blocking = bench_int_arg(prog, "-z", arg, 0) != 0; break;
-    case BENCH_OPT_COLL: o->coll_arg = arg; break;
-    case 'h': bench_usage(prog, 0); break;
-    default: bench_usage(prog, 2);
+    case 'c':
+      o->check = bench_int_arg(prog, "-c", arg, 0);
+      break;
+    case 'o':
+      o->op_arg = arg;
+      break;
+    case 'd':
+      o->type_arg = arg;
+      break;
+    case 'r':
+      o->root = bench_root_arg(prog, arg);
+      break;
+    case 't':
+      o->nthreads = bench_int_arg(prog, "-t", arg, 0);
+      break;
+    case 'g':
+      o->ngpus = bench_int_arg(prog, "-g", arg, 0);
+      break;
+    case 'z':
+      o->blocking = bench_int_arg(prog, "-z", arg, 0) != 0;
+      break;
+    case BENCH_OPT_COLL:
+      o->coll_arg = arg;
+      break;
+    case 'h':
+      bench_usage(prog, 0);
+      break;
+    default:
+      bench_usage(prog, 2);
   }
 }
 
@@ -277,8 +319,8 @@ void bench_print_header(const bench_opts_t *o) {
     printf("step: %d(factor)", o->step_factor);
   else
     printf("step: %zu(bytes)", o->step_bytes);
-  printf(" warmup iters: %d iters: %d agg iters: %d validation: %d graph: 0\n", o->warmup,
-         o->iters, o->agg_iters, o->check);
+  printf(" warmup iters: %d iters: %d agg iters: %d validation: %d graph: 0\n", o->warmup, o->iters,
+         o->agg_iters, o->check);
   if (o->iter_bytes)
     printf("# iterations per size: min(%d, max(%d, %zu / size))\n", o->iters,
            BENCH_MIN_SCALED_ITERS, o->iter_bytes);
@@ -293,8 +335,10 @@ void bench_print_rank(int rank, long pid, const char *host) {
 /* nccl-tests' three header lines, character for character. */
 void bench_print_table_header(void) {
   printf("#\n");
-  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-         "", "", "", "", "");
+  printf(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+      "\n",
+      "", "", "", "", "");
   printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
          "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
          "#wrong");

@@ -26,22 +26,26 @@
 
 void perf_counts_flat(size_t bytes, size_t type_size, perf_counts_t *out) {
   size_t count = bytes / type_size;
-  *out = (perf_counts_t){.send_count = count, .recv_count = count, .param_count = count,
-                         .bw_count = count};
+  *out = (perf_counts_t){
+      .send_count = count, .recv_count = count, .param_count = count, .bw_count = count};
 }
 
-void perf_counts_gather(size_t bytes, size_t type_size, int nranks, int rank,
-                        perf_counts_t *out) {
+void perf_counts_gather(size_t bytes, size_t type_size, int nranks, int rank, perf_counts_t *out) {
   size_t block = bytes / type_size / (size_t)nranks, n = (size_t)nranks;
-  *out = (perf_counts_t){.send_count = block, .recv_count = block * n, .param_count = block,
-                         .bw_count = block * n, .in_place_send = block * (size_t)rank};
+  *out = (perf_counts_t){.send_count = block,
+                         .recv_count = block * n,
+                         .param_count = block,
+                         .bw_count = block * n,
+                         .in_place_send = block * (size_t)rank};
 }
 
-void perf_counts_scatter(size_t bytes, size_t type_size, int nranks, int rank,
-                         perf_counts_t *out) {
+void perf_counts_scatter(size_t bytes, size_t type_size, int nranks, int rank, perf_counts_t *out) {
   size_t block = bytes / type_size / (size_t)nranks, n = (size_t)nranks;
-  *out = (perf_counts_t){.send_count = block * n, .recv_count = block, .param_count = block,
-                         .bw_count = block * n, .in_place_recv = block * (size_t)rank};
+  *out = (perf_counts_t){.send_count = block * n,
+                         .recv_count = block,
+                         .param_count = block,
+                         .bw_count = block * n,
+                         .in_place_recv = block * (size_t)rank};
 }
 
 double perf_bus_one(int nranks) {
@@ -86,7 +90,7 @@ void perf_fail(ncclComm_t comm, const char *what, ncclResult_t res) {
 #define PERF_EXIT_TIMEOUT 124 /* what timeout(1) and tutti-run return on a timeout */
 
 static struct {
-  uint64_t seq;            /* odd while a call runs */
+  uint64_t seq;              /* odd while a call runs */
   const char *volatile what; /* the running call, for the message */
   int timeout_s;
 } perf_watch;
@@ -103,8 +107,7 @@ static void perf_watch_end(void) {
 static void perf_watch_fire(void) {
   char host[64], rank[16];
   perf_where(host, sizeof(host), rank, sizeof(rank));
-  fprintf(stderr,
-          "%s:%d rank %s: %s has not returned after %d s (-T %d): aborting the run\n", host,
+  fprintf(stderr, "%s:%d rank %s: %s has not returned after %d s (-T %d): aborting the run\n", host,
           (int)getpid(), rank, perf_watch.what ? perf_watch.what : "a call", perf_watch.timeout_s,
           perf_watch.timeout_s);
   fflush(stderr);
@@ -114,7 +117,8 @@ static void perf_watch_fire(void) {
 
 static void *perf_watchdog(void *arg) {
   (void)arg;
-  useconds_t poll_us = perf_watch.timeout_s >= 20 ? 1000000 : (useconds_t)perf_watch.timeout_s * 50000;
+  useconds_t poll_us =
+      perf_watch.timeout_s >= 20 ? 1000000 : (useconds_t)perf_watch.timeout_s * 50000;
   uint64_t last = 0;
   double since = bench_now();
   for (;;) {
@@ -146,11 +150,11 @@ static void perf_watch_start(int timeout_s) {
 }
 
 /* A library call of the harness, watched; exits through perf_fail on an error. */
-#define PERF_WATCHED(comm, what, call) \
-  do {                                 \
-    perf_watch_begin(what);            \
-    ncclResult_t perf_wres_ = (call);  \
-    perf_watch_end();                  \
+#define PERF_WATCHED(comm, what, call)                                 \
+  do {                                                                 \
+    perf_watch_begin(what);                                            \
+    ncclResult_t perf_wres_ = (call);                                  \
+    perf_watch_end();                                                  \
     if (perf_wres_ != ncclSuccess) perf_fail(comm, #call, perf_wres_); \
   } while (0)
 
@@ -176,10 +180,10 @@ typedef struct perf_state {
   int rank, nranks;
   void *send, *recv, *scratch;
   size_t send_bytes, recv_bytes;
-  double *sync;            /* PERF_SYNC_DOUBLES: barrier word and the aggregations */
-  char activity[192];      /* the call being timed, for the watchdog's message */
-  char **hosts;            /* per rank, for the JSON */
-  bench_json_t *json;      /* rank 0 with -J */
+  double *sync;       /* PERF_SYNC_DOUBLES: barrier word and the aggregations */
+  char activity[192]; /* the call being timed, for the watchdog's message */
+  char **hosts;       /* per rank, for the JSON */
+  bench_json_t *json; /* rank 0 with -J */
   int results_wrong;
   double busbw_sum;
   int busbw_n;
@@ -291,8 +295,8 @@ static void perf_aggregate(perf_state_t *st, double *seconds, double *wrong) {
 }
 
 static size_t perf_size_bytes(const perf_case_t *c) {
-  size_t n = c->counts.send_count > c->counts.recv_count ? c->counts.send_count
-                                                         : c->counts.recv_count;
+  size_t n =
+      c->counts.send_count > c->counts.recv_count ? c->counts.send_count : c->counts.recv_count;
   return n * c->type->size;
 }
 
@@ -372,8 +376,8 @@ static void perf_sweep(perf_state_t *st, const perf_type_t *type, const perf_op_
     perf_record(st, &out);
     perf_record(st, &in);
     if (st->rank != 0) continue;
-    bench_print_row(perf_size_bytes(&c), c.counts.param_count, type->name, op->name, c.root,
-                    &out, &in);
+    bench_print_row(perf_size_bytes(&c), c.counts.param_count, type->name, op->name, c.root, &out,
+                    &in);
     bench_json_row(st->json, perf_size_bytes(&c), c.counts.param_count, type->name, op->name,
                    c.root, &out, &in);
   }
@@ -461,6 +465,9 @@ static void perf_finish(perf_state_t *st) {
     bench_print_footer(st->results_wrong, avg);
     bench_json_close(st->json, st->results_wrong, avg);
   }
+  /* No rank exits before rank 0 has printed: a launcher that stops the job when one rank exits
+   * non-zero (tutti-run, mpirun after a failed check) would cut the footer off. */
+  perf_barrier(st);
   for (int r = 0; r < st->nranks; r++) free(st->hosts[r]);
   free(st->hosts);
   perf_free_buffers(st);

@@ -54,10 +54,10 @@ typedef struct perf_case {
 } perf_case_t;
 
 struct perf_coll {
-  const char *name;      /* "all_reduce": the program is name + "_perf" */
-  const char *call_name; /* "ncclAllReduce", for messages */
-  int reduces;           /* takes a reduction op (-o); if 0 the redop column says "none" */
-  int rooted;            /* takes a root (-r); if 0 the root column says -1 */
+  const char *name;       /* "all_reduce": the program is name + "_perf" */
+  const char *call_name;  /* "ncclAllReduce", for messages */
+  int reduces;            /* takes a reduction op (-o); if 0 the redop column says "none" */
+  int rooted;             /* takes a root (-r); if 0 the root column says -1 */
   int in_place_unchecked; /* nccl-tests reports N/A for the in-place check (sendrecv) */
   /* Counts for a size of `bytes` (nccl-tests' meaning of -b/-e for this collective). */
   void (*counts)(size_t bytes, size_t type_size, int nranks, int rank, perf_counts_t *out);
@@ -105,14 +105,12 @@ void perf_fail(ncclComm_t comm, const char *what, ncclResult_t res);
  * reduce, sendrecv). */
 void perf_counts_flat(size_t bytes, size_t type_size, perf_counts_t *out);
 /* rank-th block of n: send one block, receive n (all-gather, gather). */
-void perf_counts_gather(size_t bytes, size_t type_size, int nranks, int rank,
-                        perf_counts_t *out);
+void perf_counts_gather(size_t bytes, size_t type_size, int nranks, int rank, perf_counts_t *out);
 /* send n blocks, receive the rank-th (reduce-scatter, scatter). */
-void perf_counts_scatter(size_t bytes, size_t type_size, int nranks, int rank,
-                         perf_counts_t *out);
+void perf_counts_scatter(size_t bytes, size_t type_size, int nranks, int rank, perf_counts_t *out);
 
 /* Bus factors (nccl-tests' GetBw). */
-double perf_bus_one(int nranks);         /* broadcast, reduce, sendrecv, hypercube */
-double perf_bus_n_minus_1(int nranks);   /* (n-1)/n: all-gather, reduce-scatter, alltoall, ... */
+double perf_bus_one(int nranks);       /* broadcast, reduce, sendrecv, hypercube */
+double perf_bus_n_minus_1(int nranks); /* (n-1)/n: all-gather, reduce-scatter, alltoall, ... */
 
 #endif /* TUTTI_PERF_COMMON_H_ */

@@ -64,7 +64,7 @@ else
   bindir=$script_dir/../build/bin
 fi
 perf_args=(-b "$minb" -e "$maxb" -f "$factor" -n "$iters" --iter-bytes "$iter_bytes"
-           -w "$warmup" -d float -o sum -c 0)
+           -w "$warmup" -d float -o sum -c 0 -a 3) # -a 3: time = max over ranks
 [[ -x $PY ]] || { echo "$PY not found" >&2; exit 2; }
 if [[ -z $analyze ]]; then
   for prog in tutti-run all_reduce_perf mpi_allreduce_perf; do

@@ -21,8 +21,7 @@ static void gather_expected(const perf_case_t *c, void *buf, size_t first, size_
 }
 
 static ncclResult_t gather_run(const perf_case_t *c, const void *sendbuf, void *recvbuf) {
-  return ncclGather(sendbuf, recvbuf, c->counts.param_count, c->type->nccl, c->root, c->comm,
-                    NULL);
+  return ncclGather(sendbuf, recvbuf, c->counts.param_count, c->type->nccl, c->root, c->comm, NULL);
 }
 
 static const perf_coll_t gather = {

@@ -29,8 +29,11 @@ static void hypercube_counts(size_t bytes, size_t type_size, int nranks, int ran
                              perf_counts_t *out) {
   size_t n = (size_t)nranks;
   size_t block = (bytes / type_size / n) & ~(HYPERCUBE_ALIGN / type_size - 1);
-  *out = (perf_counts_t){.send_count = block, .recv_count = block * n, .param_count = block,
-                         .bw_count = block * (n - 1), .in_place_send = block * (size_t)rank};
+  *out = (perf_counts_t){.send_count = block,
+                         .recv_count = block * n,
+                         .param_count = block,
+                         .bw_count = block * (n - 1),
+                         .in_place_send = block * (size_t)rank};
 }
 
 static int hypercube_supported(int nranks, char *why, size_t len) {
@@ -47,16 +50,15 @@ static void hypercube_expected(const perf_case_t *c, void *buf, size_t first, si
   perf_fill_blocks(c, buf, first, n, c->counts.param_count, PERF_EACH, 0);
 }
 
-static ncclResult_t hypercube_step(const perf_case_t *c, char *recv, size_t block_bytes,
-                                   int mask) {
+static ncclResult_t hypercube_step(const perf_case_t *c, char *recv, size_t block_bytes, int mask) {
   int have = c->rank & ~(mask - 1), get = have ^ mask, peer = c->rank ^ mask;
   size_t count = c->counts.param_count * (size_t)mask;
   ncclResult_t res = ncclGroupStart();
   if (res != ncclSuccess) return res;
-  ncclResult_t send = ncclSend(recv + (size_t)have * block_bytes, count, c->type->nccl, peer,
-                               c->comm, NULL);
-  ncclResult_t rcv = ncclRecv(recv + (size_t)get * block_bytes, count, c->type->nccl, peer,
-                              c->comm, NULL);
+  ncclResult_t send =
+      ncclSend(recv + (size_t)have * block_bytes, count, c->type->nccl, peer, c->comm, NULL);
+  ncclResult_t rcv =
+      ncclRecv(recv + (size_t)get * block_bytes, count, c->type->nccl, peer, c->comm, NULL);
   res = ncclGroupEnd();
   return send != ncclSuccess ? send : rcv != ncclSuccess ? rcv : res;
 }

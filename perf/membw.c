@@ -102,10 +102,11 @@ static double membw_measure(membw_t *m, size_t bytes) {
 
 static void membw_print_header(const membw_t *m) {
   const bench_opts_t *o = &m->opts;
-  printf("# membw: %d processes copying at once (memcpy), minBytes %zu maxBytes %zu, warmup "
-         "iters: %d iters: %d, time across processes: %s (-a %d)\n",
-         m->nprocs, o->min_bytes, o->max_bytes, o->warmup, o->iters,
-         bench_average_name(o->average), o->average);
+  printf(
+      "# membw: %d processes copying at once (memcpy), minBytes %zu maxBytes %zu, warmup "
+      "iters: %d iters: %d, time across processes: %s (-a %d)\n",
+      m->nprocs, o->min_bytes, o->max_bytes, o->warmup, o->iters, bench_average_name(o->average),
+      o->average);
   if (o->iter_bytes)
     printf("# iterations per size: min(%d, max(%d, %zu / size))\n", o->iters,
            BENCH_MIN_SCALED_ITERS, o->iter_bytes);

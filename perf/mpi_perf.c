@@ -43,7 +43,7 @@ typedef struct mpi_perf mpi_perf_t;
 typedef struct mpi_coll {
   const char *name, *call;
   int reduces, rooted;
-  int layout; /* MPI_LAYOUT_* */
+  int layout;           /* MPI_LAYOUT_* */
   double bus_factor_n1; /* 1: busbw = algbw (n-1)/n; 2: 2(n-1)/n; 0: busbw = algbw */
   void (*run)(mpi_perf_t *p, int in_place);
   /* Element e of this rank's input (send layout) and of its expected output; the expected
@@ -134,8 +134,8 @@ static void run_all_reduce(mpi_perf_t *p, int in_place) {
                 MPI_COMM_WORLD);
 }
 static void run_all_gather(mpi_perf_t *p, int in_place) {
-  MPI_Allgather(SEND_OR_IN_PLACE(p, in_place), COUNT(p->block), MPI_FLOAT, p->recv,
-                COUNT(p->block), MPI_FLOAT, MPI_COMM_WORLD);
+  MPI_Allgather(SEND_OR_IN_PLACE(p, in_place), COUNT(p->block), MPI_FLOAT, p->recv, COUNT(p->block),
+                MPI_FLOAT, MPI_COMM_WORLD);
 }
 static void run_reduce_scatter(mpi_perf_t *p, int in_place) {
   MPI_Reduce_scatter_block(SEND_OR_IN_PLACE(p, in_place), p->recv, COUNT(p->block), MPI_FLOAT,
@@ -150,12 +150,13 @@ static void run_reduce(mpi_perf_t *p, int in_place) {
   MPI_Reduce(s, p->recv, COUNT(p->block), MPI_FLOAT, MPI_SUM, p->root, MPI_COMM_WORLD);
 }
 static void run_alltoall(mpi_perf_t *p, int in_place) {
-  MPI_Alltoall(SEND_OR_IN_PLACE(p, in_place), COUNT(p->block), MPI_FLOAT, p->recv,
-               COUNT(p->block), MPI_FLOAT, MPI_COMM_WORLD);
+  MPI_Alltoall(SEND_OR_IN_PLACE(p, in_place), COUNT(p->block), MPI_FLOAT, p->recv, COUNT(p->block),
+               MPI_FLOAT, MPI_COMM_WORLD);
 }
 static void run_gather(mpi_perf_t *p, int in_place) {
   const void *s = p->send;
-  if (in_place) s = p->rank == p->root ? MPI_IN_PLACE : (const void *)(p->recv + p->rank * p->block);
+  if (in_place)
+    s = p->rank == p->root ? MPI_IN_PLACE : (const void *)(p->recv + p->rank * p->block);
   MPI_Gather(s, COUNT(p->block), MPI_FLOAT, p->recv, COUNT(p->block), MPI_FLOAT, p->root,
              MPI_COMM_WORLD);
 }
@@ -181,14 +182,13 @@ static const mpi_coll_t mpi_colls[] = {
     {"all_reduce", "MPI_Allreduce", 1, 0, MPI_LAYOUT_FLAT, 2, run_all_reduce, in_flat, want_sum},
     {"all_gather", "MPI_Allgather", 0, 0, MPI_LAYOUT_GATHER, 1, run_all_gather, in_flat,
      want_each_block},
-    {"reduce_scatter", "MPI_Reduce_scatter_block", 1, 0, MPI_LAYOUT_SCATTER, 1,
-     run_reduce_scatter, in_blocks, want_own_block_sum},
+    {"reduce_scatter", "MPI_Reduce_scatter_block", 1, 0, MPI_LAYOUT_SCATTER, 1, run_reduce_scatter,
+     in_blocks, want_own_block_sum},
     {"broadcast", "MPI_Bcast", 0, 1, MPI_LAYOUT_FLAT, 0, run_broadcast, in_flat, want_root_data},
     {"reduce", "MPI_Reduce", 1, 1, MPI_LAYOUT_FLAT, 0, run_reduce, in_flat, want_root_sum},
     {"alltoall", "MPI_Alltoall", 0, 0, MPI_LAYOUT_ALLTOALL, 1, run_alltoall, in_blocks,
      want_transposed},
-    {"gather", "MPI_Gather", 0, 1, MPI_LAYOUT_GATHER, 1, run_gather, in_flat,
-     want_root_each_block},
+    {"gather", "MPI_Gather", 0, 1, MPI_LAYOUT_GATHER, 1, run_gather, in_flat, want_root_each_block},
     {"scatter", "MPI_Scatter", 0, 1, MPI_LAYOUT_SCATTER, 1, run_scatter, in_root_blocks,
      want_root_own_block},
     {"sendrecv", "MPI_Sendrecv", 0, 0, MPI_LAYOUT_FLAT, 0, run_sendrecv, in_flat, want_left},
@@ -354,8 +354,9 @@ static void mpi_check_args(mpi_perf_t *p) {
   for (int i = 0; name && i < MPI_NUM_COLLS; i++)
     if (strcmp(name, mpi_colls[i].name) == 0) p->coll = &mpi_colls[i];
   if (!p->coll)
-    mpi_usage_exit(p, "--coll all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|"
-                      "gather|scatter|sendrecv is required");
+    mpi_usage_exit(p,
+                   "--coll all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|"
+                   "gather|scatter|sendrecv is required");
   if (strcmp(p->opts.type_arg, "float") != 0) mpi_usage_exit(p, "only -d float is measured");
   if (p->coll->reduces && strcmp(p->opts.op_arg, "sum") != 0)
     mpi_usage_exit(p, "only -o sum is measured");

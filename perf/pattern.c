@@ -39,14 +39,14 @@
 #include <string.h>
 
 enum { PATTERN_SMALL_INTS, PATTERN_ONE_HOT, PATTERN_POWERS_OF_TWO };
-#define PATTERN_TABLE_MIN 4096   /* elements per table: one memcpy moves at least this many */
-#define PATTERN_MOVE_MAX_K 1023  /* K for collectives that do not reduce */
-#define PATTERN_REDUCE_MAX_K 31  /* K for those that do */
+#define PATTERN_TABLE_MIN 4096  /* elements per table: one memcpy moves at least this many */
+#define PATTERN_MOVE_MAX_K 1023 /* K for collectives that do not reduce */
+#define PATTERN_REDUCE_MAX_K 31 /* K for those that do */
 
 struct perf_pattern {
   int kind;
-  size_t modulus;          /* K for small ints; n for one-hot; 5 for powers of two */
-  size_t table_len;        /* a multiple of the period (= modulus) */
+  size_t modulus;   /* K for small ints; n for one-hot; 5 for powers of two */
+  size_t table_len; /* a multiple of the period (= modulus) */
   int nranks;
   unsigned char **streams; /* per rank, built on first use: table_len elements */
   unsigned char *reduced;  /* the reduction over all ranks, table_len elements, or NULL */

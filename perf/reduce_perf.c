@@ -27,8 +27,8 @@ static void reduce_expected(const perf_case_t *c, void *buf, size_t first, size_
 }
 
 static ncclResult_t reduce_run(const perf_case_t *c, const void *sendbuf, void *recvbuf) {
-  return ncclReduce(sendbuf, recvbuf, c->counts.param_count, c->type->nccl, c->op, c->root,
-                    c->comm, NULL);
+  return ncclReduce(sendbuf, recvbuf, c->counts.param_count, c->type->nccl, c->op, c->root, c->comm,
+                    NULL);
 }
 
 static const perf_coll_t reduce = {

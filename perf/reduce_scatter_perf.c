@@ -18,10 +18,9 @@ static void reduce_scatter_expected(const perf_case_t *c, void *buf, size_t firs
   perf_fill_blocks(c, buf, first, n, c->counts.param_count, PERF_REDUCED, c->rank);
 }
 
-static ncclResult_t reduce_scatter_run(const perf_case_t *c, const void *sendbuf,
-                                       void *recvbuf) {
-  return ncclReduceScatter(sendbuf, recvbuf, c->counts.param_count, c->type->nccl, c->op,
-                           c->comm, NULL);
+static ncclResult_t reduce_scatter_run(const perf_case_t *c, const void *sendbuf, void *recvbuf) {
+  return ncclReduceScatter(sendbuf, recvbuf, c->counts.param_count, c->type->nccl, c->op, c->comm,
+                           NULL);
 }
 
 static const perf_coll_t reduce_scatter = {

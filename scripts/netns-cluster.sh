@@ -6,7 +6,9 @@
 # machine's own namespace gets no new device. Commands run on a host in a new UTS namespace
 # whose hostname is hN, so tutti sees K different hosts (host identity = hostname + boot id).
 #
-#   netns-cluster.sh up K [--rate R]   create hosts h1..hK (R: tc tbf rate per link, e.g. 1gbit)
+#   netns-cluster.sh up K [--rate R] [--ipv6|--ipv6-only]
+#                                      create hosts h1..hK (R: tc tbf rate per link, e.g. 1gbit;
+#                                      --ipv6: also 2001:db8::N/64; --ipv6-only: only that)
 #   netns-cluster.sh down              remove everything this prefix created (idempotent)
 #   netns-cluster.sh exec HOST cmd...  run cmd on HOST (network namespace + hostname)
 #   netns-cluster.sh pids HOST         pids of every process on HOST
@@ -19,7 +21,7 @@
 # The prefix is TUTTI_NETNS_PREFIX (default "tutti-"); `tutti-run --hosts h1,h2` enters the
 # same namespaces. `up` tears down what it made if any step fails; use `down` (or a trap that
 # calls it) after tests, also failed ones.
-set -euo pipefail
+set -Eeuo pipefail # -E: the ERR trap of `up` also fires inside functions
 
 P=${TUTTI_NETNS_PREFIX:-tutti-}
 SW=${P}sw
@@ -50,12 +52,14 @@ cmd_down() {
 }
 
 cmd_up() {
-  local k=${1:-} rate=none
+  local k=${1:-} rate=none v4=1 v6=0
   shift || true
   [[ $k =~ ^[1-9][0-9]*$ && $k -le 200 ]] || die "usage: up K [--rate R] (K hosts, 1..200)"
   while [[ $# -gt 0 ]]; do
     case $1 in
       --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+      --ipv6) v6=1; shift ;;
+      --ipv6-only) v6=1 v4=0; shift ;;
       *) die "unknown option '$1'" ;;
     esac
   done
@@ -72,7 +76,8 @@ cmd_up() {
     ip -n "$ns" link set lo up
     ip -n "$SW" link add "h$i" type veth peer name eth0 netns "$ns"
     ip -n "$SW" link set "h$i" master br0 up
-    ip -n "$ns" addr add "192.0.2.$i/24" dev eth0
+    [[ $v4 == 1 ]] && ip -n "$ns" addr add "192.0.2.$i/24" dev eth0
+    [[ $v6 == 1 ]] && ip -n "$ns" addr add "2001:db8::$i/64" dev eth0 nodad
     ip -n "$ns" link set eth0 up
     set_rate "h$i" "$rate"
   done

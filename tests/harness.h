@@ -1,4 +1,5 @@
-// Test harness for tutti's end-to-end tests: the public API only (tutti.h), nothing internal.
+// Test harness for tutti's end-to-end tests (harness.cc: ranks; harness_cases.cc: datatypes
+// and collective cases): the public API only (tutti.h), nothing internal.
 //
 // 1. Ranks. run_ranks(mode, n, body) runs `body` once per rank, either
 //      Mode::kProcs    n forked processes: the parent draws the id (ncclGetUniqueId; the
@@ -14,6 +15,7 @@
 //    ctx.fail(...) or the RCHECK / NCCL_OK macros below. expect_ranks_ok() turns the outcome
 //    into gtest failures naming the rank, the exit status and the messages. Every run also
 //    checks that no /dev/shm/tutti-<pid>-* segment of its processes is left behind.
+//    TUTTI_TEST_VERBOSE=1 prints each run's outcome and duration.
 //
 // 2. Datatypes. Own codecs for float16 / bfloat16 / fp8 (round to nearest even, fp8 saturates
 //    to the largest finite), element encode/decode, and printable values for messages.
@@ -33,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -49,11 +52,10 @@ const char *mode_name(Mode m);
 struct RankCtx {
   int rank = 0, nranks = 0;
   Mode mode = Mode::kProcs;
-  ncclComm_t comm = nullptr;             // null when Options::init is false
-  ncclUniqueId id{};                     // the id the ranks' communicator is made from
-  std::vector<ncclUniqueId> extra_ids;   // Options::extra_ids more ids, same for every rank
-  void *shared = nullptr;                // Options::shared_bytes, shared with every rank + test
-  std::vector<std::string> messages;     // first failures (capped)
+  ncclComm_t comm = nullptr;            // null when Options::init is false
+  ncclUniqueId id{};                    // the ranks' id (zero for threads with Options::init)
+  std::vector<ncclUniqueId> extra_ids;  // Options::extra_ids more ids, same for every rank
+  std::vector<std::string> messages;    // first failures (capped)
   int failures = 0;
 
   // Records a failure (printf style). The first one is also printed to stderr at once.
@@ -62,23 +64,22 @@ struct RankCtx {
 };
 
 struct Options {
-  double timeout_s = 120;   // per run; a rank still running after it is killed / aborted
-  bool init = true;         // false: the body makes its own communicator from ctx.id
-  int extra_ids = 0;        // more unique ids drawn before the ranks start
-  size_t shared_bytes = 0;  // zeroed MAP_SHARED memory in ctx.shared
+  double timeout_s = 120;  // per run; a rank still running after it is killed / aborted
+  bool init = true;        // false: the body makes its own communicator from ctx.id
+  int extra_ids = 0;       // more unique ids drawn before the ranks start
   // Processes only: environment set in every child before init, and a per-rank hook run in the
   // rank (child process, or thread) before init.
   std::vector<std::pair<std::string, std::string>> env;
   std::function<void(int rank)> before_init;
   // Processes only: runs in the parent while the children run (e.g. to kill one).
-  std::function<void(const std::vector<pid_t> &pids, void *shared)> while_running;
+  std::function<void(const std::vector<pid_t> &pids)> while_running;
 };
 
 struct RankResult {
   int rank = 0;
-  pid_t pid = 0;          // the child (processes) or this process (threads)
-  int exit_code = -1;     // processes: exit status, -1 if killed by a signal
-  int term_signal = 0;    // processes: the signal that ended it
+  pid_t pid = 0;        // the child (processes) or this process (threads)
+  int exit_code = -1;   // processes: exit status, -1 if killed by a signal
+  int term_signal = 0;  // processes: the signal that ended it
   bool timed_out = false;
   int failures = 0;
   std::vector<std::string> messages;
@@ -92,7 +93,7 @@ struct RunResult {
   std::vector<std::string> leaked_shm;  // /dev/shm/tutti-<pid>-* of this run's processes
   std::string setup_error;              // e.g. ncclCommInitAll failed
   bool ok() const;
-  std::string describe() const;         // one line per rank that did not pass
+  std::string describe() const;  // one line per rank that did not pass
 };
 
 using Body = std::function<void(RankCtx &)>;
@@ -103,6 +104,11 @@ bool expect_ranks_ok(const RunResult &r, const std::string &what);
 // run_ranks + expect_ranks_ok.
 bool run_ranks_ok(Mode mode, int nranks, const Body &body, const Options &opt = Options(),
                   const std::string &what = "");
+
+// Zeroed memory shared by this process and every child forked later (MAP_SHARED | MAP_ANONYMOUS,
+// nothing in /dev/shm): how ranks that are processes report to the test. nullptr on failure.
+void *shared_alloc(size_t bytes);
+void shared_free(void *p, size_t bytes);
 
 // /dev/shm/tutti-<pid>-* entries for the given pids.
 std::vector<std::string> shm_segments_of(const std::vector<pid_t> &pids);
@@ -118,14 +124,14 @@ bool contains(const std::string &text, const std::string &what);
     }                                   \
   } while (0)
 #define RCHECK(ctx, cond, ...) RCHECK_RET(ctx, cond, , __VA_ARGS__)
-#define NCCL_OK_RET(ctx, call, ret)                                                         \
-  do {                                                                                      \
-    ncclResult_t r_ = (call);                                                               \
-    if (r_ != ncclSuccess) {                                                                \
-      (ctx).fail("%s:%d: %s returned %d (%s): %s", __FILE__, __LINE__, #call, (int)r_,     \
-                 ncclGetErrorString(r_), ncclGetLastError((ctx).comm));                     \
-      return ret;                                                                           \
-    }                                                                                       \
+#define NCCL_OK_RET(ctx, call, ret)                                                    \
+  do {                                                                                 \
+    ncclResult_t r_ = (call);                                                          \
+    if (r_ != ncclSuccess) {                                                           \
+      (ctx).fail("%s:%d: %s returned %d (%s): %s", __FILE__, __LINE__, #call, (int)r_, \
+                 ncclGetErrorString(r_), ncclGetLastError((ctx).comm));                \
+      return ret;                                                                      \
+    }                                                                                  \
   } while (0)
 #define NCCL_OK(ctx, call) NCCL_OK_RET(ctx, call, )
 
@@ -152,7 +158,7 @@ uint32_t minifloat_encode(double v, int ebits, int mbits, bool fn, bool saturate
 void encode_float(ncclDataType_t t, double v, void *out);
 void encode_int(ncclDataType_t t, int64_t v, void *out);
 double decode_float(ncclDataType_t t, const void *p);
-int64_t decode_int(ncclDataType_t t, const void *p);  // sign- or zero-extended
+int64_t decode_int(ncclDataType_t t, const void *p);       // sign- or zero-extended
 std::string format_elem(ncclDataType_t t, const void *p);  // "value (0xbits)"
 
 // ---------------------------------------------------------------- collective cases
@@ -177,13 +183,20 @@ bool coll_reduces(Coll c);  // takes an op
 struct Case {
   Coll coll = Coll::kAllReduce;
   ncclDataType_t type = ncclFloat32;
-  Op op = Op::kSum;     // reducing collectives only
-  size_t count = 0;     // NCCL's count argument (per-rank block for gather/scatter/...)
+  Op op = Op::kSum;  // reducing collectives only
+  size_t count = 0;  // NCCL's count argument (per-rank block for gather/scatter/...)
   bool in_place = false;
-  int root = 0;         // rooted collectives only
-  size_t align = 0;     // extra elements of misalignment of every buffer (0..3)
+  int root = 0;      // rooted collectives only
+  size_t align = 0;  // extra elements of misalignment of every buffer (0..3)
 };
 std::string describe(const Case &c, int nranks);
+// Readable gtest parameter values (test names in ctest show them).
+inline void PrintTo(Coll c, std::ostream *os) {
+  *os << coll_name(c);
+}
+inline void PrintTo(Mode m, std::ostream *os) {
+  *os << mode_name(m);
+}
 
 // Value rank `rank` contributes at global index g for a reducing case, as an integer (all
 // generated values are integers; uint64 values are bit patterns) and the PreMulSum scalar.
@@ -202,6 +215,9 @@ class CaseRun {
   CaseRun &operator=(const CaseRun &) = delete;
   ncclResult_t issue();
   bool verify();
+  // For a call the library may refuse: it returned ncclInvalidArgument and no buffer changed.
+  bool verify_rejected();
+  ncclResult_t result() const { return rc_; }
   bool comm_broken() const;  // the call failed and the communicator reports an async error
 
  private:

@@ -3,10 +3,10 @@
 // every call (NCCL's ncclInvalidArgument / ncclInvalidUsage, a message from ncclGetLastError
 // naming the argument, and nothing written to the caller's buffers).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 #include <functional>
 #include <string>
 #include <vector>
@@ -58,7 +58,8 @@ TEST(Api, ErrorStringForEveryCode) {
 
 TEST(Api, TypeSize) {
   const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  for (int t = 0; t < ncclNumTypes; t++) EXPECT_EQ(tuttiTypeSize(static_cast<ncclDataType_t>(t)), sizes[t]) << t;
+  for (int t = 0; t < ncclNumTypes; t++)
+    EXPECT_EQ(tuttiTypeSize(static_cast<ncclDataType_t>(t)), sizes[t]) << t;
   EXPECT_EQ(tuttiTypeSize(static_cast<ncclDataType_t>(42)), 0u);
 }
 
@@ -131,7 +132,8 @@ TEST(Api, InitRankRejectsBadNranksAndRank) {
   } bad[] = {{0, 0, "nranks"}, {-1, 0, "nranks"}, {2, -1, "rank"}, {2, 2, "rank"}, {3, 7, "rank"}};
   for (const Bad &b : bad) {
     ncclComm_t c = reinterpret_cast<ncclComm_t>(0x1);
-    EXPECT_EQ(ncclCommInitRank(&c, b.nranks, id, b.rank), ncclInvalidArgument) << b.nranks << " " << b.rank;
+    EXPECT_EQ(ncclCommInitRank(&c, b.nranks, id, b.rank), ncclInvalidArgument)
+        << b.nranks << " " << b.rank;
     EXPECT_TRUE(th::contains(ncclGetLastError(nullptr), b.needle)) << ncclGetLastError(nullptr);
     EXPECT_EQ(c, nullptr);
   }
@@ -162,19 +164,23 @@ TEST(Api, InitFromEnvWithoutLauncherEnvironment) {
   opt.init = false;
   opt.before_init = [](int) {
     for (const char *v : {"TUTTI_RANK", "TUTTI_NRANKS", "TUTTI_ROOT_ADDR", "RANK", "WORLD_SIZE",
-                          "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                          "SLURM_PROCID", "SLURM_NTASKS", "PMIX_RANK"})
+                          "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "PMIX_RANK"})
       unsetenv(v);
   };
-  th::run_ranks_ok(Mode::kProcs, 1, [](RankCtx &ctx) {
-    ncclComm_t c = reinterpret_cast<ncclComm_t>(0x1);
-    ncclResult_t rc = tuttiCommInitFromEnv(&c);
-    std::string msg = ncclGetLastError(nullptr);
-    RCHECK(ctx, rc == ncclInvalidUsage, "returned %d: %s", (int)rc, msg.c_str());
-    RCHECK(ctx, th::contains(msg, "RANK") && th::contains(msg, "MASTER_ADDR"), "message: %s", msg.c_str());
-    RCHECK(ctx, c == nullptr, "comm not set to NULL");
-    RCHECK(ctx, tuttiCommInitFromEnv(nullptr) == ncclInvalidArgument, "NULL comm accepted");
-  }, opt);
+  th::run_ranks_ok(
+      Mode::kProcs, 1,
+      [](RankCtx &ctx) {
+        ncclComm_t c = reinterpret_cast<ncclComm_t>(0x1);
+        ncclResult_t rc = tuttiCommInitFromEnv(&c);
+        std::string msg = ncclGetLastError(nullptr);
+        RCHECK(ctx, rc == ncclInvalidUsage, "returned %d: %s", (int)rc, msg.c_str());
+        RCHECK(ctx, th::contains(msg, "RANK") && th::contains(msg, "MASTER_ADDR"), "message: %s",
+               msg.c_str());
+        RCHECK(ctx, c == nullptr, "comm not set to NULL");
+        RCHECK(ctx, tuttiCommInitFromEnv(nullptr) == ncclInvalidArgument, "NULL comm accepted");
+      },
+      opt);
 }
 
 // One rank claims another version: every rank's init fails with ncclInvalidUsage and a message
@@ -188,7 +194,8 @@ void expect_version_mismatch(RankCtx &ctx) {
   RCHECK(ctx, rc == ncclInvalidUsage, "init returned %d (%s) after %.1f s: %s", (int)rc,
          ncclGetErrorString(rc), th::now_s() - t0, msg.c_str());
   RCHECK(ctx, th::contains(msg, "version mismatch"), "message: %s", msg.c_str());
-  RCHECK(ctx, th::contains(msg, "9.9.9") && th::contains(msg, TUTTI_VERSION_STRING), "message: %s", msg.c_str());
+  RCHECK(ctx, th::contains(msg, "9.9.9") && th::contains(msg, TUTTI_VERSION_STRING), "message: %s",
+         msg.c_str());
 }
 
 TEST(Api, VersionMismatchFailsEveryRank) {
@@ -218,11 +225,41 @@ TEST(Api, VersionMismatchReachesRanksThatJoinLate) {
   unsetenv("TUTTI_INIT_TIMEOUT");
 }
 
+// ncclCommSplit's new bootstrap root is a thread of the new rank 0's process. That process may
+// finish (here: destroy both communicators and exit) as soon as its own split returns; the
+// other ranks' splits must still succeed. Ten jobs, to catch a race.
+TEST(Api, SplitSucceedsWhenTheRootRankExitsRightAfter) {
+  for (int job = 0; job < 10; job++) {
+    bool ok = th::run_ranks_ok(
+        Mode::kProcs, 3,
+        [](RankCtx &ctx) {
+          ncclComm_t sub = nullptr;
+          NCCL_OK(ctx, ncclCommSplit(ctx.comm, 0, ctx.rank, &sub, nullptr));
+          NCCL_OK(ctx, ncclCommDestroy(sub));
+        },
+        th::Options(), "job " + std::to_string(job));
+    if (!ok) break;
+  }
+}
+
 // ---------------------------------------------------------------- misuse of the collectives
 
-enum Call { kAllReduce, kBroadcast, kBcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kGather, kScatter, kSend, kRecv };
-const char *const kCallNames[] = {"AllReduce", "Broadcast", "Bcast", "Reduce", "AllGather", "ReduceScatter",
-                                  "AlltoAll", "Gather", "Scatter", "Send", "Recv"};
+enum Call {
+  kAllReduce,
+  kBroadcast,
+  kBcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSend,
+  kRecv
+};
+const char *const kCallNames[] = {"AllReduce", "Broadcast",     "Bcast",    "Reduce",
+                                  "AllGather", "ReduceScatter", "AlltoAll", "Gather",
+                                  "Scatter",   "Send",          "Recv"};
 
 struct Args {
   const void *send;
@@ -237,25 +274,44 @@ struct Args {
 
 ncclResult_t invoke(Call c, const Args &a) {
   switch (c) {
-    case kAllReduce: return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, a.stream);
-    case kBroadcast: return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
-    case kBcast: return ncclBcast(a.recv, a.count, a.type, a.root, a.comm, a.stream);
-    case kReduce: return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, a.stream);
-    case kAllGather: return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, a.stream);
-    case kReduceScatter: return ncclReduceScatter(a.send, a.recv, a.count, a.type, a.op, a.comm, a.stream);
-    case kAlltoAll: return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, a.stream);
-    case kGather: return ncclGather(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
-    case kScatter: return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
-    case kSend: return ncclSend(a.send, a.count, a.type, a.root, a.comm, a.stream);
-    case kRecv: return ncclRecv(a.recv, a.count, a.type, a.root, a.comm, a.stream);
+    case kAllReduce:
+      return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, a.stream);
+    case kBroadcast:
+      return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
+    case kBcast:
+      return ncclBcast(a.recv, a.count, a.type, a.root, a.comm, a.stream);
+    case kReduce:
+      return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, a.stream);
+    case kAllGather:
+      return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, a.stream);
+    case kReduceScatter:
+      return ncclReduceScatter(a.send, a.recv, a.count, a.type, a.op, a.comm, a.stream);
+    case kAlltoAll:
+      return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, a.stream);
+    case kGather:
+      return ncclGather(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
+    case kScatter:
+      return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
+    case kSend:
+      return ncclSend(a.send, a.count, a.type, a.root, a.comm, a.stream);
+    case kRecv:
+      return ncclRecv(a.recv, a.count, a.type, a.root, a.comm, a.stream);
   }
   return ncclInternalError;
 }
 
-bool has_op(Call c) { return c == kAllReduce || c == kReduce || c == kReduceScatter; }
-bool has_root(Call c) { return c == kBroadcast || c == kBcast || c == kReduce || c == kGather || c == kScatter; }
-bool has_send(Call c) { return c != kRecv && c != kBcast; }
-bool has_recv(Call c) { return c != kSend; }
+bool has_op(Call c) {
+  return c == kAllReduce || c == kReduce || c == kReduceScatter;
+}
+bool has_root(Call c) {
+  return c == kBroadcast || c == kBcast || c == kReduce || c == kGather || c == kScatter;
+}
+bool has_send(Call c) {
+  return c != kRecv && c != kBcast;
+}
+bool has_recv(Call c) {
+  return c != kSend;
+}
 
 const size_t kCount = 16;
 const uint8_t kFill = 0x5c;
@@ -271,19 +327,24 @@ void misuse_body(RankCtx &ctx) {
   for (int ci = kAllReduce; ci <= kRecv; ci++) {
     Call c = static_cast<Call>(ci);
     // Valid baseline: this rank is the root (or the peer is the next rank).
-    Args base{send.data(), recv.data(), kCount, ncclFloat32, ncclSum, has_root(c) ? ctx.rank : (ctx.rank + 1) % n,
-              ctx.comm, nullptr};
+    Args base{send.data(), recv.data(), kCount,
+              ncclFloat32, ncclSum,     has_root(c) ? ctx.rank : (ctx.rank + 1) % n,
+              ctx.comm,    nullptr};
     struct Mutation {
       const char *what, *needle;
       std::function<void(Args &)> apply;
       bool applies;
     } muts[] = {
         {"NULL sendbuff", "sendbuff", [](Args &a) { a.send = nullptr; }, has_send(c)},
-        {"NULL recvbuff", c == kBcast ? "buff" : "recvbuff", [](Args &a) { a.recv = nullptr; }, has_recv(c)},
-        {"datatype 42", "datatype", [](Args &a) { a.type = static_cast<ncclDataType_t>(42); }, true},
-        {"datatype -1", "datatype", [](Args &a) { a.type = static_cast<ncclDataType_t>(-1); }, true},
+        {"NULL recvbuff", c == kBcast ? "buff" : "recvbuff", [](Args &a) { a.recv = nullptr; },
+         has_recv(c)},
+        {"datatype 42", "datatype", [](Args &a) { a.type = static_cast<ncclDataType_t>(42); },
+         true},
+        {"datatype -1", "datatype", [](Args &a) { a.type = static_cast<ncclDataType_t>(-1); },
+         true},
         {"op 99", "op", [](Args &a) { a.op = static_cast<ncclRedOp_t>(99); }, has_op(c)},
-        {"op never created", "op", [](Args &a) { a.op = static_cast<ncclRedOp_t>(ncclNumOps); }, has_op(c)},
+        {"op never created", "op", [](Args &a) { a.op = static_cast<ncclRedOp_t>(ncclNumOps); },
+         has_op(c)},
         {"op -1", "op", [](Args &a) { a.op = static_cast<ncclRedOp_t>(-1); }, has_op(c)},
         {"root -1", "root", [](Args &a) { a.root = -1; }, has_root(c)},
         {"root nranks", "root", [n](Args &a) { a.root = n; }, has_root(c)},
@@ -294,7 +355,8 @@ void misuse_body(RankCtx &ctx) {
         {"count overflowing bytes", "count", [](Args &a) { a.count = SIZE_MAX / 2; }, true},
         {"NULL comm", "comm", [](Args &a) { a.comm = nullptr; }, true},
         {"destroyed comm", "comm", [dead](Args &a) { a.comm = dead; }, true},
-        {"non-NULL stream", "stream", [](Args &a) { a.stream = reinterpret_cast<cudaStream_t>(0x1); }, true},
+        {"non-NULL stream", "stream",
+         [](Args &a) { a.stream = reinterpret_cast<cudaStream_t>(0x1); }, true},
     };
     for (const Mutation &m : muts) {
       if (!m.applies) continue;
@@ -304,14 +366,18 @@ void misuse_body(RankCtx &ctx) {
       std::fill(send.begin(), send.end(), 0x11);
       ncclResult_t rc = invoke(c, a);
       std::string msg = ncclGetLastError(ctx.comm);
-      RCHECK(ctx, rc == ncclInvalidArgument, "nccl%s with %s returned %d (%s), expected ncclInvalidArgument",
-             kCallNames[c], m.what, (int)rc, ncclGetErrorString(rc));
-      RCHECK(ctx, th::contains(msg, m.needle), "nccl%s with %s: message \"%s\" does not name \"%s\"",
-             kCallNames[c], m.what, msg.c_str(), m.needle);
+      RCHECK(ctx, rc == ncclInvalidArgument,
+             "nccl%s with %s returned %d (%s), expected ncclInvalidArgument", kCallNames[c], m.what,
+             (int)rc, ncclGetErrorString(rc));
+      RCHECK(ctx, th::contains(msg, m.needle),
+             "nccl%s with %s: message \"%s\" does not name \"%s\"", kCallNames[c], m.what,
+             msg.c_str(), m.needle);
       for (size_t i = 0; i < recv.size(); i++)
-        RCHECK(ctx, recv[i] == kFill, "nccl%s with %s wrote recvbuff[%zu]", kCallNames[c], m.what, i);
+        RCHECK(ctx, recv[i] == kFill, "nccl%s with %s wrote recvbuff[%zu]", kCallNames[c], m.what,
+               i);
       for (size_t i = 0; i < send.size(); i++)
-        RCHECK(ctx, send[i] == 0x11, "nccl%s with %s wrote sendbuff[%zu]", kCallNames[c], m.what, i);
+        RCHECK(ctx, send[i] == 0x11, "nccl%s with %s wrote sendbuff[%zu]", kCallNames[c], m.what,
+               i);
     }
   }
 }
@@ -333,13 +399,15 @@ TEST_P(Misuse, LastErrorIsPerThread) {
   th::run_ranks_ok(GetParam(), 2, [](RankCtx &ctx) {
     float x[4] = {1, 2, 3, 4}, y[4] = {0, 0, 0, 0};
     for (int i = 0; i < 200; i++) {
-      ncclResult_t rc = ctx.rank == 0 ? ncclAllReduce(x, y, 4, static_cast<ncclDataType_t>(42), ncclSum, ctx.comm, nullptr)
+      ncclResult_t rc = ctx.rank == 0 ? ncclAllReduce(x, y, 4, static_cast<ncclDataType_t>(42),
+                                                      ncclSum, ctx.comm, nullptr)
                                       : ncclBroadcast(x, y, 4, ncclFloat32, 9, ctx.comm, nullptr);
       RCHECK(ctx, rc == ncclInvalidArgument, "returned %d", (int)rc);
       std::string msg = ncclGetLastError(ctx.comm);
       const char *mine = ctx.rank == 0 ? "datatype" : "root";
       const char *other = ctx.rank == 0 ? "root" : "datatype";
-      RCHECK(ctx, th::contains(msg, mine) && !th::contains(msg, other), "iteration %d: message \"%s\"", i, msg.c_str());
+      RCHECK(ctx, th::contains(msg, mine) && !th::contains(msg, other),
+             "iteration %d: message \"%s\"", i, msg.c_str());
     }
   });
 }
@@ -348,9 +416,11 @@ TEST_P(Misuse, OverlappingBuffersThatAreNotInPlace) {
   th::run_ranks_ok(GetParam(), 2, [](RankCtx &ctx) {
     std::vector<float> buf(64, 3.0f);
     // all-gather in place is sendbuff == recvbuff + rank * count; one element off overlaps.
-    ncclResult_t rc = ncclAllGather(buf.data() + ctx.rank * 8 + 1, buf.data(), 8, ncclFloat32, ctx.comm, nullptr);
+    ncclResult_t rc =
+        ncclAllGather(buf.data() + ctx.rank * 8 + 1, buf.data(), 8, ncclFloat32, ctx.comm, nullptr);
     RCHECK(ctx, rc == ncclInvalidArgument, "shifted all-gather returned %d", (int)rc);
-    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "overlap"), "message %s", ncclGetLastError(ctx.comm));
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "overlap"), "message %s",
+           ncclGetLastError(ctx.comm));
     rc = ncclAllReduce(buf.data(), buf.data() + 1, 8, ncclFloat32, ncclSum, ctx.comm, nullptr);
     RCHECK(ctx, rc == ncclInvalidArgument, "shifted all-reduce returned %d", (int)rc);
     for (float v : buf) RCHECK(ctx, v == 3.0f, "buffer written");
@@ -366,8 +436,10 @@ TEST_P(Misuse, GroupWithAnInvalidCallRunsNothing) {
     ncclResult_t end = ncclGroupEnd();
     RCHECK(ctx, bad == ncclInvalidArgument, "invalid call in a group returned %d", (int)bad);
     RCHECK(ctx, end == ncclInvalidArgument, "ncclGroupEnd returned %d", (int)end);
-    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "sendbuff"), "message %s", ncclGetLastError(ctx.comm));
-    for (int i = 0; i < 100; i++) RCHECK(ctx, b[i] == -7 && c[i] == -7, "the group ran: b[%d] = %d", i, b[i]);
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "sendbuff"), "message %s",
+           ncclGetLastError(ctx.comm));
+    for (int i = 0; i < 100; i++)
+      RCHECK(ctx, b[i] == -7 && c[i] == -7, "the group ran: b[%d] = %d", i, b[i]);
     // Send/recv to self inside a group is rejected the same way.
     NCCL_OK(ctx, ncclGroupStart());
     ncclSend(a.data(), 100, ncclInt32, ctx.rank, ctx.comm, nullptr);
@@ -388,23 +460,36 @@ TEST_P(Misuse, PreMulSumArguments) {
   th::run_ranks_ok(GetParam(), 2, [](RankCtx &ctx) {
     float s = 2.0f;
     ncclRedOp_t op;
-    RCHECK(ctx, ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat32, ncclScalarHostImmediate, ctx.comm) == ncclInvalidArgument,
+    RCHECK(ctx,
+           ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat32, ncclScalarHostImmediate, ctx.comm) ==
+               ncclInvalidArgument,
            "NULL scalar accepted");
-    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "scalar"), "message %s", ncclGetLastError(ctx.comm));
-    RCHECK(ctx, ncclRedOpCreatePreMulSum(&op, &s, static_cast<ncclDataType_t>(42), ncclScalarHostImmediate, ctx.comm) == ncclInvalidArgument,
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "scalar"), "message %s",
+           ncclGetLastError(ctx.comm));
+    RCHECK(ctx,
+           ncclRedOpCreatePreMulSum(&op, &s, static_cast<ncclDataType_t>(42),
+                                    ncclScalarHostImmediate, ctx.comm) == ncclInvalidArgument,
            "bad datatype accepted");
-    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "datatype"), "message %s", ncclGetLastError(ctx.comm));
-    RCHECK(ctx, ncclRedOpCreatePreMulSum(&op, &s, ncclFloat32, static_cast<ncclScalarResidence_t>(7), ctx.comm) == ncclInvalidArgument,
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "datatype"), "message %s",
+           ncclGetLastError(ctx.comm));
+    RCHECK(ctx,
+           ncclRedOpCreatePreMulSum(&op, &s, ncclFloat32, static_cast<ncclScalarResidence_t>(7),
+                                    ctx.comm) == ncclInvalidArgument,
            "bad residence accepted");
-    RCHECK(ctx, ncclRedOpCreatePreMulSum(nullptr, &s, ncclFloat32, ncclScalarHostImmediate, ctx.comm) == ncclInvalidArgument,
+    RCHECK(ctx,
+           ncclRedOpCreatePreMulSum(nullptr, &s, ncclFloat32, ncclScalarHostImmediate, ctx.comm) ==
+               ncclInvalidArgument,
            "NULL op accepted");
-    RCHECK(ctx, ncclRedOpCreatePreMulSum(&op, &s, ncclFloat32, ncclScalarHostImmediate, nullptr) == ncclInvalidArgument,
+    RCHECK(ctx,
+           ncclRedOpCreatePreMulSum(&op, &s, ncclFloat32, ncclScalarHostImmediate, nullptr) ==
+               ncclInvalidArgument,
            "NULL comm accepted");
     NCCL_OK(ctx, ncclRedOpCreatePreMulSum(&op, &s, ncclFloat32, ncclScalarHostImmediate, ctx.comm));
     int32_t i[4] = {1, 2, 3, 4}, o[4] = {9, 9, 9, 9};
     RCHECK(ctx, ncclAllReduce(i, o, 4, ncclInt32, op, ctx.comm, nullptr) == ncclInvalidArgument,
            "an op made for float32 was accepted for int32");
-    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "op"), "message %s", ncclGetLastError(ctx.comm));
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "op"), "message %s",
+           ncclGetLastError(ctx.comm));
     NCCL_OK(ctx, ncclRedOpDestroy(op, ctx.comm));
     RCHECK(ctx, ncclRedOpDestroy(op, ctx.comm) == ncclInvalidArgument, "op destroyed twice");
     RCHECK(ctx, ncclAllReduce(i, o, 4, ncclFloat32, op, ctx.comm, nullptr) == ncclInvalidArgument,
@@ -417,10 +502,14 @@ TEST_P(Misuse, PreMulSumArguments) {
 TEST_P(Misuse, SplitArguments) {
   th::run_ranks_ok(GetParam(), 2, [](RankCtx &ctx) {
     ncclComm_t sub = nullptr;
-    RCHECK(ctx, ncclCommSplit(ctx.comm, -5, 0, &sub, nullptr) == ncclInvalidArgument, "color -5 accepted");
-    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "color"), "message %s", ncclGetLastError(ctx.comm));
-    RCHECK(ctx, ncclCommSplit(ctx.comm, 0, 0, nullptr, nullptr) == ncclInvalidArgument, "NULL newcomm accepted");
-    RCHECK(ctx, ncclCommSplit(nullptr, 0, 0, &sub, nullptr) == ncclInvalidArgument, "NULL comm accepted");
+    RCHECK(ctx, ncclCommSplit(ctx.comm, -5, 0, &sub, nullptr) == ncclInvalidArgument,
+           "color -5 accepted");
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "color"), "message %s",
+           ncclGetLastError(ctx.comm));
+    RCHECK(ctx, ncclCommSplit(ctx.comm, 0, 0, nullptr, nullptr) == ncclInvalidArgument,
+           "NULL newcomm accepted");
+    RCHECK(ctx, ncclCommSplit(nullptr, 0, 0, &sub, nullptr) == ncclInvalidArgument,
+           "NULL comm accepted");
     // Same color, same key: the parent's order.
     NCCL_OK(ctx, ncclCommSplit(ctx.comm, 3, 0, &sub, nullptr));
     int rank = -1;
@@ -436,12 +525,14 @@ TEST_P(Misuse, FinalizedAndAbortedComms) {
     NCCL_OK(ctx, ncclCommFinalize(ctx.comm));
     ncclResult_t rc = ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, ctx.comm, nullptr);
     RCHECK(ctx, rc == ncclInvalidUsage, "collective on a finalized comm returned %d", (int)rc);
-    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "finalized"), "message %s", ncclGetLastError(ctx.comm));
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "finalized"), "message %s",
+           ncclGetLastError(ctx.comm));
     RCHECK(ctx, y == 0, "written");
     ncclComm_t mine = ctx.comm;
     ctx.comm = nullptr;  // the harness must not destroy it again
     NCCL_OK(ctx, ncclCommAbort(mine));
-    RCHECK(ctx, ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, mine, nullptr) == ncclInvalidArgument,
+    RCHECK(ctx,
+           ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, mine, nullptr) == ncclInvalidArgument,
            "collective on an aborted (freed) comm accepted");
     RCHECK(ctx, ncclCommAbort(nullptr) == ncclSuccess, "ncclCommAbort(NULL) is not a no-op");
   });

@@ -172,9 +172,9 @@ class MultiHost : public ::testing::Test {
       p = e + 1;
     }
   }
-  void bed_up(int hosts, const std::string &rate = "") {
-    std::string cmd = "TUTTI_NETNS_PREFIX=" + prefix + " " + kCluster + " up " + std::to_string(hosts) +
-                      (rate.empty() ? "" : " --rate " + rate) + " 2>&1";
+  void bed_up(int hosts, const std::string &opts = "") {
+    std::string cmd = "TUTTI_NETNS_PREFIX=" + prefix + " " + kCluster + " up " +
+                      std::to_string(hosts) + " " + opts + " 2>&1";
     std::string out = sh(cmd);
     ASSERT_NE(out.find("hosts up"), std::string::npos) << out;
     up = true;
@@ -224,12 +224,13 @@ class MultiHost : public ::testing::Test {
     launch(p, "h1:2,h2:2", "loop", {"TUTTI_TIMEOUT=" + std::to_string(timeout_s)}, {"--keep-going"});
     ASSERT_TRUE(p.read_until([](const std::string &o) { return count(o, "looping") >= 4; }, now_s() + 120))
         << p.out;
-    usleep(300000 + 100000 * run); // somewhere inside an all-reduce
+    usleep(300000 + 100000 * (run % 8));  // somewhere inside an all-reduce
     double t0 = now_s();
     bed(cut ? "link h2 down" : "kill h2");
     p.wait(t0 + timeout_s + 5 + 20);
     double took = now_s() - t0;
     EXPECT_LE(took, timeout_s + 5.0) << "ranks took " << took << " s to exit\n" << p.out;
+    printf("[ run %d ] %s h2: every rank exited %.1f s later\n", run, cut ? "cut" : "killed", took);
     for (int r = 0; r < 4; r++) {
       std::string mine = lines_of_rank(p.out, r);
       if (!cut && r >= 2) continue; // killed
@@ -252,27 +253,86 @@ TEST_F(MultiHost, EveryCollectiveThreeHostsOneRank) {
   run_collectives("h1,h2,h3", 3);
 }
 
+TEST_F(MultiHost, EveryCollectiveOverIpv6) {
+  bed_up(2, "--ipv6-only");
+  run_collectives("h1:2,h2:1", 3);
+}
+
 TEST_F(MultiHost, EveryCollectiveSeveralSocketsAndThreads) {
   bed_up(3);
-  run_collectives("h1:1,h2:2", 3, {"TUTTI_SOCKET_NTHREADS=2", "TUTTI_NSOCKS_PERTHREAD=2", "TUTTI_TCP_SLOT_BYTES=64K"});
+  run_collectives(
+      "h1:1,h2:2", 3,
+      {"TUTTI_SOCKET_NTHREADS=2", "TUTTI_NSOCKS_PERTHREAD=2", "TUTTI_TCP_SLOT_BYTES=64K"});
+}
+
+// TUTTI_MH_FAILURE_RUNS sets the number of runs (3; the 20-of-20 check: 20).
+int failure_runs() {
+  const char *v = getenv("TUTTI_MH_FAILURE_RUNS");
+  return v && atoi(v) > 0 ? atoi(v) : 3;
 }
 
 TEST_F(MultiHost, KilledHostIsNamedByEveryRank) {
   bed_up(2);
-  for (int run = 0; run < 3; run++) failure_run(false, 10, run);
+  for (int run = 0; run < failure_runs(); run++) failure_run(false, 10, run);
 }
 
 TEST_F(MultiHost, CutLinkIsNamedByEveryRank) {
   bed_up(2);
-  for (int run = 0; run < 3; run++) failure_run(true, 10, run);
+  for (int run = 0; run < failure_runs(); run++) failure_run(true, 10, run);
+}
+
+// Open MPI's mpirun, started on h1, launches on h2 through scripts/netns-rsh (its rsh agent).
+TEST_F(MultiHost, OpenMpiLaunchesAcrossHostsThroughTheRshAgent) {
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  bed_up(2);
+  Proc p;
+  p.start({kCluster,
+           "exec",
+           "h1",
+           "mpirun",
+           "--allow-run-as-root",
+           "--mca",
+           "plm_rsh_agent",
+           std::string(TUTTI_SOURCE_DIR) + "/scripts/netns-rsh",
+           "--mca",
+           "oob_tcp_if_include",
+           "eth0",
+           "--mca",
+           "btl_tcp_if_include",
+           "eth0",
+           "-x",
+           "TUTTI_NETNS_PREFIX",
+           "-x",
+           "MASTER_ADDR",
+           "-x",
+           "MASTER_PORT",
+           "-x",
+           "TUTTI_MH_HELPER",
+           "-x",
+           "TUTTI_TIMEOUT",
+           "--host",
+           "h1:2,h2:1",
+           "-np",
+           "3",
+           self_exe()},
+          {"TUTTI_NETNS_PREFIX=" + prefix, "MASTER_ADDR=192.0.2.1", "MASTER_PORT=29517",
+           "TUTTI_MH_HELPER=collectives", "TUTTI_TIMEOUT=30"});
+  int st = p.wait(now_s() + 280);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
+  EXPECT_EQ(count(p.out, "every collective exact"), 3) << p.out;
+  EXPECT_EQ(count(p.out, "on host h1"), 2) << p.out;
+  EXPECT_EQ(count(p.out, "on host h2"), 1) << p.out;
+  expect_clean(p.out);
 }
 
 // Strangers on the data ports while collectives run: garbage, a truncated hello, a port scan.
 TEST_F(MultiHost, StrangersOnDataPortsAreLoggedAndIgnored) {
   bed_up(3);
   Proc p;
+  std::string stop = "/tmp/tutti-mh-stop-" + std::to_string(getpid());
+  unlink(stop.c_str());
   launch(p, "h1:1,h2:1", "collectives",
-         {"TUTTI_TIMEOUT=30", "TUTTI_MH_REPEAT=40", "TUTTI_DEBUG=INFO", "TUTTI_DEBUG_SUBSYS=NET,INIT"});
+         {"TUTTI_TIMEOUT=30", "TUTTI_MH_STOP_FILE=" + stop, "TUTTI_DEBUG=INFO", "TUTTI_DEBUG_SUBSYS=NET,INIT"});
   std::regex port_re("(?:tcp: listening on|, root) ([0-9.]+):([0-9]+)");
   ASSERT_TRUE(p.read_until([](const std::string &o) { return count(o, "looping") >= 2; }, now_s() + 120)) << p.out;
   std::vector<std::string> ports;
@@ -286,12 +346,61 @@ TEST_F(MultiHost, StrangersOnDataPortsAreLoggedAndIgnored) {
   }
   p.read_until([](const std::string &) { return false; }, now_s() + 0.1);
   EXPECT_EQ(count(p.out, "every collective exact"), 0) << "the collectives ended before the strangers came";
+  FILE *f = fopen(stop.c_str(), "w"); // the ranks finish their round and stop
+  if (f) fclose(f);
   int st = p.wait(now_s() + 280);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
   EXPECT_EQ(count(p.out, "every collective exact"), 2) << p.out;
   EXPECT_GE(count(p.out, "dropped a connection to the data port"), 2) << p.out;
   EXPECT_EQ(count(p.out, "FAILED"), 0) << p.out;
+  unlink(stop.c_str());
   expect_clean(p.out);
 }
 
-} // namespace
+// tutti-run --hosts: what it refuses, and what it says (no root needed).
+TEST(TuttiRunHosts, BadPlacementsAreUsageErrors) {
+  struct {
+    std::vector<std::string> args;
+    const char *says;
+  } cases[] = {
+      {{"--hosts", "h1:2,h2"}, "give a rank count for every host or for none"},
+      {{"--hosts", "h1:2,h2:2", "-n", "3"}, "--hosts places 4 ranks but -n says 3"},
+      {{"--hosts", "h1,h2,h3", "-n", "2"}, "-n 2 is fewer ranks than hosts"},
+      {{"--hosts", "h1,bad/name"}, "bad host name"},
+      {{"--hosts", "nosuchhost", "--netns-prefix", "tmhnone-"}, "is the test bed up"},
+  };
+  for (auto &c : cases) {
+    Proc p;
+    std::vector<std::string> argv = {kRun};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    argv.push_back("/bin/true");
+    p.start(argv, {});
+    int st = p.wait(now_s() + 30);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << p.out;
+    EXPECT_NE(p.out.find(c.says), std::string::npos) << p.out;
+  }
+}
+
+// Without namespaces (no root needed): TCP between the ranks of one host.
+TEST(TcpOneHost, EveryCollectiveWithShmDisabled) {
+  Proc p;
+  p.start({kRun, "-n", "3", "--timeout", "300", self_exe()},
+          {"TUTTI_MH_HELPER=collectives", "TUTTI_SHM_DISABLE=1", "TUTTI_TIMEOUT=30",
+           "TUTTI_SOCKET_NTHREADS=2", "TUTTI_NSOCKS_PERTHREAD=2"});
+  int st = p.wait(now_s() + 280);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
+  EXPECT_EQ(count(p.out, "every collective exact"), 3) << p.out;
+}
+
+TEST(TcpOneHost, AnInterfaceThatDoesNotExistIsReportedAtInit) {
+  Proc p;
+  p.start({kRun, "-n", "2", "--timeout", "120", self_exe()},
+          {"TUTTI_MH_HELPER=collectives", "TUTTI_SHM_DISABLE=1", "TUTTI_SOCKET_IFNAME==nosuchif0"});
+  int st = p.wait(now_s() + 110);
+  EXPECT_FALSE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
+  EXPECT_NE(p.out.find("no network interface matches SOCKET_IFNAME=\"=nosuchif0\""),
+            std::string::npos)
+      << p.out;
+}
+
+}  // namespace

@@ -4,7 +4,8 @@
 //                roots, all-gather, reduce-scatter, all-to-all, gather, scatter, send/recv),
 //                in and out of place, counts 0, 1, 7, 1000, 300001 (crossing slots and chunks),
 //                checked against closed forms (Gloo's j*stride + rank pattern: exact in int32
-//                and float); TUTTI_MH_REPEAT times. Prints "every collective exact".
+//                and float); once, or until rank 0 sees TUTTI_MH_STOP_FILE. Prints "every
+//                collective exact".
 //   loop         fp32 all-reduce of 256 MiB, over and over (TUTTI_MH_ITERS, default 1000):
 //                prints "looping" after the first one; on an error prints "FAILED ... <last
 //                error>", aborts the communicator and exits 3.
@@ -167,12 +168,25 @@ int check_all_to_all(size_t c) {
   return 0;
 }
 
+// Another round? Once without TUTTI_MH_STOP_FILE; with it, until rank 0 sees that file (its
+// decision is broadcast, so every rank stops after the same round). 1 yes, 0 no, 3 failure.
+int another_round(int round) {
+  const char *stop = getenv("TUTTI_MH_STOP_FILE");
+  if (!stop) return round == 0;
+  int go = g_rank == 0 ? access(stop, F_OK) != 0 : 0;
+  NCCL(ncclBroadcast(&go, &go, 1, ncclInt32, 0, g_comm, nullptr));
+  return go;
+}
+
 int run_collectives() {
-  const char *rep = getenv("TUTTI_MH_REPEAT");
-  int repeat = rep ? atoi(rep) : 1;
-  if (repeat > 1) printf("R%d| looping\n", g_rank), fflush(stdout);
   const size_t counts[] = {0, 1, 7, 1000, 300001};
-  for (int k = 0; k < repeat; k++)
+  if (getenv("TUTTI_MH_STOP_FILE")) printf("R%d| looping\n", g_rank), fflush(stdout);
+  for (int round = 0;; round++) {
+    int more = another_round(round);
+    if (more != 1) {
+      if (more == 3) return 3;
+      break;
+    }
     for (size_t c : counts) {
       int rc = check_allreduce<int32_t>(c, ncclInt32);
       if (!rc) rc = check_allreduce<float>(c, ncclFloat32);
@@ -181,6 +195,7 @@ int run_collectives() {
       if (!rc) rc = check_all_to_all(c);
       if (rc) return rc;
     }
+  }
   if (mismatches) {
     printf("R%d| %d mismatches\n", g_rank, mismatches);
     return 1;

@@ -1,5 +1,6 @@
-// Finite-difference gradient checks of every layer of the reference trainer (trainer/layers.h)
-// and of both models end to end (trainer/model.h).
+// Finite-difference gradient checks of every layer of the reference trainer (trainer/layers.h:
+// linear, ReLU, dropout, conv2d, max-pool, softmax cross-entropy) and of both models end to end,
+// with and without dropout (trainer/model.h).
 //
 // Each layer check takes a random input, a random upstream gradient R and the scalar
 // L = sum(out * R); backward with dout = R must give dL/d(everything), which we compare with
@@ -121,26 +122,68 @@ TEST(TrainerGradCheck, Relu) {
   check_grad("relu dinp", x, dx, loss, 1e-2f, 1e-3);
 }
 
-void conv_check(conv_shape_t s, unsigned seed) {
+TEST(TrainerGradCheck, Dropout) {
+  const int B = 3, n = 50;
+  const float p = 0.3f;
+  std::mt19937 gen(9);
+  Vec x = random_vec(B * n, gen), R = random_vec(B * n, gen), out(B * n), mask(B * n), dx(B * n);
+  uint64_t keys[B] = {11, 12, 13};
+  auto loss = [&] {
+    dropout_forward(out.data(), mask.data(), x.data(), B, n, p, keys, 7);
+    return dot(out, R);
+  };
+  loss();
+  dropout_backward(dx.data(), R.data(), mask.data(), B * n);
+  check_grad("dropout dinp", x, dx, loss, 1e-2f, 1e-3);
+  int dropped = 0;
+  for (float v : mask) {
+    EXPECT_TRUE(v == 0.0f || v == 1.0f / (1.0f - p));
+    dropped += v == 0.0f;
+  }
+  printf("  dropout: %d of %d units dropped at p = %.1f\n", dropped, B * n, p);
+  EXPECT_GT(dropped, 0.15 * B * n);
+  EXPECT_LT(dropped, 0.45 * B * n);
+}
+
+// probes: 0 checks every coordinate, else that many random ones per tensor.
+void conv_check(conv_shape_t s, unsigned seed, size_t probes = 0) {
   std::mt19937 gen(seed);
   size_t nin = (size_t)s.B * s.H * s.W * s.C, nout = (size_t)s.B * s.H * s.W * s.OC;
   size_t kkc = (size_t)s.K * s.K * s.C;
   Vec x = random_vec(nin, gen), w = random_vec(s.OC * kkc, gen), b = random_vec(s.OC, gen);
-  Vec R = random_vec(nout, gen), out(nout), cols(nout / s.OC * kkc), dcols(cols.size());
+  Vec R = random_vec(nout, gen), out(nout);
+  Vec cols(conv2d_scratch_floats(s)), dcols(cols.size());
   auto loss = [&] {
     conv2d_forward(out.data(), cols.data(), x.data(), w.data(), b.data(), s);
     return dot(out, R);
   };
   Vec dx(nin), dw(w.size(), 0.0f), db(s.OC, 0.0f);
   loss();
-  conv2d_backward(dx.data(), dw.data(), db.data(), dcols.data(), R.data(), cols.data(), w.data(), s);
-  check_grad("conv2d dinp", x, dx, loss, 1e-2f, 1e-3);
-  check_grad("conv2d dw", w, dw, loss, 1e-2f, 1e-3);
+  conv2d_backward(dx.data(), dw.data(), db.data(), cols.data(), dcols.data(), R.data(), x.data(),
+                  w.data(), s);
+  auto pick = [&](size_t n) {
+    std::vector<size_t> c;
+    std::uniform_int_distribution<size_t> u(0, n - 1);
+    for (size_t k = 0; probes && k < probes; k++) c.push_back(u(gen));
+    return c;
+  };
+  printf("  conv2d B=%d %dx%dx%d -> %d, K=%d: tiles of %d image(s)\n", s.B, s.H, s.W, s.C, s.OC,
+         s.K, conv2d_tile_images(s));
+  check_grad("conv2d dinp", x, dx, loss, 1e-2f, 1e-3, pick(x.size()));
+  check_grad("conv2d dw", w, dw, loss, 1e-2f, 1e-3, pick(w.size()));
   check_grad("conv2d db", b, db, loss, 1e-2f, 1e-3);
 }
 
-TEST(TrainerGradCheck, Conv2dK3) { conv_check(conv_shape_t{2, 5, 6, 3, 4, 3}, 4); }
-TEST(TrainerGradCheck, Conv2dK5SingleChannel) { conv_check(conv_shape_t{2, 7, 7, 1, 3, 5}, 5); }
+TEST(TrainerGradCheck, Conv2dK3) {
+  conv_check(conv_shape_t{2, 5, 6, 3, 4, 3}, 4);
+}
+TEST(TrainerGradCheck, Conv2dK5SingleChannel) {
+  conv_check(conv_shape_t{2, 7, 7, 1, 3, 5}, 5);
+}
+// conv2's shape: one image per tile, so three tiles
+TEST(TrainerGradCheck, Conv2dTiled) {
+  conv_check(conv_shape_t{3, 14, 14, 32, 4, 5}, 6, 60);
+}
 
 TEST(TrainerGradCheck, MaxPool2) {
   const int B = 2, H = 4, W = 6, C = 3, n = B * H * W * C, nout = n / 4;
@@ -201,15 +244,16 @@ struct Reference {
     note(z > 0);
     return z > 0 ? z : 0;
   }
-  // out (B, O) = relu?(in (B, I) . w^T + b)
+  // out (B, O) = relu?(in (B, I) . w^T + b) (* dropout mask (B, O) when given)
   std::vector<double> linear(const std::vector<double> &in, const float *w, const float *b, int I,
-                             int O, bool act) {
+                             int O, bool act, const float *mask = nullptr) {
     std::vector<double> out((size_t)B * O);
     for (int n = 0; n < B; n++)
       for (int o = 0; o < O; o++) {
         double z = b[o];
         for (int i = 0; i < I; i++) z += in[(size_t)n * I + i] * (double)w[(size_t)o * I + i];
-        out[(size_t)n * O + o] = act ? relu(z) : z;
+        z = act ? relu(z) : z;
+        out[(size_t)n * O + o] = mask ? z * mask[(size_t)n * O + o] : z;
       }
     return out;
   }
@@ -255,20 +299,21 @@ struct Reference {
           }
     return out;
   }
-  // batch-mean cross-entropy
+  // batch-mean cross-entropy; with dropout, the masks the float forward drew (kept in m)
   double loss(const Vec &x, const uint8_t *y) {
     decisions = 1469598103934665603ull;
     std::vector<double> h(x.begin(), x.end());
+    bool drop = m.keys && m.dropout > 0;
     if (m.kind == MODEL_MLP) {
       const mlp_params_t &q = m.p.mlp;
-      h = linear(h, q.fc1w, q.fc1b, 784, 512, true);
-      h = linear(h, q.fc2w, q.fc2b, 512, 256, true);
+      h = linear(h, q.fc1w, q.fc1b, 784, 512, true, drop ? m.a.mlp.mask1 : nullptr);
+      h = linear(h, q.fc2w, q.fc2b, 512, 256, true, drop ? m.a.mlp.mask2 : nullptr);
       logits = linear(h, q.fc3w, q.fc3b, 256, 10, false);
     } else {
       const cnn_params_t &q = m.p.cnn;
       h = pool(conv(h, q.conv1w, q.conv1b, 28, 28, 1, 32, 5), 28, 28, 32);
       h = pool(conv(h, q.conv2w, q.conv2b, 14, 14, 32, 64, 5), 14, 14, 64);
-      h = linear(h, q.fc1w, q.fc1b, 3136, 512, true);
+      h = linear(h, q.fc1w, q.fc1b, 3136, 512, true, drop ? m.a.cnn.mask1 : nullptr);
       logits = linear(h, q.fc2w, q.fc2b, 512, 10, false);
     }
     double total = 0;
@@ -286,24 +331,28 @@ struct Reference {
 // coordinates with the largest |dL/dp| and 3 random ones: backward's gradient against central
 // differences of the reference loss. Errors are relative to max(|numeric|, 1e-4); they are
 // ~1e-6 (float backward against a double reference), the bound is 1e-4.
-void model_check(model_kind_t kind) {
+void model_check(model_kind_t kind, float dropout) {
   const int B = 2;
   model_t m;
   ASSERT_EQ(model_create(&m, kind, B), 0);
   model_init_params(&m, 11);
+  uint64_t keys[B] = {21, 22};
+  m.dropout = dropout, m.keys = dropout > 0 ? keys : nullptr;
   std::mt19937 gen(12);
   Vec x = random_vec((size_t)B * 784, gen, -0.5f, 2.0f);
   uint8_t y[B] = {1, 7};
+  model_forward(&m, x.data(), y, B);  // first: draws the dropout masks the reference reuses
   Reference ref{m, B};
   double ref_loss = ref.loss(x, y);
   uint64_t centre = ref.decisions;
-  model_forward(&m, x.data(), y, B);
   double max_logit_diff = 0;
   for (int i = 0; i < B * 10; i++)
     max_logit_diff = std::max(max_logit_diff, std::fabs(m.logits[i] - ref.logits[i]));
-  printf("  %s forward: logits %+.6f %+.6f ... reference %+.6f %+.6f ..., max diff %.2e, "
-         "loss %.6f vs %.6f\n", model_name(kind), m.logits[0], m.logits[1], ref.logits[0],
-         ref.logits[1], max_logit_diff, (m.losses[0] + m.losses[1]) / 2.0, ref_loss);
+  printf(
+      "  %s forward: logits %+.6f %+.6f ... reference %+.6f %+.6f ..., max diff %.2e, "
+      "loss %.6f vs %.6f\n",
+      model_name(kind), m.logits[0], m.logits[1], ref.logits[0], ref.logits[1], max_logit_diff,
+      (m.losses[0] + m.losses[1]) / 2.0, ref_loss);
   EXPECT_LE(max_logit_diff, 1e-4);
   model_zero_grad(&m);
   model_backward(&m, y, B, 1.0f / B);
@@ -337,8 +386,8 @@ void model_check(model_kind_t kind) {
       double err = std::fabs(m.grads[i] - numeric) / std::max(1e-4, std::fabs(numeric));
       max_err = std::max(max_err, err);
       if (used++ == 0)
-        printf("  %s %-13s largest grad %+.7f numeric %+.7f", model_name(kind), pt.name,
-               m.grads[i], numeric);
+        printf("  %s %-13s largest grad %+.7f numeric %+.7f", model_name(kind), pt.name, m.grads[i],
+               numeric);
     }
     printf("  %d probes (%d skipped at a kink), max error %.2e\n", used, skipped, max_err);
     EXPECT_GE(used, 5) << pt.name;
@@ -347,7 +396,17 @@ void model_check(model_kind_t kind) {
   model_free(&m);
 }
 
-TEST(TrainerGradCheck, MlpEndToEnd) { model_check(MODEL_MLP); }
-TEST(TrainerGradCheck, CnnEndToEnd) { model_check(MODEL_CNN); }
+TEST(TrainerGradCheck, MlpEndToEnd) {
+  model_check(MODEL_MLP, 0.0f);
+}
+TEST(TrainerGradCheck, MlpEndToEndWithDropout) {
+  model_check(MODEL_MLP, 0.3f);
+}
+TEST(TrainerGradCheck, CnnEndToEnd) {
+  model_check(MODEL_CNN, 0.0f);
+}
+TEST(TrainerGradCheck, CnnEndToEndWithDropout) {
+  model_check(MODEL_CNN, 0.3f);
+}
 
 }  // namespace

@@ -372,23 +372,26 @@ static void make_secret(char hex[33]) {
   for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
 }
 
-/* The root's listening socket on `ip` (127.0.0.1 or any), any port. CLOEXEC: only rank 0
- * keeps it. */
-static int open_root_listener(int *port, in_addr_t ip) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+/* The root's listening socket, any port: on 127.0.0.1, or on every address of `family`
+ * (the test bed's first host). CLOEXEC: only rank 0 keeps it. */
+static int open_root_listener(int *port, int family, int loopback) {
+  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) die("cannot create the root socket: %s", strerror(errno));
   int one = 1;
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
     die("setsockopt(SO_REUSEADDR) on the root socket: %s", strerror(errno));
-  struct sockaddr_in sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(ip);
-  socklen_t len = sizeof sa;
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1024) != 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
-    die("cannot listen on 127.0.0.1: %s", strerror(errno));
-  *port = ntohs(sa.sin_port);
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *sa6 = (struct sockaddr_in6 *)&ss;
+  socklen_t len = family == AF_INET6 ? sizeof *sa6 : sizeof *sa;
+  ss.ss_family = (sa_family_t)family;
+  if (family == AF_INET) sa->sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
+  else sa6->sin6_addr = in6addr_any; /* dual stack */
+  if (bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 1024) != 0 ||
+      getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+    die("cannot listen for the root: %s", strerror(errno));
+  *port = ntohs(family == AF_INET6 ? sa6->sin6_port : sa->sin_port);
   return fd;
 }
 
@@ -409,17 +412,24 @@ static int open_root_listener_in_host(const run_options_t *o, char *addr, size_t
     die("cannot open the network namespace of host %s (/run/netns/%s%s): %s; is the test bed up "
         "(scripts/netns-cluster.sh up K) with the same prefix?", host, o->netns_prefix, host, strerror(errno));
   if (setns(ns, CLONE_NEWNET) != 0) die("cannot enter host %s: %s (root needed)", host, strerror(errno));
-  int port, fd = open_root_listener(&port, INADDR_ANY);
-  struct ifaddrs *ifs = NULL, *ifa;
+  struct ifaddrs *ifs = NULL, *ifa = NULL;
   if (getifaddrs(&ifs) != 0) die("getifaddrs: %s", strerror(errno));
-  for (ifa = ifs; ifa; ifa = ifa->ifa_next)
-    if (ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET && (ifa->ifa_flags & IFF_UP) &&
-        !(ifa->ifa_flags & IFF_LOOPBACK))
-      break;
-  if (ifa == NULL) die("host %s has no IPv4 address", host);
-  char ip[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &((struct sockaddr_in *)ifa->ifa_addr)->sin_addr, ip, sizeof ip);
-  snprintf(addr, len, "%s:%d", ip, port);
+  for (int family = AF_INET; family && !ifa; family = family == AF_INET ? AF_INET6 : 0)
+    for (ifa = ifs; ifa; ifa = ifa->ifa_next)
+      if (ifa->ifa_addr && ifa->ifa_addr->sa_family == family && (ifa->ifa_flags & IFF_UP) &&
+          !(ifa->ifa_flags & IFF_LOOPBACK) &&
+          !(family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr)))
+        break;
+  if (ifa == NULL) die("host %s has no IPv4 or global IPv6 address", host);
+  int family = ifa->ifa_addr->sa_family, port, fd = open_root_listener(&port, family, 0);
+  char ip[INET6_ADDRSTRLEN];
+  if (family == AF_INET) {
+    inet_ntop(AF_INET, &((struct sockaddr_in *)ifa->ifa_addr)->sin_addr, ip, sizeof ip);
+    snprintf(addr, len, "%s:%d", ip, port);
+  } else {
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr, ip, sizeof ip);
+    snprintf(addr, len, "[%s]:%d", ip, port);
+  }
   freeifaddrs(ifs);
   if (setns(self, CLONE_NEWNET) != 0) die("cannot return to our network namespace: %s", strerror(errno));
   close(self);
@@ -460,7 +470,7 @@ static void prepare_environment(run_job_t *job) {
   if (job->opt.hosts) {
     job->listen_fd = open_root_listener_in_host(&job->opt, addr, sizeof addr);
   } else {
-    job->listen_fd = open_root_listener(&port, INADDR_LOOPBACK);
+    job->listen_fd = open_root_listener(&port, AF_INET, 1);
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   }
   make_secret(secret);
@@ -939,5 +949,6 @@ int main(int argc, char **argv) {
   launch_ranks(&job);
   supervise(&job);
   free(job.ranks);
+  free(job.opt.hosts);
   return job.exit_code;
 }

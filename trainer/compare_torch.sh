@@ -57,11 +57,9 @@ $PY -c 'import torch' 2>/dev/null ||
   { echo "compare_torch: $PY cannot import torch: apt-get install python3-torch" >&2; exit 2; }
 
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
-if [[ -z ${OPENBLAS_CORETYPE:-} ]] && grep -q avx512bw /proc/cpuinfo &&
-  "$build/bin/tutti-train" --help >/dev/null 2>&1; then
-  # the kernels tutti-train picks for itself on such a CPU (see blas_pick_kernels in train.c)
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
+# torch gets the OpenBLAS kernels tutti-train runs with (see blas_pick_kernels in train.c)
+OPENBLAS_CORETYPE=$("$build/bin/tutti-train" --blas-info) || exit 2
+export OPENBLAS_CORETYPE
 out_dir=${keep:-$(mktemp -d)}
 mkdir -p "$out_dir"
 [[ -n $keep ]] || trap 'rm -rf "$out_dir"' EXIT

@@ -111,7 +111,9 @@ int augment_parse(const char *s, augment_t *out) {
   return -1;
 }
 
-const char *augment_name(augment_t a) { return augment_names[a]; }
+const char *augment_name(augment_t a) {
+  return augment_names[a];
+}
 
 /* ---------------------------------------------------------------- sampler */
 
@@ -179,7 +181,8 @@ void data_gather(const dataset_t *ds, const int *idx, int count, augment_t aug, 
       flip = rng_below(&r, 2);
       if (aug == AUG_FLIP_SHIFT) dy = (int)rng_below(&r, 5) - 2, dx = (int)rng_below(&r, 5) - 2;
     }
-    image_to_floats(ds->images + (size_t)idx[i] * DATA_PIXELS, flip, dy, dx, x + (size_t)i * DATA_PIXELS);
+    image_to_floats(ds->images + (size_t)idx[i] * DATA_PIXELS, flip, dy, dx,
+                    x + (size_t)i * DATA_PIXELS);
     y[i] = ds->labels[idx[i]];
   }
 }

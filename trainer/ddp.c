@@ -40,13 +40,17 @@ struct ddp {
   long submitted, completed;
   ncclResult_t error;
   char error_msg[512];
-  double comm_s, wait_s;
+  double comm_s, comm_cpu_s, wait_s;
 };
 
-static double now_s(void) {
+static double clock_s(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double now_s(void) {
+  return clock_s(CLOCK_MONOTONIC);
 }
 
 static ncclResult_t run_job(ddp_t *d, const job_t *j) {
@@ -65,11 +69,11 @@ static void *comm_main(void *arg) {
     if (job.kind == JOB_STOP) break;
     int failed = d->error != ncclSuccess;
     pthread_mutex_unlock(&d->lock);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     ncclResult_t res = failed ? ncclSuccess : run_job(d, &job);
-    double dt = now_s() - t0;
+    double dt = now_s() - t0, dc = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
     pthread_mutex_lock(&d->lock);
-    d->comm_s += dt;
+    d->comm_s += dt, d->comm_cpu_s += dc;
     if (res != ncclSuccess && d->error == ncclSuccess) {
       d->error = res;
       snprintf(d->error_msg, sizeof(d->error_msg), "%s", ncclGetLastError(d->comm));
@@ -171,8 +175,12 @@ void ddp_destroy(ddp_t *d) {
   free(d);
 }
 
-int ddp_rank(const ddp_t *d) { return d->rank; }
-int ddp_world(const ddp_t *d) { return d->world; }
+int ddp_rank(const ddp_t *d) {
+  return d->rank;
+}
+int ddp_world(const ddp_t *d) {
+  return d->world;
+}
 
 int ddp_buckets(const ddp_t *d, const ddp_bucket_t **buckets) {
   *buckets = d->buckets;
@@ -206,8 +214,8 @@ void ddp_end_backward(ddp_t *d) {
   d->sync = 0;
 }
 
-void ddp_times(const ddp_t *d, double *comm_s, double *wait_s) {
+void ddp_times(const ddp_t *d, double *comm_s, double *comm_cpu_s, double *wait_s) {
   pthread_mutex_lock((pthread_mutex_t *)&d->lock);
-  *comm_s = d->comm_s, *wait_s = d->wait_s;
+  *comm_s = d->comm_s, *comm_cpu_s = d->comm_cpu_s, *wait_s = d->wait_s;
   pthread_mutex_unlock((pthread_mutex_t *)&d->lock);
 }

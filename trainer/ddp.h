@@ -48,8 +48,9 @@ void ddp_allreduce_sum(ddp_t *d, void *buf, size_t count, ncclDataType_t type);
 void ddp_begin_backward(ddp_t *d, int sync);
 void ddp_end_backward(ddp_t *d);
 
-/* Seconds the communication thread spent inside collectives, and seconds the main thread
- * spent blocked waiting for them (the part of communication not hidden behind compute). */
-void ddp_times(const ddp_t *d, double *comm_s, double *wait_s);
+/* Seconds the communication thread spent inside collectives (wall clock, and CPU time it used),
+ * and seconds the main thread spent blocked waiting for them (the part of communication not
+ * hidden behind compute). */
+void ddp_times(const ddp_t *d, double *comm_s, double *comm_cpu_s, double *wait_s);
 
 #endif /* TRAINER_DDP_H_ */

@@ -13,6 +13,16 @@
 
 #include <stdint.h>
 
+/* Hot loops are compiled for AVX-512, AVX2 and baseline x86-64, the best chosen when the program
+ * loads (GCC function multi-versioning), so one binary runs everywhere and vectorizes where it
+ * can. The trainer is built with -ffp-contract=off: no clone fuses a multiply-add the others do
+ * not, and the results are the same bits on every ISA. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRAINER_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TRAINER_SIMD
+#endif
+
 /* out (B, OUT) = inp (B, IN) . w^T + b, with w (OUT, IN) and b (OUT) as PyTorch's nn.Linear. */
 void linear_forward(float *out, const float *inp, const float *w, const float *b, int B, int IN,
                     int OUT);
@@ -23,17 +33,31 @@ void linear_backward(float *dinp, float *dw, float *db, const float *dout, const
 void relu_forward(float *out, const float *inp, long n);
 void relu_backward(float *dinp, const float *dout, const float *out, long n);
 
-/* 2-D convolution, stride 1, "same" zero padding (K odd, pad K/2), via im2col + one sgemm.
+/* Inverted dropout over rows of n units: out = inp * mask, mask = 0 with probability p, else
+ * 1 / (1 - p), drawn from the stream keys[b] ^ salt for row b (salt tells layers apart).
+ * mask (B, n) is kept for backward; in place allowed. */
+void dropout_forward(float *out, float *mask, const float *inp, int B, int n, float p,
+                     const uint64_t *keys, uint64_t salt);
+void dropout_backward(float *dinp, const float *dout, const float *mask, long n);
+
+/* 2-D convolution, stride 1, "same" zero padding (K odd, pad K/2), via im2col + sgemm.
  *   inp (B, H, W, C), w (OC, K, K, C), b (OC), out (B, H, W, OC)
- *   cols (B*H*W, K*K*C): the unfolded input, kept from forward for backward. */
+ * The batch goes through in tiles of conv2d_tile_images(s) images: cols and dcols are scratch
+ * of conv2d_scratch_floats(s) floats each, holding one tile's unfolded input (tile*H*W, K*K*C)
+ * and its gradient. Backward unfolds inp again rather than keeping the whole batch's. */
+#ifndef CONV_TILE_BYTES
+#define CONV_TILE_BYTES (768 * 1024)
+#endif
 typedef struct {
   int B, H, W, C, OC, K;
 } conv_shape_t;
+int conv2d_tile_images(conv_shape_t s);
+long conv2d_scratch_floats(conv_shape_t s);
 void conv2d_forward(float *out, float *cols, const float *inp, const float *w, const float *b,
                     conv_shape_t s);
-/* dcols is scratch of the size of cols; dinp may be NULL (then dcols is not needed). */
-void conv2d_backward(float *dinp, float *dw, float *db, float *dcols, const float *dout,
-                     const float *cols, const float *w, conv_shape_t s);
+/* dinp may be NULL (then dcols is not touched). */
+void conv2d_backward(float *dinp, float *dw, float *db, float *cols, float *dcols,
+                     const float *dout, const float *inp, const float *w, conv_shape_t s);
 
 /* 2x2 max pooling, stride 2: inp (B, H, W, C) -> out (B, H/2, W/2, C); H and W even.
  * arg (B, H/2, W/2, C) remembers which input won (index into inp) for backward. */

@@ -23,7 +23,9 @@ int model_parse(const char *name, model_kind_t *kind) {
   return -1;
 }
 
-const char *model_name(model_kind_t kind) { return kind == MODEL_MLP ? "mlp" : "cnn"; }
+const char *model_name(model_kind_t kind) {
+  return kind == MODEL_MLP ? "mlp" : "cnn";
+}
 
 /* ---------------------------------------------------------------- layout */
 
@@ -34,19 +36,19 @@ typedef struct {
 } tensor_spec_t;
 
 static const tensor_spec_t mlp_tensors[] = {
-    {"fc1.weight", (size_t)MLP_H1 * DATA_PIXELS, DATA_PIXELS}, {"fc1.bias", MLP_H1, DATA_PIXELS},
-    {"fc2.weight", (size_t)MLP_H2 * MLP_H1, MLP_H1},          {"fc2.bias", MLP_H2, MLP_H1},
-    {"fc3.weight", (size_t)DATA_CLASSES * MLP_H2, MLP_H2},    {"fc3.bias", DATA_CLASSES, MLP_H2},
+    {"fc1.weight", (size_t)MLP_H1 *DATA_PIXELS, DATA_PIXELS}, {"fc1.bias", MLP_H1, DATA_PIXELS},
+    {"fc2.weight", (size_t)MLP_H2 *MLP_H1, MLP_H1},           {"fc2.bias", MLP_H2, MLP_H1},
+    {"fc3.weight", (size_t)DATA_CLASSES *MLP_H2, MLP_H2},     {"fc3.bias", DATA_CLASSES, MLP_H2},
 };
 
 static const tensor_spec_t cnn_tensors[] = {
-    {"conv1.weight", CNN_C1 * CNN_K * CNN_K, CNN_K * CNN_K},
-    {"conv1.bias", CNN_C1, CNN_K * CNN_K},
-    {"conv2.weight", CNN_C2 * CNN_K * CNN_K * CNN_C1, CNN_K * CNN_K * CNN_C1},
-    {"conv2.bias", CNN_C2, CNN_K * CNN_K * CNN_C1},
-    {"fc1.weight", (size_t)CNN_FC * CNN_FLAT, CNN_FLAT},
+    {"conv1.weight", CNN_C1 *CNN_K *CNN_K, CNN_K *CNN_K},
+    {"conv1.bias", CNN_C1, CNN_K *CNN_K},
+    {"conv2.weight", CNN_C2 *CNN_K *CNN_K *CNN_C1, CNN_K *CNN_K *CNN_C1},
+    {"conv2.bias", CNN_C2, CNN_K *CNN_K *CNN_C1},
+    {"fc1.weight", (size_t)CNN_FC *CNN_FLAT, CNN_FLAT},
     {"fc1.bias", CNN_FC, CNN_FLAT},
-    {"fc2.weight", DATA_CLASSES * CNN_FC, CNN_FC},
+    {"fc2.weight", DATA_CLASSES *CNN_FC, CNN_FC},
     {"fc2.bias", DATA_CLASSES, CNN_FC},
 };
 
@@ -78,21 +80,26 @@ static void *carve(char **cursor, size_t count, size_t size) {
 static void carve_mlp(model_t *m, char **c, long B) {
   mlp_acts_t *a = &m->a.mlp;
   a->h1 = carve(c, B * MLP_H1, 4), a->h2 = carve(c, B * MLP_H2, 4);
+  a->mask1 = carve(c, B * MLP_H1, 4), a->mask2 = carve(c, B * MLP_H2, 4);
   a->dh1 = carve(c, B * MLP_H1, 4), a->dh2 = carve(c, B * MLP_H2, 4);
 }
 
 static void carve_cnn(model_t *m, char **c, long B) {
   cnn_acts_t *a = &m->a.cnn;
-  a->cols1 = carve(c, B * 28 * 28 * CNN_K * CNN_K, 4);
+  conv_shape_t s1 = {(int)B, 28, 28, 1, CNN_C1, CNN_K},
+               s2 = {(int)B, 14, 14, CNN_C1, CNN_C2, CNN_K};
+  long scratch = conv2d_scratch_floats(s1) > conv2d_scratch_floats(s2) ? conv2d_scratch_floats(s1)
+                                                                       : conv2d_scratch_floats(s2);
+  a->cols = carve(c, scratch, 4);
+  a->dcols = carve(c, scratch, 4);
   a->c1 = carve(c, B * 28 * 28 * CNN_C1, 4);
   a->p1 = carve(c, B * 14 * 14 * CNN_C1, 4);
   a->arg1 = carve(c, B * 14 * 14 * CNN_C1, 4);
-  a->cols2 = carve(c, B * 14 * 14 * CNN_K * CNN_K * CNN_C1, 4);
   a->c2 = carve(c, B * 14 * 14 * CNN_C2, 4);
   a->p2 = carve(c, B * CNN_FLAT, 4);
   a->arg2 = carve(c, B * CNN_FLAT, 4);
   a->f1 = carve(c, B * CNN_FC, 4);
-  a->dcols2 = carve(c, B * 14 * 14 * CNN_K * CNN_K * CNN_C1, 4);
+  a->mask1 = carve(c, B * CNN_FC, 4);
   a->dc1 = carve(c, B * 28 * 28 * CNN_C1, 4);
   a->dp1 = carve(c, B * 14 * 14 * CNN_C1, 4);
   a->dc2 = carve(c, B * 14 * 14 * CNN_C2, 4);
@@ -102,8 +109,10 @@ static void carve_cnn(model_t *m, char **c, long B) {
 
 static void carve_acts(model_t *m, char **c) {
   long B = m->max_batch;
-  if (m->kind == MODEL_MLP) carve_mlp(m, c, B);
-  else carve_cnn(m, c, B);
+  if (m->kind == MODEL_MLP)
+    carve_mlp(m, c, B);
+  else
+    carve_cnn(m, c, B);
   m->logits = carve(c, B * DATA_CLASSES, 4);
   m->probs = carve(c, B * DATA_CLASSES, 4);
   m->losses = carve(c, B, 4);
@@ -113,8 +122,10 @@ static void carve_acts(model_t *m, char **c) {
 int model_create(model_t *m, model_kind_t kind, int max_batch) {
   memset(m, 0, sizeof(*m));
   m->kind = kind, m->max_batch = max_batch;
-  if (kind == MODEL_MLP) layout_params(m, mlp_tensors, 6);
-  else layout_params(m, cnn_tensors, 8);
+  if (kind == MODEL_MLP)
+    layout_params(m, mlp_tensors, 6);
+  else
+    layout_params(m, cnn_tensors, 8);
   char *cursor = NULL; /* first pass: size the arena */
   carve_acts(m, &cursor);
   size_t bytes = (size_t)cursor;
@@ -142,11 +153,23 @@ void model_init_params(model_t *m, uint64_t seed) {
   }
 }
 
-void model_zero_grad(model_t *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
+void model_zero_grad(model_t *m) {
+  memset(m->grads, 0, m->nparams * sizeof(float));
+}
 
 /* Tells the data-parallel layer that tensors [first, first + n) have their final gradient. */
 static void grads_ready(model_t *m, int first, int n) {
   for (int t = first; m->on_grad && t < first + n; t++) m->on_grad(m->on_grad_ctx, t);
+}
+
+/* Dropout of layer `layer` on h (B, n), in place, when training with dropout. */
+static void maybe_dropout(model_t *m, float *h, float *mask, int B, int n, int layer) {
+  if (m->keys && m->dropout > 0.0f)
+    dropout_forward(h, mask, h, B, n, m->dropout, m->keys, (uint64_t)layer << 48);
+}
+
+static void maybe_dropout_backward(model_t *m, float *dh, const float *mask, long n) {
+  if (m->keys && m->dropout > 0.0f) dropout_backward(dh, dh, mask, n);
 }
 
 /* ---------------------------------------------------------------- mlp */
@@ -154,22 +177,28 @@ static void grads_ready(model_t *m, int first, int n) {
 static void mlp_forward(model_t *m, const float *x, int B) {
   mlp_params_t *p = &m->p.mlp;
   mlp_acts_t *a = &m->a.mlp;
-  linear_forward(a->h1, x, p->fc1w, p->fc1b, B, DATA_PIXELS, MLP_H1); // (B, 512)
+  linear_forward(a->h1, x, p->fc1w, p->fc1b, B, DATA_PIXELS, MLP_H1);  // (B, 512)
   relu_forward(a->h1, a->h1, (long)B * MLP_H1);
-  linear_forward(a->h2, a->h1, p->fc2w, p->fc2b, B, MLP_H1, MLP_H2); // (B, 256)
+  maybe_dropout(m, a->h1, a->mask1, B, MLP_H1, 1);
+  linear_forward(a->h2, a->h1, p->fc2w, p->fc2b, B, MLP_H1, MLP_H2);  // (B, 256)
   relu_forward(a->h2, a->h2, (long)B * MLP_H2);
-  linear_forward(m->logits, a->h2, p->fc3w, p->fc3b, B, MLP_H2, DATA_CLASSES); // (B, 10)
+  maybe_dropout(m, a->h2, a->mask2, B, MLP_H2, 2);
+  linear_forward(m->logits, a->h2, p->fc3w, p->fc3b, B, MLP_H2, DATA_CLASSES);  // (B, 10)
 }
 
-/* Backward produces tensors in reverse order: fc3 (4, 5), fc2 (2, 3), fc1 (0, 1). */
+/* Backward produces tensors in reverse order: fc3 (4, 5), fc2 (2, 3), fc1 (0, 1). A unit that
+ * dropout zeroed is 0 in h, so relu_backward's "h > 0" covers both masks once dropout's
+ * scale is applied. */
 static void mlp_backward(model_t *m, int B) {
   mlp_params_t *p = &m->p.mlp, *g = &m->g.mlp;
   mlp_acts_t *a = &m->a.mlp;
   linear_backward(a->dh2, g->fc3w, g->fc3b, m->dlogits, a->h2, p->fc3w, B, MLP_H2, DATA_CLASSES);
   grads_ready(m, 4, 2);
+  maybe_dropout_backward(m, a->dh2, a->mask2, (long)B * MLP_H2);
   relu_backward(a->dh2, a->dh2, a->h2, (long)B * MLP_H2);
   linear_backward(a->dh1, g->fc2w, g->fc2b, a->dh2, a->h1, p->fc2w, B, MLP_H1, MLP_H2);
   grads_ready(m, 2, 2);
+  maybe_dropout_backward(m, a->dh1, a->mask1, (long)B * MLP_H1);
   relu_backward(a->dh1, a->dh1, a->h1, (long)B * MLP_H1);
   linear_backward(NULL, g->fc1w, g->fc1b, a->dh1, m->x, p->fc1w, B, DATA_PIXELS, MLP_H1);
   grads_ready(m, 0, 2);
@@ -183,15 +212,16 @@ static void cnn_forward(model_t *m, const float *x, int B) {
   cnn_params_t *p = &m->p.cnn;
   cnn_acts_t *a = &m->a.cnn;
   conv_shape_t s1 = {B, 28, 28, 1, CNN_C1, CNN_K}, s2 = {B, 14, 14, CNN_C1, CNN_C2, CNN_K};
-  conv2d_forward(a->c1, a->cols1, x, p->conv1w, p->conv1b, s1); // (B, 28, 28, 32)
-  maxpool2_forward(a->p1, a->arg1, a->c1, B, 28, 28, CNN_C1);    // (B, 14, 14, 32)
+  conv2d_forward(a->c1, a->cols, x, p->conv1w, p->conv1b, s1);  // (B, 28, 28, 32)
+  maxpool2_forward(a->p1, a->arg1, a->c1, B, 28, 28, CNN_C1);   // (B, 14, 14, 32)
   relu_forward(a->p1, a->p1, (long)B * 14 * 14 * CNN_C1);
-  conv2d_forward(a->c2, a->cols2, a->p1, p->conv2w, p->conv2b, s2); // (B, 14, 14, 64)
-  maxpool2_forward(a->p2, a->arg2, a->c2, B, 14, 14, CNN_C2);        // (B, 7, 7, 64)
+  conv2d_forward(a->c2, a->cols, a->p1, p->conv2w, p->conv2b, s2);  // (B, 14, 14, 64)
+  maxpool2_forward(a->p2, a->arg2, a->c2, B, 14, 14, CNN_C2);       // (B, 7, 7, 64)
   relu_forward(a->p2, a->p2, (long)B * CNN_FLAT);
-  linear_forward(a->f1, a->p2, p->fc1w, p->fc1b, B, CNN_FLAT, CNN_FC); // (B, 512)
+  linear_forward(a->f1, a->p2, p->fc1w, p->fc1b, B, CNN_FLAT, CNN_FC);  // (B, 512)
   relu_forward(a->f1, a->f1, (long)B * CNN_FC);
-  linear_forward(m->logits, a->f1, p->fc2w, p->fc2b, B, CNN_FC, DATA_CLASSES); // (B, 10)
+  maybe_dropout(m, a->f1, a->mask1, B, CNN_FC, 1);
+  linear_forward(m->logits, a->f1, p->fc2w, p->fc2b, B, CNN_FC, DATA_CLASSES);  // (B, 10)
 }
 
 /* Backward produces tensors in reverse order: fc2 (6, 7), fc1 (4, 5), conv2 (2, 3), conv1. */
@@ -201,16 +231,17 @@ static void cnn_backward(model_t *m, int B) {
   conv_shape_t s1 = {B, 28, 28, 1, CNN_C1, CNN_K}, s2 = {B, 14, 14, CNN_C1, CNN_C2, CNN_K};
   linear_backward(a->df1, g->fc2w, g->fc2b, m->dlogits, a->f1, p->fc2w, B, CNN_FC, DATA_CLASSES);
   grads_ready(m, 6, 2);
+  maybe_dropout_backward(m, a->df1, a->mask1, (long)B * CNN_FC);
   relu_backward(a->df1, a->df1, a->f1, (long)B * CNN_FC);
   linear_backward(a->dp2, g->fc1w, g->fc1b, a->df1, a->p2, p->fc1w, B, CNN_FLAT, CNN_FC);
   grads_ready(m, 4, 2);
   relu_backward(a->dp2, a->dp2, a->p2, (long)B * CNN_FLAT);
   maxpool2_backward(a->dc2, a->dp2, a->arg2, B, 14, 14, CNN_C2);
-  conv2d_backward(a->dp1, g->conv2w, g->conv2b, a->dcols2, a->dc2, a->cols2, p->conv2w, s2);
+  conv2d_backward(a->dp1, g->conv2w, g->conv2b, a->cols, a->dcols, a->dc2, a->p1, p->conv2w, s2);
   grads_ready(m, 2, 2);
   relu_backward(a->dp1, a->dp1, a->p1, (long)B * 14 * 14 * CNN_C1);
   maxpool2_backward(a->dc1, a->dp1, a->arg1, B, 28, 28, CNN_C1);
-  conv2d_backward(NULL, g->conv1w, g->conv1b, NULL, a->dc1, a->cols1, p->conv1w, s1);
+  conv2d_backward(NULL, g->conv1w, g->conv1b, a->cols, NULL, a->dc1, m->x, p->conv1w, s1);
   grads_ready(m, 0, 2);
 }
 
@@ -218,15 +249,19 @@ static void cnn_backward(model_t *m, int B) {
 
 void model_forward(model_t *m, const float *x, const uint8_t *y, int B) {
   m->x = x;
-  if (m->kind == MODEL_MLP) mlp_forward(m, x, B);
-  else cnn_forward(m, x, B);
+  if (m->kind == MODEL_MLP)
+    mlp_forward(m, x, B);
+  else
+    cnn_forward(m, x, B);
   softmax_xent_forward(m->probs, m->losses, m->logits, y, B, DATA_CLASSES);
 }
 
 void model_backward(model_t *m, const uint8_t *y, int B, float scale) {
   softmax_xent_backward(m->dlogits, m->probs, y, B, DATA_CLASSES, scale);
-  if (m->kind == MODEL_MLP) mlp_backward(m, B);
-  else cnn_backward(m, B);
+  if (m->kind == MODEL_MLP)
+    mlp_backward(m, B);
+  else
+    cnn_backward(m, B);
 }
 
 void model_score(const model_t *m, const uint8_t *y, int B, double *loss_sum, int *correct) {

@@ -5,6 +5,7 @@
  *   mlp  784 -> 512 -> ReLU -> 256 -> ReLU -> 10                          535,818 parameters
  *   cnn  conv5x5 1->32, maxpool2, ReLU -> conv5x5 32->64, maxpool2, ReLU
  *        -> 3136 -> 512 -> ReLU -> 10                                     1,663,370 parameters
+ * with optional dropout after each hidden ReLU of the fully connected layers (--dropout).
  */
 #ifndef TRAINER_MODEL_H_
 #define TRAINER_MODEL_H_
@@ -23,16 +24,17 @@ typedef struct {
 } param_tensor_t;
 
 typedef struct { /* views into params (or grads) */
-  float *fc1w; /* (512, 784) */
-  float *fc1b; /* (512) */
-  float *fc2w; /* (256, 512) */
-  float *fc2b; /* (256) */
-  float *fc3w; /* (10, 256) */
-  float *fc3b; /* (10) */
+  float *fc1w;   /* (512, 784) */
+  float *fc1b;   /* (512) */
+  float *fc2w;   /* (256, 512) */
+  float *fc2b;   /* (256) */
+  float *fc3w;   /* (10, 256) */
+  float *fc3b;   /* (10) */
 } mlp_params_t;
 
 typedef struct {
-  float *h1, *h2; /* (B, 512), (B, 256), after ReLU */
+  float *h1, *h2;       /* (B, 512), (B, 256), after ReLU (and dropout when training) */
+  float *mask1, *mask2; /* dropout masks, same shapes */
   float *dh1, *dh2;
 } mlp_acts_t;
 
@@ -48,16 +50,16 @@ typedef struct {
 } cnn_params_t;
 
 typedef struct {
-  float *cols1;  /* (B*28*28, 5*5*1) im2col of the input */
-  float *c1;     /* (B, 28, 28, 32) conv1 */
-  float *p1;     /* (B, 14, 14, 32) maxpool + ReLU */
-  int32_t *arg1; /* (B, 14, 14, 32) */
-  float *cols2;  /* (B*14*14, 5*5*32) */
-  float *c2;     /* (B, 14, 14, 64) conv2 */
-  float *p2;     /* (B, 7, 7, 64) maxpool + ReLU = (B, 3136) flattened in NHWC order */
-  int32_t *arg2; /* (B, 7, 7, 64) */
-  float *f1;     /* (B, 512) fc1 + ReLU */
-  float *dcols2, *dc1, *dp1, *dc2, *dp2, *df1;
+  float *cols, *dcols; /* scratch: one tile's im2col and its gradient (see conv2d_forward) */
+  float *c1;           /* (B, 28, 28, 32) conv1 */
+  float *p1;           /* (B, 14, 14, 32) maxpool + ReLU */
+  int32_t *arg1;       /* (B, 14, 14, 32) */
+  float *c2;           /* (B, 14, 14, 64) conv2 */
+  float *p2;           /* (B, 7, 7, 64) maxpool + ReLU = (B, 3136) flattened in NHWC order */
+  int32_t *arg2;       /* (B, 7, 7, 64) */
+  float *f1;           /* (B, 512) fc1 + ReLU (+ dropout when training) */
+  float *mask1;        /* (B, 512) dropout mask */
+  float *dc1, *dp1, *dc2, *dp2, *df1;
 } cnn_acts_t;
 
 /* Called by backward once a parameter tensor's gradient is final for this micro-step; the
@@ -80,11 +82,13 @@ typedef struct model {
     mlp_acts_t mlp;
     cnn_acts_t cnn;
   } a;
-  const float *x; /* (B, 784) the input of the last forward */
-  float *logits;  /* (B, 10) */
-  float *probs;   /* (B, 10) */
-  float *losses;  /* (B) */
-  float *dlogits; /* (B, 10) */
+  float dropout;        /* probability of dropping a hidden unit while training */
+  const uint64_t *keys; /* (B) per-sample dropout keys for the next forward; NULL: evaluation */
+  const float *x;       /* (B, 784) the input of the last forward */
+  float *logits;        /* (B, 10) */
+  float *probs;         /* (B, 10) */
+  float *losses;        /* (B) */
+  float *dlogits;       /* (B, 10) */
   void *act_arena;
   grad_ready_fn on_grad;
   void *on_grad_ctx;

@@ -9,13 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers.h" /* TRAINER_SIMD */
+
 int optim_parse(const char *name, optim_kind_t *kind) {
   if (strcmp(name, "sgd") == 0) return *kind = OPT_SGD, 0;
   if (strcmp(name, "adamw") == 0) return *kind = OPT_ADAMW, 0;
   return -1;
 }
 
-const char *optim_name(optim_kind_t kind) { return kind == OPT_SGD ? "sgd" : "adamw"; }
+const char *optim_name(optim_kind_t kind) {
+  return kind == OPT_SGD ? "sgd" : "adamw";
+}
 
 int optim_create(optim_t *o, optim_kind_t kind, size_t n) {
   memset(o, 0, sizeof(*o));
@@ -41,7 +45,7 @@ int optim_state_arrays(const optim_t *o, float **arrays) {
 
 /* g' = g + wd * p;  buf = momentum * buf + g';  p -= lr * buf   (buf starts at g' in PyTorch;
  * starting from zero gives the same first value). */
-static void sgd_step(optim_t *o, float *p, const float *g, float lr) {
+TRAINER_SIMD static void sgd_step(optim_t *o, float *p, const float *g, float lr) {
   float mu = o->momentum, wd = o->weight_decay;
   for (size_t i = 0; i < o->n; i++) {
     float gi = g[i] + wd * p[i];
@@ -52,7 +56,7 @@ static void sgd_step(optim_t *o, float *p, const float *g, float lr) {
 
 /* p *= 1 - lr * wd;  m, v = moving averages of g, g^2;
  * p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)   (PyTorch's form). */
-static void adamw_step(optim_t *o, float *p, const float *g, float lr) {
+TRAINER_SIMD static void adamw_step(optim_t *o, float *p, const float *g, float lr) {
   o->t++;
   float b1 = o->beta1, b2 = o->beta2;
   float bc1 = 1.0f - powf(b1, (float)o->t), bc2_sqrt = sqrtf(1.0f - powf(b2, (float)o->t));
@@ -65,8 +69,10 @@ static void adamw_step(optim_t *o, float *p, const float *g, float lr) {
 }
 
 void optim_step(optim_t *o, float *params, const float *grads, float lr) {
-  if (o->kind == OPT_SGD) sgd_step(o, params, grads, lr);
-  else adamw_step(o, params, grads, lr);
+  if (o->kind == OPT_SGD)
+    sgd_step(o, params, grads, lr);
+  else
+    adamw_step(o, params, grads, lr);
 }
 
 float lr_at(int64_t step, int64_t total, int64_t warmup, float lr, float final_frac) {

@@ -14,9 +14,9 @@ typedef struct {
   float eps;          /* adamw */
   float weight_decay; /* sgd: L2 added to the gradient; adamw: decoupled */
   size_t n;
-  int64_t t;   /* adamw: steps taken, for bias correction */
-  float *m;    /* (n) sgd: momentum buffer; adamw: first moment */
-  float *v;    /* (n) adamw: second moment; NULL for sgd */
+  int64_t t; /* adamw: steps taken, for bias correction */
+  float *m;  /* (n) sgd: momentum buffer; adamw: first moment */
+  float *v;  /* (n) adamw: second moment; NULL for sgd */
 } optim_t;
 
 int optim_parse(const char *name, optim_kind_t *kind);

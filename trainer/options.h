@@ -14,11 +14,12 @@ typedef struct {
   model_kind_t model;
   optim_kind_t optim;
   int epochs, batch, accum, threads;
-  float lr;            /* at the reference global batch; < 0: the optimizer's default */
-  int lr_ref_batch;    /* global batch at which --lr applies */
+  float lr;         /* at the reference global batch; < 0: the optimizer's default */
+  int lr_ref_batch; /* global batch at which --lr applies */
   lr_scaling_t lr_scaling;
   float momentum, weight_decay; /* weight_decay < 0: the optimizer's default */
   float warmup_epochs, final_lr_frac;
+  float dropout;
   augment_t augment;
   int augment_set;
   uint64_t seed;
@@ -31,6 +32,7 @@ typedef struct {
   const char *log_path;
   const char *dump_prefix;
   int no_eval;
+  int blas_info;
   int train_limit, test_limit; /* use only the first N images; 0: all */
 } options_t;
 

@@ -12,6 +12,7 @@
  * Rank 0 prints a line per epoch, writes the CSV log and the checkpoints.
  */
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "model.h"
 #include "optim.h"
 #include "options.h"
+#include "rng.h"
 #include "tutti.h"
 
 typedef struct {
@@ -35,16 +37,17 @@ typedef struct {
   optim_t optim;
   ddp_t *ddp;
   sampler_t sampler;
-  float *x;   /* (batch, 784) */
-  uint8_t *y; /* (batch) */
-  int *idx;   /* (batch) */
+  float *x;       /* (batch, 784) */
+  uint8_t *y;     /* (batch) */
+  int *idx;       /* (batch) */
+  uint64_t *keys; /* (batch) dropout keys of the samples */
   int global_batch, steps_per_epoch;
   int64_t total_steps, warmup_steps;
   float lr; /* peak learning rate after the scaling rule */
   /* where we are */
   int64_t epoch, step_in_epoch, global_step;
-  double sums[3];   /* this rank's loss sum, correct, samples of the epoch so far */
-  double elapsed_s; /* training time of earlier runs (resume) */
+  double sums[3];                  /* this rank's loss sum, correct, samples of the epoch so far */
+  double elapsed_s;                /* training time of earlier runs (resume) */
   int64_t run_step0, steady_step0; /* first step of this run; of the steady-state measurement */
   double steady_t0;                /* when this run completed BENCH_SKIP_STEPS steps */
   FILE *log, *trace;
@@ -107,7 +110,8 @@ static ncclComm_t comm_init(void) {
 }
 
 static void load_data(trainer_t *t) {
-  if (data_load(t->opt.data_dir, "train", &t->train) || data_load(t->opt.data_dir, "t10k", &t->test))
+  if (data_load(t->opt.data_dir, "train", &t->train) ||
+      data_load(t->opt.data_dir, "t10k", &t->test))
     exit(1);
   if (t->opt.train_limit && t->opt.train_limit < t->train.n) t->train.n = t->opt.train_limit;
   if (t->opt.test_limit && t->opt.test_limit < t->test.n) t->test.n = t->opt.test_limit;
@@ -117,11 +121,15 @@ static void setup(trainer_t *t, int argc, char **argv) {
   blas_pick_kernels(argv);
   options_parse(argc, argv, &t->opt);
   const options_t *o = &t->opt;
+  if (o->blas_info) {
+    printf("%s\n", openblas_get_corename());
+    exit(0);
+  }
   openblas_set_num_threads(o->threads);
   t->comm = comm_init();
   load_data(t);
-  if (model_create(&t->model, o->model, o->batch) || optim_create(&t->optim, o->optim,
-                                                                  t->model.nparams))
+  if (model_create(&t->model, o->model, o->batch) ||
+      optim_create(&t->optim, o->optim, t->model.nparams))
     die("out of memory");
   t->optim.momentum = o->momentum, t->optim.weight_decay = o->weight_decay;
   t->ddp = ddp_create(t->comm, &t->model, o->bucket_mb);
@@ -137,21 +145,25 @@ static void setup(trainer_t *t, int argc, char **argv) {
   t->x = malloc((size_t)o->batch * DATA_PIXELS * sizeof(float));
   t->y = malloc((size_t)o->batch);
   t->idx = malloc((size_t)o->batch * sizeof(int));
-  if (!t->x || !t->y || !t->idx) die("out of memory");
+  t->keys = malloc((size_t)o->batch * sizeof(uint64_t));
+  if (!t->x || !t->y || !t->idx || !t->keys) die("out of memory");
+  t->model.dropout = o->dropout;
 }
 
 static void print_setup(const trainer_t *t) {
   const options_t *o = &t->opt;
   const ddp_bucket_t *b;
   int nb = ddp_buckets(t->ddp, &b);
-  printf("tutti-train: %s (%zu parameters), %s, %d rank%s x batch %d x accum %d = global batch %d"
-         "\n  lr %.3g (--lr %.3g at global batch %d, scaled), warmup %lld steps, cosine to %lld "
-         "steps (%d epochs x %d)\n  weight decay %.3g, augment %s, seed %llu, %d bucket%s:",
-         model_name(o->model), t->model.nparams, optim_name(o->optim), t->world,
-         t->world > 1 ? "s" : "", o->batch, o->accum, t->global_batch, (double)t->lr,
-         (double)o->lr, o->lr_ref_batch, (long long)t->warmup_steps, (long long)t->total_steps,
-         o->epochs, t->steps_per_epoch, (double)o->weight_decay, augment_name(o->augment),
-         (unsigned long long)o->seed, nb, nb > 1 ? "s" : "");
+  printf(
+      "tutti-train: %s (%zu parameters), %s, %d rank%s x batch %d x accum %d = global batch %d"
+      "\n  lr %.3g (--lr %.3g at global batch %d, scaled), warmup %lld steps, cosine to %lld "
+      "steps (%d epochs x %d)\n  weight decay %.3g, augment %s, dropout %.2g, seed %llu, "
+      "%d bucket%s:",
+      model_name(o->model), t->model.nparams, optim_name(o->optim), t->world,
+      t->world > 1 ? "s" : "", o->batch, o->accum, t->global_batch, (double)t->lr, (double)o->lr,
+      o->lr_ref_batch, (long long)t->warmup_steps, (long long)t->total_steps, o->epochs,
+      t->steps_per_epoch, (double)o->weight_decay, augment_name(o->augment), (double)o->dropout,
+      (unsigned long long)o->seed, nb, nb > 1 ? "s" : "");
   for (int i = 0; i < nb; i++)
     printf(" [%s..%s %.2f MB]", t->model.tensors[b[i].first_tensor + b[i].ntensors - 1].name,
            t->model.tensors[b[i].first_tensor].name, b[i].count * 4.0 / 1e6);
@@ -184,7 +196,8 @@ static void start_state(trainer_t *t) {
     int n = optim_state_arrays(&t->optim, arrays);
     status = ckpt_load(t->opt.checkpoint, &st, t->model.params, t->model.nparams, arrays, n);
     if (status == 0 && strcmp(st.config, config) != 0) {
-      fprintf(stderr, "tutti-train: %s was written with other settings:\n  it has: %s\n  now:    %s\n",
+      fprintf(stderr,
+              "tutti-train: %s was written with other settings:\n  it has: %s\n  now:    %s\n",
               t->opt.checkpoint, st.config, config);
       status = -1;
     }
@@ -253,9 +266,12 @@ static void train_step(trainer_t *t) {
   model_t *m = &t->model;
   model_zero_grad(m);
   for (int micro = 0; micro < o->accum; micro++) {
-    for (int i = 0; i < o->batch; i++)
+    for (int i = 0; i < o->batch; i++) {
       t->idx[i] = sampler_index(&t->sampler, (int)t->step_in_epoch, micro, i);
+      t->keys[i] = rng_key(o->seed, RNG_DROPOUT, (uint64_t)t->epoch, (uint64_t)t->idx[i]);
+    }
     data_gather(&t->train, t->idx, o->batch, o->augment, o->seed, (int)t->epoch, t->x, t->y);
+    m->keys = t->keys; /* training: dropout on */
     model_forward(m, t->x, t->y, o->batch);
     double loss;
     int correct;
@@ -279,6 +295,7 @@ static void train_step(trainer_t *t) {
 static void evaluate(trainer_t *t, double *loss, double *acc) {
   double sums[3] = {0, 0, 0};
   int B = t->opt.batch;
+  t->model.keys = NULL; /* evaluation: no dropout */
   for (int first = t->rank; first < t->test.n; first += B * t->world) {
     int count = 0;
     for (int i = first; i < t->test.n && count < B; i += t->world) t->idx[count++] = i;
@@ -295,23 +312,24 @@ static void evaluate(trainer_t *t, double *loss, double *acc) {
 
 typedef struct {
   double train_loss, train_acc, test_loss, test_acc, samples_per_s;
-  double compute_s, comm_s, wait_s, epoch_s;
+  double compute_s, comm_s, comm_cpu_s, wait_s, epoch_s;
   float lr;
 } epoch_stats_t;
 
 static void log_epoch(trainer_t *t, const epoch_stats_t *s) {
   if (t->rank != 0) return;
-  printf("epoch %2lld/%d | loss %.4f | train %6.2f%% | test %6.2f%% loss %.4f | lr %.2e | "
-         "%7.0f samples/s | compute %6.1fs comm %5.1fs (exposed %4.1fs) | %.1fs\n",
-         (long long)t->epoch + 1, t->opt.epochs, s->train_loss, 100 * s->train_acc,
-         100 * s->test_acc, s->test_loss, (double)s->lr, s->samples_per_s, s->compute_s, s->comm_s,
-         s->wait_s, s->epoch_s);
+  printf(
+      "epoch %2lld/%d | loss %.4f | train %6.2f%% | test %6.2f%% loss %.4f | lr %.2e | "
+      "%7.0f samples/s | compute %6.1fs comm %5.1fs (cpu %4.1fs, exposed %4.1fs) | %.1fs\n",
+      (long long)t->epoch + 1, t->opt.epochs, s->train_loss, 100 * s->train_acc, 100 * s->test_acc,
+      s->test_loss, (double)s->lr, s->samples_per_s, s->compute_s, s->comm_s, s->comm_cpu_s,
+      s->wait_s, s->epoch_s);
   fflush(stdout);
   if (!t->log) return;
-  fprintf(t->log, "%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6e,%.1f,%.3f,%.3f,%.3f,%.3f\n",
+  fprintf(t->log, "%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6e,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f\n",
           (long long)t->epoch + 1, (long long)t->global_step, s->train_loss, s->train_acc,
           s->test_loss, s->test_acc, (double)s->lr, s->samples_per_s, s->compute_s, s->comm_s,
-          s->wait_s, t->elapsed_s);
+          s->comm_cpu_s, s->wait_s, t->elapsed_s);
   fflush(t->log);
 }
 
@@ -322,9 +340,9 @@ static int should_stop(const trainer_t *t) {
 /* Runs the rest of the current epoch; returns 1 if --max-steps stopped it. */
 static int run_epoch(trainer_t *t) {
   epoch_stats_t s = {0};
-  double comm0, wait0, comm1, wait1, t0 = now_s();
+  double comm0, cpu0, wait0, comm1, cpu1, wait1, t0 = now_s();
   int64_t first_step = t->step_in_epoch;
-  ddp_times(t->ddp, &comm0, &wait0);
+  ddp_times(t->ddp, &comm0, &cpu0, &wait0);
   sampler_set_epoch(&t->sampler, (int)t->epoch);
   while (t->step_in_epoch < t->steps_per_epoch) {
     train_step(t);
@@ -337,14 +355,15 @@ static int run_epoch(trainer_t *t) {
     }
   }
   s.epoch_s = now_s() - t0;
-  ddp_times(t->ddp, &comm1, &wait1);
-  s.comm_s = comm1 - comm0, s.wait_s = wait1 - wait0, s.compute_s = s.epoch_s - s.wait_s;
+  ddp_times(t->ddp, &comm1, &cpu1, &wait1);
+  s.comm_s = comm1 - comm0, s.comm_cpu_s = cpu1 - cpu0, s.wait_s = wait1 - wait0;
+  s.compute_s = s.epoch_s - s.wait_s;
   s.samples_per_s = (double)(t->step_in_epoch - first_step) * t->global_batch / s.epoch_s;
   t->elapsed_s += s.epoch_s;
   s.lr = lr_at(t->global_step - 1, t->total_steps, t->warmup_steps, t->lr, t->opt.final_lr_frac);
   ddp_allreduce_sum(t->ddp, t->sums, 3, ncclDouble);
   s.train_loss = t->sums[0] / t->sums[2], s.train_acc = t->sums[1] / t->sums[2];
-  s.test_loss = s.test_acc = 0.0 / 0.0;
+  s.test_loss = s.test_acc = NAN;
   if (!t->opt.no_eval) evaluate(t, &s.test_loss, &s.test_acc);
   log_epoch(t, &s);
   t->epoch++, t->step_in_epoch = 0;
@@ -362,18 +381,21 @@ static void open_logs(trainer_t *t) {
   t->log = fopen(t->opt.log_path, fresh ? "w" : "a");
   if (!t->log) die("cannot open --log file");
   if (fresh)
-    fprintf(t->log, "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,samples_per_s,"
-                    "compute_s,comm_s,comm_exposed_s,elapsed_s\n");
+    fprintf(t->log,
+            "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,samples_per_s,"
+            "compute_s,comm_s,comm_cpu_s,comm_exposed_s,elapsed_s\n");
 }
 
 static void finish(trainer_t *t, double run_s, int64_t steps_run) {
-  double comm_s, wait_s, end = now_s();
-  ddp_times(t->ddp, &comm_s, &wait_s);
+  double comm_s, comm_cpu_s, wait_s, end = now_s();
+  ddp_times(t->ddp, &comm_s, &comm_cpu_s, &wait_s);
   if (t->rank == 0) {
-    printf("%s after %lld steps: %.0f samples/s over this run (%lld steps, %.1fs; comm %.1fs, "
-           "exposed %.1fs)", should_stop(t) ? "stopped" : "done", (long long)t->global_step,
-           steps_run * (double)t->global_batch / run_s, (long long)steps_run, run_s, comm_s,
-           wait_s);
+    printf(
+        "%s after %lld steps: %.0f samples/s over this run (%lld steps, %.1fs; comm %.1fs, "
+        "of it CPU %.1fs, exposed %.1fs)",
+        should_stop(t) ? "stopped" : "done", (long long)t->global_step,
+        steps_run * (double)t->global_batch / run_s, (long long)steps_run, run_s, comm_s,
+        comm_cpu_s, wait_s);
     if (t->steady_t0 > 0 && t->global_step > t->steady_step0)
       printf(", %.0f samples/s after the first %d steps",
              (double)(t->global_step - t->steady_step0) * t->global_batch / (end - t->steady_t0),
@@ -390,7 +412,7 @@ static void finish(trainer_t *t, double run_s, int64_t steps_run) {
   model_free(&t->model);
   data_free(&t->train);
   data_free(&t->test);
-  free(t->x), free(t->y), free(t->idx);
+  free(t->x), free(t->y), free(t->idx), free(t->keys);
 }
 
 int main(int argc, char **argv) {

@@ -1,0 +1,261 @@
+// Failures: a rank killed in the middle of large all-reduces, a rank that never calls, and
+// ncclCommAbort from another thread. Every other rank's call must return an error (never hang)
+// with a message naming the rank, and no shared-memory segment may be left in /dev/shm.
+//
+// Settings are read once per process and forked children inherit the parent's cached values,
+// so TUTTI_TIMEOUT given to the children applies only while this process has not created a
+// communicator itself: the process-mode tests come first and ctest runs each test alone.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using th::Mode;
+using th::RankCtx;
+
+// What the ranks tell the test, in memory shared between the processes.
+struct Report {
+  std::atomic<int> iterations[8];
+  std::atomic<int> done[8];
+  double error_at[8];  // CLOCK_MONOTONIC, comparable between processes
+  double started_at[8];
+  int code[8];
+  int async_code[8];
+  char message[8][512];
+  double killed_at;
+};
+
+void record_error(RankCtx &ctx, Report *rep, ncclResult_t rc) {
+  int r = ctx.rank;
+  rep->error_at[r] = th::now_s();
+  rep->code[r] = rc;
+  snprintf(rep->message[r], sizeof rep->message[r], "%s", ncclGetLastError(ctx.comm));
+  ncclResult_t async = ncclSuccess;
+  if (ctx.comm != nullptr && ncclCommGetAsyncError(ctx.comm, &async) == ncclSuccess)
+    rep->async_code[r] = async;
+}
+
+bool is_peer_error(int code) {
+  return code == ncclRemoteError || code == ncclSystemError;
+}
+
+// A survivor: its last call failed with a peer error, the communicator says so too, and the
+// message names `culprit`.
+void expect_survivor(const th::RankResult &rr, const Report *rep, const char *culprit) {
+  int r = rr.rank;
+  EXPECT_EQ(rr.exit_code, 0) << "rank " << r;
+  EXPECT_EQ(rr.failures, 0) << "rank " << r << ": " << (rr.messages.empty() ? "" : rr.messages[0]);
+  EXPECT_TRUE(is_peer_error(rep->code[r]))
+      << "rank " << r << " returned " << rep->code[r] << ": " << rep->message[r];
+  EXPECT_TRUE(is_peer_error(rep->async_code[r]))
+      << "rank " << r << ": ncclCommGetAsyncError gave " << rep->async_code[r];
+  EXPECT_TRUE(th::contains(rep->message[r], culprit))
+      << "rank " << r << ": \"" << rep->message[r] << "\" does not name " << culprit;
+}
+
+Report *new_report() {
+  void *p = th::shared_alloc(sizeof(Report));
+  return p == nullptr ? nullptr : new (p) Report();
+}
+
+// ---------------------------------------------------------------- a rank is killed
+
+// Rank 1 is SIGKILLed while all ranks loop over 4 MiB collectives: ranks 0 and 2 return an error
+// in well under the 10 s timeout (a dead process on this host is noticed directly), and both
+// messages name rank 1, also the rank that was waiting on rank 2 when rank 2 gave up.
+void killed_rank(bool reduce_to_root0) {
+  const int n = 3, victim = 1;
+  Report *rep = new_report();
+  ASSERT_NE(rep, nullptr);
+  th::Options opt;
+  opt.env = {{"TUTTI_TIMEOUT", "10"}};
+  opt.timeout_s = 60;
+  opt.while_running = [&](const std::vector<pid_t> &pids) {
+    double until = th::now_s() + 30;
+    auto all_looping = [&] {
+      for (int r = 0; r < n; r++)
+        if (rep->iterations[r] < 3) return false;
+      return true;
+    };
+    while (!all_looping() && th::now_s() < until) usleep(1000);
+    rep->killed_at = th::now_s();
+    kill(pids[victim], SIGKILL);
+  };
+  th::RunResult res = th::run_ranks(
+      Mode::kProcs, n,
+      [&](RankCtx &ctx) {
+        const size_t count = 1 << 20;
+        std::vector<float> in(count, 1.0f + ctx.rank), out(count);
+        bool check = !reduce_to_root0 || ctx.rank == 0;
+        for (int it = 0; it < 100000; it++) {
+          ncclResult_t rc = reduce_to_root0
+                                ? ncclReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, 0,
+                                             ctx.comm, nullptr)
+                                : ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum,
+                                                ctx.comm, nullptr);
+          if (rc != ncclSuccess) {
+            record_error(ctx, rep, rc);
+            break;
+          }
+          RCHECK(ctx, !check || out[it % count] == 6.0f, "iteration %d: out = %g", it,
+                 out[it % count]);
+          rep->iterations[ctx.rank]++;
+        }
+        RCHECK(ctx, rep->error_at[ctx.rank] > 0, "the collectives never failed");
+      },
+      opt);
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  ASSERT_EQ(res.ranks.size(), static_cast<size_t>(n));
+  EXPECT_GE(rep->iterations[victim], 3) << "the victim never got going";
+  EXPECT_EQ(res.ranks[victim].term_signal, SIGKILL) << res.describe();
+  for (int r = 0; r < n; r++) {
+    if (r == victim) continue;
+    expect_survivor(res.ranks[r], rep, "rank 1");
+    double latency = rep->error_at[r] - rep->killed_at;
+    EXPECT_LT(latency, 5.0) << "rank " << r << " took " << latency
+                            << " s to notice (timeout is 10 s)";
+    EXPECT_GT(latency, 0.0) << "rank " << r << " failed before the kill: " << rep->message[r];
+  }
+  EXPECT_TRUE(res.leaked_shm.empty()) << res.describe();
+  th::shared_free(rep, sizeof(Report));
+}
+
+TEST(Failure, KilledRankIsReportedByEveryOtherRank) {
+  killed_rank(false);
+}
+
+// The same with reduces to rank 0 (the chain 1 -> 2 -> 0): rank 0 only ever waits on rank 2,
+// which fails because rank 1 died; rank 0's message must still name rank 1.
+TEST(Failure, KilledRankIsNamedByRanksThatNeverWaitOnIt) {
+  killed_rank(true);
+}
+
+// ---------------------------------------------------------------- a rank never calls
+
+// Rank 2 initialises but never calls the all-reduce; with TUTTI_TIMEOUT=2 the others get
+// ncclSystemError after about 2 s, naming rank 2. Small and large (ring) sizes, 2 and 3 ranks.
+void never_calls(int n, size_t count) {
+  const int absent = n - 1;
+  Report *rep = new_report();
+  ASSERT_NE(rep, nullptr);
+  th::Options opt;
+  opt.env = {{"TUTTI_TIMEOUT", "2"}};
+  opt.timeout_s = 60;
+  th::RunResult res = th::run_ranks(
+      Mode::kProcs, n,
+      [&](RankCtx &ctx) {
+        if (ctx.rank == absent) {  // waits until the others gave up, then leaves
+          double until = th::now_s() + 30;
+          for (int r = 0; r < absent; r++)
+            while (!rep->done[r] && th::now_s() < until) usleep(1000);
+          return;
+        }
+        std::vector<float> in(count, 1.0f), out(count, -1.0f);
+        rep->started_at[ctx.rank] = th::now_s();
+        ncclResult_t rc =
+            ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr);
+        record_error(ctx, rep, rc);
+        rep->done[ctx.rank] = 1;
+      },
+      opt);
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  ASSERT_EQ(res.ranks.size(), static_cast<size_t>(n));
+  std::string absent_name = "rank " + std::to_string(absent);
+  for (int r = 0; r < absent; r++) {
+    SCOPED_TRACE("nranks " + std::to_string(n) + " count " + std::to_string(count));
+    expect_survivor(res.ranks[r], rep, absent_name.c_str());
+    EXPECT_EQ(rep->code[r], ncclSystemError) << rep->message[r];
+    EXPECT_TRUE(th::contains(rep->message[r], "timed out")) << rep->message[r];
+    double waited = rep->error_at[r] - rep->started_at[r];
+    EXPECT_GT(waited, 1.5) << "rank " << r << " gave up before TUTTI_TIMEOUT=2";
+    EXPECT_LT(waited, 8.0) << "rank " << r << " waited far beyond TUTTI_TIMEOUT=2";
+  }
+  EXPECT_EQ(res.ranks[absent].exit_code, 0) << res.describe();
+  EXPECT_TRUE(res.leaked_shm.empty()) << res.describe();
+  th::shared_free(rep, sizeof(Report));
+}
+
+TEST(Failure, RankThatNeverCallsTimesOutTwoRanksLarge) {
+  never_calls(2, 4 << 20);
+}
+TEST(Failure, RankThatNeverCallsTimesOutThreeRanksSmall) {
+  never_calls(3, 1024);
+}
+
+// ---------------------------------------------------------------- ncclCommAbort
+
+// Rank 0 blocks in an all-reduce that rank 1 has not joined; another thread of rank 0 aborts
+// its communicator after 300 ms: the call returns an error at once. Rank 1 then calls and is
+// told quickly that rank 0 is gone (not after its 30 s timeout).
+void abort_releases(Mode mode) {
+  Report *rep = new_report();
+  ASSERT_NE(rep, nullptr);
+  th::Options opt;
+  opt.env = {{"TUTTI_TIMEOUT", "30"}};
+  opt.timeout_s = 60;
+  th::RunResult res = th::run_ranks(
+      mode, 2,
+      [&](RankCtx &ctx) {
+        std::vector<int32_t> in(100000, 1), out(100000, -1);
+        if (ctx.rank == 0) {
+          ncclComm_t comm = ctx.comm;
+          ncclResult_t abort_rc = ncclInternalError;
+          std::thread aborter([&] {
+            usleep(300 * 1000);
+            abort_rc = ncclCommAbort(comm);
+          });
+          rep->started_at[0] = th::now_s();
+          ncclResult_t rc =
+              ncclAllReduce(in.data(), out.data(), in.size(), ncclInt32, ncclSum, comm, nullptr);
+          rep->error_at[0] = th::now_s();
+          rep->code[0] = rc;
+          snprintf(rep->message[0], sizeof rep->message[0], "%s", ncclGetLastError(nullptr));
+          aborter.join();
+          ctx.comm = nullptr;  // aborted: freed by ncclCommAbort
+          RCHECK(ctx, abort_rc == ncclSuccess, "ncclCommAbort returned %d", (int)abort_rc);
+          rep->done[0] = 1;
+          return;
+        }
+        double until = th::now_s() + 30;
+        while (!rep->done[0] && th::now_s() < until) usleep(1000);
+        rep->started_at[1] = th::now_s();
+        ncclResult_t rc =
+            ncclAllReduce(in.data(), out.data(), in.size(), ncclInt32, ncclSum, ctx.comm, nullptr);
+        record_error(ctx, rep, rc);
+        for (int32_t v : out)
+          RCHECK(ctx, v == -1 || v == 2, "garbage %d in the output of a failed call", v);
+      },
+      opt);
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  ASSERT_EQ(res.ranks.size(), 2u);
+  EXPECT_EQ(res.ranks[0].failures, 0) << res.describe();
+  EXPECT_NE(rep->code[0], ncclSuccess) << "the blocked call succeeded";
+  EXPECT_TRUE(th::contains(rep->message[0], "abort")) << rep->message[0];
+  double released = rep->error_at[0] - rep->started_at[0];
+  EXPECT_GT(released, 0.25) << "returned before the abort";
+  EXPECT_LT(released, 3.0) << "the aborted call took " << released << " s to return";
+  expect_survivor(res.ranks[1], rep, "rank 0");
+  double told = rep->error_at[1] - rep->started_at[1];
+  EXPECT_LT(told, 3.0) << "rank 1 took " << told << " s to notice the aborted peer";
+  EXPECT_TRUE(res.leaked_shm.empty()) << res.describe();
+  th::shared_free(rep, sizeof(Report));
+}
+
+TEST(Failure, AbortFromAnotherThreadReleasesBlockedCallProcs) {
+  abort_releases(Mode::kProcs);
+}
+// Last: it creates communicators in this process (see the note at the top).
+TEST(Failure, AbortFromAnotherThreadReleasesBlockedCallThreads) {
+  abort_releases(Mode::kThreads);
+}
+
+}  // namespace
