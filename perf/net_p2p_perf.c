@@ -29,13 +29,13 @@ static size_t parse_bytes(const char *s) {
   return (size_t)v;
 }
 
-#define CHECK(call)                                                                            \
-  do {                                                                                         \
-    ncclResult_t r_ = (call);                                                                  \
-    if (r_ != ncclSuccess) {                                                                   \
-      fprintf(stderr, "net_p2p_perf: %s failed: %s\n", #call, ncclGetLastError(comm));        \
-      exit(1);                                                                                 \
-    }                                                                                          \
+#define CHECK(call)                                                                    \
+  do {                                                                                 \
+    ncclResult_t r_ = (call);                                                          \
+    if (r_ != ncclSuccess) {                                                           \
+      fprintf(stderr, "net_p2p_perf: %s failed: %s\n", #call, ncclGetLastError(comm)); \
+      exit(1);                                                                         \
+    }                                                                                  \
   } while (0)
 
 int main(int argc, char **argv) {

@@ -29,7 +29,7 @@
 #error "build with -DTUTTI_SOURCE_DIR=..."
 #endif
 
-extern "C" int multihost_helper_main(const char *mode); // test_multihost_ranks.cc
+extern "C" int multihost_helper_main(const char *mode);  // test_multihost_ranks.cc
 
 namespace {
 
@@ -100,8 +100,10 @@ struct Proc {
       poll(&pf, 1, 100);
       char buf[65536];
       ssize_t n = read(fd, buf, sizeof buf);
-      if (n > 0) out.append(buf, (size_t)n);
-      else if (n == 0) close(fd), fd = -1;
+      if (n > 0)
+        out.append(buf, (size_t)n);
+      else if (n == 0)
+        close(fd), fd = -1;
     }
     return true;
   }
@@ -109,7 +111,7 @@ struct Proc {
   int wait(double deadline) {
     read_until([](const std::string &) { return false; }, deadline);
     if (getenv("TUTTI_MH_VERBOSE")) fprintf(stderr, "%s", out.c_str());
-    if (fd >= 0) { // still running: stop it
+    if (fd >= 0) {  // still running: stop it
       kill(pid, SIGTERM);
       read_until([](const std::string &) { return false; }, now_s() + 5);
     }
@@ -189,9 +191,10 @@ class MultiHost : public ::testing::Test {
   std::string bed(const std::string &args) {
     return sh("TUTTI_NETNS_PREFIX=" + prefix + " " + kCluster + " " + args + " 2>&1");
   }
-  void launch(Proc &p, const std::string &hosts, const std::string &mode, std::vector<std::string> env,
-              const std::vector<std::string> &run_opts = {}) {
-    std::vector<std::string> argv = {kRun, "--hosts", hosts, "--netns-prefix", prefix, "--timeout", "300"};
+  void launch(Proc &p, const std::string &hosts, const std::string &mode,
+              std::vector<std::string> env, const std::vector<std::string> &run_opts = {}) {
+    std::vector<std::string> argv = {kRun,   "--hosts",   hosts, "--netns-prefix",
+                                     prefix, "--timeout", "300"};
     argv.insert(argv.end(), run_opts.begin(), run_opts.end());
     argv.push_back(self_exe());
     env.push_back("TUTTI_MH_HELPER=" + mode);
@@ -203,7 +206,8 @@ class MultiHost : public ::testing::Test {
       EXPECT_EQ(bed("pids h" + std::to_string(h)), "") << "processes left on h" << h;
     std::smatch m;
     std::regex pid_re("Pid +([0-9]+)");
-    for (auto it = std::sregex_iterator(out.begin(), out.end(), pid_re); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), pid_re);
+         it != std::sregex_iterator(); ++it) {
       std::string seg = sh("ls /dev/shm | grep '^tutti-" + (*it)[1].str() + "-' || true");
       EXPECT_EQ(seg, "") << "shared memory left by pid " << (*it)[1].str();
     }
@@ -221,8 +225,10 @@ class MultiHost : public ::testing::Test {
   // error naming the other side within TUTTI_TIMEOUT + 5 s.
   void failure_run(bool cut, int timeout_s, int run) {
     Proc p;
-    launch(p, "h1:2,h2:2", "loop", {"TUTTI_TIMEOUT=" + std::to_string(timeout_s)}, {"--keep-going"});
-    ASSERT_TRUE(p.read_until([](const std::string &o) { return count(o, "looping") >= 4; }, now_s() + 120))
+    launch(p, "h1:2,h2:2", "loop", {"TUTTI_TIMEOUT=" + std::to_string(timeout_s)},
+           {"--keep-going"});
+    ASSERT_TRUE(
+        p.read_until([](const std::string &o) { return count(o, "looping") >= 4; }, now_s() + 120))
         << p.out;
     usleep(300000 + 100000 * (run % 8));  // somewhere inside an all-reduce
     double t0 = now_s();
@@ -233,10 +239,14 @@ class MultiHost : public ::testing::Test {
     printf("[ run %d ] %s h2: every rank exited %.1f s later\n", run, cut ? "cut" : "killed", took);
     for (int r = 0; r < 4; r++) {
       std::string mine = lines_of_rank(p.out, r);
-      if (!cut && r >= 2) continue; // killed
-      EXPECT_NE(mine.find("FAILED"), std::string::npos) << "rank " << r << " did not report an error\n" << p.out;
+      if (!cut && r >= 2) continue;  // killed
+      EXPECT_NE(mine.find("FAILED"), std::string::npos)
+          << "rank " << r << " did not report an error\n"
+          << p.out;
       const char *other = r < 2 ? "host h2" : "host h1";
-      EXPECT_NE(mine.find(other), std::string::npos) << "rank " << r << " did not name " << other << "\n" << p.out;
+      EXPECT_NE(mine.find(other), std::string::npos)
+          << "rank " << r << " did not name " << other << "\n"
+          << p.out;
     }
     if (cut) bed("link h2 up");
     expect_clean(p.out);
@@ -332,21 +342,26 @@ TEST_F(MultiHost, StrangersOnDataPortsAreLoggedAndIgnored) {
   std::string stop = "/tmp/tutti-mh-stop-" + std::to_string(getpid());
   unlink(stop.c_str());
   launch(p, "h1:1,h2:1", "collectives",
-         {"TUTTI_TIMEOUT=30", "TUTTI_MH_STOP_FILE=" + stop, "TUTTI_DEBUG=INFO", "TUTTI_DEBUG_SUBSYS=NET,INIT"});
+         {"TUTTI_TIMEOUT=30", "TUTTI_MH_STOP_FILE=" + stop, "TUTTI_DEBUG=INFO",
+          "TUTTI_DEBUG_SUBSYS=NET,INIT"});
   std::regex port_re("(?:tcp: listening on|, root) ([0-9.]+):([0-9]+)");
-  ASSERT_TRUE(p.read_until([](const std::string &o) { return count(o, "looping") >= 2; }, now_s() + 120)) << p.out;
+  ASSERT_TRUE(
+      p.read_until([](const std::string &o) { return count(o, "looping") >= 2; }, now_s() + 120))
+      << p.out;
   std::vector<std::string> ports;
-  for (auto it = std::sregex_iterator(p.out.begin(), p.out.end(), port_re); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(p.out.begin(), p.out.end(), port_re);
+       it != std::sregex_iterator(); ++it)
     ports.push_back((*it)[1].str() + " " + (*it)[2].str());
-  ASSERT_EQ(ports.size(), 4u) << p.out; // two data ports, the bootstrap root's (twice)
+  ASSERT_EQ(ports.size(), 4u) << p.out;  // two data ports, the bootstrap root's (twice)
   for (auto &hp : ports) {
     bed("exec h3 sh -c 'head -c 200000 /dev/urandom | timeout 5 nc -q1 " + hp + "'");
     bed("exec h3 sh -c 'printf tutti | timeout 5 nc -q0 " + hp + "'");
     bed("exec h3 timeout 5 nc -z " + hp);
   }
   p.read_until([](const std::string &) { return false; }, now_s() + 0.1);
-  EXPECT_EQ(count(p.out, "every collective exact"), 0) << "the collectives ended before the strangers came";
-  FILE *f = fopen(stop.c_str(), "w"); // the ranks finish their round and stop
+  EXPECT_EQ(count(p.out, "every collective exact"), 0)
+      << "the collectives ended before the strangers came";
+  FILE *f = fopen(stop.c_str(), "w");  // the ranks finish their round and stop
   if (f) fclose(f);
   int st = p.wait(now_s() + 280);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;

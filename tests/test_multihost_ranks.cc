@@ -41,14 +41,18 @@ int failed(const char *what, ncclResult_t r) {
   return 3;
 }
 
-#define NCCL(call)                                \
-  do {                                            \
-    ncclResult_t r_ = (call);                     \
+#define NCCL(call)                                   \
+  do {                                               \
+    ncclResult_t r_ = (call);                        \
     if (r_ != ncclSuccess) return failed(#call, r_); \
   } while (0)
 
-long in(int r, size_t j) { return (long)(j % 1009) + 7 * r + 1; }
-long sum_in(size_t j, int n) { return n * (long)(j % 1009) + 7L * n * (n - 1) / 2 + n; }
+long in(int r, size_t j) {
+  return (long)(j % 1009) + 7 * r + 1;
+}
+long sum_in(size_t j, int n) {
+  return n * (long)(j % 1009) + 7L * n * (n - 1) / 2 + n;
+}
 
 int mismatches = 0;
 template <class T>
@@ -78,17 +82,23 @@ int check_allreduce(size_t c, ncclDataType_t t) {
   Ctx x = {g_n, g_rank, 0, c};
   fill(s, g_rank);
   NCCL(ncclAllReduce(s.data(), d.data(), c, t, ncclSum, g_comm, nullptr));
-  expect<T>("allreduce sum", c, d.data(), [](size_t j, void *p) { return sum_in(j, ((Ctx *)p)->n); }, &x);
-  NCCL(ncclAllReduce(s.data(), s.data(), c, t, ncclSum, g_comm, nullptr)); // in place
-  expect<T>("allreduce sum in place", c, s.data(), [](size_t j, void *p) { return sum_in(j, ((Ctx *)p)->n); }, &x);
+  expect<T>(
+      "allreduce sum", c, d.data(), [](size_t j, void *p) { return sum_in(j, ((Ctx *)p)->n); }, &x);
+  NCCL(ncclAllReduce(s.data(), s.data(), c, t, ncclSum, g_comm, nullptr));  // in place
+  expect<T>(
+      "allreduce sum in place", c, s.data(),
+      [](size_t j, void *p) { return sum_in(j, ((Ctx *)p)->n); }, &x);
   fill(s, g_rank);
   NCCL(ncclAllReduce(s.data(), d.data(), c, t, ncclMax, g_comm, nullptr));
-  expect<T>("allreduce max", c, d.data(), [](size_t j, void *p) { return in(((Ctx *)p)->n - 1, j); }, &x);
+  expect<T>(
+      "allreduce max", c, d.data(), [](size_t j, void *p) { return in(((Ctx *)p)->n - 1, j); }, &x);
   NCCL(ncclAllReduce(s.data(), d.data(), c, t, ncclMin, g_comm, nullptr));
-  expect<T>("allreduce min", c, d.data(), [](size_t j, void *) { return in(0, j); }, &x);
+  expect<T>(
+      "allreduce min", c, d.data(), [](size_t j, void *) { return in(0, j); }, &x);
   for (auto &v : s) v = (T)(g_rank % 2 + 1);
   NCCL(ncclAllReduce(s.data(), d.data(), c, t, ncclProd, g_comm, nullptr));
-  expect<T>("allreduce prod", c, d.data(), [](size_t, void *p) { return 1L << (((Ctx *)p)->n / 2); }, &x);
+  expect<T>(
+      "allreduce prod", c, d.data(), [](size_t, void *p) { return 1L << (((Ctx *)p)->n / 2); }, &x);
   return 0;
 }
 
@@ -110,24 +120,36 @@ int check_rooted(size_t c) {
     Ctx x = {g_n, g_rank, root, c};
     fill(s, g_rank);
     NCCL(ncclBroadcast(s.data(), d.data(), c, ncclInt32, root, g_comm, nullptr));
-    expect<int32_t>("broadcast", c, d.data(), [](size_t j, void *p) { return in(((Ctx *)p)->root, j); }, &x);
-    NCCL(ncclBroadcast(s.data(), s.data(), c, ncclInt32, root, g_comm, nullptr)); // in place
-    expect<int32_t>("broadcast in place", c, s.data(), [](size_t j, void *p) { return in(((Ctx *)p)->root, j); }, &x);
+    expect<int32_t>(
+        "broadcast", c, d.data(), [](size_t j, void *p) { return in(((Ctx *)p)->root, j); }, &x);
+    NCCL(ncclBroadcast(s.data(), s.data(), c, ncclInt32, root, g_comm, nullptr));  // in place
+    expect<int32_t>(
+        "broadcast in place", c, s.data(),
+        [](size_t j, void *p) { return in(((Ctx *)p)->root, j); }, &x);
     fill(s, g_rank);
     NCCL(ncclReduce(s.data(), d.data(), c, ncclInt32, ncclSum, root, g_comm, nullptr));
     if (g_rank == root)
-      expect<int32_t>("reduce", c, d.data(), [](size_t j, void *p) { return sum_in(j, ((Ctx *)p)->n); }, &x);
+      expect<int32_t>(
+          "reduce", c, d.data(), [](size_t j, void *p) { return sum_in(j, ((Ctx *)p)->n); }, &x);
     std::vector<int32_t> big(c * g_n, -1);
     NCCL(ncclGather(s.data(), big.data(), c, ncclInt32, root, g_comm, nullptr));
     if (g_rank == root)
-      expect<int32_t>("gather", c * g_n, big.data(), [](size_t i, void *p) {
-        size_t c = ((Ctx *)p)->c;
-        return in((int)(i / c), i % c); }, &x);
+      expect<int32_t>(
+          "gather", c * g_n, big.data(),
+          [](size_t i, void *p) {
+            size_t c = ((Ctx *)p)->c;
+            return in((int)(i / c), i % c);
+          },
+          &x);
     for (size_t i = 0; i < big.size(); i++) big[i] = (int32_t)in(g_rank, i);
     NCCL(ncclScatter(big.data(), d.data(), c, ncclInt32, root, g_comm, nullptr));
-    expect<int32_t>("scatter", c, d.data(), [](size_t j, void *p) {
-      Ctx *x = (Ctx *)p;
-      return in(x->root, x->rank * x->c + j); }, &x);
+    expect<int32_t>(
+        "scatter", c, d.data(),
+        [](size_t j, void *p) {
+          Ctx *x = (Ctx *)p;
+          return in(x->root, x->rank * x->c + j);
+        },
+        &x);
   }
   return 0;
 }
@@ -138,24 +160,40 @@ int check_all_to_all(size_t c) {
   std::vector<float> s(c), big(nc, -1), sbig(nc), d(c);
   fill(s, g_rank);
   NCCL(ncclAllGather(s.data(), big.data(), c, ncclFloat32, g_comm, nullptr));
-  expect<float>("allgather", nc, big.data(), [](size_t i, void *p) {
-    size_t c = ((Ctx *)p)->c;
-    return in((int)(i / c), i % c); }, &x);
-  fill(big, 0); // in place: own block at rank * c
+  expect<float>(
+      "allgather", nc, big.data(),
+      [](size_t i, void *p) {
+        size_t c = ((Ctx *)p)->c;
+        return in((int)(i / c), i % c);
+      },
+      &x);
+  fill(big, 0);  // in place: own block at rank * c
   for (size_t j = 0; j < c; j++) big[g_rank * c + j] = (float)in(g_rank, j);
   NCCL(ncclAllGather(big.data() + g_rank * c, big.data(), c, ncclFloat32, g_comm, nullptr));
-  expect<float>("allgather in place", nc, big.data(), [](size_t i, void *p) {
-    size_t c = ((Ctx *)p)->c;
-    return in((int)(i / c), i % c); }, &x);
+  expect<float>(
+      "allgather in place", nc, big.data(),
+      [](size_t i, void *p) {
+        size_t c = ((Ctx *)p)->c;
+        return in((int)(i / c), i % c);
+      },
+      &x);
   fill(sbig, g_rank);
   NCCL(ncclReduceScatter(sbig.data(), d.data(), c, ncclFloat32, ncclSum, g_comm, nullptr));
-  expect<float>("reducescatter", c, d.data(), [](size_t j, void *p) {
-    Ctx *x = (Ctx *)p;
-    return sum_in(x->rank * x->c + j, x->n); }, &x);
+  expect<float>(
+      "reducescatter", c, d.data(),
+      [](size_t j, void *p) {
+        Ctx *x = (Ctx *)p;
+        return sum_in(x->rank * x->c + j, x->n);
+      },
+      &x);
   NCCL(ncclAlltoAll(sbig.data(), big.data(), c, ncclFloat32, g_comm, nullptr));
-  expect<float>("alltoall", nc, big.data(), [](size_t i, void *p) {
-    Ctx *x = (Ctx *)p;
-    return in((int)(i / x->c), x->rank * x->c + i % x->c); }, &x);
+  expect<float>(
+      "alltoall", nc, big.data(),
+      [](size_t i, void *p) {
+        Ctx *x = (Ctx *)p;
+        return in((int)(i / x->c), x->rank * x->c + i % x->c);
+      },
+      &x);
   int next = (g_rank + 1) % g_n, prev = (g_rank + g_n - 1) % g_n;
   x.root = prev;
   if (g_n > 1) {
@@ -163,7 +201,9 @@ int check_all_to_all(size_t c) {
     NCCL(ncclSend(s.data(), c, ncclFloat32, next, g_comm, nullptr));
     NCCL(ncclRecv(d.data(), c, ncclFloat32, prev, g_comm, nullptr));
     NCCL(ncclGroupEnd());
-    expect<float>("send/recv ring", c, d.data(), [](size_t j, void *p) { return in(((Ctx *)p)->root, j); }, &x);
+    expect<float>(
+        "send/recv ring", c, d.data(), [](size_t j, void *p) { return in(((Ctx *)p)->root, j); },
+        &x);
   }
   return 0;
 }
@@ -205,14 +245,15 @@ int run_collectives() {
 }
 
 int run_loop() {
-  const size_t count = 64u << 20; // 256 MiB of fp32
+  const size_t count = 64u << 20;  // 256 MiB of fp32
   const char *it = getenv("TUTTI_MH_ITERS");
   int iters = it ? atoi(it) : 1000;
   std::vector<float> s(count, (float)(g_rank + 1)), d(count);
   for (int i = 0; i < iters; i++) {
     NCCL(ncclAllReduce(s.data(), d.data(), count, ncclFloat32, ncclSum, g_comm, nullptr));
     if (i == 0) {
-      if (d[0] != g_n * (g_n + 1) / 2.0f || d[count - 1] != d[0]) return printf("R%d| wrong sum\n", g_rank), 1;
+      if (d[0] != g_n * (g_n + 1) / 2.0f || d[count - 1] != d[0])
+        return printf("R%d| wrong sum\n", g_rank), 1;
       printf("R%d| looping\n", g_rank);
       fflush(stdout);
     }
@@ -220,7 +261,7 @@ int run_loop() {
   return 0;
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int multihost_helper_main(const char *mode) {
   setvbuf(stdout, nullptr, _IOLBF, 0);

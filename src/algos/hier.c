@@ -39,30 +39,39 @@ typedef struct ring { /* participants in ring order and my position among them *
   int n, pos;
 } ring_t;
 
-static int mod(int a, int n) { return ((a % n) + n) % n; }
-static int ring_peer(const ring_t *r, int d) { return r->ranks[mod(r->pos + d, r->n)]; }
+static int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
+static int ring_peer(const ring_t *r, int d) {
+  return r->ranks[mod(r->pos + d, r->n)];
+}
 
 /* Round j of [start, end): its sub-range. */
-static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t *off, size_t *len) {
+static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t *off,
+                        size_t *len) {
   size_t o = start + j * chunk;
   *off = o < end ? o : end;
   *len = o < end ? (end - o < chunk ? end - o : chunk) : 0;
 }
 
 /* Segment q of n of the range [base, base + len). */
-static size_t seg_start(size_t base, size_t len, int n, int q) { return base + block_start(len, n, q); }
+static size_t seg_start(size_t base, size_t len, int n, int q) {
+  return base + block_start(len, n, q);
+}
 
 static size_t rounds_for(size_t len, int n, size_t chunk) {
   size_t seg_max = len / (size_t)n + (len % (size_t)n != 0);
   return (seg_max + chunk - 1) / chunk;
 }
 
-#define SEG(q) round_range(seg_start(base, len, r->n, mod(q, r->n)), \
-                           seg_start(base, len, r->n, mod(q, r->n) + 1), j, chunk, &off, &cnt)
+#define SEG(q)                                          \
+  round_range(seg_start(base, len, r->n, mod(q, r->n)), \
+              seg_start(base, len, r->n, mod(q, r->n) + 1), j, chunk, &off, &cnt)
 
 /* Ring reduce-scatter of [base, base + len) over ring r (n >= 2): own input from BUF_SEND
  * (PRE); segment pos + 1 ends in BUF_RECV (no POST: phase 2 finishes the sum). */
-static int local_reduce_scatter(const ring_t *r, size_t base, size_t len, size_t chunk, sched_t *s) {
+static int local_reduce_scatter(const ring_t *r, size_t base, size_t len, size_t chunk,
+                                sched_t *s) {
   int p = r->pos, prev = ring_peer(r, -1), next = ring_peer(r, 1);
   size_t rounds = rounds_for(len, r->n, chunk), off, cnt;
   for (size_t j = 0; j < rounds; j++) {
@@ -76,7 +85,8 @@ static int local_reduce_scatter(const ring_t *r, size_t base, size_t len, size_t
     }
     SEG(p + 1);
     PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .src_off = off, .dst_off = off, .count = cnt);
+         .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .src_off = off, .dst_off = off,
+         .count = cnt);
   }
   return 0;
 }
@@ -176,7 +186,8 @@ static void make_rings(const int *host_of_rank, int n, int me, ring_t *local, ri
 
 int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
   int n = a->nranks;
-  ring_t local = {calloc((size_t)n, sizeof(int)), 0, 0}, cross = {calloc((size_t)n, sizeof(int)), 0, 0};
+  ring_t local = {calloc((size_t)n, sizeof(int)), 0, 0},
+         cross = {calloc((size_t)n, sizeof(int)), 0, 0};
   int rc = -1;
   if (!local.ranks || !cross.ranks) goto out;
   make_rings(host_of_rank, n, a->rank, &local, &cross);

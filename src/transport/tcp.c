@@ -47,9 +47,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +68,9 @@ TUTTI_PARAM(TcpSlotBytes, "TCP_SLOT_BYTES", 512 * 1024)
 TUTTI_PARAM(TcpSlots, "TCP_NSLOTS", 8)
 TUTTI_PARAM(SocketBufBytes, "SOCKET_BUFFER", 4 * 1024 * 1024) /* 0: kernel autotuning */
 TUTTI_PARAM(NetDrainMs, "NET_DRAIN_MS", 5000) /* close: how long to flush posted slots */
+/* An idle helper polls this often before it sleeps (the last half yield): briefly, since a
+ * spinning helper steals the CPU an oversubscribed engine needs. */
+TUTTI_PARAM(NetSpin, "NET_SPIN", 20)
 TUTTI_PARAM_DECL(Timeout);
 
 #define TCP_MAX_THREADS 16
@@ -91,8 +94,8 @@ typedef struct tcp_hello {
   uint64_t magic;
   unsigned char secret[16];
   uint64_t id_hash;
-  int32_t from, to;        /* ranks */
-  int32_t sock, nsocks;    /* this socket's index */
+  int32_t from, to;     /* ranks */
+  int32_t sock, nsocks; /* this socket's index */
 } tcp_hello_t;
 
 typedef struct tcp_blob {
@@ -121,12 +124,12 @@ typedef struct tcp_conn {
   pthread_t threads[TCP_MAX_THREADS];
   int nstarted;
   /* engine side only */
-  padded_u64_t pos;               /* next slot to fill (send) or to read (receive) */
+  padded_u64_t pos; /* next slot to fill (send) or to read (receive) */
   /* shared with the helpers */
-  padded_u64_t posted;            /* send: slots posted by the engine; recv: slots released */
+  padded_u64_t posted;              /* send: slots posted by the engine; recv: slots released */
   padded_u64_t done[TCP_MAX_SOCKS]; /* per socket: slots sent (send) or received (recv) */
-  int sleepers, stop, byes;       /* byes: receive threads that saw the goodbye */
-  int claimed, failed;            /* failed is set once reason is written */
+  int sleepers, stop, byes;         /* byes: receive threads that saw the goodbye */
+  int claimed, failed;              /* failed is set once reason is written */
   pthread_mutex_t mu;
   pthread_mutex_t io_mu[TCP_MAX_THREADS]; /* send: held by helper t while it writes on its
                                              sockets, so an abort notice never lands mid-slot */
@@ -137,23 +140,23 @@ typedef struct tcp_conn {
 typedef struct tcp_state {
   struct ncclComm *comm;
   struct tcp_state *next;
-  int npeers;                     /* peers reached over tcp */
+  int npeers; /* peers reached over tcp */
   int listen_fd, wake[2];
   sock_addr_t addr;
   char ifname[64];
   pthread_t acceptor;
-  int acceptor_started, aborted;  /* aborted: this rank failed (mark_failed) */
-  int closing;                    /* tcp_close runs: failures are expected, nobody is told */
-  pthread_mutex_t life_mu;        /* mark_failed (any thread) vs. the start of tcp_close */
-  int nremote;                    /* remote failures seen (the first is a WARN, others INFO) */
-  int nthreads, per_thread;       /* this rank's settings */
+  int acceptor_started, aborted; /* aborted: this rank failed (mark_failed) */
+  int closing;                   /* tcp_close runs: failures are expected, nobody is told */
+  pthread_mutex_t life_mu;       /* mark_failed (any thread) vs. the start of tcp_close */
+  int nremote;                   /* remote failures seen (the first is a WARN, others INFO) */
+  int nthreads, per_thread;      /* this rank's settings */
   uint32_t nslots;
   size_t slot_bytes;
-  tcp_conn_t **send, **recv;      /* [nranks] */
+  tcp_conn_t **send, **recv; /* [nranks] */
   /* filled by the accept thread, guarded by mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int *rfds;                      /* [nranks][TCP_MAX_SOCKS] receive sockets, -1: none yet */
+  int *rfds; /* [nranks][TCP_MAX_SOCKS] receive sockets, -1: none yet */
   int naccepted, init_done, nwarn;
 } tcp_state_t;
 
@@ -179,7 +182,9 @@ static void state_unlink(tcp_state_t *st) {
   pthread_mutex_unlock(&states_mu);
 }
 
-static const char *host_of(const tcp_state_t *st, int rank) { return st->comm->peers[rank].hostname; }
+static const char *host_of(const tcp_state_t *st, int rank) {
+  return st->comm->peers[rank].hostname;
+}
 
 /* The communicator's recorded error, once there is one (comm_set_error). */
 static const char *comm_error_text(struct ncclComm *comm) {
@@ -198,16 +203,18 @@ static void conn_wake(tcp_conn_t *c) {
 }
 
 static int conn_stopping(tcp_conn_t *c) {
-  return __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) ||
+  return __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE) ||
+         __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) ||
          __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE);
 }
 
 /* Waits until *ctr > target. Returns 0 then, -1 if the connection stops or fails first (a
  * ready counter wins over a stop request, so a send helper flushes what was posted). */
 static int conn_wait(tcp_conn_t *c, uint64_t *ctr, uint64_t target) {
-  for (int spin = 0; spin < 200; spin++) {
+  int spins = (int)tutti_param_NetSpin();
+  for (int spin = 0; spin < spins; spin++) {
     if (__atomic_load_n(ctr, __ATOMIC_ACQUIRE) > target) return 0;
-    if (spin > 100) sched_yield();
+    if (spin >= spins / 2) sched_yield();
   }
   int ready = 0;
   pthread_mutex_lock(&c->mu);
@@ -230,25 +237,32 @@ static int conn_wait(tcp_conn_t *c, uint64_t *ctr, uint64_t target) {
  * (mark_failed shut it). A receive socket that breaks is always news from the peer. */
 static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
   tcp_state_t *st = c->st;
-  int quiet = __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE) || __atomic_load_n(&st->closing, __ATOMIC_ACQUIRE) ||
+  int quiet = __atomic_load_n(&c->stop, __ATOMIC_ACQUIRE) ||
+              __atomic_load_n(&st->closing, __ATOMIC_ACQUIRE) ||
               (c->is_send && __atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE));
   int expected = 0;
-  if (!__atomic_compare_exchange_n(&c->claimed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+  if (!__atomic_compare_exchange_n(&c->claimed, &expected, 1, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
     return;
   int me = st->comm->rank, p = c->peer;
   const char *h = host_of(st, p), *dir = c->is_send ? "sending to" : "receiving from";
   char *r = c->reason;
   size_t n = sizeof(c->reason);
   if (err == 0)
-    snprintf(r, n, "rank %d: rank %d on host %s closed the connection without a goodbye (it "
-             "exited, was killed or lost its host)", me, p, h);
+    snprintf(r, n,
+             "rank %d: rank %d on host %s closed the connection without a goodbye (it "
+             "exited, was killed or lost its host)",
+             me, p, h);
   else if (err == ECONNRESET || err == EPIPE)
-    snprintf(r, n, "rank %d: connection reset by rank %d on host %s while %s it (the process "
-             "is gone)", me, p, h, dir);
+    snprintf(r, n,
+             "rank %d: connection reset by rank %d on host %s while %s it (the process "
+             "is gone)",
+             me, p, h, dir);
   else if (err == ETIMEDOUT)
-    snprintf(r, n, "rank %d: connection to rank %d on host %s timed out while %s it (no answer "
-             "from that host for TUTTI_TIMEOUT/2 = %llds: host down or link cut?)", me, p, h, dir,
-             (long long)tutti_param_Timeout() / 2);
+    snprintf(r, n,
+             "rank %d: connection to rank %d on host %s timed out while %s it (no answer "
+             "from that host for TUTTI_TIMEOUT/2 = %llds: host down or link cut?)",
+             me, p, h, dir, (long long)tutti_param_Timeout() / 2);
   else if (err == -2)
     snprintf(r, n, "rank %d: rank %d on host %s aborted: %s", me, p, h, detail);
   else if (err < 0)
@@ -258,8 +272,10 @@ static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
   __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
   conn_wake(c);
   if (quiet) return;
-  if (__atomic_fetch_add(&st->nremote, 1, __ATOMIC_ACQ_REL) == 0) WARN("%s", r);
-  else INFO(SUB_NET, "%s", r);
+  if (__atomic_fetch_add(&st->nremote, 1, __ATOMIC_ACQ_REL) == 0)
+    WARN("%s", r);
+  else
+    INFO(SUB_NET, "%s", r);
   comm_set_error(st->comm, ncclRemoteError, r);
 }
 
@@ -316,7 +332,8 @@ static void send_loop(tcp_conn_t *c, int t) {
     if (conn_wait(c, &c->posted.v, s) != 0) break;
     tcp_hdr_t h = {HDR_DATA, c->sizes[s % c->nslots]};
     pthread_mutex_lock(&c->io_mu[t]);
-    int err = io_send(c->fds[s % c->nsocks], &h, c->slots + (s % c->nslots) * c->slot_bytes, h.bytes);
+    int err =
+        io_send(c->fds[s % c->nsocks], &h, c->slots + (s % c->nslots) * c->slot_bytes, h.bytes);
     pthread_mutex_unlock(&c->io_mu[t]);
     if (err) {
       conn_fail(c, err, NULL);
@@ -324,7 +341,8 @@ static void send_loop(tcp_conn_t *c, int t) {
     }
     __atomic_store_n(&c->done[s % c->nsocks].v, s / c->nsocks + 1, __ATOMIC_RELEASE);
   }
-  if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE))
+  if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE))
     return;
   tcp_hdr_t bye = {HDR_BYE, 0}; /* everything posted went out: say goodbye on my sockets */
   pthread_mutex_lock(&c->io_mu[t]);
@@ -374,8 +392,10 @@ static void *helper_main(void *arg) {
   helper_arg_t a = *(helper_arg_t *)arg;
   free(arg);
   tutti_log_set_rank(a.c->st->comm->rank);
-  if (a.c->is_send) send_loop(a.c, a.t);
-  else recv_loop(a.c, a.t);
+  if (a.c->is_send)
+    send_loop(a.c, a.t);
+  else
+    recv_loop(a.c, a.t);
   return NULL;
 }
 
@@ -419,7 +439,8 @@ static int tcp_peer_failed(conn_t *conn) {
   tcp_conn_t *c = conn->priv, *twin = conn_twin(c);
   /* a break in either direction means the peer is gone or aborted; once this rank has failed
    * (its peers are being told), waiting on any peer is pointless too */
-  if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) || (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)) ||
+  if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) ||
+      (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)) ||
       __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE))
     return 1;
   /* every receive thread saw the goodbye: the peer closed its communicator, nothing will come */
@@ -429,7 +450,8 @@ static int tcp_peer_failed(conn_t *conn) {
 static const char *tcp_failure_reason(conn_t *conn) {
   tcp_conn_t *c = conn->priv, *twin = conn_twin(c);
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) && c->reason[0]) return c->reason;
-  if (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE) && twin->reason[0]) return twin->reason;
+  if (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE) && twin->reason[0])
+    return twin->reason;
   if (!c->is_send && __atomic_load_n(&c->byes, __ATOMIC_ACQUIRE) == c->nthreads)
     return "the peer destroyed its communicator";
   if (__atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE) && comm_error_text(c->st->comm))
@@ -531,8 +553,10 @@ static void drop(tcp_state_t *st, pending_t *pc, const char *why) {
   char a[80];
   int n = __atomic_add_fetch(&st->nwarn, 1, __ATOMIC_RELAXED);
   if (n <= 10 || n % 100 == 0)
-    WARN("rank %d: dropped a connection to the data port from %s: %s (%d dropped so far; the "
-         "job is not affected)", st->comm->rank, sock_addr_str(&pc->from, a, sizeof(a)), why, n);
+    WARN(
+        "rank %d: dropped a connection to the data port from %s: %s (%d dropped so far; the "
+        "job is not affected)",
+        st->comm->rank, sock_addr_str(&pc->from, a, sizeof(a)), why, n);
   close(pc->fd);
   pc->fd = -1;
 }
@@ -564,7 +588,8 @@ static void hello_check(tcp_state_t *st, pending_t *pc) {
 static void pending_read(tcp_state_t *st, pending_t *pc) {
   ssize_t k = recv(pc->fd, (char *)&pc->hello + pc->got, sizeof(pc->hello) - pc->got, MSG_DONTWAIT);
   if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (k <= 0) return drop(st, pc, k == 0 ? "it closed before presenting the job secret" : strerror(errno));
+  if (k <= 0)
+    return drop(st, pc, k == 0 ? "it closed before presenting the job secret" : strerror(errno));
   pc->got += (size_t)k;
   if (pc->got < sizeof(pc->hello)) return;
   int fl = fcntl(pc->fd, F_GETFL);
@@ -606,7 +631,8 @@ static void *accept_main(void *arg) {
       if (pfd[2 + i].revents) pending_read(st, &pend[i]);
     now = tutti_time_ns();
     for (int i = 0; i < np; i++)
-      if (pend[i].fd >= 0 && now > pend[i].deadline) drop(st, &pend[i], "it did not present a hello in time");
+      if (pend[i].fd >= 0 && now > pend[i].deadline)
+        drop(st, &pend[i], "it did not present a hello in time");
     int kept = 0;
     for (int i = 0; i < np; i++)
       if (pend[i].fd >= 0) pend[kept++] = pend[i];
@@ -619,7 +645,9 @@ static void *accept_main(void *arg) {
 
 /* ---- vtable: setup, connect, post_connect ---- */
 
-static int tcp_can_connect(struct ncclComm *comm, int peer) { return peer != comm->rank; }
+static int tcp_can_connect(struct ncclComm *comm, int peer) {
+  return peer != comm->rank;
+}
 
 static ncclResult_t state_new(struct ncclComm *comm, tcp_state_t **out) {
   tcp_state_t *st = calloc(1, sizeof(*st));
@@ -654,37 +682,49 @@ static ncclResult_t tcp_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   int64_t per = nsocks && *nsocks ? atoll(nsocks) : tutti_param_NsocksPerThread();
   st->per_thread = (int)TUTTI_MIN(TUTTI_MAX(per, 1), TCP_MAX_SOCKS / st->nthreads);
   st->nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlots(), 2), TCP_MAX_SLOTS);
-  st->slot_bytes = TUTTI_ALIGN_UP((size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlotBytes(), 4096), 1 << 30), 4096);
+  st->slot_bytes =
+      TUTTI_ALIGN_UP((size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlotBytes(), 4096), 1 << 30), 4096);
   TUTTI_CHECK(sock_pick_local_addr(&st->addr, st->ifname, sizeof(st->ifname)));
-  int loopback = st->addr.sa.sa_family == AF_INET6 ? IN6_IS_ADDR_LOOPBACK(&st->addr.sin6.sin6_addr)
-                                                    : (ntohl(st->addr.sin.sin_addr.s_addr) >> 24) == 127;
+  int loopback = st->addr.sa.sa_family == AF_INET6
+                     ? IN6_IS_ADDR_LOOPBACK(&st->addr.sin6.sin6_addr)
+                     : (ntohl(st->addr.sin.sin_addr.s_addr) >> 24) == 127;
   for (int p = 0; loopback && p < comm->nranks; p++)
     if (comm->send_conn[p].transport == &tcp_transport &&
         comm->peers[p].host_hash != comm->peers[comm->rank].host_hash) {
-      WARN("rank %d (host %s) has only a loopback interface (%s) to offer rank %d on host %s: set "
-           "TUTTI_SOCKET_IFNAME to an interface the other hosts can reach", comm->rank,
-           host_of(st, comm->rank), st->ifname, p, host_of(st, p));
+      WARN(
+          "rank %d (host %s) has only a loopback interface (%s) to offer rank %d on host %s: set "
+          "TUTTI_SOCKET_IFNAME to an interface the other hosts can reach",
+          comm->rank, host_of(st, comm->rank), st->ifname, p, host_of(st, p));
       break;
     }
-  if (st->addr.sa.sa_family == AF_INET6) st->addr.sin6.sin6_port = 0;
-  else st->addr.sin.sin_port = 0;
+  if (st->addr.sa.sa_family == AF_INET6)
+    st->addr.sin6.sin6_port = 0;
+  else
+    st->addr.sin.sin_port = 0;
   TUTTI_CHECK(sock_listen(&st->addr, &st->listen_fd));
   if (pipe2(st->wake, O_CLOEXEC | O_NONBLOCK) != 0)
     return TUTTI_ERR(ncclSystemError, "pipe: %s", strerror(errno));
   int rc = pthread_create(&st->acceptor, NULL, accept_main, st);
-  if (rc != 0) return TUTTI_ERR(ncclSystemError, "cannot start the tcp accept thread: %s", strerror(rc));
+  if (rc != 0)
+    return TUTTI_ERR(ncclSystemError, "cannot start the tcp accept thread: %s", strerror(rc));
   st->acceptor_started = 1;
-  tcp_blob_t b = {.magic = TCP_BLOB_MAGIC, .addr = st->addr, .nthreads = st->nthreads,
-                  .per_thread = st->per_thread, .nslots = st->nslots, .slot_bytes = (uint32_t)st->slot_bytes};
+  tcp_blob_t b = {.magic = TCP_BLOB_MAGIC,
+                  .addr = st->addr,
+                  .nthreads = st->nthreads,
+                  .per_thread = st->per_thread,
+                  .nslots = st->nslots,
+                  .slot_bytes = (uint32_t)st->slot_bytes};
   snprintf(b.ifname, sizeof(b.ifname), "%.31s", st->ifname);
   memcpy(blob, &b, sizeof(b));
   if (!comm->slot_bytes || st->slot_bytes < comm->slot_bytes) comm->slot_bytes = st->slot_bytes;
   if (!comm->chunk_bytes || comm->slot_bytes * (st->nslots / 2) < comm->chunk_bytes)
     comm->chunk_bytes = comm->slot_bytes * (st->nslots / 2);
   char a[80];
-  INFO(SUB_NET | SUB_INIT, "tcp: listening on %s (%s); %d thread(s) x %d socket(s) per peer and "
-       "direction, %u slots x %zu bytes", sock_addr_str(&st->addr, a, sizeof(a)), st->ifname,
-       st->nthreads, st->per_thread, st->nslots, st->slot_bytes);
+  INFO(SUB_NET | SUB_INIT,
+       "tcp: listening on %s (%s); %d thread(s) x %d socket(s) per peer and "
+       "direction, %u slots x %zu bytes",
+       sock_addr_str(&st->addr, a, sizeof(a)), st->ifname, st->nthreads, st->per_thread, st->nslots,
+       st->slot_bytes);
   return ncclSuccess;
 }
 
@@ -694,14 +734,20 @@ static ncclResult_t open_send_sockets(tcp_state_t *st, tcp_conn_t *c, const tcp_
   for (int k = 0; k < c->nsocks; k++) {
     ncclResult_t res = sock_connect(&b->addr, (int)bootstrap_init_timeout_ms(), &c->fds[k]);
     if (res != ncclSuccess)
-      return TUTTI_ERR(ncclSystemError, "rank %d (host %s) cannot open a data connection to rank %d "
+      return TUTTI_ERR(ncclSystemError,
+                       "rank %d (host %s) cannot open a data connection to rank %d "
                        "(host %s) at %s (its interface %s): is that address reachable from here? "
                        "TUTTI_SOCKET_IFNAME / NCCL_SOCKET_IFNAME choose the interface each rank "
-                       "listens on", comm->rank, host_of(st, comm->rank), c->peer,
-                       host_of(st, c->peer), sock_addr_str(&b->addr, a, sizeof(a)), b->ifname);
+                       "listens on",
+                       comm->rank, host_of(st, comm->rank), c->peer, host_of(st, c->peer),
+                       sock_addr_str(&b->addr, a, sizeof(a)), b->ifname);
     sock_set_data_options(c->fds[k], (int)tutti_param_SocketBufBytes(), comm->timeout_ms / 2);
-    tcp_hello_t h = {.magic = TCP_HELLO_MAGIC, .id_hash = comm->id_hash, .from = comm->rank,
-                     .to = c->peer, .sock = k, .nsocks = c->nsocks};
+    tcp_hello_t h = {.magic = TCP_HELLO_MAGIC,
+                     .id_hash = comm->id_hash,
+                     .from = comm->rank,
+                     .to = c->peer,
+                     .sock = k,
+                     .nsocks = c->nsocks};
     memcpy(h.secret, comm->secret, 16);
     TUTTI_CHECK(sock_send_all(c->fds[k], &h, sizeof(h), (int)bootstrap_init_timeout_ms()));
   }
@@ -714,7 +760,8 @@ static ncclResult_t tcp_connect(struct ncclComm *comm, int peer, const char *pee
   tcp_blob_t b;
   memcpy(&b, peer_blob, sizeof(b));
   if (!st || b.magic != TCP_BLOB_MAGIC)
-    return TUTTI_ERR(ncclInternalError, "rank %d: rank %d published no tcp address", comm->rank, peer);
+    return TUTTI_ERR(ncclInternalError, "rank %d: rank %d published no tcp address", comm->rank,
+                     peer);
   /* both ends take the smaller of the two settings, so they agree on the geometry */
   int nthreads = TUTTI_MIN(st->nthreads, b.nthreads), per = TUTTI_MIN(st->per_thread, b.per_thread);
   size_t slot = TUTTI_MIN(st->slot_bytes, (size_t)b.slot_bytes);
@@ -754,7 +801,8 @@ static ncclResult_t wait_receive_sockets(tcp_state_t *st) {
       st->rfds[(size_t)p * TCP_MAX_SOCKS + k] = -1;
       if (c->fds[k] < 0) {
         char a[80];
-        return TUTTI_ERR(ncclSystemError, "rank %d (host %s): rank %d (host %s) did not open its "
+        return TUTTI_ERR(ncclSystemError,
+                         "rank %d (host %s): rank %d (host %s) did not open its "
                          "data connection %d of %d to %s (%s) within TUTTI_INIT_TIMEOUT: check "
                          "that this address is reachable from there (TUTTI_SOCKET_IFNAME)",
                          comm->rank, host_of(st, comm->rank), p, host_of(st, p), k, c->nsocks,
@@ -808,12 +856,14 @@ static void tcp_mark_failed(struct ncclComm *comm) {
     pthread_mutex_unlock(&st->life_mu);
     return;
   }
-  const char *why = comm_error_text(comm)   ? comm_error_text(comm)
-                  : comm->abort_flag       ? "ncclCommAbort was called"
-                                           : "its communicator failed during init";
+  const char *why = comm_error_text(comm) ? comm_error_text(comm)
+                    : comm->abort_flag    ? "ncclCommAbort was called"
+                                          : "its communicator failed during init";
   for (int p = 0; st->send && st->recv && p < comm->nranks; p++) {
-    if (st->send[p] && st->send[p]->nstarted) send_abort_notice(st->send[p], why);
-    else if (st->send[p]) conn_shutdown_wr(st->send[p]);
+    if (st->send[p] && st->send[p]->nstarted)
+      send_abort_notice(st->send[p], why);
+    else if (st->send[p])
+      conn_shutdown_wr(st->send[p]);
     if (st->recv[p]) conn_wake(st->recv[p]);
   }
   pthread_mutex_unlock(&st->life_mu);
@@ -822,7 +872,7 @@ static void tcp_mark_failed(struct ncclComm *comm) {
 static void tcp_close(struct ncclComm *comm) {
   tcp_state_t *st = state_of(comm);
   if (!st) return;
-  pthread_mutex_lock(&st->life_mu); /* a mark_failed under way finishes first */
+  pthread_mutex_lock(&st->life_mu);                    /* a mark_failed under way finishes first */
   __atomic_store_n(&st->closing, 1, __ATOMIC_RELEASE); /* helpers still running stay quiet */
   pthread_mutex_unlock(&st->life_mu);
   if (st->acceptor_started) {
