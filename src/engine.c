@@ -128,22 +128,9 @@ static int peer_process_dead(int pid) {
   return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
-/* A same-host peer whose process is gone without having reported an error (killed), or -1.
- * A peer that recorded an error and then exited is left to the peer_failed path, whose reason
- * names the rank that really failed. */
-static int find_dead_peer(ncclComm_t comm) {
-  for (int p = 0; p < comm->nranks; p++) {
-    conn_t *c = &comm->recv_conn[p];
-    if (p == comm->rank || comm->peers[p].host_hash != comm->peers[comm->rank].host_hash) continue;
-    if (c->transport && c->transport->peer_failed(c)) continue;
-    if (peer_process_dead(comm->peers[p].pid)) return p;
-  }
-  return -1;
-}
-
 /* Checks why a blocked lane may never move again. Returns ncclSuccess to keep waiting.
- * Blame goes to the rank that really failed: a dead process first (any same-host peer, not
- * only the one waited on), else the failed peer with the reason it recorded. */
+ * A peer that failed reports the reason it recorded (naming the rank that failed first); a
+ * peer whose process is gone without a word is reported as dead. */
 static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_ns, int check_pids) {
   ncclComm_t comm = l->comm;
   const op_ctx_t *o = &ops[l->steps[l->cur].op];
@@ -153,17 +140,17 @@ static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_n
   if (comm->abort_flag)
     return TUTTI_ERR(ncclInvalidUsage, "rank %d: communicator aborted (ncclCommAbort) during nccl%s",
                      comm->rank, coll_name(o->coll));
-  int dead = check_pids ? find_dead_peer(comm) : -1;
-  if (dead >= 0)
-    return TUTTI_ERR(ncclRemoteError, "rank %d: peer rank %d (pid %d on host %s) died during nccl%s "
-                     "(op #%llu)", comm->rank, dead, comm->peers[dead].pid, comm->peers[dead].hostname,
-                     coll_name(o->coll), (unsigned long long)o->seq);
-  if (c->transport->peer_failed(c)) {
+  if (c->transport->peer_failed(c)) { /* its reason names the rank that failed first */
     const char *why = c->transport->peer_reason ? c->transport->peer_reason(c) : NULL;
     return TUTTI_ERR(ncclRemoteError, "rank %d: peer rank %d (pid %d on host %s) failed during "
                      "nccl%s (op #%llu): %s", comm->rank, p, pi->pid, pi->hostname,
                      coll_name(o->coll), (unsigned long long)o->seq, why ? why : "no reason given");
   }
+  /* Only the peer this lane waits on matters: a peer that finished its part may have exited. */
+  if (check_pids && pi->host_hash == comm->peers[comm->rank].host_hash && peer_process_dead(pi->pid))
+    return TUTTI_ERR(ncclRemoteError, "rank %d: peer rank %d (pid %d on host %s) died during nccl%s "
+                     "(op #%llu)", comm->rank, p, pi->pid, pi->hostname, coll_name(o->coll),
+                     (unsigned long long)o->seq);
   if (comm->timeout_ms > 0 && waited_ns / 1000000ull > (uint64_t)comm->timeout_ms)
     return TUTTI_ERR(ncclSystemError,
                      "rank %d: timed out after %llds waiting to %s rank %d (pid %d on host %s) in "

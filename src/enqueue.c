@@ -118,9 +118,6 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   else p->ctx.rop = (reduce_op_t){.type = c->type, .base = ncclSum, .divisor = comm->nranks};
   int in_place = 0;
   TUTTI_CHECK(check_overlap(c, ns * es, nr * es, es, &in_place));
-  if (c->coll == COLL_ALLTOALL && in_place && c->count > 0)
-    return TUTTI_ERR(ncclInvalidArgument, "%s: sendbuff == recvbuff: in-place all-to-all is not "
-                     "supported (NCCL does not define it either); use separate buffers", c->fn);
   p->ctx.comm = comm;
   p->ctx.coll = c->coll;
   p->ctx.buf[BUF_SEND] = (char *)c->sendbuff;
@@ -186,6 +183,14 @@ ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
        "comm %p [nranks=%d] algo %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
        (void *)p->ctx.buf[BUF_SEND], (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type,
        (int)p->ctx.rop.base, p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
+  if (p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0) {
+    /* Receives land in blocks still to be sent: send from a copy taken when the group runs. */
+    size_t bytes = p->args.count * es * (size_t)comm->nranks;
+    void *copy = group_temp_alloc(bytes);
+    if (!copy) return TUTTI_ERR(ncclSystemError, "out of memory for an in-place all-to-all copy");
+    memcpy(copy, p->ctx.buf[BUF_SEND], bytes);
+    p->ctx.buf[BUF_SEND] = copy;
+  }
   sched_t *col = &comm->sched_scratch, *lanes = comm->p2p_lanes;
   int rc = 0, n = comm->nranks;
   switch (p->args.coll) {

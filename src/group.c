@@ -25,6 +25,8 @@ typedef struct group_state {
   lane_t *lanes;
   ncclComm_t *comms;
   size_t ctx_cap, lane_cap, comm_cap;
+  void **temps; /* group_temp_alloc */
+  size_t ntemps, temps_cap;
 } group_state_t;
 
 static TUTTI_TLS group_state_t grp;
@@ -37,6 +39,13 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (!q) return -1;
   *p = q, *cap = c;
   return 0;
+}
+
+void *group_temp_alloc(size_t bytes) {
+  if (grow((void **)&grp.temps, &grp.temps_cap, grp.ntemps + 1, sizeof(void *))) return NULL;
+  void *p = malloc(bytes);
+  if (p) grp.temps[grp.ntemps++] = p;
+  return p;
 }
 
 void group_fail(ncclResult_t res) {
@@ -108,6 +117,8 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     for (int c = 0; c < nc; c++) comm_set_error(grp.comms[c], res, tutti_last_error());
 out:
   for (int c = 0; c < locked; c++) pthread_mutex_unlock(&grp.comms[c]->lock);
+  for (size_t i = 0; i < grp.ntemps; i++) free(grp.temps[i]);
+  grp.ntemps = 0;
   return res;
 }
 

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,4 +240,122 @@ ncclResult_t sock_recv_all(int fd, void *buf, size_t len, int timeout_ms) {
     }
   }
   return ncclSuccess;
+}
+
+/* ---- acceptor: see socket.h ---- */
+
+#define SOCK_HELLO_MAX 256
+
+typedef struct pending {
+  int fd;
+  size_t got;
+  uint64_t deadline;
+  sock_addr_t from;
+  char hello[SOCK_HELLO_MAX];
+} pending_t;
+
+struct sock_acceptor {
+  int listen_fd, wake[2], timeout_ms, log_rank;
+  size_t hello_bytes;
+  sock_hello_fn on_hello;
+  sock_drop_fn on_drop;
+  void *arg;
+  pthread_t thread;
+  pending_t pend[SOCK_MAX_PENDING];
+  int np;
+};
+
+static void pending_drop(sock_acceptor_t *a, pending_t *pc, const char *why) {
+  a->on_drop(a->arg, &pc->from, why);
+  close(pc->fd);
+  pc->fd = -1;
+}
+
+static void pending_read(sock_acceptor_t *a, pending_t *pc) {
+  ssize_t k = recv(pc->fd, pc->hello + pc->got, a->hello_bytes - pc->got, MSG_DONTWAIT);
+  if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (k <= 0)
+    return pending_drop(a, pc, k == 0 ? "it closed before presenting the job secret" : strerror(errno));
+  pc->got += (size_t)k;
+  if (pc->got < a->hello_bytes) return;
+  fcntl(pc->fd, F_SETFL, fcntl(pc->fd, F_GETFL) & ~O_NONBLOCK);
+  const char *why = a->on_hello(a->arg, pc->fd, pc->hello);
+  if (why) return pending_drop(a, pc, why);
+  pc->fd = -1; /* kept by on_hello */
+}
+
+static void accept_one(sock_acceptor_t *a) {
+  pending_t pc = {.fd = -1};
+  socklen_t len = sizeof(pc.from);
+  pc.fd = accept4(a->listen_fd, &pc.from.sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (pc.fd < 0) {
+    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) usleep(10000); /* EMFILE.. */
+    return;
+  }
+  pc.deadline = tutti_time_ns() + (uint64_t)a->timeout_ms * 1000000ull;
+  if (a->np == SOCK_MAX_PENDING)
+    return pending_drop(a, &pc, "too many connections are presenting at once");
+  a->pend[a->np++] = pc;
+}
+
+static void *acceptor_main(void *arg) {
+  sock_acceptor_t *a = arg;
+  tutti_log_set_rank(a->log_rank);
+  struct pollfd pfd[2 + SOCK_MAX_PENDING];
+  for (;;) {
+    uint64_t now = tutti_time_ns(), next = UINT64_MAX;
+    pfd[0] = (struct pollfd){.fd = a->wake[0], .events = POLLIN};
+    pfd[1] = (struct pollfd){.fd = a->listen_fd, .events = POLLIN};
+    for (int i = 0; i < a->np; i++) {
+      pfd[2 + i] = (struct pollfd){.fd = a->pend[i].fd, .events = POLLIN};
+      next = TUTTI_MIN(next, a->pend[i].deadline);
+    }
+    int tmo = next == UINT64_MAX ? -1 : next <= now ? 0 : (int)((next - now) / 1000000ull) + 1;
+    if (poll(pfd, (nfds_t)(2 + a->np), tmo) < 0 && errno != EINTR) break;
+    if (pfd[0].revents) break;
+    for (int i = 0; i < a->np; i++)
+      if (pfd[2 + i].revents) pending_read(a, &a->pend[i]);
+    now = tutti_time_ns();
+    int kept = 0;
+    for (int i = 0; i < a->np; i++) {
+      if (a->pend[i].fd >= 0 && now > a->pend[i].deadline)
+        pending_drop(a, &a->pend[i], "it did not present a hello in time");
+      if (a->pend[i].fd >= 0) a->pend[kept++] = a->pend[i];
+    }
+    a->np = kept;
+    if (pfd[1].revents) accept_one(a);
+  }
+  return NULL;
+}
+
+ncclResult_t sock_acceptor_start(int listen_fd, size_t hello_bytes, int timeout_ms,
+                                 sock_hello_fn on_hello, sock_drop_fn on_drop, void *arg,
+                                 int log_rank, sock_acceptor_t **out) {
+  if (hello_bytes > SOCK_HELLO_MAX) return TUTTI_ERR(ncclInternalError, "hello too large");
+  sock_acceptor_t *a = calloc(1, sizeof(*a));
+  if (!a) return TUTTI_ERR(ncclSystemError, "out of memory");
+  *a = (sock_acceptor_t){.listen_fd = listen_fd, .timeout_ms = timeout_ms, .log_rank = log_rank,
+                         .hello_bytes = hello_bytes, .on_hello = on_hello, .on_drop = on_drop,
+                         .arg = arg};
+  if (pipe2(a->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    free(a);
+    return TUTTI_ERR(ncclSystemError, "pipe: %s", strerror(errno));
+  }
+  int rc = pthread_create(&a->thread, NULL, acceptor_main, a);
+  if (rc != 0) {
+    close(a->wake[0]), close(a->wake[1]), free(a);
+    return TUTTI_ERR(ncclSystemError, "cannot start an accept thread: %s", strerror(rc));
+  }
+  *out = a;
+  return ncclSuccess;
+}
+
+void sock_acceptor_stop(sock_acceptor_t *a) {
+  if (!a) return;
+  ssize_t ignored = write(a->wake[1], "x", 1);
+  (void)ignored;
+  pthread_join(a->thread, NULL);
+  for (int i = 0; i < a->np; i++) close(a->pend[i].fd);
+  close(a->wake[0]), close(a->wake[1]);
+  free(a);
 }

@@ -29,6 +29,22 @@ ncclResult_t sock_accept(int listen_fd, int timeout_ms, int *fd);
  * buf_bytes each when > 0 (0 keeps the kernel's autotuning); when timeout_ms > 0, keepalive
  * probes and TCP_USER_TIMEOUT so that a peer cut off for timeout_ms turns into ETIMEDOUT. */
 void sock_set_data_options(int fd, int buf_bytes, int64_t timeout_ms);
+/* An accept thread for a port that only admits connections presenting a fixed-size hello.
+ * It takes connections on listen_fd, reads `hello_bytes` from each without blocking (up to
+ * SOCK_MAX_PENDING at once, each within timeout_ms) and hands every complete hello to
+ * on_hello, which returns NULL to keep the (now blocking) fd, or why it refuses it; refused
+ * connections and those that never present a hello go to on_drop with the reason, then are
+ * closed. A slow or silent client never delays the others. log_rank tags the thread's logs. */
+#define SOCK_MAX_PENDING 64
+typedef const char *(*sock_hello_fn)(void *arg, int fd, const void *hello);
+typedef void (*sock_drop_fn)(void *arg, const sock_addr_t *from, const char *why);
+typedef struct sock_acceptor sock_acceptor_t;
+ncclResult_t sock_acceptor_start(int listen_fd, size_t hello_bytes, int timeout_ms,
+                                 sock_hello_fn on_hello, sock_drop_fn on_drop, void *arg,
+                                 int log_rank, sock_acceptor_t **out);
+/* Stops and joins the thread, closes the connections still presenting (not listen_fd). */
+void sock_acceptor_stop(sock_acceptor_t *a);
+
 /* Sends/receives exactly len bytes, each wait bounded by timeout_ms; a closed peer is an error. */
 ncclResult_t sock_send_all(int fd, const void *buf, size_t len, int timeout_ms);
 ncclResult_t sock_recv_all(int fd, void *buf, size_t len, int timeout_ms);

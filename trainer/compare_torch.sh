@@ -11,6 +11,10 @@
 # and prints the median samples/s (steady state: the first 5 steps of each run are left out)
 # and the ratios against the targets:
 #   tutti2 >= 1.5 x torch2        tutti2 >= 1.7 x tutti1
+# It also prints samples per CPU-second per rank (CPU time of all of a rank's threads, its
+# communication included): on a loaded machine, where wall-clock figures mostly measure the
+# other jobs, this is the part of the comparison that still holds. The load average before and
+# after is printed; ratios taken at a load above ~1 say little about the targets.
 # Every process runs one compute thread (OpenBLAS, OpenMP and torch intra/inter-op threads set
 # to 1). Debian 12's OpenBLAS does not recognize the newest Intel CPUs and falls back to SSE3
 # kernels: tutti-train corrects that itself (see train.c); for torch, whose nn.Linear goes
@@ -87,6 +91,7 @@ run_one() {
       for r in "${pids[@]}"; do wait "$r"; done ;;
   esac || { echo "compare_torch: $kind $model failed, see $log" >&2; cat "$log" >&2; exit 2; }
   grep -o '[0-9.]* samples/s after the first' "$log" | tail -1 | cut -d' ' -f1 >>"$out.values"
+  grep -o '[0-9.]* samples per CPU-second' "$log" | tail -1 | cut -d' ' -f1 >>"$out.cpu"
 }
 
 median() { sort -g "$1" | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
@@ -98,18 +103,22 @@ printf "compare_torch: %s, batch %d per rank, %s, %d repetitions, OPENBLAS_CORET
 echo "  load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in ${models//,/ }; do
   nsteps=${steps:-$([[ $model == cnn ]] && echo 60 || echo 400)}
-  for k in "${kinds[@]}"; do rm -f "$out_dir/$model.$k.values"; done
+  for k in "${kinds[@]}"; do rm -f "$out_dir/$model.$k.values" "$out_dir/$model.$k.cpu"; done
   for ((i = 0; i < reps; i++)); do
     for ((j = 0; j < ${#kinds[@]}; j++)); do
       k=${kinds[$(((i + j) % ${#kinds[@]}))]}
       run_one "$k" "$model" "$nsteps" "$out_dir/$model.$k"
     done
   done
-  declare -A med
-  for k in "${kinds[@]}"; do med[$k]=$(median "$out_dir/$model.$k.values"); done
-  printf "\n%s (%d measured steps per run)   samples/s: median [all runs]\n" "$model" "$nsteps"
+  declare -A med cpu
   for k in "${kinds[@]}"; do
-    printf "  %-7s %8.0f  [%s]\n" "$k" "${med[$k]}" "$(paste -sd' ' "$out_dir/$model.$k.values")"
+    med[$k]=$(median "$out_dir/$model.$k.values") cpu[$k]=$(median "$out_dir/$model.$k.cpu")
+  done
+  printf "\n%s (%d measured steps per run)\n" "$model" "$nsteps"
+  printf "          samples/s: median [all runs]     samples per CPU-second per rank: median\n"
+  for k in "${kinds[@]}"; do
+    printf "  %-7s %8.0f  [%-24s] %8.0f\n" "$k" "${med[$k]}" \
+      "$(paste -sd' ' "$out_dir/$model.$k.values")" "${cpu[$k]}"
   done
   read -r r_torch r_scale < <(awk -v a="${med[tutti2]}" -v b="${med[torch2]}" -v c="${med[tutti1]}" \
     'BEGIN {printf "%.2f %.2f\n", a / b, a / c}')

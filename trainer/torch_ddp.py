@@ -83,15 +83,16 @@ def main():
     for s in range(a.warmup):
         step(s)
     dist.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for s in range(a.warmup, a.warmup + a.steps):
         step(s)
     dist.barrier()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: all our threads
     if rank == 0:
         print(f"torch-ddp: {a.model} {a.optim} {world} ranks x batch {a.batch}, torch "
               f"{torch.__version__}: {a.steps * G / dt:.0f} samples/s after the first "
-              f"{a.warmup} steps ({a.steps} steps, {dt:.1f}s)", flush=True)
+              f"{a.warmup} steps ({a.steps} steps, {dt:.1f}s) "
+              f"({a.steps * a.batch / cpu:.0f} samples per CPU-second per rank)", flush=True)
     dist.destroy_process_group()
 
 

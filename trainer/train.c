@@ -49,14 +49,18 @@ typedef struct {
   double sums[3];                  /* this rank's loss sum, correct, samples of the epoch so far */
   double elapsed_s;                /* training time of earlier runs (resume) */
   int64_t run_step0, steady_step0; /* first step of this run; of the steady-state measurement */
-  double steady_t0;                /* when this run completed BENCH_SKIP_STEPS steps */
+  double steady_t0, steady_cpu0;   /* when this run completed BENCH_SKIP_STEPS steps */
   FILE *log, *trace;
 } trainer_t;
 
-static double now_s(void) {
+static double clock_s(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double now_s(void) {
+  return clock_s(CLOCK_MONOTONIC);
 }
 
 /* OpenBLAS 0.3.21 (Debian 12) does not know CPUs newer than it, such as Emerald Rapids, and
@@ -210,7 +214,10 @@ static void start_state(trainer_t *t) {
   t->elapsed_s = st.elapsed_s;
   memset(t->sums, 0, sizeof(t->sums));
   if (t->rank == 0) memcpy(t->sums, st.train_sums, sizeof(t->sums)); /* counted once */
-  if (status == 0 && t->rank == 0)
+  if (status == 0 && t->rank == 0 && t->epoch >= t->opt.epochs)
+    printf("resumed from %s: training is complete (%lld steps), nothing left to do\n",
+           t->opt.checkpoint, (long long)t->global_step);
+  else if (status == 0 && t->rank == 0)
     printf("resumed from %s: epoch %lld, step %lld of the epoch, %lld steps done\n",
            t->opt.checkpoint, (long long)t->epoch + 1, (long long)t->step_in_epoch,
            (long long)t->global_step);
@@ -284,8 +291,10 @@ static void train_step(trainer_t *t) {
   float lr = lr_at(t->global_step, t->total_steps, t->warmup_steps, t->lr, o->final_lr_frac);
   optim_step(&t->optim, m->params, m->grads, lr);
   t->global_step++, t->step_in_epoch++;
-  if (t->global_step - t->run_step0 == BENCH_SKIP_STEPS)
+  if (t->global_step - t->run_step0 == BENCH_SKIP_STEPS) {
     t->steady_t0 = now_s(), t->steady_step0 = t->global_step;
+    t->steady_cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+  }
   if (t->trace)
     fprintf(t->trace, "%lld %016llx\n", (long long)t->global_step,
             (unsigned long long)params_hash(m));
@@ -396,10 +405,12 @@ static void finish(trainer_t *t, double run_s, int64_t steps_run) {
         should_stop(t) ? "stopped" : "done", (long long)t->global_step,
         steps_run * (double)t->global_batch / run_s, (long long)steps_run, run_s, comm_s,
         comm_cpu_s, wait_s);
-    if (t->steady_t0 > 0 && t->global_step > t->steady_step0)
-      printf(", %.0f samples/s after the first %d steps",
-             (double)(t->global_step - t->steady_step0) * t->global_batch / (end - t->steady_t0),
-             BENCH_SKIP_STEPS);
+    if (t->steady_t0 > 0 && t->global_step > t->steady_step0) {
+      double samples = (double)(t->global_step - t->steady_step0) * t->global_batch;
+      double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - t->steady_cpu0; /* all our threads */
+      printf(", %.0f samples/s after the first %d steps (%.0f samples per CPU-second per rank)",
+             samples / (end - t->steady_t0), BENCH_SKIP_STEPS, samples / t->world / cpu);
+    }
     printf("\n");
   }
   if (t->opt.dump_prefix) dump_params(t);

@@ -46,8 +46,6 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -76,8 +74,7 @@ TUTTI_PARAM_DECL(Timeout);
 #define TCP_MAX_THREADS 16
 #define TCP_MAX_SOCKS 64
 #define TCP_MAX_SLOTS 64
-#define TCP_MAX_PENDING 64 /* connections whose hello is still being read */
-#define TCP_HELLO_MS 5000  /* a connection must present its hello this fast */
+#define TCP_HELLO_MS 5000 /* a connection must present its hello this fast */
 #define TCP_BLOB_MAGIC 0x74757474692d7462ull
 #define TCP_HELLO_MAGIC 0x74757474692d7468ull
 #define HDR_DATA 0x74740d01u  /* bytes of payload follow */
@@ -141,15 +138,15 @@ typedef struct tcp_state {
   struct ncclComm *comm;
   struct tcp_state *next;
   int npeers; /* peers reached over tcp */
-  int listen_fd, wake[2];
+  int listen_fd;
+  sock_acceptor_t *acceptor; /* answers the data port for the communicator's life */
   sock_addr_t addr;
   char ifname[64];
-  pthread_t acceptor;
-  int acceptor_started, aborted; /* aborted: this rank failed (mark_failed) */
-  int closing;                   /* tcp_close runs: failures are expected, nobody is told */
-  pthread_mutex_t life_mu;       /* mark_failed (any thread) vs. the start of tcp_close */
-  int nremote;                   /* remote failures seen (the first is a WARN, others INFO) */
-  int nthreads, per_thread;      /* this rank's settings */
+  int aborted;              /* this rank failed (mark_failed) */
+  int closing;              /* tcp_close runs: failures are expected, nobody is told */
+  pthread_mutex_t life_mu;  /* mark_failed (any thread) vs. the start of tcp_close */
+  int nremote;              /* remote failures seen (the first is a WARN, others INFO) */
+  int nthreads, per_thread; /* this rank's settings */
   uint32_t nslots;
   size_t slot_bytes;
   tcp_conn_t **send, **recv; /* [nranks] */
@@ -539,108 +536,42 @@ static void conn_free(tcp_conn_t *c, uint64_t deadline) {
   munmap(c, c->arena_bytes);
 }
 
-/* ---- accept thread: files authenticated receive sockets, drops everything else ---- */
+/* ---- the data port: files authenticated receive sockets, drops everything else ---- */
 
-typedef struct pending {
-  int fd;
-  size_t got;
-  uint64_t deadline;
-  sock_addr_t from;
-  tcp_hello_t hello;
-} pending_t;
-
-static void drop(tcp_state_t *st, pending_t *pc, const char *why) {
+static void port_drop(void *arg, const sock_addr_t *from, const char *why) {
+  tcp_state_t *st = arg;
   char a[80];
   int n = __atomic_add_fetch(&st->nwarn, 1, __ATOMIC_RELAXED);
-  if (n <= 10 || n % 100 == 0)
+  if (n <= 10 || n % 100 == 0) /* a port scan must not flood the log */
     WARN(
         "rank %d: dropped a connection to the data port from %s: %s (%d dropped so far; the "
         "job is not affected)",
-        st->comm->rank, sock_addr_str(&pc->from, a, sizeof(a)), why, n);
-  close(pc->fd);
-  pc->fd = -1;
+        st->comm->rank, sock_addr_str(from, a, sizeof(a)), why, n);
 }
 
-static void hello_check(tcp_state_t *st, pending_t *pc) {
-  const tcp_hello_t *h = &pc->hello;
+static const char *port_hello(void *arg, int fd, const void *hello) {
+  tcp_state_t *st = arg;
+  tcp_hello_t h;
+  memcpy(&h, hello, sizeof(h));
   unsigned char diff = 0;
-  for (int i = 0; i < 16; i++) diff |= h->secret[i] ^ st->comm->secret[i];
-  if (h->magic != TCP_HELLO_MAGIC || diff) return drop(st, pc, "it did not present the job secret");
-  if (h->id_hash != st->comm->id_hash) return drop(st, pc, "it belongs to another communicator");
-  if (h->to != st->comm->rank || h->from < 0 || h->from >= st->comm->nranks || h->sock < 0 ||
-      h->sock >= TCP_MAX_SOCKS)
-    return drop(st, pc, "its hello names ranks or sockets that do not exist here");
+  for (int i = 0; i < 16; i++) diff |= h.secret[i] ^ st->comm->secret[i];
+  if (h.magic != TCP_HELLO_MAGIC || diff) return "it did not present the job secret";
+  if (h.id_hash != st->comm->id_hash) return "it belongs to another communicator";
+  if (h.to != st->comm->rank || h.from < 0 || h.from >= st->comm->nranks || h.sock < 0 ||
+      h.sock >= TCP_MAX_SOCKS)
+    return "its hello names ranks or sockets that do not exist here";
   pthread_mutex_lock(&st->mu);
-  int *slot = &st->rfds[(size_t)h->from * TCP_MAX_SOCKS + h->sock];
+  int *slot = &st->rfds[(size_t)h.from * TCP_MAX_SOCKS + h.sock];
   const char *why = st->init_done ? "it arrived after init (data connections open only then)"
                     : *slot >= 0  ? "a second connection for the same socket"
                                   : NULL;
   if (!why) {
-    *slot = pc->fd;
-    pc->fd = -1;
+    *slot = fd;
     st->naccepted++;
     pthread_cond_broadcast(&st->cv);
   }
   pthread_mutex_unlock(&st->mu);
-  if (why) drop(st, pc, why);
-}
-
-static void pending_read(tcp_state_t *st, pending_t *pc) {
-  ssize_t k = recv(pc->fd, (char *)&pc->hello + pc->got, sizeof(pc->hello) - pc->got, MSG_DONTWAIT);
-  if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (k <= 0)
-    return drop(st, pc, k == 0 ? "it closed before presenting the job secret" : strerror(errno));
-  pc->got += (size_t)k;
-  if (pc->got < sizeof(pc->hello)) return;
-  int fl = fcntl(pc->fd, F_GETFL);
-  fcntl(pc->fd, F_SETFL, fl & ~O_NONBLOCK);
-  hello_check(st, pc);
-}
-
-static void accept_one(tcp_state_t *st, pending_t *pend, int *np) {
-  pending_t pc = {.fd = -1};
-  socklen_t len = sizeof(pc.from);
-  pc.fd = accept4(st->listen_fd, &pc.from.sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (pc.fd < 0) {
-    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) usleep(10000); /* EMFILE.. */
-    return;
-  }
-  pc.deadline = tutti_time_ns() + TCP_HELLO_MS * 1000000ull;
-  if (*np == TCP_MAX_PENDING) return drop(st, &pc, "too many connections are presenting at once");
-  pend[(*np)++] = pc;
-}
-
-static void *accept_main(void *arg) {
-  tcp_state_t *st = arg;
-  tutti_log_set_rank(st->comm->rank);
-  pending_t pend[TCP_MAX_PENDING];
-  struct pollfd pfd[2 + TCP_MAX_PENDING];
-  int np = 0;
-  for (;;) {
-    uint64_t now = tutti_time_ns(), next = UINT64_MAX;
-    pfd[0] = (struct pollfd){.fd = st->wake[0], .events = POLLIN};
-    pfd[1] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
-    for (int i = 0; i < np; i++) {
-      pfd[2 + i] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
-      next = TUTTI_MIN(next, pend[i].deadline);
-    }
-    int tmo = next == UINT64_MAX ? -1 : next <= now ? 0 : (int)((next - now) / 1000000ull) + 1;
-    if (poll(pfd, (nfds_t)(2 + np), tmo) < 0 && errno != EINTR) break;
-    if (pfd[0].revents) break;
-    for (int i = 0; i < np; i++)
-      if (pfd[2 + i].revents) pending_read(st, &pend[i]);
-    now = tutti_time_ns();
-    for (int i = 0; i < np; i++)
-      if (pend[i].fd >= 0 && now > pend[i].deadline)
-        drop(st, &pend[i], "it did not present a hello in time");
-    int kept = 0;
-    for (int i = 0; i < np; i++)
-      if (pend[i].fd >= 0) pend[kept++] = pend[i];
-    np = kept;
-    if (pfd[1].revents) accept_one(st, pend, &np);
-  }
-  for (int i = 0; i < np; i++) close(pend[i].fd);
-  return NULL;
+  return why;
 }
 
 /* ---- vtable: setup, connect, post_connect ---- */
@@ -653,7 +584,7 @@ static ncclResult_t state_new(struct ncclComm *comm, tcp_state_t **out) {
   tcp_state_t *st = calloc(1, sizeof(*st));
   if (!st) return TUTTI_ERR(ncclSystemError, "out of memory");
   st->comm = comm;
-  st->listen_fd = st->wake[0] = st->wake[1] = -1;
+  st->listen_fd = -1;
   pthread_mutex_init(&st->mu, NULL);
   pthread_mutex_init(&st->life_mu, NULL);
   pthread_cond_init(&st->cv, NULL);
@@ -702,12 +633,8 @@ static ncclResult_t tcp_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   else
     st->addr.sin.sin_port = 0;
   TUTTI_CHECK(sock_listen(&st->addr, &st->listen_fd));
-  if (pipe2(st->wake, O_CLOEXEC | O_NONBLOCK) != 0)
-    return TUTTI_ERR(ncclSystemError, "pipe: %s", strerror(errno));
-  int rc = pthread_create(&st->acceptor, NULL, accept_main, st);
-  if (rc != 0)
-    return TUTTI_ERR(ncclSystemError, "cannot start the tcp accept thread: %s", strerror(rc));
-  st->acceptor_started = 1;
+  TUTTI_CHECK(sock_acceptor_start(st->listen_fd, sizeof(tcp_hello_t), TCP_HELLO_MS, port_hello,
+                                  port_drop, st, comm->rank, &st->acceptor));
   tcp_blob_t b = {.magic = TCP_BLOB_MAGIC,
                   .addr = st->addr,
                   .nthreads = st->nthreads,
@@ -875,11 +802,7 @@ static void tcp_close(struct ncclComm *comm) {
   pthread_mutex_lock(&st->life_mu);                    /* a mark_failed under way finishes first */
   __atomic_store_n(&st->closing, 1, __ATOMIC_RELEASE); /* helpers still running stay quiet */
   pthread_mutex_unlock(&st->life_mu);
-  if (st->acceptor_started) {
-    ssize_t ignored = write(st->wake[1], "x", 1);
-    (void)ignored;
-    pthread_join(st->acceptor, NULL);
-  }
+  sock_acceptor_stop(st->acceptor);
   /* flush and say goodbye on every send connection first, then stop the receivers */
   int n = st->send && st->recv ? comm->nranks : 0;
   uint64_t deadline = tutti_time_ns() + (uint64_t)tutti_param_NetDrainMs() * 1000000ull;
@@ -890,7 +813,6 @@ static void tcp_close(struct ncclComm *comm) {
   for (size_t i = 0; st->rfds && i < (size_t)comm->nranks * TCP_MAX_SOCKS; i++)
     if (st->rfds[i] >= 0) close(st->rfds[i]);
   if (st->listen_fd >= 0) close(st->listen_fd);
-  if (st->wake[0] >= 0) close(st->wake[0]), close(st->wake[1]);
   state_unlink(st);
   pthread_mutex_destroy(&st->mu);
   pthread_mutex_destroy(&st->life_mu);
