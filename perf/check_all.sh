@@ -31,9 +31,9 @@ tools=(all_reduce all_gather broadcast reduce reduce_scatter alltoall gather sca
 
 launch() {
   case $1 in
-    tutti2) echo "$bin/tutti-run -n 2 --timeout 600" ;;
-    tutti3) echo "$bin/tutti-run -n 3 --timeout 600" ;;
-    mpi4) echo "timeout 600 mpirun --allow-run-as-root -np 4 --oversubscribe" ;;
+    tutti2) echo "$bin/tutti-run -n 2 --timeout 3600" ;;
+    tutti3) echo "$bin/tutti-run -n 3 --timeout 3600" ;;
+    mpi4) echo "timeout 3600 mpirun --allow-run-as-root -np 4 --oversubscribe" ;;
     *) echo "unknown launcher $1" >&2; exit 2 ;;
   esac
 }

@@ -3,6 +3,7 @@
 
 #include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,150 +91,139 @@ static void finish_defaults(options_t *o) {
   }
 }
 
-static const struct option long_options[] = {{"model", 1, 0, 'm'},
-                                             {"epochs", 1, 0, 'e'},
-                                             {"batch", 1, 0, 'b'},
-                                             {"accum", 1, 0, 'a'},
-                                             {"optim", 1, 0, 'o'},
-                                             {"lr", 1, 0, 'l'},
-                                             {"lr-ref-batch", 1, 0, 'R'},
-                                             {"lr-scaling", 1, 0, 'S'},
-                                             {"momentum", 1, 0, 'M'},
-                                             {"wd", 1, 0, 'w'},
-                                             {"warmup-epochs", 1, 0, 'W'},
-                                             {"final-lr-frac", 1, 0, 'F'},
-                                             {"augment", 1, 0, 'A'},
-                                             {"seed", 1, 0, 's'},
-                                             {"bucket-mb", 1, 0, 'B'},
-                                             {"threads", 1, 0, 't'},
-                                             {"data", 1, 0, 'd'},
-                                             {"checkpoint", 1, 0, 'c'},
-                                             {"checkpoint-every", 1, 0, 'C'},
-                                             {"resume", 0, 0, 'r'},
-                                             {"max-steps", 1, 0, 'x'},
-                                             {"log", 1, 0, 'L'},
-                                             {"no-eval", 0, 0, 'N'},
-                                             {"train-limit", 1, 0, 'T'},
-                                             {"test-limit", 1, 0, 'V'},
-                                             {"dump", 1, 0, 'D'},
-                                             {"compress", 0, 0, 'Z'},
-                                             {"dropout", 1, 0, 'P'},
-                                             {"blas-info", 0, 0, 'I'},
-                                             {"help", 0, 0, 'h'},
-                                             {0, 0, 0, 0}};
+/* ---------------------------------------------------------------- the option table */
 
-static void parse_scaling(const char *s, options_t *o) {
-  static const char *names[] = {"auto", "linear", "sqrt", "none"};
-  for (int i = 0; i < 4; i++)
-    if (strcmp(s, names[i]) == 0) {
-      o->lr_scaling = (lr_scaling_t)i;
-      return;
-    }
-  bad("lr-scaling", s);
+static int parse_model(const char *v, options_t *o) {
+  return model_parse(v, &o->model);
+}
+static int parse_optim(const char *v, options_t *o) {
+  return optim_parse(v, &o->optim);
 }
 
-static void parse_one(int c, const char *v, options_t *o) {
-  switch (c) {
-    case 'm':
-      if (model_parse(v, &o->model)) bad("model", v);
+static int parse_augment(const char *v, options_t *o) {
+  o->augment_set = 1;
+  return augment_parse(v, &o->augment);
+}
+
+static int parse_scaling(const char *v, options_t *o) {
+  static const char *names[] = {"auto", "linear", "sqrt", "none"};
+  for (int i = 0; i < 4; i++)
+    if (strcmp(v, names[i]) == 0) return o->lr_scaling = (lr_scaling_t)i, 0;
+  return -1;
+}
+
+static int no_compress(const char *v, options_t *o) {
+  fprintf(stderr, "tutti-train: --compress waits for the gradient-compression API\n");
+  exit(2);
+}
+
+static int help(const char *v, options_t *o) {
+  usage(0);
+  return 0;
+}
+
+typedef enum {
+  ARG_INT,
+  ARG_I64,
+  ARG_U64,
+  ARG_FLOAT,
+  ARG_DOUBLE,
+  ARG_STRING,
+  ARG_FLAG,
+  ARG_CALL,
+  ARG_ACTION
+} arg_kind_t;
+
+/* One option: where its value goes (a field of options_t) and the range it accepts; ARG_CALL
+ * options parse their value themselves, ARG_FLAG and ARG_ACTION take none. */
+typedef struct {
+  const char *name;
+  arg_kind_t kind;
+  size_t offset;
+  double lo, hi;
+  int (*call)(const char *value, options_t *o); /* 0 on success */
+} option_spec_t;
+
+#define FIELD(f) offsetof(options_t, f)
+static const option_spec_t specs[] = {
+    {"model", ARG_CALL, 0, 0, 0, parse_model},
+    {"epochs", ARG_INT, FIELD(epochs), 1, 100000},
+    {"batch", ARG_INT, FIELD(batch), 1, 65536},
+    {"accum", ARG_INT, FIELD(accum), 1, 65536},
+    {"optim", ARG_CALL, 0, 0, 0, parse_optim},
+    {"lr", ARG_FLOAT, FIELD(lr), 0, 100},
+    {"lr-ref-batch", ARG_INT, FIELD(lr_ref_batch), 1, 1 << 24},
+    {"lr-scaling", ARG_CALL, 0, 0, 0, parse_scaling},
+    {"momentum", ARG_FLOAT, FIELD(momentum), 0, 1},
+    {"wd", ARG_FLOAT, FIELD(weight_decay), 0, 10},
+    {"warmup-epochs", ARG_FLOAT, FIELD(warmup_epochs), 0, 1000},
+    {"final-lr-frac", ARG_FLOAT, FIELD(final_lr_frac), 0, 1},
+    {"augment", ARG_CALL, 0, 0, 0, parse_augment},
+    {"dropout", ARG_FLOAT, FIELD(dropout), 0, 0.95},
+    {"seed", ARG_U64, FIELD(seed), 0, 0x7fffffff},
+    {"bucket-mb", ARG_DOUBLE, FIELD(bucket_mb), 0, 1 << 20},
+    {"threads", ARG_INT, FIELD(threads), 1, 1024},
+    {"data", ARG_STRING, FIELD(data_dir)},
+    {"checkpoint", ARG_STRING, FIELD(checkpoint)},
+    {"checkpoint-every", ARG_INT, FIELD(checkpoint_every), 0, 1 << 30},
+    {"resume", ARG_FLAG, FIELD(resume)},
+    {"max-steps", ARG_I64, FIELD(max_steps), 1, 1e12},
+    {"log", ARG_STRING, FIELD(log_path)},
+    {"no-eval", ARG_FLAG, FIELD(no_eval)},
+    {"train-limit", ARG_INT, FIELD(train_limit), 1, 1 << 30},
+    {"test-limit", ARG_INT, FIELD(test_limit), 1, 1 << 30},
+    {"dump", ARG_STRING, FIELD(dump_prefix)},
+    {"compress", ARG_ACTION, 0, 0, 0, no_compress},
+    {"blas-info", ARG_FLAG, FIELD(blas_info)},
+    {"help", ARG_ACTION, 0, 0, 0, help},
+};
+#define NSPECS ((int)(sizeof(specs) / sizeof(specs[0])))
+
+static void parse_one(const option_spec_t *s, const char *v, options_t *o) {
+  char *field = (char *)o + s->offset;
+  switch (s->kind) {
+    case ARG_INT:
+      *(int *)field = (int)parse_long(s->name, v, (long)s->lo, (long)s->hi);
       break;
-    case 'e':
-      o->epochs = (int)parse_long("epochs", v, 1, 100000);
+    case ARG_I64:
+      *(int64_t *)field = parse_long(s->name, v, (long)s->lo, (long)s->hi);
       break;
-    case 'b':
-      o->batch = (int)parse_long("batch", v, 1, 65536);
+    case ARG_U64:
+      *(uint64_t *)field = (uint64_t)parse_long(s->name, v, 0, (long)s->hi);
       break;
-    case 'a':
-      o->accum = (int)parse_long("accum", v, 1, 65536);
+    case ARG_FLOAT:
+      *(float *)field = (float)parse_double(s->name, v, s->lo, s->hi);
       break;
-    case 'o':
-      if (optim_parse(v, &o->optim)) bad("optim", v);
+    case ARG_DOUBLE:
+      *(double *)field = parse_double(s->name, v, s->lo, s->hi);
       break;
-    case 'l':
-      o->lr = (float)parse_double("lr", v, 0, 100);
+    case ARG_STRING:
+      *(const char **)field = v;
       break;
-    case 'R':
-      o->lr_ref_batch = (int)parse_long("lr-ref-batch", v, 1, 1 << 24);
+    case ARG_FLAG:
+      *(int *)field = 1;
       break;
-    case 'S':
-      parse_scaling(v, o);
+    case ARG_CALL:
+    case ARG_ACTION:
+      if (s->call(v, o)) bad(s->name, v);
       break;
-    case 'M':
-      o->momentum = (float)parse_double("momentum", v, 0, 1);
-      break;
-    case 'w':
-      o->weight_decay = (float)parse_double("wd", v, 0, 10);
-      break;
-    case 'W':
-      o->warmup_epochs = (float)parse_double("warmup-epochs", v, 0, 1000);
-      break;
-    case 'F':
-      o->final_lr_frac = (float)parse_double("final-lr-frac", v, 0, 1);
-      break;
-    case 'A':
-      if (augment_parse(v, &o->augment)) bad("augment", v);
-      o->augment_set = 1;
-      break;
-    case 's':
-      o->seed = (uint64_t)parse_long("seed", v, 0, 0x7fffffffL);
-      break;
-    case 'B':
-      o->bucket_mb = parse_double("bucket-mb", v, 0, 1 << 20);
-      break;
-    case 't':
-      o->threads = (int)parse_long("threads", v, 1, 1024);
-      break;
-    case 'd':
-      o->data_dir = v;
-      break;
-    case 'c':
-      o->checkpoint = v;
-      break;
-    case 'C':
-      o->checkpoint_every = (int)parse_long("checkpoint-every", v, 0, 1 << 30);
-      break;
-    case 'r':
-      o->resume = 1;
-      break;
-    case 'x':
-      o->max_steps = parse_long("max-steps", v, 1, 1L << 40);
-      break;
-    case 'L':
-      o->log_path = v;
-      break;
-    case 'N':
-      o->no_eval = 1;
-      break;
-    case 'T':
-      o->train_limit = (int)parse_long("train-limit", v, 1, 1 << 30);
-      break;
-    case 'V':
-      o->test_limit = (int)parse_long("test-limit", v, 1, 1 << 30);
-      break;
-    case 'D':
-      o->dump_prefix = v;
-      break;
-    case 'Z':
-      fprintf(stderr, "tutti-train: --compress waits for the gradient-compression API\n");
-      exit(2);
-    case 'P':
-      o->dropout = (float)parse_double("dropout", v, 0, 0.95);
-      break;
-    case 'I':
-      o->blas_info = 1;
-      break;
-    case 'h':
-      usage(0);
-      break;
-    default:
-      usage(2);
   }
 }
 
 void options_parse(int argc, char **argv, options_t *o) {
+  struct option longopts[NSPECS + 1];
+  for (int i = 0; i < NSPECS; i++) {
+    int has_arg = specs[i].kind != ARG_FLAG && specs[i].kind != ARG_ACTION;
+    longopts[i] = (struct option){specs[i].name, has_arg, NULL, 256 + i};
+  }
+  longopts[NSPECS] = (struct option){0};
   set_defaults(o);
   int c;
-  while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) parse_one(c, optarg, o);
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    if (c == 'h') usage(0);
+    if (c < 256 || c >= 256 + NSPECS) usage(2);
+    parse_one(&specs[c - 256], optarg, o);
+  }
   if (optind < argc) {
     fprintf(stderr, "tutti-train: unexpected argument '%s'\n", argv[optind]);
     usage(2);

@@ -444,7 +444,7 @@ static int tcp_peer_failed(conn_t *conn) {
   return !c->is_send && __atomic_load_n(&c->byes, __ATOMIC_ACQUIRE) == c->nthreads;
 }
 
-static const char *tcp_failure_reason(conn_t *conn) {
+static const char *tcp_peer_reason(conn_t *conn) {
   tcp_conn_t *c = conn->priv, *twin = conn_twin(c);
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) && c->reason[0]) return c->reason;
   if (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE) && twin->reason[0])
@@ -834,7 +834,7 @@ const transport_t tcp_transport = {
     .recv_slot = tcp_recv_slot,
     .recv_done = tcp_recv_done,
     .peer_failed = tcp_peer_failed,
-    .failure_reason = tcp_failure_reason,
+    .peer_reason = tcp_peer_reason,
     .mark_failed = tcp_mark_failed,
     .close = tcp_close,
 };

@@ -48,11 +48,9 @@ typedef struct transport {
   const void *(*recv_slot)(conn_t *conn, size_t *bytes);
   void (*recv_done)(conn_t *conn);
   int (*peer_failed)(conn_t *conn);
-  /* Optional: why the peer failed, as it recorded it (NULL when unknown). */
+  /* Optional: why the peer failed, as it recorded it, or what this end saw ("connection reset
+   * by rank 3 on host h2"); NULL when unknown. */
   const char *(*peer_reason)(conn_t *conn);
-  /* Optional (may be NULL): once peer_failed, what was seen ("connection reset by rank 3 on
-   * host h2", or the peer's own reason when it aborted), for the engine's error message. */
-  const char *(*failure_reason)(conn_t *conn);
   /* Tells peers this rank failed / aborted (sets a flag they poll). */
   void (*mark_failed)(struct ncclComm *comm);
   void (*close)(struct ncclComm *comm);
