@@ -40,6 +40,8 @@ struct ncclComm {
   uint64_t magic;
   int rank, nranks;
   int local_rank, local_size; /* ranks sharing this rank's host */
+  int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */
+  int hier_ok;                /* hier_applicable(host_of_rank, nranks) */
   int oversubscribed;         /* more local ranks than CPUs: poll politely */
   int cuda_dev;
   uint64_t id_hash;           /* names this communicator's shared resources */
@@ -53,7 +55,8 @@ struct ncclComm {
 
   pthread_mutex_t lock;       /* one operation at a time on this communicator */
   volatile int abort_flag;    /* set by ncclCommAbort (any thread) */
-  volatile int async_error;   /* ncclResult_t of the first fatal error */
+  volatile int async_error;   /* ncclResult_t of the first fatal error (published last) */
+  int error_claimed;          /* the first comm_set_error caller writes error_msg */
   char error_msg[512];
   int finalized;
   uint64_t op_count;          /* operations run so far (for messages) */

@@ -142,18 +142,25 @@ static ncclResult_t submit(const call_t *c) {
 
 /* ---- algorithm choice (the tuner issue replaces this with a cost model) ---- */
 
+TUTTI_PARAM(HierMinBytes, "HIER_MIN_BYTES", 0) /* hier all-reduce from this size up (multi-host) */
+
 static algo_t choose_algo(ncclComm_t comm, const pending_t *p) {
   switch (p->args.coll) {
     case COLL_ALLREDUCE: {
       int forced = comm->algo_allreduce;
+      size_t bytes = p->args.count * p->ctx.esize;
+      if (forced == ALGO_HIER && comm->hier_ok) return ALGO_HIER;
       if (forced == ALGO_RING || (forced == ALGO_ONESHOT && comm->nranks > 1 &&
                                   p->args.count * p->ctx.esize <= comm->slot_bytes &&
                                   p->args.count * p->ctx.esize <= comm->scratch_bytes))
         return (algo_t)forced;
-      size_t bytes = p->args.count * p->ctx.esize;
       if (comm->nranks > 1 && bytes <= comm->oneshot_max_bytes && bytes <= comm->slot_bytes &&
           bytes <= comm->scratch_bytes)
         return ALGO_ONESHOT;
+      /* several hosts with several ranks each: shm inside the hosts, 1/local_size of the data
+       * per rank across them (hier.c) */
+      if (comm->hier_ok && comm->local_size > 1 && bytes >= (size_t)tutti_param_HierMinBytes())
+        return ALGO_HIER;
       return ALGO_RING;
     }
     case COLL_ALLGATHER:
@@ -195,7 +202,9 @@ ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
   int rc = 0, n = comm->nranks;
   switch (p->args.coll) {
     case COLL_ALLREDUCE:
-      rc = p->ctx.algo == ALGO_ONESHOT ? oneshot_allreduce(&p->args, col) : ring_allreduce(&p->args, col);
+      rc = p->ctx.algo == ALGO_ONESHOT ? oneshot_allreduce(&p->args, col)
+           : p->ctx.algo == ALGO_HIER  ? hier_allreduce(&p->args, comm->host_of_rank, col)
+                                       : ring_allreduce(&p->args, col);
       break;
     case COLL_REDUCESCATTER: rc = ring_reducescatter(&p->args, col); break;
     case COLL_ALLGATHER: rc = ring_allgather(&p->args, col); break;

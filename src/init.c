@@ -80,10 +80,14 @@ ncclResult_t comm_check_state(ncclComm_t comm, const char *fn) {
 }
 
 void comm_set_error(ncclComm_t comm, ncclResult_t code, const char *msg) {
-  int expected = ncclSuccess;
-  if (__atomic_compare_exchange_n(&comm->async_error, &expected, (int)code, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE))
+  int expected = 0;
+  /* Claim, write the message, then publish the code: readers load async_error (acquire)
+   * before reading error_msg, so they never see a half-written message. */
+  if (__atomic_compare_exchange_n(&comm->error_claimed, &expected, 1, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
     snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", msg);
+    __atomic_store_n(&comm->async_error, (int)code, __ATOMIC_RELEASE);
+  }
   transport_mark_failed(comm);
 }
 
@@ -148,7 +152,7 @@ static int algo_from_env(void) {
   if (!v) return -1;
   for (int a = 0; a < ALGO_NUM; a++)
     if (strcasecmp(v, algo_name((algo_t)a)) == 0) return a;
-  WARN("ALGO=%s: unknown or not available for all-reduce (ring, oneshot); choosing automatically", v);
+  WARN("ALGO=%s: unknown or not available for all-reduce (ring, oneshot, hier); choosing automatically", v);
   return -1;
 }
 
@@ -157,9 +161,11 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   if (!c) return TUTTI_ERR(ncclSystemError, "out of memory");
   c->peers = calloc(nranks, sizeof(peer_info_t));
   c->p2p_lanes = calloc(2 * (size_t)nranks, sizeof(sched_t));
-  if (!c->peers || !c->p2p_lanes) {
+  c->host_of_rank = calloc(nranks, sizeof(int));
+  if (!c->peers || !c->p2p_lanes || !c->host_of_rank) {
     free(c->peers);
     free(c->p2p_lanes);
+    free(c->host_of_rank);
     free(c);
     return TUTTI_ERR(ncclSystemError, "out of memory");
   }
@@ -184,6 +190,7 @@ static void comm_free(ncclComm_t c) {
   sched_free(&c->sched_scratch);
   for (int i = 0; c->p2p_lanes && i < 2 * c->nranks; i++) sched_free(&c->p2p_lanes[i]);
   free(c->p2p_lanes);
+  free(c->host_of_rank);
   free(c->scratch);
   free(c->peers);
   pthread_mutex_destroy(&c->lock);
@@ -200,6 +207,12 @@ static void comm_topology(ncclComm_t c) {
     c->local_size++;
   }
   c->oversubscribed = ncpu > 0 && c->local_size > ncpu;
+  for (int p = 0; p < c->nranks; p++) { /* a host is named by its first rank */
+    int q = 0;
+    while (c->peers[q].host_hash != c->peers[p].host_hash) q++;
+    c->host_of_rank[p] = q;
+  }
+  c->hier_ok = hier_applicable(c->host_of_rank, c->nranks);
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < 16; i++) h = (h ^ c->secret[i]) * 0x100000001b3ull;
   c->id_hash = h;

@@ -66,7 +66,9 @@ static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 
 static void log_settings_once(void) {
   for (char **e = environ; e && *e; e++) {
-    if (strncmp(*e, "TUTTI_", 6) == 0 || strncmp(*e, "NCCL_", 5) == 0)
+    if (strncmp(*e, "TUTTI_SECRET=", 13) == 0)
+      INFO(SUB_ENV | SUB_INIT, "environment: TUTTI_SECRET=<set, not shown>");
+    else if (strncmp(*e, "TUTTI_", 6) == 0 || strncmp(*e, "NCCL_", 5) == 0)
       INFO(SUB_ENV | SUB_INIT, "environment: %s", *e);
   }
 }

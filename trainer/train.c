@@ -354,14 +354,14 @@ static int run_epoch(trainer_t *t) {
   ddp_times(t->ddp, &comm0, &cpu0, &wait0);
   sampler_set_epoch(&t->sampler, (int)t->epoch);
   while (t->step_in_epoch < t->steps_per_epoch) {
-    train_step(t);
-    int every = t->opt.checkpoint_every && t->global_step % t->opt.checkpoint_every == 0;
-    if (t->opt.checkpoint && (every || should_stop(t)))
-      save_checkpoint(t, t->elapsed_s + now_s() - t0);
-    if (should_stop(t)) {
+    if (should_stop(t)) { /* mid-epoch: a checkpoint to resume from, no epoch line */
+      if (t->opt.checkpoint) save_checkpoint(t, t->elapsed_s + now_s() - t0);
       t->elapsed_s += now_s() - t0;
       return 1;
     }
+    train_step(t);
+    if (t->opt.checkpoint_every && t->global_step % t->opt.checkpoint_every == 0)
+      if (t->opt.checkpoint) save_checkpoint(t, t->elapsed_s + now_s() - t0);
   }
   s.epoch_s = now_s() - t0;
   ddp_times(t->ddp, &comm1, &cpu1, &wait1);

@@ -50,6 +50,6 @@ const char *coll_name(coll_t c) {
 }
 
 const char *algo_name(algo_t a) {
-  static const char *names[ALGO_NUM] = {"ring", "oneshot", "chain", "p2p"};
+  static const char *names[ALGO_NUM] = {"ring", "oneshot", "chain", "p2p", "hier"};
   return (unsigned)a < ALGO_NUM ? names[a] : "?";
 }

@@ -69,7 +69,7 @@ typedef enum {
 } coll_t;
 const char *coll_name(coll_t c);
 
-typedef enum { ALGO_RING = 0, ALGO_ONESHOT, ALGO_CHAIN, ALGO_P2P, ALGO_NUM } algo_t;
+typedef enum { ALGO_RING = 0, ALGO_ONESHOT, ALGO_CHAIN, ALGO_P2P, ALGO_HIER, ALGO_NUM } algo_t;
 const char *algo_name(algo_t a);
 
 /* Everything an algorithm needs to know: ranks, counts, root. Counts are in elements. */
@@ -86,6 +86,10 @@ int ring_allreduce(const sched_args_t *a, sched_t *s);
 int ring_reducescatter(const sched_args_t *a, sched_t *s);
 int ring_allgather(const sched_args_t *a, sched_t *s);
 int oneshot_allreduce(const sched_args_t *a, sched_t *s);
+/* Hierarchical all-reduce (hier.c): host_of_rank[r] names rank r's host (any integer label). */
+int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
+/* 1 when hier_allreduce applies: at least 2 hosts, the same number of ranks on each. */
+int hier_applicable(const int *host_of_rank, int nranks);
 int chain_broadcast(const sched_args_t *a, sched_t *s);
 int chain_reduce(const sched_args_t *a, sched_t *s);
 /* Point-to-point based: one lane per peer and direction; lanes[p] sends, lanes[n + p] receives. */
