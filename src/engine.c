@@ -161,10 +161,25 @@ static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_n
   return ncclSuccess;
 }
 
+/* Adaptive spin: a wait that ends just after this rank yielded the CPU means the peer could
+ * only run once we stopped spinning (both on one core, e.g. on a loaded machine): spin less.
+ * Waits that end while spinning let the limit grow back to TUTTI_SPIN_US. */
+static TUTTI_TLS uint64_t spin_limit_ns = UINT64_MAX;
+
+static void spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
+  if (spin_limit_ns > max_ns) spin_limit_ns = max_ns;
+  if (waited_ns > spin_limit_ns && waited_ns < spin_limit_ns + 20000)
+    spin_limit_ns = TUTTI_MAX(spin_limit_ns / 2, 1000);
+  else if (waited_ns <= spin_limit_ns)
+    spin_limit_ns = TUTTI_MIN(spin_limit_ns + spin_limit_ns / 8 + 100, max_ns);
+}
+
 /* Waits politely: spin (not when there are more local ranks than CPUs), then yield, then
  * sleep, growing to 1 ms, so that an idle rank costs no CPU. */
 static void backoff(uint64_t idle_ns, int oversubscribed) {
-  uint64_t spin_ns = oversubscribed ? 0 : (uint64_t)tutti_param_SpinUs() * 1000;
+  uint64_t max_ns = (uint64_t)tutti_param_SpinUs() * 1000;
+  if (spin_limit_ns > max_ns) spin_limit_ns = max_ns;
+  uint64_t spin_ns = oversubscribed ? 0 : spin_limit_ns;
   uint64_t yield_ns = spin_ns + (uint64_t)tutti_param_YieldUs() * 1000;
   if (idle_ns < spin_ns) {
     for (int i = 0; i < 8; i++) cpu_relax();
@@ -193,6 +208,7 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
     }
     if (!active) return ncclSuccess;
     if (moved) {
+      if (idle) spin_adapt(tutti_time_ns() - idle_since, (uint64_t)tutti_param_SpinUs() * 1000);
       idle = 0;
       continue;
     }
