@@ -199,30 +199,11 @@ ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
     p->ctx.buf[BUF_SEND] = copy;
   }
   sched_t *col = &comm->sched_scratch, *lanes = comm->p2p_lanes;
-  int rc = 0, n = comm->nranks;
-  switch (p->args.coll) {
-    case COLL_ALLREDUCE:
-      rc = p->ctx.algo == ALGO_ONESHOT ? oneshot_allreduce(&p->args, col)
-           : p->ctx.algo == ALGO_HIER  ? hier_allreduce(&p->args, comm->host_of_rank, col)
-                                       : ring_allreduce(&p->args, col);
-      break;
-    case COLL_REDUCESCATTER: rc = ring_reducescatter(&p->args, col); break;
-    case COLL_ALLGATHER: rc = ring_allgather(&p->args, col); break;
-    case COLL_BROADCAST: rc = chain_broadcast(&p->args, col); break;
-    case COLL_REDUCE: rc = chain_reduce(&p->args, col); break;
-    case COLL_ALLTOALL: rc = p2p_alltoall(&p->args, lanes); break;
-    case COLL_GATHER: rc = p2p_gather(&p->args, lanes); break;
-    case COLL_SCATTER: rc = p2p_scatter(&p->args, lanes); break;
-    case COLL_SEND:
-      rc = sched_push(&lanes[p->args.root], (step_t){.recv_peer = -1, .send_peer = p->args.root,
-                      .src_buf = BUF_SEND, .dst_buf = BUF_NONE, .count = p->args.count});
-      break;
-    case COLL_RECV:
-      rc = sched_push(&lanes[n + p->args.root], (step_t){.recv_peer = p->args.root, .send_peer = -1,
-                      .src_buf = BUF_NONE, .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = p->args.count});
-      break;
-    default: return TUTTI_ERR(ncclInternalError, "unknown collective %d", (int)p->args.coll);
-  }
+  int n = comm->nranks;
+  int rc = sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, lanes);
+  if (rc == -2)
+    return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
+                     coll_name(p->args.coll), algo_name(p->ctx.algo));
   if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
   tag_steps(col, op_index);
   for (int i = 0; i < 2 * n; i++) tag_steps(&lanes[i], op_index);

@@ -50,6 +50,35 @@ const char *coll_name(coll_t c) {
 }
 
 const char *algo_name(algo_t a) {
-  static const char *names[ALGO_NUM] = {"ring", "oneshot", "chain", "p2p", "hier"};
+  static const char *names[ALGO_NUM] = {"ring", "oneshot", "chain", "p2p", "hier", "tree", "rhd", "rd"};
   return (unsigned)a < ALGO_NUM ? names[a] : "?";
+}
+
+int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sched_t *col,
+                sched_t *lanes) {
+  int n = a->nranks;
+  switch (a->coll) {
+    case COLL_ALLREDUCE:
+      switch (algo) {
+        case ALGO_RING: return ring_allreduce(a, col);
+        case ALGO_ONESHOT: return oneshot_allreduce(a, col);
+        case ALGO_HIER: return host_of_rank ? hier_allreduce(a, host_of_rank, col) : -2;
+        default: return -2;
+      }
+    case COLL_REDUCESCATTER: return algo == ALGO_RING ? ring_reducescatter(a, col) : -2;
+    case COLL_ALLGATHER: return algo == ALGO_RING ? ring_allgather(a, col) : -2;
+    case COLL_BROADCAST: return algo == ALGO_CHAIN ? chain_broadcast(a, col) : -2;
+    case COLL_REDUCE: return algo == ALGO_CHAIN ? chain_reduce(a, col) : -2;
+    case COLL_ALLTOALL: return algo == ALGO_P2P ? p2p_alltoall(a, lanes) : -2;
+    case COLL_GATHER: return algo == ALGO_P2P ? p2p_gather(a, lanes) : -2;
+    case COLL_SCATTER: return algo == ALGO_P2P ? p2p_scatter(a, lanes) : -2;
+    case COLL_SEND:
+      return sched_push(&lanes[a->root], (step_t){.recv_peer = -1, .send_peer = a->root,
+                        .src_buf = BUF_SEND, .dst_buf = BUF_NONE, .count = a->count});
+    case COLL_RECV:
+      return sched_push(&lanes[n + a->root], (step_t){.recv_peer = a->root, .send_peer = -1,
+                        .src_buf = BUF_NONE, .dst_buf = BUF_RECV, .flags = STEP_STORE,
+                        .count = a->count});
+    default: return -2;
+  }
 }

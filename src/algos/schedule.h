@@ -69,7 +69,19 @@ typedef enum {
 } coll_t;
 const char *coll_name(coll_t c);
 
-typedef enum { ALGO_RING = 0, ALGO_ONESHOT, ALGO_CHAIN, ALGO_P2P, ALGO_HIER, ALGO_NUM } algo_t;
+/* Names (algo_name) are what TUTTI_ALGO / NCCL_ALGO take: ring, oneshot, chain, p2p, hier, tree
+ * (double binary tree), rhd (recursive halving-doubling), rd (recursive doubling). */
+typedef enum {
+  ALGO_RING = 0,
+  ALGO_ONESHOT,
+  ALGO_CHAIN,
+  ALGO_P2P,
+  ALGO_HIER,
+  ALGO_TREE,
+  ALGO_RHD,
+  ALGO_RD,
+  ALGO_NUM
+} algo_t;
 const char *algo_name(algo_t a);
 
 /* Everything an algorithm needs to know: ranks, counts, root. Counts are in elements. */
@@ -96,6 +108,13 @@ int chain_reduce(const sched_args_t *a, sched_t *s);
 int p2p_alltoall(const sched_args_t *a, sched_t *lanes);
 int p2p_gather(const sched_args_t *a, sched_t *lanes);
 int p2p_scatter(const sched_args_t *a, sched_t *lanes);
+
+/* Builds rank a->rank's schedule of collective a->coll with algorithm `algo` (the one entry point
+ * the engine and the simulator share). Collective algorithms append to `col`; point-to-point
+ * ones (ALGO_P2P, send/recv) to lanes[0 .. 2*nranks). host_of_rank is needed by ALGO_HIER only.
+ * Returns 0, -1 out of memory, -2 when the algorithm does not implement the collective. */
+int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sched_t *col,
+                sched_t *lanes);
 
 /* Start of block k when `count` elements are split into n nearly equal blocks. */
 static inline size_t block_start(size_t count, int n, int k) {
