@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -417,6 +418,39 @@ TEST(Launcher, UsageErrorsExit2) {
   EXPECT_EQ(run_launcher({"-n", "2"}).exit_code, 2);             // no program
   EXPECT_EQ(run_launcher({"-n", "2", "-x", "NOEQUALS", "true"}).exit_code, 2);
   EXPECT_EQ(run_launcher({"-n", "2", "--timeout", "soon", "true"}).exit_code, 2);
+}
+
+// --bind core pins rank r to the r-th CPU of the launcher's own affinity set (whatever CPUs
+// this test may use), one CPU per rank.
+TEST(Launcher, BindCorePinsEachRankToItsOwnCpu) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  int n = static_cast<int>(std::min<size_t>(cpus.size(), 4));
+  launch_t l = run_launcher({"-n", std::to_string(n), "--bind", "core", "sh", "-c",
+                             "echo $TUTTI_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)"});
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  std::vector<std::string> expect;
+  for (int r = 0; r < n; r++) expect.push_back(std::to_string(r) + " " + std::to_string(cpus[r]));
+  EXPECT_EQ(sorted_lines(l.out), expect);
+  // Without --bind the ranks keep the launcher's whole set.
+  launch_t free_run = run_launcher({"-n", "1", "nproc"});
+  EXPECT_EQ(free_run.out, std::to_string(cpus.size()) + "\n") << free_run.err;
+}
+
+TEST(Launcher, BindRefusesMoreRanksThanCpusAndBadValues) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  int ncpus = CPU_COUNT(&set);
+  launch_t many = run_launcher({"-n", std::to_string(ncpus + 1), "--bind", "core", "true"});
+  EXPECT_EQ(many.exit_code, 2);
+  EXPECT_TRUE(contains(many.err, std::to_string(ncpus + 1) + " ranks but only " +
+                                     std::to_string(ncpus) + " CPUs")) << many.err;
+  launch_t bad = run_launcher({"-n", "1", "--bind", "socket", "true"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(contains(bad.err, "--bind takes core or none, not 'socket'")) << bad.err;
 }
 
 TEST(Launcher, HelpAndVersion) {

@@ -47,67 +47,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef TUTTI_RUN_VERSION
-#define TUTTI_RUN_VERSION "0.1.0"
-#endif
-
-#define RUN_MAX_RANKS 1024
-#define RUN_LINE_MAX 4096 /* longer lines are relayed as several prefixed lines */
-#define RUN_DEFAULT_GRACE_S 3.0
-#define RUN_EXIT_USAGE 2
-#define RUN_EXIT_TIMEOUT 124
-#define RUN_EXIT_NOEXEC 127
-
-#define RUN_MAX_HOSTS 256
-
-typedef struct {
-  char name[48];
-  int count; /* ranks on this host; 0 until placed */
-} run_host_t;
-
-typedef struct {
-  int nranks;
-  int prefix;
-  int keep_going;          /* a failing rank does not stop the others */
-  run_host_t *hosts;       /* --hosts, NULL: this host */
-  int nhosts;
-  const char *netns_prefix;
-  int print_settings;
-  double timeout_s; /* 0: no timeout */
-  char **prog_argv; /* NULL-terminated, points into argv */
-} run_options_t;
-
-/* One relayed output stream of one rank (--prefix only). */
-typedef struct {
-  int fd;     /* read end of the rank's pipe; -1 when closed */
-  int out_fd; /* STDOUT_FILENO or STDERR_FILENO */
-  size_t len;
-  char buf[RUN_LINE_MAX];
-} run_stream_t;
-
-typedef struct {
-  pid_t pid; /* 0 once reaped */
-  run_stream_t out, err;
-} run_rank_t;
-
-typedef struct {
-  run_options_t opt;
-  run_rank_t *ranks;
-  int nlaunched;
-  int nalive;    /* launched and not yet reaped */
-  pid_t pgid;    /* the ranks' process group; 0 before the first fork */
-  int listen_fd; /* the root's listening socket until all ranks are forked */
-  int exit_code; /* the first failure's code; 0 while all is well */
-  int stopping;  /* shutdown started */
-  int killed;    /* SIGKILL sent */
-  double grace_s;
-  double timeout_at; /* monotonic seconds; 0: none */
-  double kill_at;
-} run_job_t;
+#include "run.h"
 
 /* ---------------------------------------------------------------- small helpers */
 
-static void die(const char *fmt, ...) {
+void die(const char *fmt, ...) {
   va_list ap;
   fputs("tutti-run: ", stderr);
   va_start(ap, fmt);
@@ -117,13 +61,13 @@ static void die(const char *fmt, ...) {
   exit(1);
 }
 
-static double now_s(void) {
+double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void write_all(int fd, const char *p, size_t n) {
+void write_all(int fd, const char *p, size_t n) {
   while (n > 0) {
     ssize_t k = write(fd, p, n);
     if (k < 0 && errno == EINTR) continue;
@@ -148,6 +92,9 @@ static const char run_help[] =
     "  --prefix          prefix each output line of rank r with \"[r] \"\n"
     "  --timeout SEC     stop the job after SEC seconds (exit status 124)\n"
     "  -x VAR=VALUE      add VAR=VALUE to the ranks' environment (repeatable)\n"
+    "  --bind core|none  core: pin rank r to the r-th CPU the launcher may run on (like\n"
+    "                    mpirun --bind-to core); refused when there are more ranks than CPUs.\n"
+    "                    Default none (or $TUTTI_RUN_BIND): concurrent jobs would pile on CPU 0\n"
     "  --print-settings  print the TUTTI_* and NCCL_* variables passed to the ranks\n"
     "  --hosts LIST      run on the hosts of the namespace test bed (scripts/netns-cluster.sh):\n"
     "                    \"h1:2,h2:2\" (ranks per host), \"h1,h2\" (one each) or \"h1,h2\" with\n"
@@ -285,6 +232,36 @@ static int host_of_rank(const run_options_t *o, int r, int *local_rank) {
 }
 
 /* Parses the option at argv[*i]; returns 0 if it is not one we know. */
+static int parse_bind(const char *v) {
+  if (strcmp(v, "core") == 0) return 1;
+  if (strcmp(v, "none") == 0) return 0;
+  usage_error("--bind takes core or none, not '%s'", v);
+  return 0;
+}
+
+/* --bind core: the CPUs the launcher may use, in order; rank r gets the r-th. Checked before
+ * any rank starts, so a job that cannot be bound is a usage error, not a slow run. */
+static void plan_binding(run_options_t *o) {
+  cpu_set_t set;
+  if (!o->bind) return;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) die("sched_getaffinity: %s", strerror(errno));
+  o->ncpus = 0;
+  for (int c = 0; c < CPU_SETSIZE && o->ncpus < RUN_MAX_CPUS; c++)
+    if (CPU_ISSET(c, &set)) o->cpus[o->ncpus++] = c;
+  if (o->nranks > o->ncpus)
+    usage_error("--bind core: %d ranks but only %d CPUs to bind them to", o->nranks, o->ncpus);
+}
+
+static void bind_rank(const run_options_t *o, int rank) {
+  if (!o->bind) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(o->cpus[rank], &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0)
+    fprintf(stderr, "tutti-run: rank %d: cannot bind to CPU %d: %s\n", rank, o->cpus[rank],
+            strerror(errno));
+}
+
 static int parse_option(int argc, char **argv, int *i, run_options_t *o) {
   const char *v = NULL;
   if (match_option(argc, argv, i, "-n", 1, &v)) {
@@ -295,6 +272,8 @@ static int parse_option(int argc, char **argv, int *i, run_options_t *o) {
     add_extra_env((char *)v);
   } else if (match_option(argc, argv, i, "--prefix", 0, &v)) {
     o->prefix = 1;
+  } else if (match_option(argc, argv, i, "--bind", 1, &v)) {
+    o->bind = parse_bind(v), o->bind_set = 1;
   } else if (match_option(argc, argv, i, "--print-settings", 0, &v)) {
     o->print_settings = 1;
   } else if (match_option(argc, argv, i, "--hosts", 1, &v)) {
@@ -328,6 +307,9 @@ static void parse_args(int argc, char **argv, run_options_t *o) {
   }
   if (o->hosts) place_ranks(o);
   if (o->nranks == 0) usage_error("the rank count -n N is required");
+  const char *bind = getenv("TUTTI_RUN_BIND");
+  if (!o->bind_set && bind && *bind) o->bind = parse_bind(bind);
+  plan_binding(o);
   if (!o->netns_prefix) o->netns_prefix = getenv("TUTTI_NETNS_PREFIX");
   if (!o->netns_prefix || !*o->netns_prefix) o->netns_prefix = "tutti-";
   if (i >= argc) usage_error("no program given");
@@ -513,81 +495,6 @@ static void print_settings(const run_job_t *job) {
   free(lines);
 }
 
-/* ---------------------------------------------------------------- signals */
-
-/* Signals forwarded to the ranks. SIGINT and SIGTERM are always caught: they stop the job. A
- * SIGHUP or SIGQUIT that was ignored when we started (nohup) stays ignored, for us and the
- * ranks. (A shell also starts background commands with SIGINT ignored; we catch it anyway, so
- * `kill -INT` stops a job started with `&` from a script.) */
-static struct {
-  int sig;
-  int stops_job;
-  int ignored;
-} run_forwarded[] = {{SIGINT, 1, 0}, {SIGTERM, 1, 0}, {SIGHUP, 0, 0}, {SIGQUIT, 0, 0}};
-#define RUN_N_FORWARDED ((int)(sizeof run_forwarded / sizeof run_forwarded[0]))
-
-static int run_sig_pipe[2] = {-1, -1};
-
-static void on_signal(int sig) {
-  int saved = errno;
-  unsigned char b = (unsigned char)sig;
-  ssize_t ignored = write(run_sig_pipe[1], &b, 1); /* full pipe: a wakeup is pending anyway */
-  (void)ignored;
-  errno = saved;
-}
-
-static void catch_signal(int sig) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESTART | (sig == SIGCHLD ? SA_NOCLDSTOP : 0);
-  sigemptyset(&sa.sa_mask);
-  sigaction(sig, &sa, NULL);
-}
-
-static void install_signal_handlers(void) {
-  if (pipe2(run_sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) die("pipe: %s", strerror(errno));
-  for (int i = 0; i < RUN_N_FORWARDED; i++) {
-    struct sigaction old;
-    sigaction(run_forwarded[i].sig, NULL, &old);
-    run_forwarded[i].ignored = !run_forwarded[i].stops_job && old.sa_handler == SIG_IGN;
-    if (!run_forwarded[i].ignored) catch_signal(run_forwarded[i].sig);
-  }
-  catch_signal(SIGCHLD);
-  signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the launcher */
-}
-
-static void block_signals(sigset_t *old) {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int i = 0; i < RUN_N_FORWARDED; i++) sigaddset(&set, run_forwarded[i].sig);
-  sigaddset(&set, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &set, old);
-}
-
-/* In a child before exec: our handlers must not run there, SIGPIPE must work again. */
-static void restore_child_signals(const sigset_t *old) {
-  for (int i = 0; i < RUN_N_FORWARDED; i++)
-    if (!run_forwarded[i].ignored) signal(run_forwarded[i].sig, SIG_DFL);
-  signal(SIGCHLD, SIG_DFL);
-  signal(SIGPIPE, SIG_DFL);
-  sigprocmask(SIG_SETMASK, old, NULL);
-}
-
-/* Signals every process in the ranks' group. Only while a rank is unreaped: then the group
- * exists and its id cannot have been reused. */
-static void signal_group(const run_job_t *job, int sig) {
-  if (job->pgid > 0 && job->nalive > 0) kill(-job->pgid, sig);
-}
-
-static void start_shutdown(run_job_t *job, int exit_code, int sig) {
-  if (job->exit_code == 0) job->exit_code = exit_code;
-  if (job->stopping) return;
-  job->stopping = 1;
-  job->kill_at = now_s() + job->grace_s;
-  signal_group(job, sig);
-}
-
 /* ---------------------------------------------------------------- launching */
 
 /* In the child: wire up stdio and the environment, then exec. On failure the errno goes back
@@ -596,6 +503,7 @@ static void child_exec(const run_job_t *job, int rank, int out_fd, int err_fd, i
                        const sigset_t *old_mask) {
   restore_child_signals(old_mask);
   setpgid(0, job->pgid); /* pgid 0 for the first rank: a new group named by its pid */
+  bind_rank(&job->opt, rank);
   if (job->opt.prefix) {
     dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
@@ -635,19 +543,19 @@ static void child_exec(const run_job_t *job, int rank, int out_fd, int err_fd, i
   _exit(RUN_EXIT_NOEXEC);
 }
 
-static void stream_init(run_stream_t *s, int fd, int out_fd) {
+void stream_init(run_stream_t *s, int fd, int out_fd) {
   s->fd = fd;
   s->out_fd = out_fd;
   s->len = 0;
   if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-static void close_fd(int *fd) {
+void close_fd(int *fd) {
   if (*fd >= 0) close(*fd);
   *fd = -1;
 }
 
-static void close_pair(int p[2]) {
+void close_pair(int p[2]) {
   close_fd(&p[0]);
   close_fd(&p[1]);
 }
@@ -720,210 +628,6 @@ static void launch_ranks(run_job_t *job) {
   }
   close(job->listen_fd); /* rank 0 has its copy */
   job->listen_fd = -1;
-}
-
-/* ---------------------------------------------------------------- output relay (--prefix) */
-
-/* Writes "[rank] " and one line in one write(), so lines of different ranks never mix.
- * add_newline ends a line that has none (a full buffer, or the text before EOF). */
-static void stream_emit(int rank, const run_stream_t *s, const char *p, size_t n, int add_newline) {
-  char out[32 + RUN_LINE_MAX + 1];
-  size_t k = (size_t)snprintf(out, 32, "[%d] ", rank);
-  memcpy(out + k, p, n);
-  k += n;
-  if (add_newline) out[k++] = '\n';
-  write_all(s->out_fd, out, k);
-}
-
-/* Relays every complete line in the buffer; a full buffer without a newline goes out as a
- * line of its own. */
-static void stream_consume(int rank, run_stream_t *s) {
-  size_t start = 0;
-  char *nl;
-  while ((nl = memchr(s->buf + start, '\n', s->len - start)) != NULL) {
-    size_t end = (size_t)(nl - s->buf) + 1;
-    stream_emit(rank, s, s->buf + start, end - start, 0);
-    start = end;
-  }
-  s->len -= start;
-  memmove(s->buf, s->buf + start, s->len);
-  if (s->len == sizeof s->buf) {
-    stream_emit(rank, s, s->buf, s->len, 1);
-    s->len = 0;
-  }
-}
-
-static void stream_close(int rank, run_stream_t *s) {
-  if (s->fd < 0) return;
-  if (s->len > 0) stream_emit(rank, s, s->buf, s->len, 1);
-  s->len = 0;
-  close(s->fd);
-  s->fd = -1;
-}
-
-/* Reads what is there; returns 1 if it got data, 0 if there was none or the stream ended. */
-static int stream_pump(int rank, run_stream_t *s) {
-  if (s->fd < 0) return 0;
-  ssize_t n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return 0;
-  if (n <= 0) {
-    stream_close(rank, s);
-    return 0;
-  }
-  s->len += (size_t)n;
-  stream_consume(rank, s);
-  return 1;
-}
-
-/* After a rank is reaped: relay what it left in the pipe, then close it even if a process it
- * started still holds the write end. */
-static void stream_drain(int rank, run_stream_t *s) {
-  while (stream_pump(rank, s)) {
-  }
-  stream_close(rank, s);
-}
-
-/* ---------------------------------------------------------------- supervision */
-
-static int find_rank(const run_job_t *job, pid_t pid) {
-  for (int r = 0; r < job->nlaunched; r++)
-    if (job->ranks[r].pid == pid) return r;
-  return -1;
-}
-
-static void rank_exited(run_job_t *job, int r, int status) {
-  run_rank_t *rk = &job->ranks[r];
-  pid_t pid = rk->pid;
-  rk->pid = 0;
-  job->nalive--;
-  stream_drain(r, &rk->out);
-  stream_drain(r, &rk->err);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-  if (job->stopping) return; /* an expected casualty of the shutdown */
-  if (job->opt.keep_going) { /* report it; the others find out by themselves */
-    if (job->exit_code == 0) job->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (WIFEXITED(status))
-      fprintf(stderr, "tutti-run: rank %d (pid %d) exited with status %d\n", r, (int)pid, WEXITSTATUS(status));
-    else
-      fprintf(stderr, "tutti-run: rank %d (pid %d) was killed by signal %d (%s)\n", r, (int)pid,
-              WTERMSIG(status), strsignal(WTERMSIG(status)));
-    return;
-  }
-  if (WIFEXITED(status)) {
-    fprintf(stderr, "tutti-run: rank %d (pid %d) exited with status %d\n", r, (int)pid,
-            WEXITSTATUS(status));
-    start_shutdown(job, WEXITSTATUS(status), SIGTERM);
-  } else {
-    int sig = WTERMSIG(status);
-    fprintf(stderr, "tutti-run: rank %d (pid %d) was killed by signal %d (%s)\n", r, (int)pid, sig,
-            strsignal(sig));
-    start_shutdown(job, 128 + sig, SIGTERM);
-  }
-}
-
-/* Reaps every exited rank. Before the last one is reaped (while its zombie still pins the
- * group id) whatever it left behind in the group is signalled: killed if the job failed,
- * asked to terminate if it succeeded. */
-static void reap_ranks(run_job_t *job) {
-  for (;;) {
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) return;
-    if (job->nalive == 1) signal_group(job, job->exit_code ? SIGKILL : SIGTERM);
-    int status;
-    pid_t pid;
-    do {
-      pid = waitpid(si.si_pid, &status, 0);
-    } while (pid < 0 && errno == EINTR);
-    int r = find_rank(job, si.si_pid);
-    if (pid > 0 && r >= 0) rank_exited(job, r, status);
-  }
-}
-
-static void handle_signal(run_job_t *job, int sig) {
-  if (sig == SIGCHLD) return; /* reap_ranks runs on every wakeup */
-  if (sig == SIGHUP || sig == SIGQUIT) {
-    signal_group(job, sig);
-    return;
-  }
-  if (job->stopping) { /* asked again while stopping: no more grace */
-    if (!job->killed) fprintf(stderr, "tutti-run: received signal %d, killing the job now\n", sig);
-    job->kill_at = now_s();
-    return;
-  }
-  fprintf(stderr, "tutti-run: received signal %d (%s), stopping the job\n", sig, strsignal(sig));
-  start_shutdown(job, 128 + sig, sig);
-}
-
-static void drain_signal_pipe(run_job_t *job) {
-  unsigned char sigs[64];
-  ssize_t n;
-  while ((n = read(run_sig_pipe[0], sigs, sizeof sigs)) > 0)
-    for (ssize_t i = 0; i < n; i++) handle_signal(job, sigs[i]);
-}
-
-static void check_deadlines(run_job_t *job) {
-  double t = now_s();
-  if (!job->stopping && job->timeout_at > 0 && t >= job->timeout_at) {
-    fprintf(stderr, "tutti-run: job timed out after %g seconds, stopping it\n", job->opt.timeout_s);
-    start_shutdown(job, RUN_EXIT_TIMEOUT, SIGTERM);
-  }
-  if (job->stopping && !job->killed && t >= job->kill_at) {
-    if (job->nalive > 0)
-      fprintf(stderr, "tutti-run: %d rank(s) still running, sending SIGKILL\n", job->nalive);
-    signal_group(job, SIGKILL);
-    job->killed = 1;
-  }
-}
-
-static int poll_timeout_ms(const run_job_t *job) {
-  double next;
-  if (job->stopping && !job->killed)
-    next = job->kill_at;
-  else if (!job->stopping && job->timeout_at > 0)
-    next = job->timeout_at;
-  else
-    return -1;
-  double ms = (next - now_s()) * 1000.0;
-  if (ms <= 0) return 0;
-  return ms >= INT_MAX ? INT_MAX : (int)ms + 1;
-}
-
-/* The poll set: the signal pipe, then every open rank stream. */
-static int build_poll_set(run_job_t *job, struct pollfd *pfd, run_stream_t **who, int *rank_of) {
-  int n = 0;
-  pfd[n++] = (struct pollfd){.fd = run_sig_pipe[0], .events = POLLIN};
-  for (int r = 0; r < job->nlaunched; r++) {
-    run_stream_t *s[2] = {&job->ranks[r].out, &job->ranks[r].err};
-    for (int k = 0; k < 2; k++) {
-      if (s[k]->fd < 0) continue;
-      who[n] = s[k];
-      rank_of[n] = r;
-      pfd[n++] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
-    }
-  }
-  return n;
-}
-
-static void supervise(run_job_t *job) {
-  int cap = 1 + 2 * job->opt.nranks;
-  struct pollfd *pfd = calloc((size_t)cap, sizeof *pfd);
-  run_stream_t **who = calloc((size_t)cap, sizeof *who);
-  int *rank_of = calloc((size_t)cap, sizeof *rank_of);
-  if (pfd == NULL || who == NULL || rank_of == NULL) die("out of memory");
-  while (job->nalive > 0) {
-    int n = build_poll_set(job, pfd, who, rank_of);
-    if (poll(pfd, (nfds_t)n, poll_timeout_ms(job)) < 0 && errno != EINTR)
-      die("poll: %s", strerror(errno));
-    if (pfd[0].revents) drain_signal_pipe(job);
-    for (int i = 1; i < n; i++)
-      if (pfd[i].revents) stream_pump(rank_of[i], who[i]);
-    reap_ranks(job);
-    check_deadlines(job);
-  }
-  free(pfd);
-  free(who);
-  free(rank_of);
 }
 
 /* Makes sure fds 0..2 are open, so no socket or pipe of ours lands on a stdio number. */
