@@ -88,11 +88,12 @@ fi
 
 # Open MPI as the issue specifies: shared memory without CMA single copy, pinned to cores
 # (when there are enough), and glibc's malloc kept from mmap/trim churn.
-bind=(--bind-to core)
-(( nranks <= $(nproc) )) || bind=(--bind-to none --oversubscribe)
+# tutti-run gets the same placement (--bind core: rank r on the r-th CPU).
+bind=(--bind-to core) tbind=(--bind core)
+(( nranks <= $(nproc) )) || bind=(--bind-to none --oversubscribe) tbind=(--bind none)
 
 run_tutti() {
-  timeout -k 10 "$run_timeout" "$bindir/tutti-run" -n "$nranks" -- \
+  timeout -k 10 "$run_timeout" "$bindir/tutti-run" -n "$nranks" "${tbind[@]}" -- \
     "$bindir/all_reduce_perf" "${perf_args[@]}"
 }
 run_ompi() {
