@@ -93,10 +93,11 @@ typedef struct tutti_param {
   int state; /* 0 unread, 1 reading, 2 ready */
 } tutti_param_t;
 int64_t tutti_param_load(tutti_param_t *p);
-#define TUTTI_PARAM(name, env, dflt)                 \
-  int64_t tutti_param_##name(void) {                 \
-    static tutti_param_t p_ = {env, dflt, 0, 0};     \
-    return tutti_param_load(&p_);                    \
+#define TUTTI_PARAM(name, env, dflt)                                 \
+  int64_t tutti_param_##name(void) {                                 \
+    static tutti_param_t p_ = {env, dflt, 0, 0};                     \
+    if (__atomic_load_n(&p_.state, __ATOMIC_ACQUIRE) == 2) return p_.value; \
+    return tutti_param_load(&p_);                                    \
   }
 #define TUTTI_PARAM_DECL(name) int64_t tutti_param_##name(void)
 /* String settings: TUTTI_env, else NCCL_env, else NULL. Not cached (read at init only). */
