@@ -100,9 +100,6 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   if (coll_has_root(c->coll) && (c->root < 0 || c->root >= comm->nranks))
     return TUTTI_ERR(ncclInvalidArgument, "%s: %s %d is outside [0, nranks=%d)", c->fn,
                      c->coll == COLL_SEND || c->coll == COLL_RECV ? "peer" : "root", c->root, comm->nranks);
-  if ((c->coll == COLL_SEND || c->coll == COLL_RECV) && c->root == comm->rank && c->count > 0)
-    return TUTTI_ERR(ncclInvalidArgument, "%s: peer %d is this rank itself (send/recv to self is "
-                     "not supported yet)", c->fn, c->root);
   if (c->count > SIZE_MAX / es / (size_t)comm->nranks)
     return TUTTI_ERR(ncclInvalidArgument, "%s: count %zu x %zu bytes x %d ranks overflows size_t",
                      c->fn, c->count, es, comm->nranks);
@@ -140,35 +137,58 @@ static ncclResult_t submit(const call_t *c) {
   return group_enqueue(&p);
 }
 
-/* ---- algorithm choice (the tuner issue replaces this with a cost model) ---- */
+/* ---- algorithm choice: the tuner (algos/tuner.c) ---- */
 
-TUTTI_PARAM(HierMinBytes, "HIER_MIN_BYTES", 0) /* hier all-reduce from this size up (multi-host) */
+static int count_hosts(ncclComm_t comm) {
+  int h = 0;
+  for (int r = 0; r < comm->nranks; r++) h += comm->host_of_rank[r] == r; /* a host's first rank */
+  return h;
+}
 
-static algo_t choose_algo(ncclComm_t comm, const pending_t *p) {
-  switch (p->args.coll) {
-    case COLL_ALLREDUCE: {
-      int forced = comm->algo_allreduce;
-      size_t bytes = p->args.count * p->ctx.esize;
-      if (forced == ALGO_HIER && comm->hier_ok) return ALGO_HIER;
-      if (forced == ALGO_RING || (forced == ALGO_ONESHOT && comm->nranks > 1 &&
-                                  p->args.count * p->ctx.esize <= comm->slot_bytes &&
-                                  p->args.count * p->ctx.esize <= comm->scratch_bytes))
-        return (algo_t)forced;
-      if (comm->nranks > 1 && bytes <= comm->oneshot_max_bytes && bytes <= comm->slot_bytes &&
-          bytes <= comm->scratch_bytes)
-        return ALGO_ONESHOT;
-      /* several hosts with several ranks each: shm inside the hosts, 1/local_size of the data
-       * per rank across them (hier.c) */
-      if (comm->hier_ok && comm->local_size > 1 && bytes >= (size_t)tutti_param_HierMinBytes())
-        return ALGO_HIER;
-      return ALGO_RING;
-    }
-    case COLL_ALLGATHER:
-    case COLL_REDUCESCATTER: return ALGO_RING;
-    case COLL_BROADCAST:
-    case COLL_REDUCE: return ALGO_CHAIN;
-    default: return ALGO_P2P;
-  }
+/* TUNING lines once per distinct (communicator, collective, size), not on every call. */
+static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
+  static TUTTI_TLS struct { const void *comm; size_t bytes; int coll; } seen[64];
+  static TUTTI_TLS unsigned next;
+  if (!tutti_log_enabled(LOG_INFO, SUB_TUNING)) return 0;
+  for (int i = 0; i < 64; i++)
+    if (seen[i].comm == comm && seen[i].bytes == bytes && seen[i].coll == (int)c) return 0;
+  seen[next++ % 64].comm = comm, seen[(next - 1) % 64].bytes = bytes, seen[(next - 1) % 64].coll = c;
+  return 1;
+}
+
+static tuner_choice_t choose_algo(ncclComm_t comm, const pending_t *p) {
+  coll_t c = p->args.coll;
+  if (c == COLL_SEND || c == COLL_RECV) return (tuner_choice_t){ALGO_P2P, comm->chunk_bytes, 0};
+  size_t bytes = p->args.count * p->ctx.esize;
+  if (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER) bytes *= (size_t)comm->nranks;
+  tuner_topo_t t = {.nranks = comm->nranks, .nhosts = count_hosts(comm),
+                    .local_size = comm->local_size, .hier_ok = comm->hier_ok,
+                    .slot_bytes = comm->slot_bytes, .chunk_bytes = comm->chunk_bytes,
+                    .scratch_bytes = comm->scratch_bytes,
+                    .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes)};
+  return tuner_choose(&comm->tuner, &t, c, bytes, comm->algo_mask[c], tuning_log_first(comm, c, bytes));
+}
+
+/* BUF_SCRATCH for this call: the communicator's, or a temporary when the schedule needs more. */
+static ncclResult_t provide_scratch(pending_t *p) {
+  size_t need = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
+  if (need <= p->ctx.comm->scratch_bytes) return ncclSuccess;
+  void *tmp = group_temp_alloc(need);
+  if (!tmp) return TUTTI_ERR(ncclSystemError, "out of memory for %zu bytes of %s scratch", need,
+                             algo_name(p->ctx.algo));
+  p->ctx.buf[BUF_SCRATCH] = tmp;
+  return ncclSuccess;
+}
+
+TUTTI_PARAM_DECL(DumpSchedule);
+
+/* TUTTI_DUMP_SCHEDULE: this call's steps, with the algorithm and arguments in the title. */
+static void dump_call(const pending_t *p, const sched_t *col, size_t first) {
+  char title[160];
+  snprintf(title, sizeof(title), "nccl%s algo %s nranks %d count %zu root %d chunk %zu%s",
+           coll_name(p->args.coll), algo_name(p->ctx.algo), p->args.nranks, p->args.count,
+           p->args.root, p->args.chunk, p->args.in_place ? " in place" : "");
+  sched_dump_range(col, first, col->n, p->args.rank, title, NULL);
 }
 
 static void tag_steps(sched_t *s, uint16_t op) {
@@ -178,14 +198,16 @@ static void tag_steps(sched_t *s, uint16_t op) {
 
 ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
   ncclComm_t comm = p->ctx.comm;
-  p->ctx.algo = choose_algo(comm, p);
+  tuner_choice_t choice = choose_algo(comm, p);
+  p->ctx.algo = choice.algo;
   p->ctx.seq = comm->op_count++;
   size_t es = p->ctx.esize;
   p->ctx.stream = !p->args.in_place && p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
                   comm->nt_threshold;
-  p->args.chunk = comm->chunk_bytes >= es ? comm->chunk_bytes / es : 1;
+  p->args.chunk = choice.chunk_bytes >= es ? choice.chunk_bytes / es : 1;
   if (comm->slot_bytes >= es) p->args.chunk -= p->args.chunk % (comm->slot_bytes / es);
   if (p->args.chunk == 0) p->args.chunk = 1;
+  TUTTI_CHECK(provide_scratch(p));
   INFO(SUB_COLL, "nccl%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d "
        "comm %p [nranks=%d] algo %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
        (void *)p->ctx.buf[BUF_SEND], (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type,
@@ -200,11 +222,13 @@ ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
   }
   sched_t *col = &comm->sched_scratch, *lanes = comm->p2p_lanes;
   int n = comm->nranks;
+  size_t first = col->n;
   int rc = sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, lanes);
   if (rc == -2)
     return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
                      coll_name(p->args.coll), algo_name(p->ctx.algo));
   if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
+  if (tutti_param_DumpSchedule() && col->n > first) dump_call(p, col, first);
   tag_steps(col, op_index);
   for (int i = 0; i < 2 * n; i++) tag_steps(&lanes[i], op_index);
   return ncclSuccess;

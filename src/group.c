@@ -86,13 +86,47 @@ static ncclResult_t build_lanes(int nc, int *nlanes) {
         grp.lanes[nl++] = (lane_t){.comm = comm, .steps = comm->p2p_lanes[p].steps,
                                    .nsteps = comm->p2p_lanes[p].n, .phase = 1};
     if (tutti_param_DumpSchedule()) {
-      sched_dump(&comm->sched_scratch, comm->rank, "collective lane", NULL);
+      /* collective steps are dumped per call, with their algorithm (enqueue.c) */
       for (int p = 0; p < 2 * comm->nranks; p++)
         if (comm->p2p_lanes[p].n)
           sched_dump(&comm->p2p_lanes[p], comm->rank, p < comm->nranks ? "send lane" : "recv lane", NULL);
     }
   }
   *nlanes = nl;
+  return ncclSuccess;
+}
+
+static int self_p2p(const pending_t *p) { /* count 0 is a no-op, as any empty send/recv */
+  return (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) &&
+         p->args.root == p->args.rank && p->args.count > 0;
+}
+
+/* Sends to self and receives from self of one communicator pair up in call order (the k-th
+ * send with the k-th receive), as NCCL does; each pair is one copy, made before the engine runs
+ * the rest of the group. Unmatched or different sizes: nothing runs, the group fails. */
+static ncclResult_t self_copies(const pending_t *ops, size_t n, int run) {
+  for (size_t i = 0; i < n; i++) {
+    if (!self_p2p(&ops[i]) || ops[i].args.coll != COLL_SEND) continue;
+    size_t k = 0, j; /* ops[i] is the k-th send to self of its comm: find the k-th receive */
+    for (j = 0; j < i; j++) k += self_p2p(&ops[j]) && ops[j].ctx.comm == ops[i].ctx.comm && ops[j].args.coll == COLL_SEND;
+    for (j = 0; j < n; j++)
+      if (self_p2p(&ops[j]) && ops[j].ctx.comm == ops[i].ctx.comm && ops[j].args.coll == COLL_RECV && k-- == 0) break;
+    size_t bytes = ops[i].args.count * ops[i].ctx.esize;
+    if (j == n || ops[j].args.count * ops[j].ctx.esize != bytes)
+      return TUTTI_ERR(ncclInvalidUsage, "rank %d: ncclSend to itself of %zu bytes has no matching "
+                       "ncclRecv from itself of %zu bytes in the group", ops[i].args.rank, bytes, bytes);
+    if (run && bytes) memmove(ops[j].ctx.buf[BUF_RECV], ops[i].ctx.buf[BUF_SEND], bytes);
+  }
+  for (size_t i = 0; i < n; i++) { /* receives from self without a send */
+    if (!self_p2p(&ops[i]) || ops[i].args.coll != COLL_RECV) continue;
+    size_t sends = 0, recvs = 0;
+    for (size_t j = 0; j < n; j++)
+      if (self_p2p(&ops[j]) && ops[j].ctx.comm == ops[i].ctx.comm)
+        sends += ops[j].args.coll == COLL_SEND, recvs += ops[j].args.coll == COLL_RECV;
+    if (recvs > sends)
+      return TUTTI_ERR(ncclInvalidUsage, "rank %d: ncclRecv from itself has no matching ncclSend "
+                       "to itself in the group", ops[i].args.rank);
+  }
   return ncclSuccess;
 }
 
@@ -107,10 +141,12 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     sched_reset(&grp.comms[locked]->sched_scratch);
     for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++) sched_reset(&grp.comms[locked]->p2p_lanes[p]);
   }
+  TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
   for (size_t i = 0; i < n; i++) {
-    TUTTI_CHECK_GOTO(enqueue_schedule(&ops[i], (uint16_t)i), res, out);
+    if (!self_p2p(&ops[i])) TUTTI_CHECK_GOTO(enqueue_schedule(&ops[i], (uint16_t)i), res, out);
     grp.ctxs[i] = ops[i].ctx;
   }
+  TUTTI_CHECK_GOTO(self_copies(ops, n, 1), res, out);
   TUTTI_CHECK_GOTO(build_lanes(nc, &nlanes), res, out);
   res = engine_run(grp.lanes, nlanes, grp.ctxs);
   if (res != ncclSuccess)

@@ -350,7 +350,6 @@ void misuse_body(RankCtx &ctx) {
         {"root nranks", "root", [n](Args &a) { a.root = n; }, has_root(c)},
         {"peer -1", "peer", [](Args &a) { a.root = -1; }, c == kSend || c == kRecv},
         {"peer nranks", "peer", [n](Args &a) { a.root = n; }, c == kSend || c == kRecv},
-        {"peer self", "peer", [&ctx](Args &a) { a.root = ctx.rank; }, c == kSend || c == kRecv},
         {"count SIZE_MAX", "count", [](Args &a) { a.count = SIZE_MAX; }, true},
         {"count overflowing bytes", "count", [](Args &a) { a.count = SIZE_MAX / 2; }, true},
         {"NULL comm", "comm", [](Args &a) { a.comm = nullptr; }, true},
@@ -440,19 +439,51 @@ TEST_P(Misuse, GroupWithAnInvalidCallRunsNothing) {
            ncclGetLastError(ctx.comm));
     for (int i = 0; i < 100; i++)
       RCHECK(ctx, b[i] == -7 && c[i] == -7, "the group ran: b[%d] = %d", i, b[i]);
-    // Send/recv to self inside a group is rejected the same way.
+    // A send to self without its receive (or with another size) fails the whole group.
     NCCL_OK(ctx, ncclGroupStart());
-    ncclSend(a.data(), 100, ncclInt32, ctx.rank, ctx.comm, nullptr);
-    ncclRecv(c.data(), 100, ncclInt32, ctx.rank, ctx.comm, nullptr);
+    NCCL_OK(ctx, ncclAllReduce(a.data(), b.data(), 100, ncclInt32, ncclSum, ctx.comm, nullptr));
+    NCCL_OK(ctx, ncclSend(a.data(), 100, ncclInt32, ctx.rank, ctx.comm, nullptr));
+    NCCL_OK(ctx, ncclRecv(c.data(), 99, ncclInt32, ctx.rank, ctx.comm, nullptr));
     end = ncclGroupEnd();
-    RCHECK(ctx, end == ncclInvalidArgument, "self send/recv group returned %d", (int)end);
-    for (int i = 0; i < 100; i++) RCHECK(ctx, c[i] == -7, "self recv wrote c[%d]", i);
+    RCHECK(ctx, end == ncclInvalidUsage, "unmatched self send/recv group returned %d", (int)end);
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "no matching ncclRecv from itself"),
+           "message %s", ncclGetLastError(ctx.comm));
+    for (int i = 0; i < 100; i++)
+      RCHECK(ctx, b[i] == -7 && c[i] == -7, "the unmatched group ran: b[%d] = %d", i, b[i]);
+    NCCL_OK(ctx, ncclGroupStart());
+    NCCL_OK(ctx, ncclRecv(c.data(), 100, ncclInt32, ctx.rank, ctx.comm, nullptr));
+    end = ncclGroupEnd();
+    RCHECK(ctx, end == ncclInvalidUsage, "lone self recv returned %d", (int)end);
     // Afterwards the communicator works, in and out of groups.
     NCCL_OK(ctx, ncclGroupStart());
     NCCL_OK(ctx, ncclAllReduce(a.data(), b.data(), 100, ncclInt32, ncclSum, ctx.comm, nullptr));
     NCCL_OK(ctx, ncclGroupEnd());
     for (int i = 0; i < 100; i++) RCHECK(ctx, b[i] == 3, "b[%d] = %d after a valid group", i, b[i]);
     RCHECK(ctx, ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart accepted");
+  });
+}
+
+// NCCL's send/recv to self: the k-th send to self of a group lands in its k-th receive from
+// self, alongside traffic with the other ranks.
+TEST_P(Misuse, SendRecvToSelfPairsInCallOrder) {
+  th::run_ranks_ok(GetParam(), 2, [](RankCtx &ctx) {
+    int peer = 1 - ctx.rank;
+    std::vector<int32_t> s1(10), s2(20), r1(10, -1), r2(20, -1), to_peer(30), from_peer(30, -1);
+    for (int i = 0; i < 10; i++) s1[i] = 1000 * ctx.rank + i;
+    for (int i = 0; i < 20; i++) s2[i] = 2000 * ctx.rank + i;
+    for (int i = 0; i < 30; i++) to_peer[i] = 3000 * ctx.rank + i;
+    NCCL_OK(ctx, ncclGroupStart());
+    NCCL_OK(ctx, ncclRecv(r1.data(), 10, ncclInt32, ctx.rank, ctx.comm, nullptr));
+    NCCL_OK(ctx, ncclSend(to_peer.data(), 30, ncclInt32, peer, ctx.comm, nullptr));
+    NCCL_OK(ctx, ncclSend(s1.data(), 10, ncclInt32, ctx.rank, ctx.comm, nullptr));
+    NCCL_OK(ctx, ncclRecv(from_peer.data(), 30, ncclInt32, peer, ctx.comm, nullptr));
+    NCCL_OK(ctx, ncclSend(s2.data(), 20, ncclInt32, ctx.rank, ctx.comm, nullptr));
+    NCCL_OK(ctx, ncclRecv(r2.data(), 20, ncclInt32, ctx.rank, ctx.comm, nullptr));
+    NCCL_OK(ctx, ncclGroupEnd());
+    for (int i = 0; i < 10; i++) RCHECK(ctx, r1[i] == 1000 * ctx.rank + i, "r1[%d] = %d", i, r1[i]);
+    for (int i = 0; i < 20; i++) RCHECK(ctx, r2[i] == 2000 * ctx.rank + i, "r2[%d] = %d", i, r2[i]);
+    for (int i = 0; i < 30; i++)
+      RCHECK(ctx, from_peer[i] == 3000 * peer + i, "from_peer[%d] = %d", i, from_peer[i]);
   });
 }
 
