@@ -277,23 +277,17 @@ REDUCE_INLINE void f32_loop(void *dst, const void *a, const void *b, size_t n,
   }
 }
 
-/* One function per type; the switch picks a loop with the op folded in. */
-#define REDUCE_F32_KERNEL(name, type)                                                              \
+/* One function per type; the switch picks a loop (f32_loop, int_loop) with the op folded in. */
+#define REDUCE_KERNEL(name, loop, type)                                                            \
   static void name(void *dst, const void *a, const void *b, size_t n, const reduce_args_t *args) { \
     switch (args->base) {                                                                          \
-      case ncclSum:                                                                                \
-        f32_loop(dst, a, b, n, args, ncclSum, type);                                               \
-        break;                                                                                     \
-      case ncclProd:                                                                               \
-        f32_loop(dst, a, b, n, args, ncclProd, type);                                              \
-        break;                                                                                     \
-      case ncclMax:                                                                                \
-        f32_loop(dst, a, b, n, args, ncclMax, type);                                               \
-        break;                                                                                     \
-      default:                                                                                     \
-        f32_loop(dst, a, b, n, args, ncclMin, type);                                               \
+      case ncclSum: loop(dst, a, b, n, args, ncclSum, type); break;                                \
+      case ncclProd: loop(dst, a, b, n, args, ncclProd, type); break;                              \
+      case ncclMax: loop(dst, a, b, n, args, ncclMax, type); break;                                \
+      default: loop(dst, a, b, n, args, ncclMin, type);                                            \
     }                                                                                              \
   }
+#define REDUCE_F32_KERNEL(name, type) REDUCE_KERNEL(name, f32_loop, type)
 
 REDUCE_F32_KERNEL(scalar_f32, ncclFloat32)
 REDUCE_F32_KERNEL(scalar_f16, ncclFloat16)
@@ -431,22 +425,7 @@ REDUCE_INLINE void int_loop(void *dst, const void *a, const void *b, size_t n,
   }
 }
 
-#define REDUCE_INT_KERNEL(name, type)                                                              \
-  static void name(void *dst, const void *a, const void *b, size_t n, const reduce_args_t *args) { \
-    switch (args->base) {                                                                          \
-      case ncclSum:                                                                                \
-        int_loop(dst, a, b, n, args, ncclSum, type);                                               \
-        break;                                                                                     \
-      case ncclProd:                                                                               \
-        int_loop(dst, a, b, n, args, ncclProd, type);                                              \
-        break;                                                                                     \
-      case ncclMax:                                                                                \
-        int_loop(dst, a, b, n, args, ncclMax, type);                                               \
-        break;                                                                                     \
-      default:                                                                                     \
-        int_loop(dst, a, b, n, args, ncclMin, type);                                               \
-    }                                                                                              \
-  }
+#define REDUCE_INT_KERNEL(name, type) REDUCE_KERNEL(name, int_loop, type)
 
 REDUCE_INT_KERNEL(scalar_i8, ncclInt8)
 REDUCE_INT_KERNEL(scalar_u8, ncclUint8)

@@ -68,6 +68,23 @@ static size_t rounds_for(size_t len, int n, size_t chunk) {
   round_range(seg_start(base, len, r->n, mod(q, r->n)), \
               seg_start(base, len, r->n, mod(q, r->n) + 1), j, chunk, &off, &cnt)
 
+/* Round j of a ring all-gather after this rank sent segment pos + 1: receive the other n - 1
+ * segments into BUF_RECV, forwarding all but the last. */
+static int gather_forward(const ring_t *r, size_t base, size_t len, size_t chunk, size_t j,
+                          sched_t *s) {
+  int p = r->pos, prev = ring_peer(r, -1), next = ring_peer(r, 1);
+  size_t off, cnt;
+  for (int k = 1; k <= r->n - 2; k++) {
+    SEG(p + 1 - k);
+    PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .dst_off = off, .count = cnt);
+  }
+  SEG(p + 2);
+  PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+       .flags = STEP_STORE, .dst_off = off, .count = cnt);
+  return 0;
+}
+
 /* Ring reduce-scatter of [base, base + len) over ring r (n >= 2): own input from BUF_SEND
  * (PRE); segment pos + 1 ends in BUF_RECV (no POST: phase 2 finishes the sum). */
 static int local_reduce_scatter(const ring_t *r, size_t base, size_t len, size_t chunk,
@@ -111,14 +128,7 @@ static int cross_allreduce(const ring_t *r, size_t base, size_t len, size_t chun
     PUSH(.recv_peer = prev, .send_peer = next, .src_buf = src, .dst_buf = BUF_RECV,
          .flags = (uint8_t)(STEP_REDUCE | STEP_POST | STEP_STORE | pre), .src_off = off,
          .dst_off = off, .count = cnt);
-    for (int k = 1; k <= r->n - 2; k++) {
-      SEG(p + 1 - k);
-      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-           .flags = STEP_STORE, .dst_off = off, .count = cnt);
-    }
-    SEG(p + 2);
-    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .dst_off = off, .count = cnt);
+    if (gather_forward(r, base, len, chunk, j, s) != 0) return -1;
   }
   return 0;
 }
@@ -126,20 +136,13 @@ static int cross_allreduce(const ring_t *r, size_t base, size_t len, size_t chun
 /* Ring all-gather of [base, base + len) over ring r (n >= 2): segment pos + 1 is final in
  * BUF_RECV; the others arrive there. */
 static int local_all_gather(const ring_t *r, size_t base, size_t len, size_t chunk, sched_t *s) {
-  int p = r->pos, prev = ring_peer(r, -1), next = ring_peer(r, 1);
+  int p = r->pos, next = ring_peer(r, 1);
   size_t rounds = rounds_for(len, r->n, chunk), off, cnt;
   for (size_t j = 0; j < rounds; j++) {
     SEG(p + 1);
     PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
          .src_off = off, .count = cnt);
-    for (int k = 1; k <= r->n - 2; k++) {
-      SEG(p + 1 - k);
-      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-           .flags = STEP_STORE, .dst_off = off, .count = cnt);
-    }
-    SEG(p + 2);
-    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .dst_off = off, .count = cnt);
+    if (gather_forward(r, base, len, chunk, j, s) != 0) return -1;
   }
   return 0;
 }
