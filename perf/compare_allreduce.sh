@@ -36,20 +36,23 @@ usage: $(basename "$0") [options]
   -K dir     keep every run's raw output in dir
   -A dir     run nothing: summarize the outputs kept earlier with -K dir (same -p)
   -T s       kill a run after s seconds (600)
+  -R prio    run both programs under SCHED_FIFO priority prio (chrt -f; needs root): on a
+             machine shared with other work this keeps the other processes off the two cores
+             while a run lasts, for both systems alike (the kernel still leaves them 5%)
   -h         this text
 EOF
   exit "${1:-0}"
 }
 
 build="" nranks=2 reps=5 minb=8 maxb=256M factor=2 iters=1000 iter_bytes=512M warmup=5
-place=out json="" keep="" run_timeout=600 analyze=""
-while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:h" opt; do
+place=out json="" keep="" run_timeout=600 analyze="" rt=""
+while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:h" opt; do
   case $opt in
     B) build=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;;
     b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
     n) iters=$OPTARG ;; I) iter_bytes=$OPTARG ;; w) warmup=$OPTARG ;;
     P) place=$OPTARG ;; J) json=$OPTARG ;; K) keep=$OPTARG ;; A) analyze=$OPTARG ;;
-    T) run_timeout=$OPTARG ;;
+    T) run_timeout=$OPTARG ;; R) rt=$OPTARG ;;
     h) usage 0 ;; *) usage 2 ;;
   esac
 done
@@ -92,12 +95,15 @@ fi
 bind=(--bind-to core) tbind=(--bind core)
 (( nranks <= $(nproc) )) || bind=(--bind-to none --oversubscribe) tbind=(--bind none)
 
+rt_cmd=()
+[[ -z $rt ]] || rt_cmd=(chrt -f "$rt")
+
 run_tutti() {
-  timeout -k 10 "$run_timeout" "$bindir/tutti-run" -n "$nranks" "${tbind[@]}" -- \
+  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/tutti-run" -n "$nranks" "${tbind[@]}" -- \
     "$bindir/all_reduce_perf" "${perf_args[@]}"
 }
 run_ompi() {
-  timeout -k 10 "$run_timeout" mpirun -np "$nranks" --allow-run-as-root "${bind[@]}" \
+  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" mpirun -np "$nranks" --allow-run-as-root "${bind[@]}" \
     --mca btl_vader_single_copy_mechanism none \
     -x MALLOC_MMAP_THRESHOLD_=4000000000 -x MALLOC_TRIM_THRESHOLD_=4000000000 \
     "$bindir/mpi_allreduce_perf" "${perf_args[@]}"
@@ -117,7 +123,7 @@ run_one() {
 }
 
 if [[ -z $analyze ]]; then
-  echo "# comparing all_reduce: $nranks ranks, ${perf_args[*]}, $reps repetitions" >&2
+  echo "# comparing all_reduce: $nranks ranks, ${perf_args[*]}, $reps repetitions${rt:+, under chrt -f $rt}" >&2
   for ((rep = 1; rep <= reps; rep++)); do
     if ((rep % 2)); then order=(tutti ompi); else order=(ompi tutti); fi
     for lib in "${order[@]}"; do run_one "$lib" "$rep"; done
