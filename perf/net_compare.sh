@@ -49,7 +49,7 @@ if [[ $gloo == 1 ]] && ! $PY -c "import torch.distributed" 2>/dev/null; then
 fi
 bytes=$($PY -c "s='$size'; m={'K':1<<10,'M':1<<20,'G':1<<30}; print(int(float(s[:-1])*m[s[-1]]) if s[-1] in m else int(s))")
 
-export TUTTI_NETNS_PREFIX="tperf$$-"
+export TUTTI_NETNS_PREFIX="${TUTTI_NETNS_PREFIX:-tperf$$-}" # set it to keep test beds apart
 bed="$src_dir/scripts/netns-cluster.sh"
 tmp=$(mktemp -d)
 trap '"$bed" down >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
@@ -87,6 +87,7 @@ gloo_busbw() {
 }
 
 echo "# net_compare: 2 hosts x 1 rank over a veth link, fp32 all-reduce of $bytes bytes, $reps rounds"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 for r in $(seq 1 "$reps"); do
   tutti_busbw >>"$tmp/tutti"
   iperf >>"$tmp/iperf"
@@ -111,6 +112,7 @@ if [[ $rate != none ]]; then
   TL=$(median <"$tmp/tutti_lim") IL=$(median <"$tmp/iperf_lim")
 fi
 
+echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 $PY - "$T" "$I" "$B" "$G" "$P" "${TL:-nan}" "${IL:-nan}" "${line:-nan}" "$rate" <<'EOF'
 import math, sys
 t, i, b, g, p, tl, il, line = map(float, sys.argv[1:9])
@@ -119,12 +121,14 @@ ok = True
 def row(name, value, ref, target, refname):
     global ok
     if math.isnan(value) or math.isnan(ref):
-        print(f"{name:44s} {value:8.3f} GB/s   ({refname}: n/a)")
+        ok &= target is None
+        verdict = "" if target is None else "   FAIL (not measured)"
+        print(f"{name:44s} {value:8.3f} GB/s   ({refname}: n/a){verdict}")
         return
     ratio = value / ref
     good = target is None or ratio >= target
     ok &= good
-    tgt = "" if target is None else f"   target >= {target:.2f}: {'ok' if good else 'MISSED'}"
+    tgt = "" if target is None else f"   target >= {target:.2f}: {'PASS' if good else 'FAIL'}"
     print(f"{name:44s} {value:8.3f} GB/s   {ratio:6.2f} x {refname} ({ref:.3f}){tgt}")
 print("# medians (GB = 1e9 bytes)")
 row("tutti all-reduce busbw", t, i, 0.8, "iperf3 single stream")
@@ -134,5 +138,6 @@ row("tutti send/recv one way", p, i, None, "iperf3 single stream")
 if not math.isnan(line):
     row(f"tutti all-reduce busbw, link at {rate}", tl, line, 0.9, f"line rate {rate}")
     row(f"iperf3 single stream, link at {rate}", il, line, None, f"line rate {rate}")
+print("# targets: " + ("all PASS" if ok else "some FAIL"))
 sys.exit(0 if ok else 1)
 EOF

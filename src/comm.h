@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "algos/schedule.h"
+#include "algos/tuner.h"
 #include "core.h"
 #include "reduce.h"
 #include "transport/transport.h"
@@ -76,7 +77,8 @@ struct ncclComm {
   int64_t timeout_ms;
   size_t oneshot_max_bytes;
   size_t nt_threshold; /* calls at least this large write results with streaming stores */
-  int algo_allreduce; /* forced all-reduce algorithm (TUTTI_ALGO), -1: automatic */
+  uint32_t algo_mask[COLL_NUM]; /* algorithms TUTTI_ALGO / NCCL_ALGO allows, per collective */
+  tuner_model_t tuner;          /* cost model (TUTTI_TUNER_*) */
 };
 
 /* Validates a communicator handle passed by the user (NULL, destroyed, finalized, failed). */

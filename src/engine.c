@@ -16,6 +16,7 @@ TUTTI_PARAM(SpinUs, "SPIN_US", 50)     /* busy-poll this long before yielding th
 TUTTI_PARAM(YieldUs, "YIELD_US", 10000) /* then sched_yield this long before sleeping */
 
 #define ENGINE_L1_BLOCK (16 * 1024)
+#define ENGINE_WAIT_NS 1000000ull /* longest sleep in a transport's wait: other lanes wait too */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -63,12 +64,54 @@ static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char
   else reduce_copy(&o->rop, dst, in, n, rflags & REDUCE_POST);
 }
 
+/* Where the bytes a piece sends already lie once it is computed, for a transport that sends
+ * straight from memory (send_from): src for a plain send, dst when the received piece is stored
+ * there as sent (reduced or not). NULL: they must be computed into a send slot first. */
+static const char *piece_ref(const op_ctx_t *o, const step_t *st, const char *src,
+                             const char *dst, int rflags) {
+  if (st->recv_peer < 0) return transform_active(&o->rop, rflags) ? NULL : src;
+  if (!(st->flags & STEP_STORE) || !dst) return NULL;
+  if (st->flags & STEP_REDUCE) return dst;
+  return transform_active(&o->rop, rflags & REDUCE_POST) ? NULL : dst;
+}
+
+/* Can a received piece go straight into dst (recv_into)? When the step only stores it there
+ * as it came (and maybe forwards it). */
+static int recv_in_place(const op_ctx_t *o, const step_t *st, const char *dst, int rflags) {
+  return !(st->flags & STEP_REDUCE) && (st->flags & STEP_STORE) && dst &&
+         !transform_active(&o->rop, rflags & REDUCE_POST);
+}
+
+/* Receives the lane's piece straight into dst. Returns 1 once all of it is in (and keeps
+ * saying so until the piece is done: the lane may still wait to forward it). */
+static int lane_recv_into(lane_t *l, conn_t *rc, char *dst, size_t bytes, int *moved) {
+  while (l->rx_got < bytes) {
+    size_t k = rc->transport->recv_into(rc, dst + l->rx_got, bytes - l->rx_got);
+    if (k == 0) return 0;
+    l->rx_got += k, *moved = 1;
+  }
+  return 1;
+}
+
+/* Sends what is left of the lane's last piece (send_from). Returns 1 once all of it went. */
+static int lane_flush(lane_t *l, int *moved) {
+  while (l->tx_left) {
+    size_t k = l->tx_conn->transport->send_from(l->tx_conn, l->tx, l->tx_left);
+    if (k == 0) {
+      l->wait_peer = l->tx_conn->peer, l->wait_send = 1;
+      return 0;
+    }
+    l->tx += k, l->tx_left -= k, *moved = 1;
+  }
+  return 1;
+}
+
 /* Advances one lane as far as it can without waiting. Returns 1 if it moved, 0 if blocked,
  * -1 on a protocol error (message recorded). */
 static int lane_advance(lane_t *l, const op_ctx_t *ops) {
   int moved = 0;
   ncclComm_t comm = l->comm;
-  while (l->cur < l->nsteps) {
+  while (lane_flush(l, &moved) && l->cur < l->nsteps) {
     const step_t *st = &l->steps[l->cur];
     const op_ctx_t *o = &ops[st->op];
     size_t left = st->count - l->pos, es = o->esize, n = left;
@@ -83,16 +126,22 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
     if (st->recv_peer < 0 && st->send_peer < 0) n = left;
     const void *in = NULL;
     void *out = NULL;
-    size_t got = 0;
-    if (rc && !(in = rc->transport->recv_slot(rc, &got))) {
+    size_t got = n * es;
+    char *src = o->buf[st->src_buf] ? o->buf[st->src_buf] + (st->src_off + l->pos) * es : NULL;
+    char *dst = o->buf[st->dst_buf] ? o->buf[st->dst_buf] + (st->dst_off + l->pos) * es : NULL;
+    int rflags = ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
+    const char *ref = sc && sc->transport->send_from ? piece_ref(o, st, src, dst, rflags) : NULL;
+    int direct = rc && rc->transport->recv_into && recv_in_place(o, st, dst, rflags);
+    if (rc && !(direct ? lane_recv_into(l, rc, dst, n * es, &moved)
+                       : (in = rc->transport->recv_slot(rc, &got)) != NULL)) {
       l->wait_peer = st->recv_peer, l->wait_send = 0;
       return moved;
     }
-    if (sc && !(out = sc->transport->send_slot(sc))) {
+    if (sc && !ref && !(out = sc->transport->send_slot(sc))) {
       l->wait_peer = st->send_peer, l->wait_send = 1;
       return moved;
     }
-    if (rc && got != n * es) {
+    if (got != n * es) {
       TUTTI_ERR(ncclInvalidUsage,
                 "rank %d received %zu bytes from rank %d where it expected %zu in nccl%s (op #%llu): "
                 "ranks called different collectives, counts or types",
@@ -100,14 +149,15 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
                 (unsigned long long)o->seq);
       return -1;
     }
-    char *src = o->buf[st->src_buf] ? o->buf[st->src_buf] + (st->src_off + l->pos) * es : NULL;
-    char *dst = o->buf[st->dst_buf] ? o->buf[st->dst_buf] + (st->dst_off + l->pos) * es : NULL;
-    int rflags = ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
-    if (rc) piece_recv(o, st, in, src, dst, out, n, rflags);
-    else piece_local(o, st, src, dst, out, n, rflags);
-    if (sc) sc->transport->send_post(sc, n * es);
-    if (rc) rc->transport->recv_done(rc);
-    l->pos += n;
+    if (direct && out) memcpy(out, dst, n * es); /* forwarded through a slot transport */
+    else if (rc && !direct) piece_recv(o, st, in, src, dst, out, n, rflags);
+    else if (!rc) piece_local(o, st, src, dst, out, n, rflags);
+    if (sc && sc->transport->send_from)
+      l->tx_conn = sc, l->tx = ref ? ref : out, l->tx_left = n * es;
+    else if (sc)
+      sc->transport->send_post(sc, n * es);
+    if (rc && !direct) rc->transport->recv_done(rc);
+    l->pos += n, l->rx_got = 0;
     moved = 1;
   }
   return moved;
@@ -133,7 +183,7 @@ static int peer_process_dead(int pid) {
  * peer whose process is gone without a word is reported as dead. */
 static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_ns, int check_pids) {
   ncclComm_t comm = l->comm;
-  const op_ctx_t *o = &ops[l->steps[l->cur].op];
+  const op_ctx_t *o = &ops[l->steps[TUTTI_MIN(l->cur, l->nsteps - 1)].op]; /* the last piece may be going */
   int p = l->wait_peer;
   const peer_info_t *pi = &comm->peers[p];
   conn_t *c = l->wait_send ? &comm->send_conn[p] : &comm->recv_conn[p];
@@ -176,13 +226,16 @@ static void spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
 
 /* Waits politely: spin (not when there are more local ranks than CPUs), then yield, then
  * sleep, growing to 1 ms, so that an idle rank costs no CPU. */
-static void backoff(uint64_t idle_ns, int oversubscribed) {
+static void backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend) {
   uint64_t max_ns = (uint64_t)tutti_param_SpinUs() * 1000;
   if (spin_limit_ns > max_ns) spin_limit_ns = max_ns;
-  uint64_t spin_ns = oversubscribed ? 0 : spin_limit_ns;
+  /* a transport that can wait is woken by the kernel: spinning on it only burns the CPU */
+  uint64_t spin_ns = oversubscribed || (wc && wc->transport->wait) ? 0 : spin_limit_ns;
   uint64_t yield_ns = spin_ns + (uint64_t)tutti_param_YieldUs() * 1000;
   if (idle_ns < spin_ns) {
-    for (int i = 0; i < 8; i++) cpu_relax();
+    cpu_relax(); /* one pause: ~140 cycles on recent cores, eight would delay the wakeup */
+  } else if (wc && wc->transport->wait) { /* sleeps in the kernel until wc can move */
+    wc->transport->wait(wc, wsend, ENGINE_WAIT_NS);
   } else if (idle_ns < yield_ns) {
     sched_yield();
   } else {
@@ -190,6 +243,23 @@ static void backoff(uint64_t idle_ns, int oversubscribed) {
     struct timespec ts = {0, (long)us * 1000};
     nanosleep(&ts, NULL);
   }
+}
+
+static int lane_done(const lane_t *l) {
+  return l->cur >= l->nsteps && l->tx_left == 0;
+}
+
+static TUTTI_TLS int wait_send; /* what wait_conn's connection waits for */
+
+/* The connection the first blocked lane of the phase waits for. */
+static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase) {
+  for (int i = 0; i < nlanes; i++) {
+    lane_t *l = &lanes[i];
+    if (l->phase != phase || lane_done(l)) continue;
+    wait_send = l->wait_send;
+    return l->wait_send ? &l->comm->send_conn[l->wait_peer] : &l->comm->recv_conn[l->wait_peer];
+  }
+  return NULL;
 }
 
 static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, int phase) {
@@ -200,11 +270,11 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
     int active = 0, moved = 0;
     for (int i = 0; i < nlanes; i++) {
       lane_t *l = &lanes[i];
-      if (l->phase != phase || l->cur >= l->nsteps) continue;
+      if (l->phase != phase || lane_done(l)) continue;
       int r = lane_advance(l, ops);
       if (r < 0) return ncclInvalidUsage;
       moved |= r;
-      active += l->cur < l->nsteps;
+      active += !lane_done(l);
     }
     if (!active) return ncclSuccess;
     if (moved) {
@@ -218,10 +288,11 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
       int check_pids = now - last_check > 50000000ull;
       if (check_pids) last_check = now;
       for (int i = 0; i < nlanes; i++)
-        if (lanes[i].phase == phase && lanes[i].cur < lanes[i].nsteps)
+        if (lanes[i].phase == phase && !lane_done(&lanes[i]))
           TUTTI_CHECK(lane_check(&lanes[i], ops, now - idle_since, check_pids));
     }
-    backoff(now - idle_since, oversub);
+    conn_t *wc = wait_conn(lanes, nlanes, phase); /* sets wait_send */
+    backoff(now - idle_since, oversub, wc, wait_send);
   }
 }
 

@@ -28,6 +28,10 @@ typedef struct lane {
   /* progress */
   size_t cur, pos;
   int wait_peer, wait_send; /* what it is blocked on, for messages */
+  conn_t *tx_conn;          /* send_from: the piece still going out, before anything else */
+  const char *tx;
+  size_t tx_left;
+  size_t rx_got; /* recv_into: bytes of the current piece already in place */
 } lane_t;
 
 /* Runs all lanes to completion (or the first error). ops is indexed by step_t.op. */

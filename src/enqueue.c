@@ -152,7 +152,8 @@ static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
   if (!tutti_log_enabled(LOG_INFO, SUB_TUNING)) return 0;
   for (int i = 0; i < 64; i++)
     if (seen[i].comm == comm && seen[i].bytes == bytes && seen[i].coll == (int)c) return 0;
-  seen[next++ % 64].comm = comm, seen[(next - 1) % 64].bytes = bytes, seen[(next - 1) % 64].coll = c;
+  unsigned i = next++ % 64;
+  seen[i].comm = comm, seen[i].bytes = bytes, seen[i].coll = (int)c;
   return 1;
 }
 

@@ -263,7 +263,8 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   comm_topology(c);
   comm_topology_decisions(c);
   TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);
-  c->scratch_bytes = TUTTI_MAX(c->oneshot_max_bytes, 64);
+  /* scratch: in-place one-shot (oneshot_max_bytes), tree reduce partials (one chunk) */
+  c->scratch_bytes = TUTTI_MAX(TUTTI_MAX(c->oneshot_max_bytes, c->chunk_bytes), 64);
   c->scratch = malloc(c->scratch_bytes);
   if (!c->scratch) {
     res = TUTTI_ERR(ncclSystemError, "out of memory");

@@ -442,8 +442,8 @@ void CaseRun::reduced(size_t g, uint8_t *out) const {
         case Op::kMin:
           acc = p ? std::min(acc, v) : v;
           break;
-        case Op::kPreMulSum:
-          acc += v * static_cast<double>(scalar_);
+        case Op::kPreMulSum:  // from the first term, so that all -0 terms sum to -0 as in IEEE
+          acc = p ? acc + v * static_cast<double>(scalar_) : v * static_cast<double>(scalar_);
           break;
       }
     }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <thread>
@@ -202,6 +203,10 @@ void abort_releases(Mode mode) {
   th::Options opt;
   opt.env = {{"TUTTI_TIMEOUT", "30"}};
   opt.timeout_s = 60;
+  // The ring: rank 1 must wait for data rank 0 only sends after the point where it blocked (with
+  // recursive doubling, the tuner's pick for 2 ranks, rank 0 has sent everything rank 1 needs
+  // before it blocks, so rank 1's call completes correctly).
+  setenv("TUTTI_ALGO", "allreduce:ring", 1);
   th::RunResult res = th::run_ranks(
       mode, 2,
       [&](RankCtx &ctx) {
@@ -235,6 +240,7 @@ void abort_releases(Mode mode) {
           RCHECK(ctx, v == -1 || v == 2, "garbage %d in the output of a failed call", v);
       },
       opt);
+  unsetenv("TUTTI_ALGO");
   ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
   ASSERT_EQ(res.ranks.size(), 2u);
   EXPECT_EQ(res.ranks[0].failures, 0) << res.describe();

@@ -92,7 +92,7 @@ TEST(TrainerGradCheck, Linear) {
   };
   Vec dx(B * IN), dw(OUT * IN, 0.0f), db(OUT, 0.0f);
   loss();
-  linear_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), B, IN, OUT);
+  linear_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), B, IN, OUT, 1);
   check_grad("linear dinp", x, dx, loss, 1e-2f, 1e-3);
   check_grad("linear dw", w, dw, loss, 1e-2f, 1e-3);
   check_grad("linear db", b, db, loss, 1e-2f, 1e-3);
@@ -103,10 +103,16 @@ TEST(TrainerGradCheck, LinearBackwardAccumulatesParameterGradients) {
   std::mt19937 gen(2);
   Vec x = random_vec(B * IN, gen), w = random_vec(OUT * IN, gen), R = random_vec(B * OUT, gen);
   Vec once(OUT * IN, 0.0f), twice(OUT * IN, 0.0f), db(OUT, 0.0f);
-  linear_backward(nullptr, once.data(), db.data(), R.data(), x.data(), w.data(), B, IN, OUT);
+  linear_backward(nullptr, once.data(), db.data(), R.data(), x.data(), w.data(), B, IN, OUT, 1);
   for (int k = 0; k < 2; k++)
-    linear_backward(nullptr, twice.data(), db.data(), R.data(), x.data(), w.data(), B, IN, OUT);
+    linear_backward(nullptr, twice.data(), db.data(), R.data(), x.data(), w.data(), B, IN, OUT, 1);
   for (size_t i = 0; i < once.size(); i++) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
+  // accumulate = 0 overwrites whatever was there: the same values as from zeros
+  Vec over(OUT * IN, 1e3f), db_once(OUT, 0.0f), db_over(OUT, -1e3f);
+  linear_backward(nullptr, once.data(), db_once.data(), R.data(), x.data(), w.data(), B, IN, OUT, 0);
+  linear_backward(nullptr, over.data(), db_over.data(), R.data(), x.data(), w.data(), B, IN, OUT, 0);
+  for (size_t i = 0; i < once.size(); i++) EXPECT_EQ(over[i], once[i]) << i;
+  for (int i = 0; i < OUT; i++) EXPECT_EQ(db_over[i], db_once[i]) << i;
 }
 
 TEST(TrainerGradCheck, Relu) {
@@ -160,7 +166,13 @@ void conv_check(conv_shape_t s, unsigned seed, size_t probes = 0) {
   Vec dx(nin), dw(w.size(), 0.0f), db(s.OC, 0.0f);
   loss();
   conv2d_backward(dx.data(), dw.data(), db.data(), cols.data(), dcols.data(), R.data(), x.data(),
-                  w.data(), s);
+                  w.data(), s, 1);
+  // accumulate = 0 over garbage gives the values accumulated from zeros, every tile included
+  Vec dw_over(w.size(), 1e3f), db_over(s.OC, -1e3f);
+  conv2d_backward(nullptr, dw_over.data(), db_over.data(), cols.data(), dcols.data(), R.data(),
+                  x.data(), w.data(), s, 0);
+  for (size_t i = 0; i < dw.size(); i++) ASSERT_EQ(dw_over[i], dw[i]) << "dw " << i;
+  for (int i = 0; i < s.OC; i++) ASSERT_EQ(db_over[i], db[i]) << "db " << i;
   auto pick = [&](size_t n) {
     std::vector<size_t> c;
     std::uniform_int_distribution<size_t> u(0, n - 1);
@@ -179,6 +191,11 @@ TEST(TrainerGradCheck, Conv2dK3) {
 }
 TEST(TrainerGradCheck, Conv2dK5SingleChannel) {
   conv_check(conv_shape_t{2, 7, 7, 1, 3, 5}, 5);
+}
+// conv1's direct path with its 32 output channels: rows of 9 pixels are two blocks of four
+// and a remainder pixel
+TEST(TrainerGradCheck, Conv2dK5SingleChannel32Outputs) {
+  conv_check(conv_shape_t{2, 8, 9, 1, 32, 5}, 7, 80);
 }
 // conv2's shape: one image per tile, so three tiles
 TEST(TrainerGradCheck, Conv2dTiled) {

@@ -156,7 +156,9 @@ int sampler_index(const sampler_t *s, int step, int micro, int i) {
 /* ---------------------------------------------------------------- batches */
 
 /* One image -> normalized floats, mirrored left-right if flip, moved by (dy, dx) pixels with
- * background filling the uncovered border. */
+ * background filling the uncovered border. Row by row: the output pixels x whose source
+ * column sx = x - dx (mirrored: W - 1 - (x - dx)) is inside the image are x in [dx, W + dx)
+ * clipped to the row; the rest are background. */
 static void image_to_floats(const uint8_t *img, int flip, int dy, int dx, float *out) {
   static float lut[256];
   static int lut_ready;
@@ -164,12 +166,22 @@ static void image_to_floats(const uint8_t *img, int flip, int dy, int dx, float 
     for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - DATA_MEAN) / DATA_STD;
     lut_ready = 1;
   }
-  for (int y = 0; y < DATA_H; y++)
-    for (int x = 0; x < DATA_W; x++) {
-      int sy = y - dy, sx = flip ? DATA_W - 1 - (x - dx) : x - dx;
-      int inside = sy >= 0 && sy < DATA_H && sx >= 0 && sx < DATA_W;
-      out[y * DATA_W + x] = lut[inside ? img[sy * DATA_W + sx] : 0];
+  int lo = dx > 0 ? dx : 0, hi = dx < 0 ? DATA_W + dx : DATA_W;
+  for (int y = 0; y < DATA_H; y++) {
+    float *o = out + y * DATA_W;
+    int sy = y - dy;
+    if (sy < 0 || sy >= DATA_H) {
+      for (int x = 0; x < DATA_W; x++) o[x] = lut[0];
+      continue;
     }
+    const uint8_t *row = img + sy * DATA_W;
+    for (int x = 0; x < lo; x++) o[x] = lut[0];
+    if (flip)
+      for (int x = lo; x < hi; x++) o[x] = lut[row[DATA_W - 1 - (x - dx)]];
+    else
+      for (int x = lo; x < hi; x++) o[x] = lut[row[x - dx]];
+    for (int x = hi; x < DATA_W; x++) o[x] = lut[0];
+  }
 }
 
 void data_gather(const dataset_t *ds, const int *idx, int count, augment_t aug, uint64_t seed,

@@ -9,12 +9,12 @@
 
 #define DDP_QUEUE 64
 
-typedef enum { JOB_ALLREDUCE, JOB_BROADCAST, JOB_STOP } job_kind_t;
+typedef enum { JOB_ALLREDUCE, JOB_REDUCE_SCATTER, JOB_ALLGATHER, JOB_BROADCAST, JOB_STOP } job_kind_t;
 
 typedef struct {
   job_kind_t kind;
-  void *buf;
-  size_t count;
+  void *send, *recv;
+  size_t count; /* NCCL's count: per rank for reduce-scatter (received) and all-gather (sent) */
   ncclDataType_t type;
   ncclRedOp_t op;
   int root;
@@ -23,6 +23,7 @@ typedef struct {
 struct ddp {
   ncclComm_t comm;
   int rank, world;
+  int shard; /* sharded optimizer (world > 1) */
   model_t *model;
   int nbuckets;
   ddp_bucket_t buckets[DDP_MAX_BUCKETS];
@@ -31,6 +32,8 @@ struct ddp {
   int sync;
   int pending[DDP_MAX_BUCKETS]; /* tensors of the bucket still without their final gradient */
   int next_bucket;              /* buckets are launched in this order, never out of it */
+  long gather_job[DDP_MAX_BUCKETS]; /* sharded: FIFO number of the bucket's parameter all-gather
+                                       still to wait for; -1: none */
   /* the FIFO, guarded by lock: */
   pthread_t thread;
   int thread_started;
@@ -54,9 +57,16 @@ static double now_s(void) {
 }
 
 static ncclResult_t run_job(ddp_t *d, const job_t *j) {
-  if (j->kind == JOB_ALLREDUCE)
-    return ncclAllReduce(j->buf, j->buf, j->count, j->type, j->op, d->comm, NULL);
-  return ncclBroadcast(j->buf, j->buf, j->count, j->type, j->root, d->comm, NULL);
+  switch (j->kind) {
+    case JOB_ALLREDUCE:
+      return ncclAllReduce(j->send, j->recv, j->count, j->type, j->op, d->comm, NULL);
+    case JOB_REDUCE_SCATTER:
+      return ncclReduceScatter(j->send, j->recv, j->count, j->type, j->op, d->comm, NULL);
+    case JOB_ALLGATHER:
+      return ncclAllGather(j->send, j->recv, j->count, j->type, d->comm, NULL);
+    default:
+      return ncclBroadcast(j->send, j->recv, j->count, j->type, j->root, d->comm, NULL);
+  }
 }
 
 /* The communication thread: runs jobs in FIFO order; after an error it only drains. */
@@ -85,26 +95,55 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
-static void submit(ddp_t *d, job_t job) {
+/* Queues a job; returns its number in the FIFO (it is done once completed > that number). */
+static long submit_job(ddp_t *d, job_t job) {
   pthread_mutex_lock(&d->lock);
   while (d->submitted - d->completed == DDP_QUEUE) pthread_cond_wait(&d->changed, &d->lock);
   d->queue[d->submitted % DDP_QUEUE] = job;
-  d->submitted++;
+  long n = d->submitted++;
   pthread_cond_broadcast(&d->changed);
   pthread_mutex_unlock(&d->lock);
+  return n;
 }
 
-/* Waits for every submitted job; a failed collective ends the program with NCCL's message. */
-static void wait_all(ddp_t *d) {
+static void submit(ddp_t *d, job_t job) {
+  submit_job(d, job);
+}
+
+/* Waits until the first `count` jobs are done (only the main thread submits, so it may read
+ * d->submitted unlocked); a failed collective ends the program with NCCL's message. */
+static void wait_done(ddp_t *d, long count) {
   double t0 = now_s();
   pthread_mutex_lock(&d->lock);
-  while (d->completed != d->submitted) pthread_cond_wait(&d->changed, &d->lock);
+  while (d->completed < count) pthread_cond_wait(&d->changed, &d->lock);
   ncclResult_t err = d->error;
   d->wait_s += now_s() - t0;
   pthread_mutex_unlock(&d->lock);
   if (err != ncclSuccess) {
     fprintf(stderr, "tutti-train: rank %d: collective failed: %s: %s\n", d->rank,
             ncclGetErrorString(err), d->error_msg);
+    exit(1);
+  }
+}
+
+static void wait_all(ddp_t *d) {
+  wait_done(d, d->submitted);
+}
+
+/* Runs a collective on the calling (main) thread, once the FIFO is empty: the communicator is
+ * used by one thread at a time, and the mutex taken by wait_all orders this use after the
+ * communication thread's. Its time counts as communication, all of it exposed. */
+static void run_now(ddp_t *d, job_t job) {
+  wait_all(d);
+  double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+  ncclResult_t res = run_job(d, &job);
+  double dt = now_s() - t0, dc = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+  pthread_mutex_lock(&d->lock);
+  d->comm_s += dt, d->comm_cpu_s += dc, d->wait_s += dt;
+  pthread_mutex_unlock(&d->lock);
+  if (res != ncclSuccess) {
+    fprintf(stderr, "tutti-train: rank %d: collective failed: %s: %s\n", d->rank,
+            ncclGetErrorString(res), ncclGetLastError(d->comm));
     exit(1);
   }
 }
@@ -126,20 +165,42 @@ static void make_buckets(ddp_t *d, size_t bucket_bytes) {
     bytes += m->tensors[t].count * sizeof(float);
     if (bytes >= cap || t == 0) d->nbuckets++, bytes = 0, cap = bucket_bytes;
   }
+  for (int b = 0; b < d->nbuckets; b++) d->buckets[b].slice = d->buckets[b].count / d->world;
+}
+
+/* Averages bucket b's gradients with `run` (submit: on the communication thread; run_now: here):
+ * one all-reduce, or (sharded) a reduce-scatter of the slices and an all-reduce of the tail. */
+static void average_bucket(ddp_t *d, int b, void (*run)(ddp_t *, job_t)) {
+  const ddp_bucket_t *k = &d->buckets[b];
+  float *g = d->model->grads + k->offset;
+  size_t sliced = d->shard ? k->slice * (size_t)d->world : 0;
+  if (sliced)
+    run(d, (job_t){JOB_REDUCE_SCATTER, g, g + d->rank * k->slice, k->slice, ncclFloat, ncclAvg});
+  if (sliced < k->count)
+    run(d, (job_t){JOB_ALLREDUCE, g + sliced, g + sliced, k->count - sliced, ncclFloat, ncclAvg});
 }
 
 static void on_grad_ready(void *ctx, int tensor) {
   ddp_t *d = ctx;
   if (!d->sync) return;
   d->pending[d->bucket_of[tensor]]--;
+  /* the last bucket is left to ddp_end_backward, which runs it on this thread */
   while (d->next_bucket < d->nbuckets && d->pending[d->next_bucket] == 0) {
-    const ddp_bucket_t *b = &d->buckets[d->next_bucket++];
-    if (d->world > 1)
-      submit(d, (job_t){JOB_ALLREDUCE, d->model->grads + b->offset, b->count, ncclFloat, ncclAvg});
+    int b = d->next_bucket++;
+    if (d->world > 1 && b < d->nbuckets - 1) average_bucket(d, b, submit);
   }
 }
 
-ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb) {
+/* Forward is about to read `tensor`: its bucket's all-gather must be done. */
+static void on_params_needed(void *ctx, int tensor) {
+  ddp_t *d = ctx;
+  int b = d->bucket_of[tensor];
+  if (d->gather_job[b] < 0) return;
+  wait_done(d, d->gather_job[b] + 1);
+  d->gather_job[b] = -1;
+}
+
+ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard) {
   ddp_t *d = calloc(1, sizeof(*d));
   if (!d) exit(1);
   d->comm = comm, d->model = m, d->world = 1;
@@ -148,6 +209,7 @@ ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb) {
     fprintf(stderr, "tutti-train: cannot query the communicator\n");
     exit(1);
   }
+  d->shard = shard && d->world > 1;
   size_t bucket_bytes = bucket_mb > 0 ? (size_t)(bucket_mb * 1024 * 1024) : 1;
   make_buckets(d, bucket_bytes);
   pthread_mutex_init(&d->lock, NULL);
@@ -159,7 +221,8 @@ ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb) {
     }
     d->thread_started = 1;
   }
-  m->on_grad = on_grad_ready, m->on_grad_ctx = d;
+  for (int b = 0; b < DDP_MAX_BUCKETS; b++) d->gather_job[b] = -1;
+  m->on_grad = on_grad_ready, m->on_params = on_params_needed, m->on_grad_ctx = d;
   return d;
 }
 
@@ -171,7 +234,7 @@ void ddp_destroy(ddp_t *d) {
   }
   pthread_mutex_destroy(&d->lock);
   pthread_cond_destroy(&d->changed);
-  d->model->on_grad = NULL;
+  d->model->on_grad = NULL, d->model->on_params = NULL;
   free(d);
 }
 
@@ -187,16 +250,16 @@ int ddp_buckets(const ddp_t *d, const ddp_bucket_t **buckets) {
   return d->nbuckets;
 }
 
+int ddp_sharded(const ddp_t *d) {
+  return d->shard;
+}
+
 void ddp_broadcast(ddp_t *d, void *buf, size_t count, ncclDataType_t type, int root) {
-  if (d->world == 1) return;
-  submit(d, (job_t){JOB_BROADCAST, buf, count, type, ncclSum, root});
-  wait_all(d);
+  if (d->world > 1) run_now(d, (job_t){JOB_BROADCAST, buf, buf, count, type, ncclSum, root});
 }
 
 void ddp_allreduce_sum(ddp_t *d, void *buf, size_t count, ncclDataType_t type) {
-  if (d->world == 1) return;
-  submit(d, (job_t){JOB_ALLREDUCE, buf, count, type, ncclSum});
-  wait_all(d);
+  if (d->world > 1) run_now(d, (job_t){JOB_ALLREDUCE, buf, buf, count, type, ncclSum});
 }
 
 void ddp_begin_backward(ddp_t *d, int sync) {
@@ -210,8 +273,57 @@ void ddp_end_backward(ddp_t *d) {
     fprintf(stderr, "tutti-train: internal error: backward left buckets unlaunched\n");
     exit(1);
   }
-  if (d->sync && d->world > 1) wait_all(d);
+  if (d->sync && d->world > 1) average_bucket(d, d->nbuckets - 1, run_now);
   d->sync = 0;
+}
+
+/* The all-gather of bucket b's slices of `a` (nparams floats), in place. */
+static job_t gather_job(const ddp_t *d, int b, float *a) {
+  const ddp_bucket_t *k = &d->buckets[b];
+  return (job_t){JOB_ALLGATHER, a + k->offset + d->rank * k->slice, a + k->offset, k->slice,
+                 ncclFloat};
+}
+
+/* Sharded: every rank's slices of `a` to everyone, now. */
+static void gather_slices(ddp_t *d, float *a) {
+  for (int b = 0; b < d->nbuckets; b++)
+    if (d->buckets[b].slice) run_now(d, gather_job(d, b, a));
+}
+
+/* Sharded: after the update, the parameters are all-gathered on the communication thread, in
+ * the order the next forward reads them (the last bucket, which holds the first layers,
+ * first), while the main thread goes on with the next step's zeroing of the gradients, batch
+ * and first layers; on_params_needed waits for each bucket before its first use. */
+static void gather_params(ddp_t *d) {
+  for (int b = d->nbuckets - 1; b >= 0; b--)
+    if (d->buckets[b].slice)
+      d->gather_job[b] = submit_job(d, gather_job(d, b, d->model->params));
+}
+
+void ddp_optimizer_step(ddp_t *d, optim_t *o, float lr) {
+  float *p = d->model->params, *g = d->model->grads;
+  optim_begin_step(o, lr);
+  if (!d->shard) {
+    optim_update(o, p, g, 0, o->n);
+    return;
+  }
+  for (int b = 0; b < d->nbuckets; b++) {
+    const ddp_bucket_t *k = &d->buckets[b];
+    size_t own = k->offset + d->rank * k->slice, tail = k->offset + k->slice * (size_t)d->world;
+    optim_update(o, p, g, own, own + k->slice);
+    optim_update(o, p, g, tail, k->offset + k->count); /* every rank: averaged whole */
+  }
+  gather_params(d);
+}
+
+void ddp_wait_params(ddp_t *d) {
+  if (d->world == 1) return;
+  wait_all(d);
+  for (int b = 0; b < d->nbuckets; b++) d->gather_job[b] = -1;
+}
+
+void ddp_gather_state(ddp_t *d, float **arrays, int n) {
+  for (int i = 0; d->shard && i < n; i++) gather_slices(d, arrays[i]);
 }
 
 void ddp_times(const ddp_t *d, double *comm_s, double *comm_cpu_s, double *wait_s) {

@@ -6,11 +6,38 @@
  * Because the tensors lie back to back in one arena, every bucket is one contiguous range of
  * the gradient arena and is averaged in place with a single ncclAllReduce(ncclAvg).
  *
- * Collectives on host memory with a NULL stream are synchronous, so a communication thread owns
- * the communicator: the main thread hands it work through a FIFO and goes on with backward.
- * Every collective of the trainer (broadcasts at start, bucket all-reduces, metric reductions)
- * goes through that FIFO, so the communicator is only ever used by one thread, and buckets are
- * launched strictly in bucket order: the same sequence of collectives on every rank.
+ * Collectives on host memory with a NULL stream are synchronous, so a communication thread runs
+ * them while the main thread goes on: the main thread hands it work through a FIFO (bucket
+ * averages during backward, parameter all-gathers during the next forward), and it sleeps on
+ * a condition variable when the FIFO is empty, so it takes no CPU from the computation. The
+ * communicator is used by one thread at a time: blocking collectives (broadcasts, metric
+ * reductions, the last bucket) are run by the main thread itself once the FIFO is empty (the
+ * mutex orders that use after the thread's). The last bucket holds the first layer, whose
+ * gradient backward finishes last, so nothing is left to overlap it with, and running it here
+ * saves two thread hand-offs (a futex wake-up each way, tens of microseconds on a VM). Jobs
+ * are issued in one order on every rank (buckets strictly in bucket order), so all ranks run
+ * the same sequence of collectives.
+ *
+ * Sharded optimizer (ZeRO stage 1, PyTorch's ZeroRedundancyOptimizer; on by default with more
+ * than one rank). Instead of all-reducing a bucket of count floats, every rank reduce-scatters
+ * it (in place, ncclAvg): rank r receives the averaged slice [r*s, (r+1)*s) of the bucket,
+ * s = floor(count / ranks), and the count mod ranks floats left at its end (the tail) are
+ * all-reduced whole. Each rank applies the optimizer to its slices and the tails only, then one
+ * in-place all-gather per bucket gives everyone the updated parameters; these run on the
+ * communication thread, the first layers' bucket first, while the next step zeroes its
+ * gradients, gathers its batch and runs forward (the model calls a hook before each layer,
+ * which waits for that layer's bucket):
+ *
+ *   bucket (count)  | rank 0 slice | rank 1 slice | ... | rank R-1 slice | tail |
+ *   grads:             reduce-scatter (avg) ------------------------------  all-reduce
+ *   params, state:     optimizer on own slice (each rank)                    all ranks
+ *   params:            all-gather ---------------------------------------   (already equal)
+ *
+ * Bytes on the wire are those of the all-reduce (which is a reduce-scatter then an all-gather
+ * anyway); the optimizer's work and memory traffic per rank are divided by the number of
+ * ranks. The update is elementwise, so the parameters are the same bits as with a replicated
+ * optimizer fed the same averaged gradients. The optimizer state is only up to date in the
+ * rank's own slices; ddp_gather_state completes it (before a checkpoint is written).
  */
 #ifndef TRAINER_DDP_H_
 #define TRAINER_DDP_H_
@@ -18,6 +45,7 @@
 #include <stddef.h>
 
 #include "model.h"
+#include "optim.h"
 #include "tutti.h"
 
 #define DDP_MAX_BUCKETS MODEL_MAX_TENSORS
@@ -26,17 +54,20 @@
 typedef struct {
   size_t offset, count; /* range of the gradient arena, in floats */
   int first_tensor, ntensors;
+  size_t slice; /* sharded: floats each rank owns, count / ranks; the rest is the tail */
 } ddp_bucket_t;
 
 typedef struct ddp ddp_t;
 
 /* comm NULL: a single process, where every collective is the identity and no thread starts.
+ * shard: shard the optimizer (see above) when there is more than one rank.
  * Installs itself as m's gradient hook. Exits the program on failure. */
-ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb);
+ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard);
 void ddp_destroy(ddp_t *d);
 int ddp_rank(const ddp_t *d);
 int ddp_world(const ddp_t *d);
 int ddp_buckets(const ddp_t *d, const ddp_bucket_t **buckets);
+int ddp_sharded(const ddp_t *d);
 
 /* Blocking collectives through the communication thread. */
 void ddp_broadcast(ddp_t *d, void *buf, size_t count, ncclDataType_t type, int root);
@@ -47,6 +78,17 @@ void ddp_allreduce_sum(ddp_t *d, void *buf, size_t count, ncclDataType_t type);
  * ddp_end_backward returns once every bucket is averaged. */
 void ddp_begin_backward(ddp_t *d, int sync);
 void ddp_end_backward(ddp_t *d);
+
+/* The optimizer step on the averaged gradients, at learning rate lr: the whole update
+ * (replicated), or this rank's slices then the all-gather of the parameters (sharded). */
+void ddp_optimizer_step(ddp_t *d, optim_t *o, float lr);
+/* Returns once the parameters are the same on every rank (sharded: the all-gathers that
+ * ddp_optimizer_step left running behind the next forward are done). Call before reading the
+ * parameters outside model_forward, which waits for each layer's by itself. */
+void ddp_wait_params(ddp_t *d);
+/* Sharded: all-gathers the n optimizer state arrays (nparams floats each) so that every rank
+ * holds all of it; a no-op otherwise. Collective. */
+void ddp_gather_state(ddp_t *d, float **arrays, int n);
 
 /* Seconds the communication thread spent inside collectives (wall clock, and CPU time it used),
  * and seconds the main thread spent blocked waiting for them (the part of communication not

@@ -26,10 +26,11 @@ TRAINER_SIMD static void add_column_sums(float *db, const float *d, long rows, i
 }
 
 void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                     const float *w, int B, int IN, int OUT) {
-  // dw (OUT, IN) += dout^T (OUT, B) . inp (B, IN)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, inp, IN, 1.0f,
-              dw, IN);
+                     const float *w, int B, int IN, int OUT, int accumulate) {
+  // dw (OUT, IN) (+)= dout^T (OUT, B) . inp (B, IN)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, inp, IN,
+              accumulate ? 1.0f : 0.0f, dw, IN);
+  if (!accumulate) memset(db, 0, (size_t)OUT * sizeof(float));
   add_column_sums(db, dout, B, OUT);
   // dinp (B, IN) = dout (B, OUT) . w (OUT, IN)
   if (dinp)
@@ -108,6 +109,166 @@ TRAINER_SIMD static void col2im(float *dinp, const float *dcols, conv_shape_t s)
       }
 }
 
+/* A single input channel (conv1): a window has only K*K taps, too shallow for an efficient
+ * sgemm (and im2col copies runs of one pixel), so the convolution is computed directly, tap by
+ * tap, on a zero-padded copy of each image: out[y][x][:] += in[y+ky][x+kx] * wt[ky][kx][:],
+ * with the weights transposed to wt (K, K, OC) so that the inner loop runs over contiguous
+ * output channels. Used when the padded image and wt fit the stack buffers below. */
+#define C1_MAX_PAD 4096
+#define C1_MAX_WT 4096
+
+static int conv_c1_direct(conv_shape_t s) {
+  int PH = s.H + s.K - 1, PW = s.W + s.K - 1;
+  return s.C == 1 && PH * PW <= C1_MAX_PAD && s.K * s.K * s.OC <= C1_MAX_WT;
+}
+
+/* pad (H + K - 1, W + K - 1) = image b of inp (H, W) with K/2 zeros on every side. */
+static void c1_pad(float *pad, const float *img, conv_shape_t s) {
+  int P = s.K / 2, PW = s.W + s.K - 1;
+  memset(pad, 0, (size_t)(s.H + s.K - 1) * PW * sizeof(float));
+  for (int y = 0; y < s.H; y++) memcpy(pad + (y + P) * PW + P, img + y * s.W, s.W * sizeof(float));
+}
+
+/* wt (K*K, OC) = w (OC, K*K) transposed. */
+static void c1_transpose(float *wt, const float *w, int taps, int OC) {
+  for (int oc = 0; oc < OC; oc++)
+    for (int t = 0; t < taps; t++) wt[t * OC + oc] = w[oc * taps + t];
+}
+
+/* One output row o (W, OC) = b + sum over taps of the padded input times wt. Inlined into
+ * a variant with OC = 32 (conv1's), where the channel loop is two AVX-512 vectors, and a
+ * generic one. Pixels go four at a time, their channels in registers across all the taps, so
+ * each tap's weights are loaded once per four pixels and nothing is stored until the end. */
+static inline __attribute__((always_inline)) void c1_row_forward(
+    float *restrict o, const float *restrict pad, const float *restrict wt,
+    const float *restrict b, int y, int W, int K, int OC) {
+  int PW = W + K - 1, x = 0;
+  for (; x + 4 <= W; x += 4) {
+    float a0[OC], a1[OC], a2[OC], a3[OC];
+    for (int oc = 0; oc < OC; oc++) a0[oc] = a1[oc] = a2[oc] = a3[oc] = b[oc];
+    for (int ky = 0; ky < K; ky++)
+      for (int kx = 0; kx < K; kx++) {
+        const float *restrict p = pad + (y + ky) * PW + x + kx, *restrict wk = wt + (ky * K + kx) * OC;
+        for (int oc = 0; oc < OC; oc++) {
+          a0[oc] += p[0] * wk[oc], a1[oc] += p[1] * wk[oc];
+          a2[oc] += p[2] * wk[oc], a3[oc] += p[3] * wk[oc];
+        }
+      }
+    for (int oc = 0; oc < OC; oc++) {
+      o[x * OC + oc] = a0[oc], o[(x + 1) * OC + oc] = a1[oc];
+      o[(x + 2) * OC + oc] = a2[oc], o[(x + 3) * OC + oc] = a3[oc];
+    }
+  }
+  for (; x < W; x++) /* the same sums, one pixel at a time */
+    for (int oc = 0; oc < OC; oc++) {
+      float acc = b[oc];
+      for (int t = 0; t < K * K; t++) acc += pad[(y + t / K) * PW + x + t % K] * wt[t * OC + oc];
+      o[x * OC + oc] = acc;
+    }
+}
+
+TRAINER_SIMD static void c1_rows_forward(float *o, const float *pad, const float *wt,
+                                         const float *b, conv_shape_t s) {
+  for (int y = 0; y < s.H; y++, o += (long)s.W * s.OC) {
+    if (s.OC == 32)
+      c1_row_forward(o, pad, wt, b, y, s.W, s.K, 32);
+    else
+      c1_row_forward(o, pad, wt, b, y, s.W, s.K, s.OC);
+  }
+}
+
+static void conv_c1_forward(float *out, const float *inp, const float *w, const float *b,
+                            conv_shape_t s) {
+  float pad[C1_MAX_PAD] __attribute__((aligned(64))), wt[C1_MAX_WT] __attribute__((aligned(64)));
+  c1_transpose(wt, w, s.K * s.K, s.OC);
+  for (int n = 0; n < s.B; n++) {
+    c1_pad(pad, inp + (long)n * s.H * s.W, s);
+    c1_rows_forward(out + (long)n * s.H * s.W * s.OC, pad, wt, b, s);
+  }
+}
+
+/* dwt (K*K, OC) += the taps' products of one output row's gradient d (W, OC) with the input;
+ * OC = 32 and generic variants as for the forward. Taps of a window row go four at a time,
+ * their sums in registers across the pixels, so each pixel's gradient is loaded once per four
+ * taps. */
+static inline __attribute__((always_inline)) void c1_row_dw(float *restrict dwt,
+                                                            const float *restrict d,
+                                                            const float *restrict pad, int y,
+                                                            int W, int K, int OC) {
+  int PW = W + K - 1;
+  for (int ky = 0; ky < K; ky++) {
+    const float *restrict row = pad + (y + ky) * PW;
+    float *restrict acc = dwt + ky * K * OC;
+    int kx = 0;
+    for (; kx + 4 <= K; kx += 4) {
+      float a0[OC], a1[OC], a2[OC], a3[OC];
+      for (int oc = 0; oc < OC; oc++) a0[oc] = a1[oc] = a2[oc] = a3[oc] = 0.0f;
+      for (int x = 0; x < W; x++) {
+        const float *restrict p = row + x + kx, *restrict dx = d + x * OC;
+        for (int oc = 0; oc < OC; oc++) {
+          a0[oc] += p[0] * dx[oc], a1[oc] += p[1] * dx[oc];
+          a2[oc] += p[2] * dx[oc], a3[oc] += p[3] * dx[oc];
+        }
+      }
+      for (int oc = 0; oc < OC; oc++) {
+        acc[kx * OC + oc] += a0[oc], acc[(kx + 1) * OC + oc] += a1[oc];
+        acc[(kx + 2) * OC + oc] += a2[oc], acc[(kx + 3) * OC + oc] += a3[oc];
+      }
+    }
+    for (; kx < K; kx++) {
+      float a0[OC];
+      for (int oc = 0; oc < OC; oc++) a0[oc] = 0.0f;
+      for (int x = 0; x < W; x++)
+        for (int oc = 0; oc < OC; oc++) a0[oc] += row[x + kx] * d[x * OC + oc];
+      for (int oc = 0; oc < OC; oc++) acc[kx * OC + oc] += a0[oc];
+    }
+  }
+}
+
+TRAINER_SIMD static void c1_rows_dw(float *dwt, const float *d, const float *pad, conv_shape_t s) {
+  for (int y = 0; y < s.H; y++, d += (long)s.W * s.OC) {
+    if (s.OC == 32)
+      c1_row_dw(dwt, d, pad, y, s.W, s.K, 32);
+    else
+      c1_row_dw(dwt, d, pad, y, s.W, s.K, s.OC);
+  }
+}
+
+/* dpad (padded) += every output's gradient spread over its window; then cropped into dinp. */
+static void c1_dinp(float *dinp, float *dpad, const float *d, const float *wt, conv_shape_t s) {
+  int P = s.K / 2, PW = s.W + s.K - 1, OC = s.OC;
+  memset(dpad, 0, (size_t)(s.H + s.K - 1) * PW * sizeof(float));
+  for (int y = 0; y < s.H; y++)
+    for (int x = 0; x < s.W; x++)
+      for (int t = 0; t < s.K * s.K; t++) {
+        float sum = 0.0f;
+        for (int oc = 0; oc < OC; oc++) sum += d[(y * s.W + x) * OC + oc] * wt[t * OC + oc];
+        dpad[(y + t / s.K) * PW + x + t % s.K] += sum;
+      }
+  for (int y = 0; y < s.H; y++) memcpy(dinp + y * s.W, dpad + (y + P) * PW + P, s.W * sizeof(float));
+}
+
+static void conv_c1_backward(float *dinp, float *dw, float *db, const float *dout,
+                             const float *inp, const float *w, conv_shape_t s, int accumulate) {
+  float pad[C1_MAX_PAD] __attribute__((aligned(64))), wt[C1_MAX_WT] __attribute__((aligned(64)));
+  float dwt[C1_MAX_WT] __attribute__((aligned(64)));
+  int taps = s.K * s.K;
+  long img = (long)s.H * s.W;
+  memset(dwt, 0, (size_t)taps * s.OC * sizeof(float));
+  if (dinp) c1_transpose(wt, w, taps, s.OC);
+  for (int n = 0; n < s.B; n++) {
+    const float *d = dout + n * img * s.OC;
+    c1_pad(pad, inp + n * img, s);
+    c1_rows_dw(dwt, d, pad, s);
+    if (dinp) c1_dinp(dinp + n * img, pad, d, wt, s); /* pad is free again: scratch */
+  }
+  for (int oc = 0; oc < s.OC; oc++)
+    for (int t = 0; t < taps; t++)
+      dw[oc * taps + t] = (accumulate ? dw[oc * taps + t] : 0.0f) + dwt[t * s.OC + oc];
+  if (!accumulate) memset(db, 0, (size_t)s.OC * sizeof(float));
+  add_column_sums(db, dout, s.B * img, s.OC);
+}
+
 /* Images per tile: the batch is convolved a few images at a time so that the unfolded input of
  * a tile (and its gradient) stays in the core's L2 cache between im2col and the sgemm that
  * reads it; whole-batch im2col buffers (40 MB for conv2 at batch 64) make every sgemm stream
@@ -124,6 +285,10 @@ long conv2d_scratch_floats(conv_shape_t s) {
 
 void conv2d_forward(float *out, float *cols, const float *inp, const float *w, const float *b,
                     conv_shape_t s) {
+  if (conv_c1_direct(s)) {
+    conv_c1_forward(out, inp, w, b, s);
+    return;
+  }
   int kkc = s.K * s.K * s.C, tile = conv2d_tile_images(s);
   long in_img = (long)s.H * s.W * s.C, out_img = (long)s.H * s.W * s.OC;
   for (int b0 = 0; b0 < s.B; b0 += tile) {
@@ -140,7 +305,13 @@ void conv2d_forward(float *out, float *cols, const float *inp, const float *w, c
 }
 
 void conv2d_backward(float *dinp, float *dw, float *db, float *cols, float *dcols,
-                     const float *dout, const float *inp, const float *w, conv_shape_t s) {
+                     const float *dout, const float *inp, const float *w, conv_shape_t s,
+                     int accumulate) {
+  if (conv_c1_direct(s)) {
+    conv_c1_backward(dinp, dw, db, dout, inp, w, s, accumulate);
+    return;
+  }
+  if (!accumulate) memset(db, 0, (size_t)s.OC * sizeof(float));
   int kkc = s.K * s.K * s.C, tile = conv2d_tile_images(s);
   long in_img = (long)s.H * s.W * s.C, out_img = (long)s.H * s.W * s.OC;
   for (int b0 = 0; b0 < s.B; b0 += tile) {
@@ -149,9 +320,10 @@ void conv2d_backward(float *dinp, float *dw, float *db, float *cols, float *dcol
     long M = (long)t.B * s.H * s.W;
     const float *d = dout + b0 * out_img;
     im2col(cols, inp + b0 * in_img, t); /* again: cheaper than keeping the batch's */
-    // dw (OC, KKC) += dout^T (OC, M) . cols (M, KKC)
+    // dw (OC, KKC) (+)= dout^T (OC, M) . cols (M, KKC): the first tile overwrites unless
+    // accumulating
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.OC, kkc, (int)M, 1.0f, d, s.OC, cols,
-                kkc, 1.0f, dw, kkc);
+                kkc, accumulate || b0 > 0 ? 1.0f : 0.0f, dw, kkc);
     add_column_sums(db, d, M, s.OC);
     if (!dinp) continue;
     // dcols (M, KKC) = dout (M, OC) . w (OC, KKC)

@@ -2,9 +2,11 @@
  *
  * Conventions (as llm.c's train_gpt2.c):
  *   - shapes are in the comments, row-major, batch first; images are NHWC (B, H, W, C);
- *   - backward *accumulates* into parameter gradients (dw += ...), so gradient accumulation
- *     over micro-batches is just "do not zero between micro-steps", and *overwrites* input
- *     gradients (dinp = ...); dinp may be NULL where nobody needs it (the first layer);
+ *   - backward *accumulates* into parameter gradients (dw += ...) when `accumulate` is set, so
+ *     gradient accumulation over micro-batches is just "do not zero between micro-steps", and
+ *     overwrites them (dw = ...) when it is 0: the first micro-step of an optimizer step needs
+ *     no zeroing beforehand (sgemm with beta = 0). Input gradients are always overwritten
+ *     (dinp = ...); dinp may be NULL where nobody needs it (the first layer);
  *   - matrix products go through cblas_sgemm (OpenBLAS on the CPU). A GPU build provides the
  *     same functions over device pointers (cuBLAS + kernels) behind this header.
  */
@@ -27,7 +29,7 @@
 void linear_forward(float *out, const float *inp, const float *w, const float *b, int B, int IN,
                     int OUT);
 void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                     const float *w, int B, int IN, int OUT);
+                     const float *w, int B, int IN, int OUT, int accumulate);
 
 /* out = max(inp, 0), in place allowed. Backward uses the output: out > 0 iff inp > 0. */
 void relu_forward(float *out, const float *inp, long n);
@@ -57,7 +59,8 @@ void conv2d_forward(float *out, float *cols, const float *inp, const float *w, c
                     conv_shape_t s);
 /* dinp may be NULL (then dcols is not touched). */
 void conv2d_backward(float *dinp, float *dw, float *db, float *cols, float *dcols,
-                     const float *dout, const float *inp, const float *w, conv_shape_t s);
+                     const float *dout, const float *inp, const float *w, conv_shape_t s,
+                     int accumulate);
 
 /* 2x2 max pooling, stride 2: inp (B, H, W, C) -> out (B, H/2, W/2, C); H and W even.
  * arg (B, H/2, W/2, C) remembers which input won (index into inp) for backward. */

@@ -155,11 +155,17 @@ void model_init_params(model_t *m, uint64_t seed) {
 
 void model_zero_grad(model_t *m) {
   memset(m->grads, 0, m->nparams * sizeof(float));
+  m->grads_stale = 0;
 }
 
 /* Tells the data-parallel layer that tensors [first, first + n) have their final gradient. */
 static void grads_ready(model_t *m, int first, int n) {
   for (int t = first; m->on_grad && t < first + n; t++) m->on_grad(m->on_grad_ctx, t);
+}
+
+/* Waits (sharded optimizer) until tensors [first, first + n) hold this step's parameters. */
+static void params_needed(model_t *m, int first, int n) {
+  for (int t = first; m->on_params && t < first + n; t++) m->on_params(m->on_grad_ctx, t);
 }
 
 /* Dropout of layer `layer` on h (B, n), in place, when training with dropout. */
@@ -177,30 +183,33 @@ static void maybe_dropout_backward(model_t *m, float *dh, const float *mask, lon
 static void mlp_forward(model_t *m, const float *x, int B) {
   mlp_params_t *p = &m->p.mlp;
   mlp_acts_t *a = &m->a.mlp;
+  params_needed(m, 0, 2);
   linear_forward(a->h1, x, p->fc1w, p->fc1b, B, DATA_PIXELS, MLP_H1);  // (B, 512)
   relu_forward(a->h1, a->h1, (long)B * MLP_H1);
   maybe_dropout(m, a->h1, a->mask1, B, MLP_H1, 1);
+  params_needed(m, 2, 2);
   linear_forward(a->h2, a->h1, p->fc2w, p->fc2b, B, MLP_H1, MLP_H2);  // (B, 256)
   relu_forward(a->h2, a->h2, (long)B * MLP_H2);
   maybe_dropout(m, a->h2, a->mask2, B, MLP_H2, 2);
+  params_needed(m, 4, 2);
   linear_forward(m->logits, a->h2, p->fc3w, p->fc3b, B, MLP_H2, DATA_CLASSES);  // (B, 10)
 }
 
 /* Backward produces tensors in reverse order: fc3 (4, 5), fc2 (2, 3), fc1 (0, 1). A unit that
  * dropout zeroed is 0 in h, so relu_backward's "h > 0" covers both masks once dropout's
  * scale is applied. */
-static void mlp_backward(model_t *m, int B) {
+static void mlp_backward(model_t *m, int B, int acc) {
   mlp_params_t *p = &m->p.mlp, *g = &m->g.mlp;
   mlp_acts_t *a = &m->a.mlp;
-  linear_backward(a->dh2, g->fc3w, g->fc3b, m->dlogits, a->h2, p->fc3w, B, MLP_H2, DATA_CLASSES);
+  linear_backward(a->dh2, g->fc3w, g->fc3b, m->dlogits, a->h2, p->fc3w, B, MLP_H2, DATA_CLASSES, acc);
   grads_ready(m, 4, 2);
   maybe_dropout_backward(m, a->dh2, a->mask2, (long)B * MLP_H2);
   relu_backward(a->dh2, a->dh2, a->h2, (long)B * MLP_H2);
-  linear_backward(a->dh1, g->fc2w, g->fc2b, a->dh2, a->h1, p->fc2w, B, MLP_H1, MLP_H2);
+  linear_backward(a->dh1, g->fc2w, g->fc2b, a->dh2, a->h1, p->fc2w, B, MLP_H1, MLP_H2, acc);
   grads_ready(m, 2, 2);
   maybe_dropout_backward(m, a->dh1, a->mask1, (long)B * MLP_H1);
   relu_backward(a->dh1, a->dh1, a->h1, (long)B * MLP_H1);
-  linear_backward(NULL, g->fc1w, g->fc1b, a->dh1, m->x, p->fc1w, B, DATA_PIXELS, MLP_H1);
+  linear_backward(NULL, g->fc1w, g->fc1b, a->dh1, m->x, p->fc1w, B, DATA_PIXELS, MLP_H1, acc);
   grads_ready(m, 0, 2);
 }
 
@@ -212,36 +221,41 @@ static void cnn_forward(model_t *m, const float *x, int B) {
   cnn_params_t *p = &m->p.cnn;
   cnn_acts_t *a = &m->a.cnn;
   conv_shape_t s1 = {B, 28, 28, 1, CNN_C1, CNN_K}, s2 = {B, 14, 14, CNN_C1, CNN_C2, CNN_K};
+  params_needed(m, 0, 2);
   conv2d_forward(a->c1, a->cols, x, p->conv1w, p->conv1b, s1);  // (B, 28, 28, 32)
   maxpool2_forward(a->p1, a->arg1, a->c1, B, 28, 28, CNN_C1);   // (B, 14, 14, 32)
   relu_forward(a->p1, a->p1, (long)B * 14 * 14 * CNN_C1);
+  params_needed(m, 2, 2);
   conv2d_forward(a->c2, a->cols, a->p1, p->conv2w, p->conv2b, s2);  // (B, 14, 14, 64)
   maxpool2_forward(a->p2, a->arg2, a->c2, B, 14, 14, CNN_C2);       // (B, 7, 7, 64)
   relu_forward(a->p2, a->p2, (long)B * CNN_FLAT);
+  params_needed(m, 4, 2);
   linear_forward(a->f1, a->p2, p->fc1w, p->fc1b, B, CNN_FLAT, CNN_FC);  // (B, 512)
   relu_forward(a->f1, a->f1, (long)B * CNN_FC);
   maybe_dropout(m, a->f1, a->mask1, B, CNN_FC, 1);
+  params_needed(m, 6, 2);
   linear_forward(m->logits, a->f1, p->fc2w, p->fc2b, B, CNN_FC, DATA_CLASSES);  // (B, 10)
 }
 
 /* Backward produces tensors in reverse order: fc2 (6, 7), fc1 (4, 5), conv2 (2, 3), conv1. */
-static void cnn_backward(model_t *m, int B) {
+static void cnn_backward(model_t *m, int B, int acc) {
   cnn_params_t *p = &m->p.cnn, *g = &m->g.cnn;
   cnn_acts_t *a = &m->a.cnn;
   conv_shape_t s1 = {B, 28, 28, 1, CNN_C1, CNN_K}, s2 = {B, 14, 14, CNN_C1, CNN_C2, CNN_K};
-  linear_backward(a->df1, g->fc2w, g->fc2b, m->dlogits, a->f1, p->fc2w, B, CNN_FC, DATA_CLASSES);
+  linear_backward(a->df1, g->fc2w, g->fc2b, m->dlogits, a->f1, p->fc2w, B, CNN_FC, DATA_CLASSES, acc);
   grads_ready(m, 6, 2);
   maybe_dropout_backward(m, a->df1, a->mask1, (long)B * CNN_FC);
   relu_backward(a->df1, a->df1, a->f1, (long)B * CNN_FC);
-  linear_backward(a->dp2, g->fc1w, g->fc1b, a->df1, a->p2, p->fc1w, B, CNN_FLAT, CNN_FC);
+  linear_backward(a->dp2, g->fc1w, g->fc1b, a->df1, a->p2, p->fc1w, B, CNN_FLAT, CNN_FC, acc);
   grads_ready(m, 4, 2);
   relu_backward(a->dp2, a->dp2, a->p2, (long)B * CNN_FLAT);
   maxpool2_backward(a->dc2, a->dp2, a->arg2, B, 14, 14, CNN_C2);
-  conv2d_backward(a->dp1, g->conv2w, g->conv2b, a->cols, a->dcols, a->dc2, a->p1, p->conv2w, s2);
+  conv2d_backward(a->dp1, g->conv2w, g->conv2b, a->cols, a->dcols, a->dc2, a->p1, p->conv2w, s2,
+                  acc);
   grads_ready(m, 2, 2);
   relu_backward(a->dp1, a->dp1, a->p1, (long)B * 14 * 14 * CNN_C1);
   maxpool2_backward(a->dc1, a->dp1, a->arg1, B, 28, 28, CNN_C1);
-  conv2d_backward(NULL, g->conv1w, g->conv1b, a->cols, NULL, a->dc1, m->x, p->conv1w, s1);
+  conv2d_backward(NULL, g->conv1w, g->conv1b, a->cols, NULL, a->dc1, m->x, p->conv1w, s1, acc);
   grads_ready(m, 0, 2);
 }
 
@@ -257,11 +271,17 @@ void model_forward(model_t *m, const float *x, const uint8_t *y, int B) {
 }
 
 void model_backward(model_t *m, const uint8_t *y, int B, float scale) {
+  int acc = !m->grads_stale; /* stale: overwrite instead of adding (see model_forget_grad) */
   softmax_xent_backward(m->dlogits, m->probs, y, B, DATA_CLASSES, scale);
   if (m->kind == MODEL_MLP)
-    mlp_backward(m, B);
+    mlp_backward(m, B, acc);
   else
-    cnn_backward(m, B);
+    cnn_backward(m, B, acc);
+  m->grads_stale = 0;
+}
+
+void model_forget_grad(model_t *m) {
+  m->grads_stale = 1;
 }
 
 void model_score(const model_t *m, const uint8_t *y, int B, double *loss_sum, int *correct) {

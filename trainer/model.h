@@ -65,6 +65,9 @@ typedef struct {
 /* Called by backward once a parameter tensor's gradient is final for this micro-step; the
  * data-parallel layer starts a bucket's all-reduce when all its tensors are in. */
 typedef void (*grad_ready_fn)(void *ctx, int tensor);
+/* Called by forward before a layer reads parameter tensor `tensor`: the data-parallel layer
+ * waits there for that tensor's all-gather when the optimizer is sharded. */
+typedef void (*params_needed_fn)(void *ctx, int tensor);
 
 typedef struct model {
   model_kind_t kind;
@@ -90,8 +93,10 @@ typedef struct model {
   float *losses;        /* (B) */
   float *dlogits;       /* (B, 10) */
   void *act_arena;
+  int grads_stale; /* the next backward overwrites grads (model_forget_grad) */
   grad_ready_fn on_grad;
-  void *on_grad_ctx;
+  params_needed_fn on_params;
+  void *on_grad_ctx; /* context of both hooks */
 } model_t;
 
 int model_parse(const char *name, model_kind_t *kind);
@@ -110,6 +115,9 @@ void model_forward(model_t *m, const float *x, const uint8_t *y, int B);
 /* Accumulates into grads the gradient of scale * sum(losses); call after model_forward. */
 void model_backward(model_t *m, const uint8_t *y, int B, float scale);
 void model_zero_grad(model_t *m);
+/* Like model_zero_grad for the next backward, without the memset: that backward overwrites the
+ * gradients instead of adding to them (PyTorch's zero_grad(set_to_none=True)). */
+void model_forget_grad(model_t *m);
 
 /* Sum of losses and number of correct predictions of the last forward. */
 void model_score(const model_t *m, const uint8_t *y, int B, double *loss_sum, int *correct);

@@ -45,34 +45,50 @@ int optim_state_arrays(const optim_t *o, float **arrays) {
 
 /* g' = g + wd * p;  buf = momentum * buf + g';  p -= lr * buf   (buf starts at g' in PyTorch;
  * starting from zero gives the same first value). */
-TRAINER_SIMD static void sgd_step(optim_t *o, float *p, const float *g, float lr) {
-  float mu = o->momentum, wd = o->weight_decay;
-  for (size_t i = 0; i < o->n; i++) {
+TRAINER_SIMD static void sgd_update(optim_t *o, float *p, const float *g, size_t lo, size_t hi) {
+  float mu = o->momentum, wd = o->weight_decay, lr = o->lr;
+  float *buf = o->m;
+  for (size_t i = lo; i < hi; i++) {
     float gi = g[i] + wd * p[i];
-    o->m[i] = mu * o->m[i] + gi;
-    p[i] -= lr * o->m[i];
+    buf[i] = mu * buf[i] + gi;
+    p[i] -= lr * buf[i];
   }
 }
 
 /* p *= 1 - lr * wd;  m, v = moving averages of g, g^2;
- * p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)   (PyTorch's form). */
-TRAINER_SIMD static void adamw_step(optim_t *o, float *p, const float *g, float lr) {
-  o->t++;
-  float b1 = o->beta1, b2 = o->beta2;
-  float bc1 = 1.0f - powf(b1, (float)o->t), bc2_sqrt = sqrtf(1.0f - powf(b2, (float)o->t));
-  float step = lr / bc1, decay = 1.0f - lr * o->weight_decay;
-  for (size_t i = 0; i < o->n; i++) {
-    o->m[i] = b1 * o->m[i] + (1.0f - b1) * g[i];
-    o->v[i] = b2 * o->v[i] + (1.0f - b2) * g[i] * g[i];
-    p[i] = p[i] * decay - step * o->m[i] / (sqrtf(o->v[i]) / bc2_sqrt + o->eps);
+ * p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)   (PyTorch's form, with the
+ * division by sqrt(1 - beta2^t) done as a multiplication by its inverse: one division per
+ * element instead of two, which is what bounds this loop). */
+TRAINER_SIMD static void adamw_update(optim_t *o, float *p, const float *g, size_t lo, size_t hi) {
+  float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
+  float step = o->step_size, decay = o->decay, inv_bc2 = o->inv_bc2_sqrt;
+  float *m = o->m, *v = o->v;
+  for (size_t i = lo; i < hi; i++) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) * inv_bc2 + eps);
   }
 }
 
-void optim_step(optim_t *o, float *params, const float *grads, float lr) {
+void optim_begin_step(optim_t *o, float lr) {
+  o->lr = lr;
+  if (o->kind != OPT_ADAMW) return;
+  o->t++;
+  float bc1 = 1.0f - powf(o->beta1, (float)o->t);
+  o->step_size = lr / bc1, o->decay = 1.0f - lr * o->weight_decay;
+  o->inv_bc2_sqrt = 1.0f / sqrtf(1.0f - powf(o->beta2, (float)o->t));
+}
+
+void optim_update(optim_t *o, float *params, const float *grads, size_t lo, size_t hi) {
   if (o->kind == OPT_SGD)
-    sgd_step(o, params, grads, lr);
+    sgd_update(o, params, grads, lo, hi);
   else
-    adamw_step(o, params, grads, lr);
+    adamw_update(o, params, grads, lo, hi);
+}
+
+void optim_step(optim_t *o, float *params, const float *grads, float lr) {
+  optim_begin_step(o, lr);
+  optim_update(o, params, grads, 0, o->n);
 }
 
 float lr_at(int64_t step, int64_t total, int64_t warmup, float lr, float final_frac) {

@@ -30,6 +30,8 @@ static const char usage_text[] =
     "  --dropout P            dropout after the hidden fully connected ReLUs (0)\n"
     "  --seed S               seed of init, shuffling and augmentation (1)\n"
     "  --bucket-mb MB         gradient bucket size; the first bucket is capped at 1 MiB (25)\n"
+    "  --no-shard-optim       every rank updates all parameters (PyTorch DDP's way) instead of\n"
+    "                         its 1/ranks share followed by an all-gather (ZeRO-1)\n"
     "  --threads T            OpenBLAS threads per rank (1)\n"
     "  --data DIR             Fashion-MNIST folder (" DATA_DEFAULT_DIR
     ")\n"
@@ -39,6 +41,8 @@ static const char usage_text[] =
     "  --max-steps N          stop after N optimizer steps in all (checkpoint written)\n"
     "  --log FILE.csv         one CSV row per epoch (rank 0)\n"
     "  --no-eval              skip the test-set evaluation (benchmarks)\n"
+    "  --profile              at the end, each rank prints its ms per step by phase (data,\n"
+    "                         forward, backward, wait for communication, optimizer)\n"
     "  --train-limit N, --test-limit N   use the first N images only (tests)\n"
     "  --dump PREFIX          write PREFIX.rank<r>.params (final parameters, raw float32) and\n"
     "                         PREFIX.rank<r>.trace (a hash of the parameters after every step)\n"
@@ -162,6 +166,7 @@ static const option_spec_t specs[] = {
     {"dropout", ARG_FLOAT, FIELD(dropout), 0, 0.95},
     {"seed", ARG_U64, FIELD(seed), 0, 0x7fffffff},
     {"bucket-mb", ARG_DOUBLE, FIELD(bucket_mb), 0, 1 << 20},
+    {"no-shard-optim", ARG_FLAG, FIELD(no_shard_optim)},
     {"threads", ARG_INT, FIELD(threads), 1, 1024},
     {"data", ARG_STRING, FIELD(data_dir)},
     {"checkpoint", ARG_STRING, FIELD(checkpoint)},
@@ -170,6 +175,7 @@ static const option_spec_t specs[] = {
     {"max-steps", ARG_I64, FIELD(max_steps), 1, 1e12},
     {"log", ARG_STRING, FIELD(log_path)},
     {"no-eval", ARG_FLAG, FIELD(no_eval)},
+    {"profile", ARG_FLAG, FIELD(profile)},
     {"train-limit", ARG_INT, FIELD(train_limit), 1, 1 << 30},
     {"test-limit", ARG_INT, FIELD(test_limit), 1, 1 << 30},
     {"dump", ARG_STRING, FIELD(dump_prefix)},

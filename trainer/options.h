@@ -24,6 +24,7 @@ typedef struct {
   int augment_set;
   uint64_t seed;
   double bucket_mb;
+  int no_shard_optim; /* every rank applies the whole update (PyTorch DDP's way) */
   const char *data_dir;
   const char *checkpoint;
   int resume;
@@ -32,6 +33,7 @@ typedef struct {
   const char *log_path;
   const char *dump_prefix;
   int no_eval;
+  int profile; /* print where each step's time goes, per rank */
   int blas_info;
   int train_limit, test_limit; /* use only the first N images; 0: all */
 } options_t;

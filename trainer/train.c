@@ -28,6 +28,12 @@
 #include "rng.h"
 #include "tutti.h"
 
+/* Where a step's time goes on the main thread (--profile): data = zeroing the gradients,
+ * sampling and the batch copy; wait = blocked on communication (a bucket not yet averaged,
+ * the last bucket run on this thread, a layer's parameters not yet all-gathered). */
+enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_WAIT, PH_OPTIM, PHASES };
+static const char *const phase_names[PHASES] = {"data", "forward", "backward", "wait", "optim"};
+
 typedef struct {
   options_t opt;
   ncclComm_t comm;
@@ -50,6 +56,9 @@ typedef struct {
   double elapsed_s;                /* training time of earlier runs (resume) */
   int64_t run_step0, steady_step0; /* first step of this run; of the steady-state measurement */
   double steady_t0, steady_cpu0;   /* when this run completed BENCH_SKIP_STEPS steps */
+  double phase_s[PHASES], mark_s;  /* main-thread seconds per phase since steady_t0 */
+  double mark_wait_s;              /* ddp's wait time at mark_s */
+  double steady_comm[3];           /* ddp_times at steady_t0 */
   FILE *log, *trace;
 } trainer_t;
 
@@ -136,7 +145,7 @@ static void setup(trainer_t *t, int argc, char **argv) {
       optim_create(&t->optim, o->optim, t->model.nparams))
     die("out of memory");
   t->optim.momentum = o->momentum, t->optim.weight_decay = o->weight_decay;
-  t->ddp = ddp_create(t->comm, &t->model, o->bucket_mb);
+  t->ddp = ddp_create(t->comm, &t->model, o->bucket_mb, !o->no_shard_optim);
   t->rank = ddp_rank(t->ddp), t->world = ddp_world(t->ddp);
   t->global_batch = o->batch * o->accum * t->world;
   if (sampler_init(&t->sampler, t->train.n, o->seed, t->world, t->rank, o->batch, o->accum))
@@ -171,7 +180,8 @@ static void print_setup(const trainer_t *t) {
   for (int i = 0; i < nb; i++)
     printf(" [%s..%s %.2f MB]", t->model.tensors[b[i].first_tensor + b[i].ntensors - 1].name,
            t->model.tensors[b[i].first_tensor].name, b[i].count * 4.0 / 1e6);
-  printf("\n  tutti %s, OpenBLAS %s kernels, %d thread%s per rank\n", tuttiVersionString(),
+  printf("%s\n  tutti %s, OpenBLAS %s kernels, %d thread%s per rank\n",
+         ddp_sharded(t->ddp) ? ", optimizer sharded" : "", tuttiVersionString(),
          openblas_get_corename(), o->threads, o->threads > 1 ? "s" : "");
   fflush(stdout);
 }
@@ -225,6 +235,8 @@ static void start_state(trainer_t *t) {
 
 /* Collective: folds every rank's partial-epoch sums into rank 0's, then rank 0 writes. */
 static void save_checkpoint(trainer_t *t, double elapsed_s) {
+  float *state[2];
+  ddp_gather_state(t->ddp, state, optim_state_arrays(&t->optim, state));
   ddp_allreduce_sum(t->ddp, t->sums, 3, ncclDouble);
   if (t->rank != 0) {
     memset(t->sums, 0, sizeof(t->sums));
@@ -267,11 +279,26 @@ static void dump_params(const trainer_t *t) {
 
 /* ---------------------------------------------------------------- training */
 
+/* Charges the time since the last mark to phase ph, except the time the main thread spent
+ * blocked on communication meanwhile (waiting for a bucket, running one, or waiting for the
+ * parameters of a layer in forward), which goes to PH_WAIT. */
+static void phase_end(trainer_t *t, int ph) {
+  double now = now_s(), comm_s, comm_cpu_s, wait_s;
+  ddp_times(t->ddp, &comm_s, &comm_cpu_s, &wait_s);
+  double waited = wait_s - t->mark_wait_s;
+  t->phase_s[PH_WAIT] += waited;
+  t->phase_s[ph] += now - t->mark_s - waited;
+  t->mark_s = now, t->mark_wait_s = wait_s;
+}
+
 /* One optimizer step: accum micro-batches, gradients averaged over ranks, one update. */
 static void train_step(trainer_t *t) {
   const options_t *o = &t->opt;
   model_t *m = &t->model;
-  model_zero_grad(m);
+  double comm_s, comm_cpu_s; /* the marks: time between steps is charged nowhere */
+  ddp_times(t->ddp, &comm_s, &comm_cpu_s, &t->mark_wait_s);
+  t->mark_s = now_s();
+  model_forget_grad(m); /* the first micro-step's backward overwrites the gradients */
   for (int micro = 0; micro < o->accum; micro++) {
     for (int i = 0; i < o->batch; i++) {
       t->idx[i] = sampler_index(&t->sampler, (int)t->step_in_epoch, micro, i);
@@ -279,22 +306,29 @@ static void train_step(trainer_t *t) {
     }
     data_gather(&t->train, t->idx, o->batch, o->augment, o->seed, (int)t->epoch, t->x, t->y);
     m->keys = t->keys; /* training: dropout on */
+    phase_end(t, PH_DATA);
     model_forward(m, t->x, t->y, o->batch);
     double loss;
     int correct;
     model_score(m, t->y, o->batch, &loss, &correct);
     t->sums[0] += loss, t->sums[1] += correct, t->sums[2] += o->batch;
+    phase_end(t, PH_FORWARD);
     ddp_begin_backward(t->ddp, micro == o->accum - 1); /* communicate on the last one only */
     model_backward(m, t->y, o->batch, 1.0f / (float)(o->batch * o->accum));
-    ddp_end_backward(t->ddp);
+    ddp_end_backward(t->ddp); /* its wait and the last bucket go to PH_WAIT */
+    phase_end(t, PH_BACKWARD);
   }
   float lr = lr_at(t->global_step, t->total_steps, t->warmup_steps, t->lr, o->final_lr_frac);
-  optim_step(&t->optim, m->params, m->grads, lr);
+  ddp_optimizer_step(t->ddp, &t->optim, lr);
+  phase_end(t, PH_OPTIM);
   t->global_step++, t->step_in_epoch++;
   if (t->global_step - t->run_step0 == BENCH_SKIP_STEPS) {
     t->steady_t0 = now_s(), t->steady_step0 = t->global_step;
     t->steady_cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    memset(t->phase_s, 0, sizeof(t->phase_s));
+    ddp_times(t->ddp, &t->steady_comm[0], &t->steady_comm[1], &t->steady_comm[2]);
   }
+  if (t->trace) ddp_wait_params(t->ddp);
   if (t->trace)
     fprintf(t->trace, "%lld %016llx\n", (long long)t->global_step,
             (unsigned long long)params_hash(m));
@@ -395,6 +429,24 @@ static void open_logs(trainer_t *t) {
             "compute_s,comm_s,comm_cpu_s,comm_exposed_s,elapsed_s\n");
 }
 
+/* --profile: every rank prints its steady-state milliseconds per step, phase by phase, and
+ * its communication thread's time inside collectives (wall clock and CPU). */
+static void print_profile(const trainer_t *t, double comm_s, double comm_cpu_s) {
+  double steps = (double)(t->global_step - t->steady_step0);
+  if (t->steady_t0 <= 0 || steps <= 0) return;
+  char line[512];
+  int n = snprintf(line, sizeof(line), "profile rank %d, ms per step over %.0f steps:", t->rank,
+                   steps);
+  for (int p = 0; p < PHASES; p++)
+    n += snprintf(line + n, sizeof(line) - (size_t)n, " %s %.3f", phase_names[p],
+                  1e3 * t->phase_s[p] / steps);
+  snprintf(line + n, sizeof(line) - (size_t)n, " | in collectives %.3f (cpu %.3f)\n",
+           1e3 * (comm_s - t->steady_comm[0]) / steps,
+           1e3 * (comm_cpu_s - t->steady_comm[1]) / steps);
+  fputs(line, stdout);
+  fflush(stdout);
+}
+
 static void finish(trainer_t *t, double run_s, int64_t steps_run) {
   double comm_s, comm_cpu_s, wait_s, end = now_s();
   ddp_times(t->ddp, &comm_s, &comm_cpu_s, &wait_s);
@@ -413,6 +465,8 @@ static void finish(trainer_t *t, double run_s, int64_t steps_run) {
     }
     printf("\n");
   }
+  if (t->opt.profile) print_profile(t, comm_s, comm_cpu_s);
+  ddp_wait_params(t->ddp);
   if (t->opt.dump_prefix) dump_params(t);
   if (t->trace) fclose(t->trace);
   if (t->log) fclose(t->log);

@@ -28,17 +28,39 @@ static const char *buf_name(int b) {
   return b == BUF_SEND ? "send" : b == BUF_RECV ? "recv" : b == BUF_SCRATCH ? "scratch" : "-";
 }
 
-void sched_dump(const sched_t *s, int rank, const char *title, void *file) {
+static const char *peer_str(int peer, char *buf, size_t len) {
+  if (peer < 0) return "-";
+  snprintf(buf, len, "%d", peer);
+  return buf;
+}
+
+/* One line per step: index, peers, what happens to the data, source and destination
+ * (buffer+offset, in elements), count and flags, e.g.
+ *      1  recv 4   send 0   recv-reduce+send  src recv+0         dst -              count 4 */
+static void dump_step(FILE *f, size_t i, const step_t *st) {
+  char rp[16], sp[16], src[40], dst[40], kind[24];
+  const char *what = st->recv_peer >= 0 ? (st->flags & STEP_REDUCE ? "recv-reduce" : "recv")
+                     : st->send_peer >= 0 ? "send"
+                     : st->flags & STEP_REDUCE ? "local-reduce" : "copy";
+  snprintf(kind, sizeof(kind), "%s%s", what, st->recv_peer >= 0 && st->send_peer >= 0 ? "+send" : "");
+  snprintf(src, sizeof(src), "%s+%zu", buf_name(st->src_buf), st->src_off);
+  snprintf(dst, sizeof(dst), "%s+%zu", buf_name(st->dst_buf), st->dst_off);
+  fprintf(f, "  %5zu  recv %-3s send %-3s %-17s src %-14s dst %-14s count %zu%s%s%s\n", i,
+          peer_str(st->recv_peer, rp, sizeof(rp)), peer_str(st->send_peer, sp, sizeof(sp)), kind,
+          st->src_buf == BUF_NONE ? "-" : src, (st->flags & STEP_STORE) ? dst : "-", st->count,
+          st->flags & STEP_STORE ? " store" : "", st->flags & STEP_PRE ? " pre" : "",
+          st->flags & STEP_POST ? " post" : "");
+}
+
+void sched_dump_range(const sched_t *s, size_t from, size_t to, int rank, const char *title,
+                      void *file) {
   FILE *f = file ? (FILE *)file : stderr;
-  fprintf(f, "# rank %d: %s (%zu steps)\n", rank, title, s->n);
-  for (size_t i = 0; i < s->n; i++) {
-    const step_t *st = &s->steps[i];
-    fprintf(f, "  %4zu recv<-%-3d send->%-3d %s%s%s%s src=%s+%zu dst=%s+%zu count=%zu\n", i,
-            st->recv_peer, st->send_peer, st->flags & STEP_REDUCE ? "R" : "-",
-            st->flags & STEP_STORE ? "S" : "-", st->flags & STEP_PRE ? "p" : "-",
-            st->flags & STEP_POST ? "P" : "-", buf_name(st->src_buf), st->src_off,
-            buf_name(st->dst_buf), st->dst_off, st->count);
-  }
+  fprintf(f, "# rank %d: %s (%zu steps)\n", rank, title, to - from);
+  for (size_t i = from; i < to; i++) dump_step(f, i - from, &s->steps[i]);
+}
+
+void sched_dump(const sched_t *s, int rank, const char *title, void *file) {
+  sched_dump_range(s, 0, s->n, rank, title, file);
 }
 
 const char *coll_name(coll_t c) {
@@ -63,12 +85,22 @@ int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sch
         case ALGO_RING: return ring_allreduce(a, col);
         case ALGO_ONESHOT: return oneshot_allreduce(a, col);
         case ALGO_HIER: return host_of_rank ? hier_allreduce(a, host_of_rank, col) : -2;
+        case ALGO_TREE: return tree_allreduce(a, col);
+        case ALGO_RHD: return rhd_allreduce(a, col);
+        case ALGO_RD: return rd_allreduce(a, col);
         default: return -2;
       }
-    case COLL_REDUCESCATTER: return algo == ALGO_RING ? ring_reducescatter(a, col) : -2;
-    case COLL_ALLGATHER: return algo == ALGO_RING ? ring_allgather(a, col) : -2;
-    case COLL_BROADCAST: return algo == ALGO_CHAIN ? chain_broadcast(a, col) : -2;
-    case COLL_REDUCE: return algo == ALGO_CHAIN ? chain_reduce(a, col) : -2;
+    case COLL_REDUCESCATTER:
+      return algo == ALGO_RING ? ring_reducescatter(a, col)
+             : algo == ALGO_RHD ? rhd_reducescatter(a, col) : -2;
+    case COLL_ALLGATHER:
+      return algo == ALGO_RING ? ring_allgather(a, col)
+             : algo == ALGO_RHD ? rhd_allgather(a, col) : -2;
+    case COLL_BROADCAST:
+      return algo == ALGO_CHAIN ? chain_broadcast(a, col)
+             : algo == ALGO_TREE ? tree_broadcast(a, col) : -2;
+    case COLL_REDUCE:
+      return algo == ALGO_CHAIN ? chain_reduce(a, col) : algo == ALGO_TREE ? tree_reduce(a, col) : -2;
     case COLL_ALLTOALL: return algo == ALGO_P2P ? p2p_alltoall(a, lanes) : -2;
     case COLL_GATHER: return algo == ALGO_P2P ? p2p_gather(a, lanes) : -2;
     case COLL_SCATTER: return algo == ALGO_P2P ? p2p_scatter(a, lanes) : -2;
@@ -81,4 +113,11 @@ int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sch
                         .count = a->count});
     default: return -2;
   }
+}
+
+size_t sched_scratch_elems(algo_t algo, const sched_args_t *a) {
+  if (algo == ALGO_ONESHOT && a->coll == COLL_ALLREDUCE && a->in_place) return a->count;
+  if (algo == ALGO_TREE && a->coll == COLL_REDUCE) return a->chunk ? a->chunk : 1;
+  if (algo == ALGO_RHD && a->coll == COLL_REDUCESCATTER) return (size_t)(a->nranks / 2) * a->count;
+  return 0;
 }

@@ -9,12 +9,16 @@
  *   no peer at all: dst = REDUCE ? combine(src, dst) : copy(src)
  *
  * PRE marks `src` as this rank's own input (PreMulSum scales it), POST marks the result as
- * final (Avg divides it). Algorithms (ring.c, chain.c, oneshot.c, p2p.c) only fill these lists;
- * they never touch memory, sockets or shared memory, so they are unit-tested without a network.
+ * final (Avg divides it). Algorithms (ring.c, chain.c, oneshot.c, p2p.c, hier.c, tree.c, rhd.c)
+ * only fill these lists; they never touch memory, sockets or shared memory, so they are
+ * unit-tested without a network (tests/test_schedule.cc, tests/test_algos.cc).
  *
- * Steps that both receive and send around a cycle (rings) must move at most `chunk` elements
- * per step per round: with every FIFO holding at least 2 chunks, a cycle can never fill all of
- * its FIFOs at once, so it can never deadlock.
+ * Steps that both receive and send around a cycle (rings, pairwise exchanges, the two trees of
+ * tree.c) must move at most `chunk` elements per step per round: with every FIFO holding at
+ * least 2 chunks, a cycle can never fill all of its FIFOs at once, so it can never deadlock.
+ * Messages between two ranks travel through one FIFO per direction, so the sender's steps to a
+ * peer and the receiver's steps from it list them in the same order with the same counts.
+ * docs/adding-an-algorithm.md walks through adding one.
  */
 #ifndef TUTTI_SCHEDULE_H_
 #define TUTTI_SCHEDULE_H_
@@ -52,6 +56,9 @@ void sched_reset(sched_t *s);
 void sched_free(sched_t *s);
 /* Human-readable dump of a schedule (for TUTTI_DUMP_SCHEDULE and tests). */
 void sched_dump(const sched_t *s, int rank, const char *title, void *file);
+/* Steps [from, to) only, numbered from 0. */
+void sched_dump_range(const sched_t *s, size_t from, size_t to, int rank, const char *title,
+                      void *file);
 
 /* Collective kinds. */
 typedef enum {
@@ -104,6 +111,18 @@ int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
 int hier_applicable(const int *host_of_rank, int nranks);
 int chain_broadcast(const sched_args_t *a, sched_t *s);
 int chain_reduce(const sched_args_t *a, sched_t *s);
+/* Double binary tree all-reduce, tree reduce and broadcast (tree.c); depth = floor(log2 n). */
+int tree_allreduce(const sched_args_t *a, sched_t *s);
+int tree_reduce(const sched_args_t *a, sched_t *s);
+int tree_broadcast(const sched_args_t *a, sched_t *s);
+int tree_depth(int nranks);
+/* Recursive halving-doubling and recursive doubling (rhd.c); the reduce-scatter and all-gather
+ * return -2 unless nranks is a power of two. rhd_log2 = floor(log2 n). */
+int rhd_allreduce(const sched_args_t *a, sched_t *s);
+int rd_allreduce(const sched_args_t *a, sched_t *s);
+int rhd_reducescatter(const sched_args_t *a, sched_t *s);
+int rhd_allgather(const sched_args_t *a, sched_t *s);
+int rhd_log2(int nranks);
 /* Point-to-point based: one lane per peer and direction; lanes[p] sends, lanes[n + p] receives. */
 int p2p_alltoall(const sched_args_t *a, sched_t *lanes);
 int p2p_gather(const sched_args_t *a, sched_t *lanes);
@@ -115,6 +134,11 @@ int p2p_scatter(const sched_args_t *a, sched_t *lanes);
  * Returns 0, -1 out of memory, -2 when the algorithm does not implement the collective. */
 int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sched_t *col,
                 sched_t *lanes);
+
+/* Elements of BUF_SCRATCH the schedule of `algo` for `a` uses (the engine provides at least
+ * that many): in-place one-shot all-reduce (count), tree reduce (chunk), halving
+ * reduce-scatter (n/2 * count); 0 for the others. */
+size_t sched_scratch_elems(algo_t algo, const sched_args_t *a);
 
 /* Start of block k when `count` elements are split into n nearly equal blocks. */
 static inline size_t block_start(size_t count, int n, int k) {

@@ -7,6 +7,17 @@
  *   recv_slot(conn, &n)    -> pointer to the next filled slot from the peer, or NULL if none
  *   recv_done(conn)        -> gives the slot back to the sender
  *   peer_failed(conn)      -> nonzero once the peer is known dead or has aborted
+ * Optional, instead of send_post (NULL: slots only, e.g. shm):
+ *   send_from(conn, buf, n) -> sends what it can of a piece straight from buf without blocking
+ *                            and returns the bytes it took (0: full); the engine calls again
+ *                            with the rest until the piece is all taken, and only then starts
+ *                            the next piece on that connection. Taken bytes are gone: buf may
+ *                            change at once. The engine sends from the user's buffers where the
+ *                            bytes already lie there, else computes them into send_slot first.
+ *   recv_into(conn, buf, n) -> the same for receiving: reads what is there of the next piece,
+ *                            which must be n bytes long, straight into buf (without blocking);
+ *                            the engine uses it where a step only stores what it receives, and
+ *                            recv_slot/recv_done (in place, e.g. to reduce from) otherwise.
  * Every slot holds up to conn->slot_bytes bytes. The engine cuts a step into pieces of the
  * smallest slot of the step's connections, so the pieces a sender cuts match the receiver's
  * only if every connection of the communicator has the same slot_bytes: after setup,
@@ -45,6 +56,11 @@ typedef struct transport {
   ncclResult_t (*post_connect)(struct ncclComm *comm);
   void *(*send_slot)(conn_t *conn);
   void (*send_post)(conn_t *conn, size_t bytes);
+  size_t (*send_from)(conn_t *conn, const void *buf, size_t bytes);
+  size_t (*recv_into)(conn_t *conn, void *buf, size_t bytes);
+  /* Optional: sleeps until the connection can probably move (send: room; receive: a piece),
+   * at most timeout_ns; the engine calls it instead of yielding once it stopped spinning. */
+  void (*wait)(conn_t *conn, int send, uint64_t timeout_ns);
   const void *(*recv_slot)(conn_t *conn, size_t *bytes);
   void (*recv_done)(conn_t *conn);
   int (*peer_failed)(conn_t *conn);

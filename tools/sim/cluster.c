@@ -23,7 +23,7 @@ void sim_cluster_defaults(sim_cluster_t *c) {
                        .slot_intra = 128 * 1024,
                        .slot_inter = 512 * 1024,
                        .fifo_intra = 8,
-                       .fifo_inter = 16};
+                       .fifo_inter = 8};
 }
 
 static int parse_double(const char *s, double lo, double *out) {
@@ -50,7 +50,7 @@ static int parse_size(const char *s, size_t *out) {
   if (errno || end == s) return -1;
   int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
   if (shift) end++;
-  if (*end || v == 0) return -1;
+  if (*end) return -1;
   *out = (size_t)v << shift;
   return 0;
 }
@@ -66,10 +66,12 @@ int sim_cluster_set(sim_cluster_t *c, const char *key, const char *v) {
   if (!strcmp(key, "fifo-inter")) return parse_int(v, 1, &c->fifo_inter);
   if (!strcmp(key, "slot-intra")) return parse_size(v, &c->slot_intra);
   if (!strcmp(key, "slot-inter")) return parse_size(v, &c->slot_inter);
+  if (!strcmp(key, "inter-burst")) return parse_size(v, &c->inter_burst);
   if (!strcmp(key, "oversub")) return parse_double(v, 1, &c->oversub);
   if ((rc = parse_double(v, 0, &d)) != 0) return -1;
   if (!strcmp(key, "intra-gbps") && d > 0) return c->intra_bw = d * 1e9 / 8, 0;
   if (!strcmp(key, "inter-gbps") && d > 0) return c->inter_bw = d * 1e9 / 8, 0;
+  if (!strcmp(key, "inter-peak-gbps")) return c->inter_peak_bw = d * 1e9 / 8, 0;
   if (!strcmp(key, "reduce-gbps")) return c->reduce_bw = d * 1e9 / 8, 0;
   if (!strcmp(key, "intra-lat-us")) return c->intra_lat = d * 1e-6, 0;
   if (!strcmp(key, "inter-lat-us")) return c->inter_lat = d * 1e-6, 0;
@@ -115,12 +117,14 @@ void sim_cluster_print(const sim_cluster_t *c, void *file) {
   FILE *f = file ? (FILE *)file : stdout;
   fprintf(f,
           "# cluster: %d nodes x %d ranks = %d ranks; shm %.4g Gbit/s %.3g us; net %.4g Gbit/s "
-          "%.3g us x %d NIC(s)/node; oversub %.3g (leaf %d nodes); reduce %s%.4g Gbit/s; "
+          "%.3g us x %d NIC(s)/node (burst %zu B at %.4g Gbit/s); oversub %.3g (leaf %d nodes); "
+          "reduce %s%.4g Gbit/s; "
           "overhead %.3g us/piece; slots %zu/%zu B x %d/%d\n",
           c->nodes, c->ppn, sim_nranks(c), c->intra_bw * 8 / 1e9, c->intra_lat * 1e6,
-          c->inter_bw * 8 / 1e9, c->inter_lat * 1e6, c->nics, c->oversub, c->leaf_nodes,
-          c->reduce_bw > 0 ? "" : "free ", c->reduce_bw * 8 / 1e9, c->overhead * 1e6,
-          c->slot_intra, c->slot_inter, c->fifo_intra, c->fifo_inter);
+          c->inter_bw * 8 / 1e9, c->inter_lat * 1e6, c->nics, c->inter_burst,
+          c->inter_peak_bw * 8 / 1e9, c->oversub, c->leaf_nodes, c->reduce_bw > 0 ? "" : "free ",
+          c->reduce_bw * 8 / 1e9, c->overhead * 1e6, c->slot_intra, c->slot_inter, c->fifo_intra,
+          c->fifo_inter);
 }
 
 size_t sim_count_for(coll_t coll, size_t bytes, int esize, int nranks) {
@@ -130,19 +134,24 @@ size_t sim_count_for(coll_t coll, size_t bytes, int esize, int nranks) {
     case COLL_REDUCESCATTER:
     case COLL_ALLTOALL:
     case COLL_GATHER:
-    case COLL_SCATTER: return elems / (size_t)nranks; /* per rank / per peer */
-    default: return elems;
+    case COLL_SCATTER:
+      return elems / (size_t)nranks; /* per rank / per peer */
+    default:
+      return elems;
   }
 }
 
 double sim_bus_factor(coll_t coll, int n) {
   switch (coll) {
-    case COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case COLL_ALLREDUCE:
+      return 2.0 * (n - 1) / n;
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:
     case COLL_ALLTOALL:
     case COLL_GATHER:
-    case COLL_SCATTER: return (double)(n - 1) / n;
-    default: return 1.0;
+    case COLL_SCATTER:
+      return (double)(n - 1) / n;
+    default:
+      return 1.0;
   }
 }

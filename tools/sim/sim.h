@@ -19,21 +19,25 @@ extern "C" {
  * node r / ppn, as tutti-run --hosts places them). */
 typedef struct sim_cluster {
   int nodes, ppn;
-  double intra_bw, intra_lat; /* shared memory: per connection (a copy by the sending rank) */
-  double inter_bw, inter_lat; /* network: per NIC and direction, shared by the node's ranks */
-  int nics;                   /* NICs per node; local rank l uses NIC l % nics */
-  double oversub;             /* fabric oversubscription: leaf uplinks carry
-                                 leaf_nodes * nics * inter_bw / oversub (1: non-blocking) */
-  int leaf_nodes;             /* nodes per leaf switch (only used when oversub > 1) */
-  double reduce_bw;           /* reduction speed (bytes of output per second; 0: free) */
-  double overhead;            /* engine time per piece (seconds) */
-  size_t slot_intra, slot_inter; /* FIFO slot bytes: shm, tcp (TUTTI_SHM/TCP_SLOT_BYTES) */
-  int fifo_intra, fifo_inter;    /* FIFO depth in slots (credits) per connection */
+  double intra_bw, intra_lat;    /* shared memory: per connection (a copy by the sending rank) */
+  double inter_bw, inter_lat;    /* network: per NIC and direction, shared by the node's ranks */
+  int nics;                      /* NICs per node; local rank l uses NIC l % nics */
+  size_t inter_burst;            /* token bucket of each NIC side (0: a plain rate), bytes */
+  double inter_peak_bw;          /* rate while the bucket has tokens */
+  double oversub;                /* fabric oversubscription: leaf uplinks carry
+                                    leaf_nodes * nics * inter_bw / oversub (1: non-blocking) */
+  int leaf_nodes;                /* nodes per leaf switch (only used when oversub > 1) */
+  double reduce_bw;              /* reduction speed (bytes of output per second; 0: free) */
+  double overhead;               /* engine time per piece (seconds) */
+  size_t slot_intra, slot_inter; /* FIFO slot bytes: shm, tcp (TUTTI_SHM/TCP_SLOT_BYTES); all
+                                    connections use the smaller of those in use */
+  int fifo_intra, fifo_inter;    /* FIFO slots: shm, tcp (TUTTI_SHM_NSLOTS, TUTTI_TCP_NSLOTS) */
 } sim_cluster_t;
 
 void sim_cluster_defaults(sim_cluster_t *c);
 /* Sets one key ("nodes", "ppn", "intra-gbps", "intra-lat-us", "inter-gbps", "inter-lat-us",
- * "nics", "oversub", "leaf-nodes", "reduce-gbps", "overhead-us", "slot-intra", "slot-inter",
+ * "nics", "inter-burst", "inter-peak-gbps", "oversub", "leaf-nodes", "reduce-gbps",
+ * "overhead-us", "slot-intra", "slot-inter",
  * "fifo-intra", "fifo-inter"). Returns 0, or -1 (unknown key or bad value). */
 int sim_cluster_set(sim_cluster_t *c, const char *key, const char *value);
 /* Reads "key value" or "key = value" lines ('#' comments). Returns 0 or -1 (err says why). */
@@ -41,26 +45,40 @@ int sim_cluster_load(sim_cluster_t *c, const char *path, char *err, size_t errle
 /* Checks the values; returns 0 or -1 (err says why). */
 int sim_cluster_check(const sim_cluster_t *c, char *err, size_t errlen);
 void sim_cluster_print(const sim_cluster_t *c, void *file);
-static inline int sim_nranks(const sim_cluster_t *c) { return c->nodes * c->ppn; }
+static inline int sim_nranks(const sim_cluster_t *c) {
+  return c->nodes * c->ppn;
+}
 
 /* How the collective is simulated. FULL: every rank; FAST: one representative rank per class
  * of a symmetry of the schedule (symmetry.c), AUTO: FAST where a symmetry holds, else FULL. */
 typedef enum { SIM_AUTO = 0, SIM_FULL, SIM_FAST } sim_method_t;
 
 typedef struct sim_result {
-  double time;        /* seconds until the last rank finished */
-  char method[32];    /* "full", "shift/8", "xor/8" (+ "~" when block sizes differ by 1) */
-  int simulated;      /* ranks simulated */
-  uint64_t events;    /* events processed */
-  uint64_t steps;     /* steps simulated */
-  char msg[160];      /* why it failed */
+  algo_t algo;     /* the algorithm simulated (the tuner's choice for SIM_ALGO_AUTO) */
+  double time;     /* seconds until the last rank finished */
+  char method[32]; /* "full", "shift/8", "xor/8" (+ "~" when block sizes differ by 1) */
+  int simulated;   /* ranks simulated */
+  uint64_t events; /* events processed */
+  uint64_t steps;  /* steps simulated */
+  char msg[160];   /* why it failed */
 } sim_result_t;
 
-/* Simulates one collective of `bytes` (nccl-tests' size) of elements of `esize` bytes.
- * Returns 0; -2 when the algorithm does not implement the collective or does not apply
- * (oneshot above one slot); -1 on other failures (too big, out of memory): r->msg says why. */
-int sim_run(const sim_cluster_t *c, coll_t coll, algo_t algo, size_t bytes, int esize,
+#define SIM_ALGO_AUTO ALGO_NUM /* the library's automatic choice (its tuner) */
+
+/* Simulates one collective of `bytes` (nccl-tests' size) of elements of `esize` bytes with
+ * algorithm `algo` (an algo_t or SIM_ALGO_AUTO), with the chunk the library's tuner gives it.
+ * Returns 0; -2 when the algorithm does not implement the collective or does not apply here
+ * (the tuner would run another one, e.g. oneshot above its size limit); -1 on other failures
+ * (too big, out of memory): r->msg says why. */
+int sim_run(const sim_cluster_t *c, coll_t coll, int algo, size_t bytes, int esize,
             sim_method_t method, size_t max_steps, sim_result_t *r);
+/* The tuner's algorithm and chunk for this call on this cluster (its model: the cluster's
+ * latencies and bandwidths). Returns 0, or -2 when a forced `algo` does not apply. */
+int sim_choose(const sim_cluster_t *c, coll_t coll, int algo, size_t bytes, algo_t *chosen,
+               size_t *chunk_bytes);
+
+/* The slot every connection uses (the smallest of the transports in use, as the library). */
+size_t sim_comm_slot(const sim_cluster_t *c);
 
 /* nccl-tests' sizes: count per sched_args for `bytes`, and the busbw factor. */
 size_t sim_count_for(coll_t coll, size_t bytes, int esize, int nranks);
@@ -82,6 +100,7 @@ typedef struct sim_lane { /* one sequential lane of one simulated rank */
 enum { SYM_NONE = 0, SYM_SHIFT, SYM_XOR };
 typedef struct sim_sym {
   int kind, period, n;
+  int approx; /* block sizes differ by one element between a class's ranks */
 } sim_sym_t;
 
 /* rep(x): the representative of rank x's class; map(x, y): the symmetry taking x to rep(x),

@@ -1,0 +1,253 @@
+/* Recursive halving-doubling (Rabenseifner) and recursive doubling all-reduce; halving
+ * reduce-scatter and doubling all-gather.
+ *
+ * Non-powers of two (all-reduce): p2 = the largest power of two <= n, e = n - p2 extra ranks.
+ *
+ *   fold:    ranks 0..2e-1 pair up (2i, 2i+1); 2i sends its input to 2i+1, which adds it.
+ *            Survivors: the odd ranks below 2e and every rank >= 2e, with ids 0..p2-1.
+ *   core:    a power-of-two algorithm between the survivors (below)
+ *   unfold:  2i+1 sends the final result back to 2i.
+ *
+ * Rabenseifner (rhd) between p2 survivors, the buffer cut into p2 blocks (block_start):
+ *
+ *   reduce-scatter by halving, mask = p2/2, p2/4, .. 1: partner = id ^ mask; both own the same
+ *     range of blocks; the rank whose id has the mask bit clear keeps the lower half, the other
+ *     the upper half; each sends the half it gives up and adds the partner's copy of the half it
+ *     keeps. Afterwards survivor id holds the sum of block id (POST there).
+ *   all-gather by doubling, mask = 1, 2, .. p2/2: exchange the ranges owned with id ^ mask.
+ *
+ *   Cost: 2 log2(p2) steps, 2(p2-1)/p2 * bytes sent per survivor (the ring's amount with
+ *   log latency), plus 2 steps and 2 * bytes for the fold when n is not a power of two.
+ *
+ * Recursive doubling (rd): survivors exchange the whole vector with id ^ mask for mask = 1, 2,
+ *   .. p2/2 and both add: log2(p2) steps, log2(p2) * bytes sent. For the smallest messages.
+ *
+ * Both partners of an exchange send at the same time, so every exchange goes in rounds of at
+ * most `chunk` elements (send a round, then receive the partner's): one chunk per FIFO per
+ * round, FIFOs hold two (see schedule.h), no deadlock. Each block (rhd) is reduced by one rank
+ * and copied to the others; in rd both partners compute a (+) b and b (+) a, which are the
+ * same bits for the commutative ops NCCL has. The order is fixed by n: bitwise reproducible.
+ *
+ * Reduce-scatter (halving, BUF_SCRATCH holds n/2 * count partial elements) and all-gather
+ * (doubling, straight into recvbuf) need n to be a power of two: sched_build answers -2
+ * otherwise and the tuner uses the ring.
+ */
+#include "algos/schedule.h"
+
+#define PUSH(...)                           \
+  do {                                      \
+    step_t st_ = {__VA_ARGS__};             \
+    if (sched_push(s, st_) != 0) return -1; \
+  } while (0)
+
+typedef struct fold {
+  int p2, extra; /* survivors (a power of two), extra ranks */
+  int id;        /* my id among the survivors; -1: I fold into `partner` */
+  int partner;   /* fold partner, -1: none */
+} fold_t;
+
+static fold_t fold_of(int r, int n) {
+  fold_t f = {.p2 = 1};
+  while (f.p2 * 2 <= n) f.p2 *= 2;
+  f.extra = n - f.p2;
+  if (r < 2 * f.extra) {
+    f.id = (r % 2) ? r / 2 : -1;
+    f.partner = (r % 2) ? r - 1 : r + 1;
+  } else {
+    f.id = r - f.extra;
+    f.partner = -1;
+  }
+  return f;
+}
+
+static int survivor_rank(const fold_t *f, int id) {
+  return id < f->extra ? 2 * id + 1 : id + f->extra;
+}
+
+static size_t min_sz(size_t a, size_t b) {
+  return a < b ? a : b;
+}
+
+/* One exchange with `peer`: send [soff, soff + slen) of src_buf (flags sflags), receive
+ * rlen elements; the receive adds src_buf + roff (rflags) when REDUCE is in rflags and stores
+ * at dst_buf + doff. In rounds of at most `chunk`: send round j, then receive round j. */
+typedef struct xchg {
+  int peer;
+  uint8_t src_buf, dst_buf, sflags, rflags;
+  size_t soff, slen, roff, doff, rlen;
+} xchg_t;
+
+static int exchange(const xchg_t *x, size_t chunk, sched_t *s) {
+  size_t longest = x->slen > x->rlen ? x->slen : x->rlen;
+  for (size_t o = 0; o < longest; o += chunk) {
+    if (o < x->slen)
+      PUSH(.recv_peer = -1, .send_peer = x->peer, .src_buf = x->src_buf, .dst_buf = BUF_NONE,
+           .flags = x->sflags, .src_off = x->soff + o, .count = min_sz(chunk, x->slen - o));
+    if (o < x->rlen)
+      PUSH(.recv_peer = x->peer, .send_peer = -1,
+           .src_buf = (x->rflags & STEP_REDUCE) ? x->src_buf : BUF_NONE, .dst_buf = x->dst_buf,
+           .flags = (uint8_t)(x->rflags | STEP_STORE), .src_off = x->roff + o,
+           .dst_off = x->doff + o, .count = min_sz(chunk, x->rlen - o));
+  }
+  return 0;
+}
+
+/* Fold in: returns, through *src / *pre, where this rank's (possibly folded) input is. */
+static int fold_in(const fold_t *f, const sched_args_t *a, uint8_t *src, uint8_t *pre, sched_t *s) {
+  *src = BUF_SEND, *pre = STEP_PRE;
+  if (f->partner < 0 || a->count == 0) return 0;
+  if (f->id < 0)
+    PUSH(.recv_peer = -1, .send_peer = f->partner, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+         .flags = STEP_PRE, .count = a->count);
+  else
+    PUSH(.recv_peer = f->partner, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+         .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .count = a->count);
+  *src = BUF_RECV, *pre = 0;
+  return 0;
+}
+
+static int fold_out(const fold_t *f, const sched_args_t *a, sched_t *s) {
+  if (f->partner < 0 || a->count == 0) return 0;
+  if (f->id < 0)
+    PUSH(.recv_peer = f->partner, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .count = a->count);
+  else
+    PUSH(.recv_peer = -1, .send_peer = f->partner, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
+         .count = a->count);
+  return 0;
+}
+
+static int single_copy(const sched_args_t *a, sched_t *s) {
+  if (a->count)
+    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE | STEP_PRE | STEP_POST, .count = a->count);
+  return 0;
+}
+
+/* Halving then doubling between the survivors; [lo, hi) are block indices of p2 blocks. */
+static int rhd_core(const fold_t *f, const sched_args_t *a, uint8_t src, uint8_t pre, sched_t *s) {
+  int lo = 0, hi = f->p2, p2 = f->p2;
+  size_t c = a->count, chunk = a->chunk ? a->chunk : 1;
+#define B(k) block_start(c, p2, (k))
+  for (int mask = p2 / 2; mask >= 1; mask /= 2) {
+    int mid = (lo + hi) / 2, up = (f->id & mask) != 0;
+    int klo = up ? mid : lo, khi = up ? hi : mid, glo = up ? lo : mid, ghi = up ? mid : hi;
+    xchg_t x = {.peer = survivor_rank(f, f->id ^ mask),
+                .src_buf = src,
+                .dst_buf = BUF_RECV,
+                .sflags = pre,
+                .rflags = (uint8_t)(STEP_REDUCE | pre | (mask == 1 ? STEP_POST : 0)),
+                .soff = B(glo),
+                .slen = B(ghi) - B(glo),
+                .roff = B(klo),
+                .doff = B(klo),
+                .rlen = B(khi) - B(klo)};
+    if (exchange(&x, chunk, s) != 0) return -1;
+    src = BUF_RECV, pre = 0, lo = klo, hi = khi;
+  }
+  for (int mask = 1; mask < p2; mask *= 2) {
+    int w = hi - lo, up = (f->id & mask) != 0, slo = up ? lo - w : hi;
+    xchg_t x = {.peer = survivor_rank(f, f->id ^ mask),
+                .src_buf = BUF_RECV,
+                .dst_buf = BUF_RECV,
+                .soff = B(lo),
+                .slen = B(hi) - B(lo),
+                .doff = B(slo),
+                .rlen = B(slo + w) - B(slo)};
+    if (exchange(&x, chunk, s) != 0) return -1;
+    lo = up ? slo : lo, hi = up ? hi : slo + w;
+  }
+#undef B
+  return 0;
+}
+
+int rhd_allreduce(const sched_args_t *a, sched_t *s) {
+  fold_t f = fold_of(a->rank, a->nranks);
+  uint8_t src, pre;
+  if (a->nranks == 1) return single_copy(a, s);
+  if (fold_in(&f, a, &src, &pre, s) != 0) return -1;
+  if (f.id >= 0 && rhd_core(&f, a, src, pre, s) != 0) return -1;
+  return fold_out(&f, a, s);
+}
+
+int rd_allreduce(const sched_args_t *a, sched_t *s) {
+  fold_t f = fold_of(a->rank, a->nranks);
+  uint8_t src, pre;
+  if (a->nranks == 1) return single_copy(a, s);
+  if (fold_in(&f, a, &src, &pre, s) != 0) return -1;
+  for (int mask = 1; f.id >= 0 && mask < f.p2; mask *= 2) {
+    xchg_t x = {.peer = survivor_rank(&f, f.id ^ mask),
+                .src_buf = src,
+                .dst_buf = BUF_RECV,
+                .sflags = pre,
+                .rflags = (uint8_t)(STEP_REDUCE | pre | (2 * mask >= f.p2 ? STEP_POST : 0)),
+                .slen = a->count,
+                .rlen = a->count};
+    if (exchange(&x, a->chunk ? a->chunk : 1, s) != 0) return -1;
+    src = BUF_RECV, pre = 0;
+  }
+  return fold_out(&f, a, s);
+}
+
+static int is_pow2(int n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+
+/* All-gather by doubling: rank r's block is r; after the step with mask m it owns the m*2
+ * blocks of its aligned group. */
+int rhd_allgather(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank, lo = r, hi = r + 1;
+  size_t c = a->count;
+  if (!is_pow2(n)) return -2;
+  if (c) /* own block into place (nothing to do in place: same address) */
+    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .dst_off = (size_t)r * c, .count = c);
+  for (int mask = 1; mask < n; mask *= 2) {
+    int w = hi - lo, up = (r & mask) != 0, slo = up ? lo - w : hi;
+    xchg_t x = {.peer = r ^ mask,
+                .src_buf = BUF_RECV,
+                .dst_buf = BUF_RECV,
+                .soff = (size_t)lo * c,
+                .slen = (size_t)w * c,
+                .doff = (size_t)slo * c,
+                .rlen = (size_t)w * c};
+    if (exchange(&x, a->chunk ? a->chunk : 1, s) != 0) return -1;
+    lo = up ? slo : lo, hi = up ? hi : slo + w;
+  }
+  return 0;
+}
+
+/* Reduce-scatter by halving: the kept range of the first step (n/2 blocks) lives in
+ * BUF_SCRATCH, at its offset minus `base`; the last step writes block r to recvbuf. */
+int rhd_reducescatter(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank, lo = 0, hi = n;
+  size_t c = a->count, base = 0;
+  uint8_t src = BUF_SEND, pre = STEP_PRE;
+  if (!is_pow2(n)) return -2;
+  if (n == 1) return single_copy(a, s);
+  for (int mask = n / 2; mask >= 1; mask /= 2) {
+    int mid = (lo + hi) / 2, up = (r & mask) != 0, last = mask == 1;
+    int klo = up ? mid : lo, khi = up ? hi : mid, glo = up ? lo : mid;
+    if (mask == n / 2) base = (size_t)klo * c;
+    size_t sbase = src == BUF_SCRATCH ? base : 0;
+    xchg_t x = {.peer = r ^ mask,
+                .src_buf = src,
+                .dst_buf = last ? BUF_RECV : BUF_SCRATCH,
+                .sflags = pre,
+                .rflags = (uint8_t)(STEP_REDUCE | pre | (last ? STEP_POST : 0)),
+                .soff = (size_t)glo * c - sbase,
+                .slen = (size_t)(khi - klo) * c,
+                .roff = (size_t)klo * c - sbase,
+                .doff = last ? 0 : (size_t)klo * c - base,
+                .rlen = (size_t)(khi - klo) * c};
+    if (exchange(&x, a->chunk ? a->chunk : 1, s) != 0) return -1;
+    src = BUF_SCRATCH, pre = 0, lo = klo, hi = khi;
+  }
+  return 0;
+}
+
+int rhd_log2(int nranks) {
+  int k = 0;
+  while ((2 << k) <= nranks) k++;
+  return nranks >= 1 ? k : 0;
+}

@@ -1,0 +1,259 @@
+/* The tuner: a cost model per algorithm, and the TUTTI_ALGO / NCCL_ALGO filter.
+ *
+ * Each algorithm's time is   hops x latency + bytes on the busiest link / bandwidth   at the
+ * transport level it runs on (shared memory inside a host; the network as soon as a flat
+ * algorithm spans hosts, because its slowest hop then crosses one). With n ranks, S bytes,
+ * D = floor(log2 n), k = floor(log2 n), p2 = 2^k, f = 1 when n is not a power of two:
+ *
+ *   all-reduce  ring     2(n-1) a + 2(n-1)/n S/b
+ *               oneshot  a + (n-1) S/b               (S fits one slot and ONESHOT_MAX_BYTES)
+ *               tree     2(D+1) a + 2 S/b            (interior rank: half up, two halves down)
+ *               rhd      (2k+2f) a + x (2(p2-1)/p2 + 2f) S/b      x = 1.5 (XCHG below)
+ *               rd       (k+2f) a + x (k+2f) S/b
+ *               hier     2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + 2(H-1)/H (S/m)/b_net
+ *   broadcast / reduce   chain (n-1) a + S/b;   tree (D+1) a + 2 S/b
+ *   all-gather / reduce-scatter (S = all n blocks)   ring (n-1) a + (n-1)/n S/b;
+ *               rhd k a + (n-1)/n S/b (x that)   (n a power of two; reduce-scatter only while
+ *                                                 its n/2 partial blocks fit the comm scratch,
+ *                                                 unless TUTTI_ALGO asks for it)
+ *   all-to-all, gather, scatter: p2p
+ *
+ * Ties go to the lower algo_t (the ring first). Defaults (docs/adding-an-algorithm.md,
+ * "Measurements"): shm from the idle 2-rank runs of docs/perf.md (8-byte one-shot all-reduce
+ * 0.6 us; ring busbw about 6 GB/s); net bandwidth from TCP over loopback against shm in the
+ * same loaded runs (0.45x-0.69x), net latency an estimate (not measurable under that load).
+ */
+#include "algos/tuner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core.h"
+
+/* Defaults (string settings parsed as doubles, read at communicator init). */
+#define TUNER_SHM_LAT_US 0.6
+#define TUNER_SHM_GBPS 6.0
+#define TUNER_NET_LAT_US 20.0
+#define TUNER_NET_GBPS 3.0
+
+static double env_double(const char *name, double dflt) {
+  const char *v = tutti_getenv(name);
+  char *end = NULL;
+  double x = v ? strtod(v, &end) : dflt;
+  if (v && (end == v || *end != '\0' || !(x > 0))) {
+    WARN("TUTTI_%s=%s is not a positive number; using %g", name, v, dflt);
+    return dflt;
+  }
+  return x;
+}
+
+void tuner_model_from_env(tuner_model_t *m) {
+  m->shm = (tuner_level_t){env_double("TUNER_SHM_LAT_US", TUNER_SHM_LAT_US),
+                           env_double("TUNER_SHM_GBPS", TUNER_SHM_GBPS)};
+  m->net = (tuner_level_t){env_double("TUNER_NET_LAT_US", TUNER_NET_LAT_US),
+                           env_double("TUNER_NET_GBPS", TUNER_NET_GBPS)};
+}
+
+/* ---- NCCL_ALGO ---- */
+
+static const char *nccl_only[] = {"collnetdirect", "collnetchain", "collnet",
+                                  "nvls",          "nvlstree",     "pat"};
+static const char *coll_keys[] = {"allreduce",     "broadcast", "reduce", "allgather",
+                                  "reducescatter", "alltoall",  "gather", "scatter"};
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t') s++;
+  char *e = s + strlen(s);
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t')) *--e = '\0';
+  return s;
+}
+
+/* Bits of a comma list of algorithm names; *bad set on an unknown token. */
+static uint32_t parse_list(char *list, int *bad) {
+  uint32_t bits = 0;
+  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    tok = trim(tok);
+    int found = 0;
+    for (int a = 0; a < ALGO_NUM && !found; a++)
+      if (strcasecmp(tok, algo_name((algo_t)a)) == 0) bits |= 1u << a, found = 1;
+    for (size_t i = 0; i < sizeof(nccl_only) / sizeof(*nccl_only) && !found; i++)
+      if (strcasecmp(tok, nccl_only[i]) == 0) {
+        INFO(SUB_TUNING, "ALGO: NCCL's %s has no tutti equivalent; ignored", tok);
+        found = 1;
+      }
+    if (!found && *tok) {
+      WARN(
+          "ALGO: unknown algorithm '%s' (valid: ring, tree, oneshot, chain, p2p, hier, rhd, rd; "
+          "NCCL's Ring and Tree too); ignored",
+          tok);
+      *bad = 1;
+    }
+  }
+  return bits;
+}
+
+static int coll_of(const char *key) {
+  for (int c = 0; c < (int)(sizeof(coll_keys) / sizeof(*coll_keys)); c++)
+    if (strcasecmp(key, coll_keys[c]) == 0) return c;
+  return -1;
+}
+
+/* One ';'-separated entry: "[coll:][^]list". */
+static void parse_entry(char *e, uint32_t masks[COLL_NUM], int *bad) {
+  char *colon = strchr(e, ':');
+  int c = -1;
+  if (colon) {
+    *colon = '\0';
+    c = coll_of(trim(e));
+    if (c < 0) {
+      WARN(
+          "ALGO: unknown collective '%s' (valid: allreduce, broadcast, reduce, allgather, "
+          "reducescatter, alltoall, gather, scatter); entry ignored",
+          trim(e));
+      *bad = 1;
+      return;
+    }
+    e = colon + 1;
+  }
+  e = trim(e);
+  int exclude = *e == '^';
+  uint32_t bits = parse_list(exclude ? e + 1 : e, bad);
+  uint32_t m = exclude ? TUNER_ALL_ALGOS & ~bits : bits;
+  for (int k = 0; k < COLL_NUM; k++)
+    if (c < 0 || k == c) masks[k] = m;
+}
+
+int tuner_parse_algo(const char *spec, uint32_t masks[COLL_NUM]) {
+  for (int c = 0; c < COLL_NUM; c++) masks[c] = TUNER_ALL_ALGOS;
+  if (!spec || !*spec) return 0;
+  char *copy = strdup(spec);
+  if (!copy) return -1;
+  int bad = 0;
+  for (char *save = NULL, *e = strtok_r(copy, ";", &save); e; e = strtok_r(NULL, ";", &save))
+    parse_entry(e, masks, &bad);
+  free(copy);
+  return bad ? -1 : 0;
+}
+
+/* ---- cost model ---- */
+
+/* Reducing exchanges (rhd, rd) copy what they send into the FIFO in one step and reduce what
+ * they receive in another, where a ring step reduces straight into the outgoing slot: 1.5x the
+ * memory traffic per byte. Measured: 16 MiB all-reduce on 4 ranks, rhd / ring time = 1.38
+ * (medians of 3 interleaved runs, load 8-10; docs/adding-an-algorithm.md). */
+#define XCHG 1.5
+
+static int is_pow2(int n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+
+/* time = hops * latency + bytes / bandwidth at level l (GB/s = 1e3 bytes per microsecond). */
+static double cost(const tuner_level_t *l, double hops, double bytes) {
+  return hops * l->lat_us + bytes / (l->gbps * 1e3);
+}
+
+static double allreduce_us(const tuner_model_t *m, const tuner_topo_t *t, algo_t a, double S,
+                           const tuner_level_t *l) {
+  int n = t->nranks, k = rhd_log2(n), p2 = 1 << k, f = p2 != n, D = tree_depth(n);
+  switch (a) {
+    case ALGO_RING:
+      return cost(l, 2.0 * (n - 1), 2.0 * (n - 1) / n * S);
+    case ALGO_ONESHOT:
+      if (n < 2 || S > (double)t->slot_bytes || S > (double)t->oneshot_max_bytes) return -1;
+      return cost(l, 1, (n - 1) * S);
+    case ALGO_TREE:
+      return cost(l, 2.0 * (D + 1), 2 * S);
+    case ALGO_RHD:
+      return cost(l, 2.0 * k + 2 * f, XCHG * (2.0 * (p2 - 1) / p2 + 2 * f) * S);
+    case ALGO_RD:
+      return cost(l, (double)k + 2 * f, XCHG * ((double)k + 2 * f) * S);
+    case ALGO_HIER: {
+      if (!t->hier_ok || t->nhosts < 2) return -1;
+      int mm = t->local_size, H = t->nhosts;
+      return cost(&m->shm, 2.0 * (mm - 1), 2.0 * (mm - 1) / mm * S) +
+             cost(&m->net, 2.0 * (H - 1), 2.0 * (H - 1) / H * S / mm);
+    }
+    default:
+      return -1;
+  }
+}
+
+double tuner_estimate_us(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, algo_t a,
+                         size_t bytes) {
+  int n = t->nranks, D = tree_depth(n);
+  double S = (double)bytes;
+  const tuner_level_t *l = t->nhosts > 1 ? &m->net : &m->shm;
+  switch (c) {
+    case COLL_ALLREDUCE:
+      return allreduce_us(m, t, a, S, l);
+    case COLL_BROADCAST:
+    case COLL_REDUCE:
+      if (a == ALGO_CHAIN) return cost(l, n - 1, S);
+      return a == ALGO_TREE ? cost(l, D + 1, 2 * S) : -1;
+    case COLL_ALLGATHER:
+    case COLL_REDUCESCATTER:
+      if (a == ALGO_RING) return cost(l, n - 1, (double)(n - 1) / n * S);
+      if (a != ALGO_RHD || !is_pow2(n)) return -1;
+      if (c == COLL_REDUCESCATTER && !t->may_alloc && S / 2 > (double)t->scratch_bytes) return -1;
+      return cost(l, rhd_log2(n), (c == COLL_REDUCESCATTER ? XCHG : 1) * (double)(n - 1) / n * S);
+    case COLL_ALLTOALL:
+    case COLL_GATHER:
+    case COLL_SCATTER:
+      return a == ALGO_P2P ? cost(l, 1, S) : -1;
+    default:
+      return -1;
+  }
+}
+
+/* Chunk: the communicator's (FIFO) chunk; trees use smaller ones so that a call has at least
+ * 2(D+1) rounds to overlap levels and the two phases, but never below one slot. */
+static size_t choose_chunk(const tuner_topo_t *t, coll_t c, algo_t a, size_t bytes) {
+  size_t chunk = t->chunk_bytes;
+  if (a == ALGO_TREE && t->slot_bytes) {
+    size_t per_tree = c == COLL_ALLREDUCE ? bytes / 2 : bytes;
+    size_t want = per_tree / (2 * (size_t)(tree_depth(t->nranks) + 1));
+    want -= want % t->slot_bytes;
+    if (want < t->slot_bytes) want = t->slot_bytes;
+    if (want < chunk) chunk = want;
+  }
+  return chunk;
+}
+
+static tuner_choice_t pick(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, size_t bytes,
+                           uint32_t mask, int log) {
+  tuner_choice_t best = {.algo = ALGO_NUM, .us = -1};
+  for (int a = 0; a < ALGO_NUM; a++) {
+    if (!(mask & (1u << a))) continue;
+    double us = tuner_estimate_us(m, t, c, (algo_t)a, bytes);
+    if (us < 0) continue;
+    if (log)
+      INFO(SUB_TUNING, "tuner: %s %zu bytes nranks %d hosts %d: %s %.2f us", coll_name(c), bytes,
+           t->nranks, t->nhosts, algo_name((algo_t)a), us);
+    if (best.us < 0 || us < best.us) best = (tuner_choice_t){(algo_t)a, 0, us};
+  }
+  return best;
+}
+
+tuner_choice_t tuner_choose(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, size_t bytes,
+                            uint32_t mask, int log) {
+  tuner_topo_t forced = *t;
+  forced.may_alloc |= mask != TUNER_ALL_ALGOS;
+  tuner_choice_t best = pick(m, &forced, c, bytes, mask, log);
+  if (best.algo == ALGO_NUM) {
+    if (log && mask != TUNER_ALL_ALGOS)
+      INFO(SUB_TUNING,
+           "tuner: no algorithm allowed by TUTTI_ALGO implements %s here; choosing "
+           "among all",
+           coll_name(c));
+    best = pick(m, t, c, bytes, TUNER_ALL_ALGOS, log && mask != TUNER_ALL_ALGOS);
+  }
+  if (best.algo == ALGO_NUM) best.algo = ALGO_P2P; /* send/recv: no collective algorithm */
+  best.chunk_bytes = choose_chunk(t, c, best.algo, bytes);
+  if (log)
+    INFO(SUB_TUNING, "tuner: %s %zu bytes nranks %d: chose %s (%.2f us, chunk %zu bytes)",
+         coll_name(c), bytes, t->nranks, algo_name(best.algo), best.us, best.chunk_bytes);
+  return best;
+}

@@ -1,0 +1,262 @@
+// The tree, halving-doubling and recursive-doubling schedules (src/algos/tree.c, rhd.c) run by
+// an interpreter that behaves like the engine: steps cut into pieces of one slot, bounded FIFOs
+// (two chunks each, the least the engine guarantees), a sender blocks on a full FIFO, a piece
+// of the wrong size is an error. So a schedule that could deadlock, read a buffer it does not
+// own, or apply PreMulSum / Avg twice fails here. Values are int64: PRE multiplies a rank's own
+// input by 3, POST adds 2^40 (so "exactly once" is visible), the results are closed forms.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "algos/schedule.h"
+
+namespace {
+
+const int64_t kPre = 3, kPost = int64_t(1) << 40;
+
+struct View {  // a buffer: base offset into a storage vector (in place views share one)
+  std::vector<int64_t> *v = nullptr;
+  size_t base = 0;
+  int64_t &at(size_t i) { return v->at(base + i); }
+};
+
+struct Rank {
+  std::vector<int64_t> send_store, recv_store, scratch;
+  View buf[4];
+  sched_t s{};
+  size_t cur = 0, pos = 0;
+};
+
+struct Net {
+  size_t slot, cap;  // elements per piece, pieces per FIFO
+  std::map<std::pair<int, int>, std::deque<std::vector<int64_t>>> fifo;
+};
+
+// Advances one rank like lane_advance; returns true if it moved. Sets *err on a protocol error.
+bool advance(Net &net, std::vector<Rank> &ranks, int me, std::string *err) {
+  Rank &rk = ranks[me];
+  bool moved = false;
+  while (rk.cur < rk.s.n) {
+    const step_t &st = rk.s.steps[rk.cur];
+    size_t left = st.count - rk.pos;
+    if (left == 0) {
+      rk.cur++, rk.pos = 0;
+      continue;
+    }
+    bool peer = st.recv_peer >= 0 || st.send_peer >= 0;
+    size_t n = peer ? std::min(left, net.slot) : left;
+    auto *in_q = st.recv_peer >= 0 ? &net.fifo[{st.recv_peer, me}] : nullptr;
+    auto *out_q = st.send_peer >= 0 ? &net.fifo[{me, st.send_peer}] : nullptr;
+    if (in_q && in_q->empty()) return moved;
+    if (out_q && out_q->size() >= net.cap) return moved;
+    std::vector<int64_t> in, out(n);
+    if (in_q) {
+      in = in_q->front();
+      in_q->pop_front();
+      if (in.size() != n) {
+        *err = "rank " + std::to_string(me) + " got a piece of the wrong size";
+        return false;
+      }
+    }
+    View src = rk.buf[st.src_buf], dst = rk.buf[st.dst_buf];
+    size_t so = st.src_off + rk.pos, d = st.dst_off + rk.pos;
+    auto pre = [&](size_t i) {
+      return (st.flags & STEP_PRE) ? kPre * src.at(so + i) : src.at(so + i);
+    };
+    int64_t post = (st.flags & STEP_POST) ? kPost : 0;
+    for (size_t i = 0; i < n; i++) {
+      int64_t v, stored;
+      if (in_q && (st.flags & STEP_REDUCE))
+        v = stored = pre(i) + in[i] + post;
+      else if (in_q)
+        v = in[i], stored = in[i] + post;
+      else if (!out_q && (st.flags & STEP_REDUCE))
+        v = stored = pre(i) + dst.at(d + i) + post;
+      else
+        v = stored = pre(i) + post;
+      out[i] = v;
+      if (st.flags & STEP_STORE) dst.at(d + i) = stored;
+    }
+    if (out_q) out_q->push_back(out);
+    rk.pos += n;
+    moved = true;
+  }
+  return moved;
+}
+
+// Runs every rank to completion; returns "" or what went wrong (deadlock, bad piece, leftovers).
+std::string run(Net &net, std::vector<Rank> &ranks) {
+  std::string err;
+  for (bool progress = true; progress && err.empty();) {
+    progress = false;
+    for (size_t r = 0; r < ranks.size() && err.empty(); r++)
+      progress |= advance(net, ranks, (int)r, &err);
+  }
+  if (!err.empty()) return err;
+  for (size_t r = 0; r < ranks.size(); r++)
+    if (ranks[r].cur < ranks[r].s.n)
+      return "deadlock: rank " + std::to_string(r) + " stuck at step " +
+             std::to_string(ranks[r].cur);
+  for (auto &kv : net.fifo)
+    if (!kv.second.empty()) return "unconsumed message";
+  return "";
+}
+
+int64_t input(int rank, size_t j) {
+  return (int64_t)j * 1000 + rank + 1;
+}
+int64_t pre_sum(int n, size_t j) {  // sum over ranks of PRE(input)
+  return kPre * ((int64_t)j * 1000 * n + (int64_t)n * (n + 1) / 2);
+}
+
+struct Setup {
+  coll_t coll;
+  algo_t algo;
+  int n, root;
+  size_t count, chunk;
+  bool in_place;
+};
+
+// Buffers per NCCL's layout for the collective (sizes: non-roots get none where NCCL allows NULL).
+void layout(const Setup &u, int r, Rank &rk) {
+  size_t c = u.count, n = (size_t)u.n, ns = c, nr = c;
+  if (u.coll == COLL_ALLGATHER) nr = c * n;
+  if (u.coll == COLL_REDUCESCATTER) ns = c * n;
+  if (u.coll == COLL_BROADCAST && r != u.root) ns = 0;
+  if (u.coll == COLL_REDUCE && r != u.root) nr = 0;
+  size_t in_elem =
+      u.coll == COLL_REDUCESCATTER ? ns : (u.coll == COLL_ALLGATHER ? nr : std::max(ns, nr));
+  if (u.in_place && ns && nr) {
+    rk.send_store.assign(in_elem, -7);
+    size_t so = u.coll == COLL_ALLGATHER ? (size_t)r * c : 0,
+           ro = u.coll == COLL_REDUCESCATTER ? (size_t)r * c : 0;
+    rk.buf[BUF_SEND] = {&rk.send_store, so};
+    rk.buf[BUF_RECV] = {&rk.send_store, ro};
+  } else {
+    rk.send_store.assign(ns, -7);
+    rk.recv_store.assign(nr, -7);
+    rk.buf[BUF_SEND] = {&rk.send_store, 0};
+    rk.buf[BUF_RECV] = {&rk.recv_store, 0};
+  }
+  for (size_t j = 0; j < ns; j++) rk.buf[BUF_SEND].at(j) = input(r, j);
+}
+
+std::vector<Rank> build(const Setup &u, int *rc) {
+  std::vector<Rank> ranks(u.n);
+  *rc = 0;
+  for (int r = 0; r < u.n; r++) {
+    sched_args_t a = {u.coll, r, u.n, u.root, u.count, u.chunk, u.in_place};
+    layout(u, r, ranks[r]);
+    ranks[r].scratch.assign(sched_scratch_elems(u.algo, &a), -9);
+    ranks[r].buf[BUF_SCRATCH] = {&ranks[r].scratch, 0};
+    int x = sched_build(u.algo, &a, nullptr, &ranks[r].s, nullptr);
+    if (x != 0) *rc = x;
+  }
+  return ranks;
+}
+
+std::string name(const Setup &u) {
+  return std::string(algo_name(u.algo)) + " " + coll_name(u.coll) + " n=" + std::to_string(u.n) +
+         " count=" + std::to_string(u.count) + " chunk=" + std::to_string(u.chunk) +
+         " root=" + std::to_string(u.root) + (u.in_place ? " in place" : "");
+}
+
+// Expected output element j on rank r (reducing collectives: PRE on every input, POST once).
+int64_t expected(const Setup &u, int r, size_t j) {
+  switch (u.coll) {
+    case COLL_ALLREDUCE:
+    case COLL_REDUCE:
+      return pre_sum(u.n, j) + kPost;
+    case COLL_REDUCESCATTER:
+      return pre_sum(u.n, (size_t)r * u.count + j) + kPost;
+    case COLL_ALLGATHER:
+      return input((int)(j / u.count), j % u.count);
+    default:
+      return input(u.root, j);  // broadcast
+  }
+}
+
+void check(const Setup &u) {
+  SCOPED_TRACE(name(u));
+  int rc;
+  std::vector<Rank> ranks = build(u, &rc);
+  ASSERT_EQ(rc, 0);
+  for (size_t slot : {(size_t)1, std::max<size_t>(u.chunk / 2, 1), u.chunk}) {
+    if (u.chunk % slot) continue;
+    for (auto &rk : ranks) rk.cur = rk.pos = 0;
+    for (int r = 0; r < u.n; r++) layout(u, r, ranks[r]);  // fresh buffers
+    Net net{slot, 2 * (u.chunk / slot)};
+    ASSERT_EQ(run(net, ranks), "") << "slot " << slot;
+    for (int r = 0; r < u.n; r++) {
+      if (u.coll == COLL_REDUCE && r != u.root) continue;
+      size_t outs = u.coll == COLL_ALLGATHER ? u.count * u.n : u.count;
+      for (size_t j = 0; j < outs; j++)
+        ASSERT_EQ(ranks[r].buf[BUF_RECV].at(j), expected(u, r, j)) << "rank " << r << " elem " << j;
+    }
+  }
+  for (auto &rk : ranks) sched_free(&rk.s);
+}
+
+const size_t kCounts[] = {0, 1, 2, 5, 7, 13, 64, 1023};
+const size_t kChunks[] = {1, 4, 16, 100000};
+
+TEST(Algos, AllReduceTreeRhdRd) {
+  for (algo_t algo : {ALGO_TREE, ALGO_RHD, ALGO_RD})
+    for (int n = 1; n <= 8; n++)
+      for (size_t c : kCounts)
+        for (size_t chunk : kChunks)
+          for (bool ip : {false, true}) check({COLL_ALLREDUCE, algo, n, 0, c, chunk, ip});
+}
+
+TEST(Algos, TreeReduceAndBroadcastEveryRoot) {
+  for (coll_t coll : {COLL_REDUCE, COLL_BROADCAST})
+    for (int n = 1; n <= 8; n++)
+      for (int root = 0; root < n; root++)
+        for (size_t c : {0, 1, 7, 130})
+          for (size_t chunk : {1, 8, 100000})
+            for (bool ip : {false, true}) check({coll, ALGO_TREE, n, root, c, chunk, ip});
+}
+
+TEST(Algos, HalvingReduceScatterAndDoublingAllGather) {
+  for (coll_t coll : {COLL_REDUCESCATTER, COLL_ALLGATHER})
+    for (int n : {1, 2, 4, 8})
+      for (size_t c : kCounts)
+        for (size_t chunk : kChunks)
+          for (bool ip : {false, true}) check({coll, ALGO_RHD, n, 0, c, chunk, ip});
+}
+
+TEST(Algos, HalvingDoublingNeedsPowerOfTwoForScatterAndGather) {
+  for (coll_t coll : {COLL_REDUCESCATTER, COLL_ALLGATHER})
+    for (int n : {3, 5, 6, 7}) {
+      sched_t s{};
+      sched_args_t a = {coll, 0, n, 0, 10, 4, 0};
+      EXPECT_EQ(sched_build(ALGO_RHD, &a, nullptr, &s, nullptr), -2) << n;
+      sched_free(&s);
+    }
+}
+
+// Latency: steps that talk to a peer (pieces of a whole chunk) grow like log2(n), not n.
+TEST(Algos, StepCountsAreLogarithmic) {
+  for (int n : {2, 4, 8, 16, 32, 64}) {
+    size_t max_tree = 0, max_rd = 0, max_rhd = 0;
+    for (int r = 0; r < n; r++) {
+      sched_args_t a = {COLL_ALLREDUCE, r, n, 0, (size_t)n, 1u << 20, 0};
+      sched_t t{}, d{}, h{};
+      ASSERT_EQ(tree_allreduce(&a, &t), 0);
+      ASSERT_EQ(rd_allreduce(&a, &d), 0);
+      ASSERT_EQ(rhd_allreduce(&a, &h), 0);
+      max_tree = std::max(max_tree, t.n), max_rd = std::max(max_rd, d.n),
+      max_rhd = std::max(max_rhd, h.n);
+      sched_free(&t), sched_free(&d), sched_free(&h);
+    }
+    int k = rhd_log2(n);
+    EXPECT_EQ(max_rd, (size_t)(2 * k)) << n;     // send + receive per exchange
+    EXPECT_EQ(max_rhd, (size_t)(4 * k)) << n;    // halving then doubling
+    EXPECT_EQ(max_tree, n == 2 ? 4u : 6u) << n;  // 2 up + 1 down (+1 send) per tree, one interior
+  }
+}
+
+}  // namespace

@@ -1,0 +1,224 @@
+// The tree, rhd and rd algorithms end to end through the public API, each forced with
+// TUTTI_ALGO ("<collective>:<algo>"), on ranks that are processes and threads, checked by the
+// harness's closed forms (every element, guards, inputs unchanged).
+//
+// This file builds two programs:
+//   test_algos_quick   (label "quick")  every (algorithm, collective) pair on threads at 3 or 4
+//                      ranks, a few sizes, Sum and Avg and PreMulSum, in and out of place
+//   test_algos_matrix  (label "slow", built with TUTTI_ALGO_MATRIX)
+//     Sweep:    representative (type, op) x nranks {1,2,3,4,5,8} x counts {0,1,7,1023,1048573}
+//               (all-gather / reduce-scatter: 131071 per rank)
+//               x in / out of place, processes and threads
+//     TypesOps: every datatype x every op x counts {0,1,7,1023,20011} x in / out of place at
+//               nranks 3 and 4 (threads) and 5 (processes)
+// The halving-doubling reduce-scatter and all-gather need a power of two: they run at
+// nranks {1,2,4,8} only (elsewhere the tuner would run the ring instead).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using th::Case;
+using th::Coll;
+using th::Mode;
+using th::Op;
+using th::RankCtx;
+
+struct Pair {
+  const char *algo;
+  Coll coll;
+  const char *coll_key;  // TUTTI_ALGO's collective name
+  ncclDataType_t type;   // representative datatype
+  bool pow2_only;
+  const char *perf;  // its benchmark (perf/)
+};
+const Pair kPairs[] = {
+    {"tree", Coll::kAllReduce, "allreduce", ncclFloat32, false, "all_reduce_perf"},
+    {"tree", Coll::kBroadcast, "broadcast", ncclInt32, false, "broadcast_perf"},
+    {"tree", Coll::kReduce, "reduce", ncclBfloat16, false, "reduce_perf"},
+    {"rhd", Coll::kAllReduce, "allreduce", ncclFloat16, false, "all_reduce_perf"},
+    {"rhd", Coll::kAllGather, "allgather", ncclUint8, true, "all_gather_perf"},
+    {"rhd", Coll::kReduceScatter, "reducescatter", ncclInt64, true, "reduce_scatter_perf"},
+    {"rd", Coll::kAllReduce, "allreduce", ncclFloat64, false, "all_reduce_perf"},
+};
+
+std::string pair_name(const Pair &p) {
+  return std::string(p.algo) + "_" + th::coll_name(p.coll);
+}
+
+// Sets TUTTI_ALGO for the communicators created while it lives (threads read it at init,
+// forked children inherit it).
+struct ForceAlgo {
+  explicit ForceAlgo(const Pair &p) {
+    std::string v = std::string(p.coll_key) + ":" + p.algo;
+    setenv("TUTTI_ALGO", v.c_str(), 1);
+  }
+  ~ForceAlgo() { unsetenv("TUTTI_ALGO"); }
+};
+
+std::vector<Case> cases_for(const Pair &p, ncclDataType_t type, Op op, int nranks,
+                            const std::vector<size_t> &counts, int *seq) {
+  std::vector<Case> out;
+  for (size_t count : counts)
+    for (int in_place = 0; in_place < 2; in_place++) {
+      Case c;
+      c.coll = p.coll, c.type = type, c.op = op, c.count = count, c.in_place = in_place;
+      c.root = (*seq) % nranks, c.align = static_cast<size_t>(*seq) % 3;
+      (*seq)++;
+      out.push_back(c);
+    }
+  return out;
+}
+
+void run_cases(RankCtx &ctx, const std::vector<Case> &cases) {
+  for (const Case &c : cases) {
+    bool broken = false;
+    th::run_case(ctx, c, &broken);
+    if (broken) return;
+  }
+}
+
+std::vector<Op> ops_of(Coll c, const std::vector<Op> &ops) {
+  return th::coll_reduces(c) ? ops : std::vector<Op>{Op::kSum};
+}
+
+void run_pair(const Pair &p, Mode mode, int n, const std::vector<ncclDataType_t> &types,
+              const std::vector<Op> &ops, const std::vector<size_t> &counts) {
+  ForceAlgo force(p);
+  th::Options opt;
+  opt.timeout_s = 300;
+  th::run_ranks_ok(
+      mode, n,
+      [&](RankCtx &ctx) {
+        int seq = 0;
+        for (ncclDataType_t t : types)
+          for (Op op : ops_of(p.coll, ops)) run_cases(ctx, cases_for(p, t, op, n, counts, &seq));
+      },
+      opt, pair_name(p) + " nranks " + std::to_string(n));
+}
+
+class AlgoPair : public ::testing::TestWithParam<int> {};
+
+std::string param_name(const ::testing::TestParamInfo<int> &i) {
+  return pair_name(kPairs[i.param]);
+}
+
+#ifndef TUTTI_ALGO_MATRIX
+
+// TUTTI_ALGO really reaches the engine: the pair's nccl-tests style benchmark runs under
+// tutti-run on 4 ranks with TUTTI_DEBUG=INFO, and the COLL line of its calls names the
+// algorithm; the TUNING lines list the candidates and the choice.
+TEST_P(AlgoPair, ForcedAlgorithmIsTheOneThatRuns) {
+  const Pair &p = kPairs[GetParam()];
+  std::string cmd = std::string(TUTTI_RUN_PATH) + " -n 4 -x TUTTI_ALGO=" + p.coll_key + ":" +
+                    p.algo + " -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL,TUNING " + PERF_DIR +
+                    "/" + p.perf + " -b 4K -e 4K -n 1 -w 0 2>&1";
+  FILE *f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t k; (k = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, k);
+  ASSERT_EQ(pclose(f), 0) << out;
+  // Every call of the pair's collective (the benchmark also makes other calls) names it.
+  std::string fn = std::string("nccl") + th::coll_name(p.coll) + ": ",
+              want = std::string(" algo ") + p.algo;
+  int calls = 0;
+  for (size_t at = out.find(fn); at != std::string::npos; at = out.find(fn, at + 1)) {
+    std::string line = out.substr(at, out.find('\n', at) - at);
+    EXPECT_EQ(line.substr(line.size() - want.size()), want) << line;
+    calls++;
+  }
+  EXPECT_GE(calls, 4) << "no COLL line of " << fn << "on 4 ranks:\n" << out;
+  EXPECT_NE(out.find(std::string("chose ") + p.algo + " ("), std::string::npos) << out;
+  EXPECT_NE(out.find(std::string(": ") + p.algo + " "), std::string::npos) << "no candidate line";
+}
+
+// Float sums whose value depends on the reduction order: every rank holds the same bits, run
+// after run, processes or threads (a fixed order per algorithm and nranks).
+TEST_P(AlgoPair, FloatResultsAreBitwiseIdenticalEverywhereAndEveryRun) {
+  const Pair &p = kPairs[GetParam()];
+  const int n = p.pow2_only ? 4 : 5;
+  const size_t k = 40001;
+  struct Hashes {
+    uint64_t h[3][8];
+  };
+  Hashes *hs = static_cast<Hashes *>(th::shared_alloc(sizeof(Hashes)));
+  ASSERT_NE(hs, nullptr);
+  ForceAlgo force(p);
+  for (int run = 0; run < 3; run++) {
+    th::run_ranks_ok(run == 1 ? Mode::kProcs : Mode::kThreads, n, [&](RankCtx &ctx) {
+      std::vector<float> in(k * n), out(k * n, 0.f);
+      for (size_t i = 0; i < in.size(); i++) in[i] = (float)std::sin(i * 0.37 + ctx.rank * 1.3);
+      size_t outs = p.coll == Coll::kAllGather ? k * n : k;
+      if (p.coll == Coll::kAllReduce)
+        NCCL_OK(ctx,
+                ncclAllReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm, nullptr));
+      else if (p.coll == Coll::kReduce)
+        NCCL_OK(ctx,
+                ncclReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, 1, ctx.comm, nullptr));
+      else if (p.coll == Coll::kReduceScatter)
+        NCCL_OK(ctx, ncclReduceScatter(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm,
+                                       nullptr));
+      else if (p.coll == Coll::kAllGather)
+        NCCL_OK(ctx, ncclAllGather(in.data(), out.data(), k, ncclFloat32, ctx.comm, nullptr));
+      else
+        NCCL_OK(ctx, ncclBroadcast(in.data(), out.data(), k, ncclFloat32, 1, ctx.comm, nullptr));
+      hs->h[run][ctx.rank] = th::hash_bytes(out.data(), outs * sizeof(float));
+    });
+  }
+  // Reduce: only the root has a result; reduce-scatter: each rank its own block.
+  bool same_everywhere = p.coll != Coll::kReduce && p.coll != Coll::kReduceScatter;
+  for (int run = 0; run < 3; run++)
+    for (int r = 0; r < n; r++) {
+      if (p.coll == Coll::kReduce && r != 1) continue;
+      EXPECT_EQ(hs->h[run][r], hs->h[0][same_everywhere ? 0 : r]) << "run " << run << " rank " << r;
+    }
+  th::shared_free(hs, sizeof(Hashes));
+}
+
+TEST_P(AlgoPair, QuickSlice) {
+  const Pair &p = kPairs[GetParam()];
+  int n = p.pow2_only ? 4 : 3;
+  run_pair(p, Mode::kThreads, n, {p.type}, {Op::kSum, Op::kAvg, Op::kPreMulSum},
+           {0, 1, 7, 1023, 70001});
+  if (!p.pow2_only) run_pair(p, Mode::kThreads, 4, {p.type}, {Op::kSum}, {1, 1023});
+}
+
+#else
+
+TEST_P(AlgoPair, Sweep) {
+  const Pair &p = kPairs[GetParam()];
+  for (Mode mode : {Mode::kProcs, Mode::kThreads})
+    for (int n : {1, 2, 3, 4, 5, 8}) {
+      if (p.pow2_only && (n & (n - 1)) != 0) continue;
+      // all-gather / reduce-scatter counts are per rank: 131071 makes 1M elements at 8 ranks
+      size_t big = p.coll == Coll::kAllGather || p.coll == Coll::kReduceScatter ? 131071 : 1048573;
+      run_pair(p, mode, n, {p.type}, {Op::kSum}, {0, 1, 7, 1023, big});
+    }
+}
+
+TEST_P(AlgoPair, TypesOps) {
+  const Pair &p = kPairs[GetParam()];
+  std::vector<ncclDataType_t> types(std::begin(th::kAllTypes), std::end(th::kAllTypes));
+  std::vector<Op> ops(std::begin(th::kAllOps), std::end(th::kAllOps));
+  const std::vector<size_t> counts = {0, 1, 7, 1023, 20011};
+  for (int n : {3, 4}) {
+    if (p.pow2_only && n == 3) continue;
+    run_pair(p, Mode::kThreads, n, types, ops, counts);
+  }
+  run_pair(p, Mode::kProcs, p.pow2_only ? 8 : 5, types, ops, counts);
+}
+
+#endif
+
+INSTANTIATE_TEST_SUITE_P(, AlgoPair, ::testing::Range(0, (int)(sizeof(kPairs) / sizeof(kPairs[0]))),
+                         param_name);
+
+}  // namespace

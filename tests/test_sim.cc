@@ -1,0 +1,189 @@
+// tutti-sim's model against closed forms, and its fast (symmetry) method against the full
+// event simulation. Uniform links with no reduce cost and no per-piece overhead make the
+// simulated times exact sums of latencies and transfer times; tolerances are relative 1e-9
+// (floating-point sums in a different order).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/sim.h"
+
+namespace {
+
+const double kA = 10e-6;   // latency of every link (s)
+const double kTol = 1e-9;  // relative
+
+// n ranks on one kind of link: nodes x 1 (network) or 1 x n (shared memory), bandwidth bw.
+sim_cluster_t uniform(int n, bool network, double bw) {
+  sim_cluster_t c;
+  sim_cluster_defaults(&c);
+  c.nodes = network ? n : 1;
+  c.ppn = network ? 1 : n;
+  c.intra_bw = c.inter_bw = bw;
+  c.intra_lat = c.inter_lat = kA;
+  c.reduce_bw = 0;
+  c.overhead = 0;
+  return c;
+}
+
+double run(const sim_cluster_t &c, coll_t coll, int algo, size_t bytes, sim_method_t m = SIM_AUTO,
+           sim_result_t *out = nullptr) {
+  sim_result_t r;
+  int rc = sim_run(&c, coll, algo, bytes, 4, m, 40000000, &r);
+  EXPECT_EQ(rc, 0) << r.msg;
+  if (out) *out = r;
+  return r.time;
+}
+
+void expect_rel(double got, double want) {
+  EXPECT_NEAR(got, want, want * kTol);
+}
+
+// Ring all-reduce, one piece per step: 2(n-1) hops of a + (S/n)/B.
+TEST(Sim, RingAllReduceClosedForm) {
+  for (int n : {2, 3, 4, 8}) {
+    for (bool net : {false, true}) {
+      double bw = 1e9;
+      size_t bytes = 4096 * (size_t)n;  // 1024 floats per segment: one piece
+      sim_cluster_t c = uniform(n, net, bw);
+      expect_rel(run(c, COLL_ALLREDUCE, ALGO_RING, bytes), 2.0 * (n - 1) * (kA + 4096 / bw));
+    }
+  }
+}
+
+// Two ranks, a chain broadcast of 4 slots over shared memory. A FIFO of 8 slots lets the sender
+// stream: 4 s/B + a. A FIFO of 2 slots makes it wait for credits (a piece's slot comes back a
+// after its consumption): sends at 0, s/B, s/B + 2a, 2s/B + 2a; the last arrives s/B + a later.
+TEST(Sim, TwoRankStreamAndBackPressure) {
+  sim_cluster_t c = uniform(2, false, 0);
+  double sb = 4e-6;  // s/B for one slot
+  c.intra_bw = (double)c.slot_intra / sb;
+  size_t bytes = 4 * c.slot_intra;
+  expect_rel(run(c, COLL_BROADCAST, ALGO_CHAIN, bytes), 4 * sb + kA);
+  c.fifo_intra = 2;
+  expect_rel(run(c, COLL_BROADCAST, ALGO_CHAIN, bytes), 2 * sb + 2 * kA + sb + kA);
+}
+
+// Chain broadcast over the network, K pieces pipelined over n-1 hops:
+// (n-1)(a + s/B) + (K-1) s/B.
+TEST(Sim, ChainPipelineClosedForm) {
+  int n = 5, k = 4;
+  sim_cluster_t c = uniform(n, true, 1e9);
+  double sb = (double)c.slot_inter / 1e9;
+  expect_rel(run(c, COLL_BROADCAST, ALGO_CHAIN, k * c.slot_inter),
+             (n - 1) * (kA + sb) + (k - 1) * sb);
+}
+
+// A token bucket on the NICs (tc tbf) starts empty and fills at the rate while its NIC idles;
+// a piece then goes out burst/R sooner ((x - tokens)/R). A 2-rank chain never idles the root's
+// NIC: the plain-rate time. In a 3-rank chain the relay's NIC idles until the first piece
+// arrives (longer than burst/R): the last piece is burst/R earlier.
+TEST(Sim, TokenBucket) {
+  int k = 4;
+  double burst = 256 * 1024;
+  for (int n : {2, 3}) {
+    sim_cluster_t c = uniform(n, true, 1e9);
+    double plain = run(c, COLL_BROADCAST, ALGO_CHAIN, k * c.slot_inter);
+    c.inter_burst = (size_t)burst, c.inter_peak_bw = 10e9;
+    expect_rel(run(c, COLL_BROADCAST, ALGO_CHAIN, k * c.slot_inter),
+               n == 2 ? plain : plain - burst / 1e9);
+  }
+}
+
+// Tree broadcast on a full binary tree of 7 ranks (depth 2), one piece, every rank on its own
+// node: a rank sends to its two children one after the other on its NIC, so the last leaf
+// (second child of the second child) gets the piece after 2 latencies and 4 transfers.
+TEST(Sim, TreeBroadcastDepthLatency) {
+  sim_cluster_t c = uniform(7, true, 1e9);
+  double sb = 4000 / 1e9;
+  expect_rel(run(c, COLL_BROADCAST, ALGO_TREE, 4000), 2 * kA + 4 * sb);
+  sim_cluster_t c3 = uniform(3, true, 1e9);  // depth 1: the root's second child
+  expect_rel(run(c3, COLL_BROADCAST, ALGO_TREE, 4000), kA + 2 * sb);
+}
+
+// Link kinds: an all-gather ring on 2 nodes x 2 ranks crosses the network only at ranks 1 -> 2
+// and 3 -> 0. With equal links it takes the time of 4 nodes x 1 rank, 3(a + s/B); with free
+// shared memory only the two network hops count.
+TEST(Sim, NetworkHopsOnlyWhereTheRingCrossesNodes) {
+  sim_cluster_t flat = uniform(4, true, 1e9), two = flat;
+  two.nodes = 2, two.ppn = 2;
+  two.intra_bw = 1e9;
+  size_t bytes = 4 * 4096;
+  double t_flat = run(flat, COLL_ALLGATHER, ALGO_RING, bytes);
+  expect_rel(run(two, COLL_ALLGATHER, ALGO_RING, bytes), t_flat);
+  expect_rel(t_flat, 3 * (kA + 4096 / 1e9));
+  two.intra_bw = 1e12, two.intra_lat = 0;
+  // the slowest path: rank 3's block goes 3 -> 0 (network), 0 -> 1 (shm), 1 -> 2 (network)
+  expect_rel(run(two, COLL_ALLGATHER, ALGO_RING, bytes), 2 * (kA + 4096 / 1e9) + 4096 / 1e12);
+}
+
+// The fast method (one representative per class) gives the full simulation's times.
+TEST(Sim, FastMethodMatchesFull) {
+  struct Case {
+    int nodes, ppn, algo;
+    size_t bytes;
+    const char *kind;
+  };
+  const Case cases[] = {
+      {16, 4, ALGO_RING, 1 << 20, "shift/4"},  {32, 8, ALGO_RING, 4 << 20, "shift/8"},
+      {128, 8, ALGO_RING, 1 << 20, "shift/8"}, {16, 4, ALGO_HIER, 4 << 20, "shift/4"},
+      {32, 8, ALGO_HIER, 1 << 20, "shift/8"},  {16, 4, ALGO_RD, 4096, "xor/4"},
+      {64, 4, ALGO_RHD, 1 << 20, "xor/4"}};
+  for (const Case &k : cases) {
+    sim_cluster_t c;
+    sim_cluster_defaults(&c);
+    c.nodes = k.nodes, c.ppn = k.ppn;
+    c.reduce_bw = 40e9 / 8, c.overhead = 1e-6;
+    sim_result_t fast, full;
+    double tf = run(c, COLL_ALLREDUCE, k.algo, k.bytes, SIM_FAST, &fast);
+    double tu = run(c, COLL_ALLREDUCE, k.algo, k.bytes, SIM_FULL, &full);
+    SCOPED_TRACE(testing::Message() << algo_name((algo_t)k.algo) << " " << k.nodes << "x" << k.ppn);
+    EXPECT_STREQ(fast.method, k.kind);
+    EXPECT_STREQ(full.method, "full");
+    EXPECT_EQ(fast.simulated, k.ppn);
+    EXPECT_EQ(full.simulated, k.nodes * k.ppn);
+    expect_rel(tf, tu);
+  }
+}
+
+// A schedule without the symmetry (the tree) is refused by the fast method and simulated in
+// full by the automatic one.
+TEST(Sim, FastMethodOnlyWhereTheSymmetryHolds) {
+  sim_cluster_t c;
+  sim_cluster_defaults(&c);
+  c.nodes = 8, c.ppn = 2;
+  sim_result_t r;
+  EXPECT_EQ(sim_run(&c, COLL_ALLREDUCE, ALGO_TREE, 1 << 20, 4, SIM_FAST, 40000000, &r), -1);
+  EXPECT_STRNE(r.msg, "");
+  run(c, COLL_ALLREDUCE, ALGO_TREE, 1 << 20, SIM_AUTO, &r);
+  EXPECT_STREQ(r.method, "full");
+}
+
+// nccl-tests' bus factors and the oneshot limit (the tuner runs oneshot only up to 16 KiB).
+TEST(Sim, ConventionsAndApplicability) {
+  EXPECT_DOUBLE_EQ(sim_bus_factor(COLL_ALLREDUCE, 8), 14.0 / 8);
+  EXPECT_DOUBLE_EQ(sim_bus_factor(COLL_ALLGATHER, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(sim_bus_factor(COLL_BROADCAST, 8), 1.0);
+  EXPECT_EQ(sim_count_for(COLL_ALLGATHER, 8192, 4, 8), 256u);
+  EXPECT_EQ(sim_count_for(COLL_ALLREDUCE, 8192, 4, 8), 2048u);
+  sim_cluster_t c;
+  sim_cluster_defaults(&c);
+  c.nodes = 2;
+  sim_result_t r;
+  EXPECT_EQ(sim_run(&c, COLL_ALLREDUCE, ALGO_ONESHOT, 1 << 20, 4, SIM_AUTO, 40000000, &r), -2);
+  EXPECT_EQ(sim_run(&c, COLL_ALLGATHER, ALGO_HIER, 1 << 20, 4, SIM_AUTO, 40000000, &r), -2);
+}
+
+// 65,536 ranks: the ring all-reduce through the fast method (8 ranks simulated).
+TEST(Sim, RingAt65536Ranks) {
+  sim_cluster_t c;
+  sim_cluster_defaults(&c);
+  c.nodes = 8192, c.ppn = 8;
+  sim_result_t r;
+  double t = run(c, COLL_ALLREDUCE, ALGO_RING, 64 << 20, SIM_AUTO, &r);
+  EXPECT_STREQ(r.method, "shift/8");
+  // at least the bandwidth term of the busiest NIC: 2(n-1)/n S / B
+  EXPECT_GT(t, 2.0 * 65535 / 65536 * (64 << 20) / c.inter_bw);
+}
+
+}  // namespace

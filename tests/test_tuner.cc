@@ -1,0 +1,117 @@
+// The tuner (src/algos/tuner.c): NCCL_ALGO parsing and the cost model's choices, checked
+// against the formulas in tuner.c's opening comment with a fixed model.
+#include <gtest/gtest.h>
+
+#include "algos/tuner.h"
+
+namespace {
+
+uint32_t bit(algo_t a) {
+  return 1u << a;
+}
+
+TEST(TunerParse, ListExcludePerCollectiveAndCase) {
+  uint32_t m[COLL_NUM];
+  ASSERT_EQ(tuner_parse_algo(nullptr, m), 0);
+  for (int c = 0; c < COLL_NUM; c++) EXPECT_EQ(m[c], TUNER_ALL_ALGOS);
+  ASSERT_EQ(tuner_parse_algo("Ring,TREE", m), 0);
+  for (int c = 0; c < COLL_NUM; c++) EXPECT_EQ(m[c], bit(ALGO_RING) | bit(ALGO_TREE));
+  ASSERT_EQ(tuner_parse_algo("^tree", m), 0);
+  for (int c = 0; c < COLL_NUM; c++) EXPECT_EQ(m[c], TUNER_ALL_ALGOS & ~bit(ALGO_TREE));
+  ASSERT_EQ(tuner_parse_algo("allreduce:tree;Broadcast:ring, chain", m), 0);
+  EXPECT_EQ(m[COLL_ALLREDUCE], bit(ALGO_TREE));
+  EXPECT_EQ(m[COLL_BROADCAST], bit(ALGO_RING) | bit(ALGO_CHAIN));
+  EXPECT_EQ(m[COLL_REDUCE], TUNER_ALL_ALGOS);
+  ASSERT_EQ(tuner_parse_algo("allreduce:^rd,rhd ; allgather:rhd", m), 0);
+  EXPECT_EQ(m[COLL_ALLREDUCE], TUNER_ALL_ALGOS & ~(bit(ALGO_RD) | bit(ALGO_RHD)));
+  EXPECT_EQ(m[COLL_ALLGATHER], bit(ALGO_RHD));
+  // NCCL-only names are known (ignored), not errors.
+  ASSERT_EQ(tuner_parse_algo("NVLS,Ring,CollnetDirect", m), 0);
+  EXPECT_EQ(m[COLL_ALLREDUCE], bit(ALGO_RING));
+}
+
+TEST(TunerParse, BadTokensAreReportedAndIgnored) {
+  uint32_t m[COLL_NUM];
+  EXPECT_EQ(tuner_parse_algo("ring,bogus", m), -1);
+  EXPECT_EQ(m[COLL_ALLREDUCE], bit(ALGO_RING));
+  EXPECT_EQ(tuner_parse_algo("allreduse:tree", m), -1);  // bad collective: the entry is dropped
+  EXPECT_EQ(m[COLL_ALLREDUCE], TUNER_ALL_ALGOS);
+}
+
+tuner_model_t model() {
+  return {{2.0, 10.0}, {20.0, 1.0}};
+}  // shm 2 us 10 GB/s, net 20 us 1 GB/s
+
+tuner_topo_t one_host(int n) {
+  tuner_topo_t t{};
+  t.nranks = n, t.nhosts = 1, t.local_size = n, t.hier_ok = 0;
+  t.slot_bytes = 131072, t.chunk_bytes = 524288, t.scratch_bytes = 16384,
+  t.oneshot_max_bytes = 16384;
+  return t;
+}
+
+TEST(TunerModel, EstimatesFollowTheFormulas) {
+  tuner_model_t m = model();
+  tuner_topo_t t = one_host(8);
+  double S = 1e6, b = 10e3;  // bytes per microsecond
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1000000),
+                   14 * 2.0 + 2.0 * 7 / 8 * S / b);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1000000),
+                   8 * 2.0 + 2 * S / b);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1000000),
+                   6 * 2.0 + 1.5 * (2.0 * 7 / 8) * S / b);  // 1.5: unfused exchange (XCHG)
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1000000),
+                   3 * 2.0 + 1.5 * 3 * S / b);
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_ONESHOT, 1000000), 0);  // > one slot
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_HIER, 1000), 0);        // one host
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLGATHER, ALGO_TREE, 1000), 0);
+  tuner_topo_t five = one_host(5);  // rhd: p2 = 4, one fold
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &five, COLL_ALLREDUCE, ALGO_RHD, 1000000),
+                   6 * 2.0 + 1.5 * (1.5 + 2) * S / b);
+  EXPECT_LT(tuner_estimate_us(&m, &five, COLL_ALLGATHER, ALGO_RHD, 1000), 0);  // not a power of two
+}
+
+// On 8 ranks with only tree and ring allowed: tree (8 hops, 2S) beats ring (14 hops, 1.75S)
+// while 6 a > 0.25 S/b, i.e. S < 6 * 2 us * 10e3 B/us / 0.25 = 480000 bytes.
+TEST(TunerModel, TreeFlipsToRingAtTheCrossover) {
+  tuner_model_t m = model();
+  tuner_topo_t t = one_host(8);
+  uint32_t mask = bit(ALGO_RING) | bit(ALGO_TREE);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 8, mask, 0).algo, ALGO_TREE);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 479000, mask, 0).algo, ALGO_TREE);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 481000, mask, 0).algo, ALGO_RING);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, mask, 0).algo, ALGO_RING);
+  // Everything allowed, with x = S/b in us: oneshot (1 hop) while 7 * 8 B is tiny; then rd
+  // (6 + 4.5x; oneshot no longer fits above 16 KiB) until rhd (12 + 2.625x) at x = 3.2, tree
+  // (16 + 2x) from x = 6.4 and the ring (28 + 1.75x) from x = 48.
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 8, TUNER_ALL_ALGOS, 0).algo, ALGO_ONESHOT);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 16385, TUNER_ALL_ALGOS, 0).algo, ALGO_RD);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 31000, TUNER_ALL_ALGOS, 0).algo, ALGO_RD);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 33000, TUNER_ALL_ALGOS, 0).algo, ALGO_RHD);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 63000, TUNER_ALL_ALGOS, 0).algo, ALGO_RHD);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 65000, TUNER_ALL_ALGOS, 0).algo, ALGO_TREE);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 479000, TUNER_ALL_ALGOS, 0).algo, ALGO_TREE);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 481000, TUNER_ALL_ALGOS, 0).algo, ALGO_RING);
+  // Broadcast: tree (4 a + 2S/b) until 3 a = S/b, i.e. S = 60000 bytes; then the chain.
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_BROADCAST, 59000, TUNER_ALL_ALGOS, 0).algo, ALGO_TREE);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_BROADCAST, 61000, TUNER_ALL_ALGOS, 0).algo, ALGO_CHAIN);
+}
+
+TEST(TunerModel, HierAcrossHostsAndFallbacks) {
+  tuner_model_t m = model();
+  tuner_topo_t t = one_host(8);
+  t.nhosts = 2, t.local_size = 4, t.hier_ok = 1;
+  // 64 MiB: hier = 6 a_shm + 1.5 S/b_shm + 2 a_net + (S/4)/b_net, far below the flat ring on
+  // the network (14 a_net + 1.75 S/b_net).
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
+  // A mask that implements nothing for the collective falls back to the best of all.
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLGATHER, 1 << 20, bit(ALGO_TREE), 0).algo, ALGO_RHD);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLTOALL, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);
+  // Trees get at least 2(D+1) rounds per call, never less than a slot per chunk.
+  tuner_topo_t h = one_host(8);
+  EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 4 << 20, bit(ALGO_TREE), 0).chunk_bytes, 262144u);
+  EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 300000, bit(ALGO_TREE), 0).chunk_bytes, 131072u);
+  EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 64 << 20, bit(ALGO_RING), 0).chunk_bytes, 524288u);
+}
+
+}  // namespace

@@ -1,0 +1,166 @@
+/* tutti-sched: prints a collective's schedule for every rank (or one) without running anything.
+ *
+ *   tutti-sched --coll allreduce --algo tree --nranks 5 --count 1000 [--rank r] [--hosts 2]
+ *               [--root r] [--chunk elements] [--in-place]
+ *
+ * --algo auto (the default) asks the tuner, with its default model (TUTTI_TUNER_* apply), for
+ * 4-byte elements and 128 KiB slots. --hosts h puts the ranks on h hosts in blocks (needed by
+ * hier). Each step is printed as in TUTTI_DUMP_SCHEDULE (see src/algos/schedule.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "algos/schedule.h"
+#include "algos/tuner.h"
+
+typedef struct opts {
+  const char *coll, *algo;
+  int nranks, rank, hosts, root, in_place;
+  size_t count, chunk;
+} opts_t;
+
+static void usage(const char *why) {
+  if (why) fprintf(stderr, "tutti-sched: %s\n", why);
+  fprintf(
+      stderr,
+      "usage: tutti-sched --coll C --nranks N --count K [--algo A|auto] [--rank R] [--hosts H]\n"
+      "                   [--root R] [--chunk ELEMS] [--in-place]\n"
+      "  C: allreduce broadcast reduce allgather reducescatter alltoall gather scatter\n"
+      "  A: ring oneshot chain p2p hier tree rhd rd\n");
+  exit(2);
+}
+
+static long num(const char *flag, const char *v) {
+  char *end = NULL;
+  long x = v ? strtol(v, &end, 10) : -1;
+  if (!v || *end || x < 0) {
+    fprintf(stderr, "tutti-sched: %s needs a non-negative integer\n", flag);
+    exit(2);
+  }
+  return x;
+}
+
+static opts_t parse(int argc, char **argv) {
+  opts_t o = {.coll = NULL,
+              .algo = "auto",
+              .nranks = 0,
+              .rank = -1,
+              .hosts = 1,
+              .root = 0,
+              .count = 0,
+              .chunk = 32768};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--in-place")) {
+      o.in_place = 1;
+      continue;
+    }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(NULL);
+    if (!strcmp(a, "--coll"))
+      o.coll = v;
+    else if (!strcmp(a, "--algo"))
+      o.algo = v;
+    else if (!strcmp(a, "--nranks"))
+      o.nranks = (int)num(a, v);
+    else if (!strcmp(a, "--rank"))
+      o.rank = (int)num(a, v);
+    else if (!strcmp(a, "--hosts"))
+      o.hosts = (int)num(a, v);
+    else if (!strcmp(a, "--root"))
+      o.root = (int)num(a, v);
+    else if (!strcmp(a, "--count"))
+      o.count = (size_t)num(a, v);
+    else if (!strcmp(a, "--chunk"))
+      o.chunk = (size_t)num(a, v);
+    else
+      usage("unknown option");
+    if (!v) usage("missing value");
+    i++;
+  }
+  if (!o.coll || o.nranks < 1) usage("--coll and --nranks are required");
+  if (o.rank >= o.nranks || o.root >= o.nranks) usage("--rank and --root must be < --nranks");
+  if (o.hosts < 1 || o.hosts > o.nranks) usage("--hosts must be in [1, nranks]");
+  if (o.chunk == 0) usage("--chunk must be >= 1");
+  return o;
+}
+
+static int coll_from(const char *s) {
+  static const char *keys[] = {"allreduce",     "broadcast", "reduce", "allgather",
+                               "reducescatter", "alltoall",  "gather", "scatter"};
+  for (int c = 0; c < 8; c++)
+    if (!strcasecmp(s, keys[c])) return c;
+  return -1;
+}
+
+/* The tuner's pick for this call with the default model (4-byte elements, one host per block). */
+static algo_t auto_algo(const opts_t *o, coll_t c, const int *host) {
+  tuner_model_t m;
+  tuner_model_from_env(&m);
+  size_t bytes =
+      o->count * 4 * (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER ? (size_t)o->nranks : 1);
+  int per = 0;
+  for (int r = 0; r < o->nranks; r++) per += host[r] == host[0];
+  tuner_topo_t t = {.nranks = o->nranks,
+                    .nhosts = o->hosts,
+                    .local_size = per,
+                    .hier_ok = hier_applicable(host, o->nranks),
+                    .slot_bytes = 131072,
+                    .chunk_bytes = o->chunk * 4,
+                    .scratch_bytes = 16384,
+                    .oneshot_max_bytes = 16384};
+  return tuner_choose(&m, &t, c, bytes, TUNER_ALL_ALGOS, 0).algo;
+}
+
+static int algo_from(const char *s) {
+  for (int a = 0; a < ALGO_NUM; a++)
+    if (!strcasecmp(s, algo_name((algo_t)a))) return a;
+  return -1;
+}
+
+/* Builds and prints rank r's schedule; returns 0, or 1 after a message. */
+static int print_rank(const opts_t *o, int c, int algo, int r, const int *host, sched_t *col,
+                      sched_t *lanes) {
+  int n = o->nranks;
+  sched_args_t a = {(coll_t)c, r, n, o->root, o->count, o->chunk, o->in_place};
+  int rc = sched_build((algo_t)algo, &a, host, col, lanes);
+  if (rc == -2)
+    fprintf(stderr, "tutti-sched: algorithm %s does not implement %s for %d ranks\n",
+            algo_name((algo_t)algo), coll_name((coll_t)c), n);
+  if (rc != 0) return 1;
+  char title[128], lane_title[192];
+  snprintf(title, sizeof(title), "%s algo %s nranks %d count %zu root %d chunk %zu%s",
+           coll_name((coll_t)c), algo_name((algo_t)algo), n, o->count, o->root, o->chunk,
+           o->in_place ? " in place" : "");
+  if (col->n || algo != ALGO_P2P) sched_dump(col, r, title, stdout);
+  for (int p = 0; p < 2 * n; p++) {
+    if (!lanes[p].n) continue;
+    snprintf(lane_title, sizeof(lane_title), "%s, %s lane %d", title, p < n ? "send" : "recv",
+             p % n);
+    sched_dump(&lanes[p], r, lane_title, stdout);
+  }
+  sched_reset(col);
+  for (int p = 0; p < 2 * n; p++) sched_reset(&lanes[p]);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  opts_t o = parse(argc, argv);
+  int c = coll_from(o.coll), n = o.nranks, rc = 0;
+  if (c < 0) usage("unknown collective");
+  int *host = calloc((size_t)n, sizeof(int)), per = (n + o.hosts - 1) / o.hosts;
+  sched_t col = {0}, *lanes = calloc(2 * (size_t)n, sizeof(sched_t));
+  if (!host || !lanes) return 1;
+  for (int r = 0; r < n; r++)
+    host[r] = r / per * per; /* blocks of ranks; a host is its first rank */
+  int algo = strcasecmp(o.algo, "auto") ? algo_from(o.algo) : (int)auto_algo(&o, (coll_t)c, host);
+  if (algo < 0) usage("unknown algorithm");
+  for (int r = 0; r < n && rc == 0; r++)
+    if (o.rank < 0 || r == o.rank) rc = print_rank(&o, c, algo, r, host, &col, lanes);
+  sched_free(&col);
+  for (int p = 0; p < 2 * n; p++) sched_free(&lanes[p]);
+  free(lanes);
+  free(host);
+  return rc;
+}
