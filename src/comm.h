@@ -73,6 +73,17 @@ struct ncclComm {
   size_t chunk_bytes; /* bytes a ring step may move per round (<= half a FIFO) */
   sched_t *p2p_lanes; /* [2 * nranks], reused */
 
+  /* The last collective's plan: a call with the same key (collective, count, element size,
+   * root, in place) reuses its algorithm, chunk and steps instead of asking the tuner and the
+   * algorithm again (enqueue.c): the steps depend on nothing else. */
+  struct {
+    int valid, root, in_place;
+    coll_t coll;
+    size_t count, esize, chunk;
+    algo_t algo;
+    sched_t steps;
+  } plan;
+
   /* Settings read at init. */
   int64_t timeout_ms;
   size_t oneshot_max_bytes;

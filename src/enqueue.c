@@ -197,17 +197,46 @@ static void tag_steps(sched_t *s, uint16_t op) {
   s->tagged = s->n;
 }
 
-ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
-  ncclComm_t comm = p->ctx.comm;
+static int plan_matches(ncclComm_t comm, const pending_t *p) {
+  return comm->plan.valid && comm->plan.coll == p->args.coll && comm->plan.count == p->args.count &&
+         comm->plan.esize == p->ctx.esize && comm->plan.root == p->args.root &&
+         comm->plan.in_place == p->args.in_place;
+}
+
+/* Remembers the collective steps [first, n) of col as the plan for calls like p. */
+static void plan_save(ncclComm_t comm, const pending_t *p, const sched_t *col, size_t first) {
+  comm->plan.valid = 0;
+  sched_reset(&comm->plan.steps);
+  if (p->ctx.algo == ALGO_P2P ||
+      sched_append(&comm->plan.steps, col->steps + first, col->n - first) != 0)
+    return;
+  comm->plan.coll = p->args.coll, comm->plan.count = p->args.count;
+  comm->plan.esize = p->ctx.esize, comm->plan.root = p->args.root;
+  comm->plan.in_place = p->args.in_place, comm->plan.algo = p->ctx.algo;
+  comm->plan.chunk = p->args.chunk, comm->plan.valid = 1;
+}
+
+static void choose_plan(ncclComm_t comm, pending_t *p, int reuse) {
+  size_t es = p->ctx.esize;
+  if (reuse) {
+    p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
+    return;
+  }
   tuner_choice_t choice = choose_algo(comm, p);
   p->ctx.algo = choice.algo;
+  p->args.chunk = choice.chunk_bytes >= es ? choice.chunk_bytes / es : 1;
+  if (comm->slot_bytes >= es) p->args.chunk -= p->args.chunk % (comm->slot_bytes / es);
+  if (p->args.chunk == 0) p->args.chunk = 1;
+}
+
+ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
+  ncclComm_t comm = p->ctx.comm;
+  int reuse = plan_matches(comm, p);
+  choose_plan(comm, p, reuse);
   p->ctx.seq = comm->op_count++;
   size_t es = p->ctx.esize;
   p->ctx.stream = !p->args.in_place && p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
                   comm->nt_threshold;
-  p->args.chunk = choice.chunk_bytes >= es ? choice.chunk_bytes / es : 1;
-  if (comm->slot_bytes >= es) p->args.chunk -= p->args.chunk % (comm->slot_bytes / es);
-  if (p->args.chunk == 0) p->args.chunk = 1;
   TUTTI_CHECK(provide_scratch(p));
   INFO(SUB_COLL, "nccl%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d "
        "comm %p [nranks=%d] algo %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
@@ -224,7 +253,9 @@ ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
   sched_t *col = &comm->sched_scratch, *lanes = comm->p2p_lanes;
   int n = comm->nranks;
   size_t first = col->n;
-  int rc = sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, lanes);
+  int rc = reuse ? sched_append(col, comm->plan.steps.steps, comm->plan.steps.n)
+                 : sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, lanes);
+  if (rc == 0 && !reuse) plan_save(comm, p, col, first);
   if (rc == -2)
     return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
                      coll_name(p->args.coll), algo_name(p->ctx.algo));

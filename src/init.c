@@ -194,6 +194,7 @@ static void comm_free(ncclComm_t c) {
   transport_close_all(c);
   bootstrap_close(c, 0);
   sched_free(&c->sched_scratch);
+  sched_free(&c->plan.steps);
   for (int i = 0; c->p2p_lanes && i < 2 * c->nranks; i++) sched_free(&c->p2p_lanes[i]);
   free(c->p2p_lanes);
   free(c->host_of_rank);

@@ -1,6 +1,7 @@
 /* Step lists: growable arrays reused between calls, plus names and a readable dump. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "algos/schedule.h"
 
@@ -13,6 +14,20 @@ int sched_push(sched_t *s, step_t st) {
     s->cap = cap;
   }
   s->steps[s->n++] = st;
+  return 0;
+}
+
+int sched_append(sched_t *s, const step_t *steps, size_t n) {
+  if (s->n + n > s->cap) {
+    size_t cap = s->cap ? s->cap : 64;
+    while (cap < s->n + n) cap *= 2;
+    step_t *p = realloc(s->steps, cap * sizeof(*p));
+    if (!p) return -1;
+    s->steps = p;
+    s->cap = cap;
+  }
+  memcpy(s->steps + s->n, steps, n * sizeof(*steps));
+  s->n += n;
   return 0;
 }
 

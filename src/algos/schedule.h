@@ -52,6 +52,7 @@ typedef struct sched {
 } sched_t;
 
 int sched_push(sched_t *s, step_t st); /* 0 on success, -1 out of memory */
+int sched_append(sched_t *s, const step_t *steps, size_t n); /* the same, n steps at once */
 void sched_reset(sched_t *s);
 void sched_free(sched_t *s);
 /* Human-readable dump of a schedule (for TUTTI_DUMP_SCHEDULE and tests). */
