@@ -28,18 +28,22 @@ usage: $(basename "$0") [options]
   -R rate   tc tbf rate of the limited run (1gbit); "none" skips it
   -t s      iperf3 seconds per measurement (3)
   -G        skip Gloo (no python3-torch)
+  -P prio   run every measured program (tutti, iperf3, Gloo) under SCHED_FIFO priority prio
+            (chrt -f): on a shared machine the others' load then stops deciding the ratios
   -h        this text
 EOF
   exit "${1:-0}"
 }
 
-build="" reps=3 size=64M iters=10 rate=1gbit secs=3 gloo=1
-while getopts "B:r:s:n:R:t:Gh" opt; do
+build="" reps=3 size=64M iters=10 rate=1gbit secs=3 gloo=1 rt=""
+while getopts "B:r:s:n:R:t:P:Gh" opt; do
   case $opt in
     B) build=$OPTARG ;; r) reps=$OPTARG ;; s) size=$OPTARG ;; n) iters=$OPTARG ;;
-    R) rate=$OPTARG ;; t) secs=$OPTARG ;; G) gloo=0 ;; h) usage 0 ;; *) usage 2 ;;
+    R) rate=$OPTARG ;; t) secs=$OPTARG ;; G) gloo=0 ;; P) rt=$OPTARG ;; h) usage 0 ;; *) usage 2 ;;
   esac
 done
+rt_cmd=()
+[[ -z $rt ]] || rt_cmd=(chrt -f "$rt")
 bin=${build:-$src_dir/build}/bin
 [[ -x $bin/all_reduce_perf && -x $bin/tutti-run && -x $bin/net_p2p_perf ]] || { echo "no binaries in $bin (-B)" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "needs root (network namespaces)" >&2; exit 2; }
@@ -55,14 +59,14 @@ tmp=$(mktemp -d)
 trap '"$bed" down >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 "$bed" up 2 >/dev/null
 
-on() { "$bed" exec "$@"; }
+on() { local h=$1; shift; "$bed" exec "$h" "${rt_cmd[@]}" "$@"; }
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 
 tutti_busbw() { # GB/s from the out-of-place time (us): bytes / time x 2 (n - 1) / n, n = 2
-  timeout 300 "$bin/tutti-run" --hosts h1,h2 "$bin/all_reduce_perf" -b "$bytes" -e "$bytes" -c 0 \
+  timeout 300 "${rt_cmd[@]}" "$bin/tutti-run" --hosts h1,h2 "$bin/all_reduce_perf" -b "$bytes" -e "$bytes" -c 0 \
     -n "$iters" -w 2 2>"$tmp/err" | awk '!/^#/ && NF >= 8 {printf "%.4f\n", $1 / $6 / 1e3; exit}'
 }
-tutti_p2p() { timeout 300 "$bin/tutti-run" --hosts h1,h2 "$bin/net_p2p_perf" "$bytes" "$iters" 2>>"$tmp/err" | awk '/^p2p/ {print $3}'; }
+tutti_p2p() { timeout 300 "${rt_cmd[@]}" "$bin/tutti-run" --hosts h1,h2 "$bin/net_p2p_perf" "$bytes" "$iters" 2>>"$tmp/err" | awk '/^p2p/ {print $3}'; }
 iperf() { # GB/s received: single stream, or per direction with --bidir
   on h2 iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
   local srv=$!
@@ -86,7 +90,7 @@ gloo_busbw() {
   wait $peer || true
 }
 
-echo "# net_compare: 2 hosts x 1 rank over a veth link, fp32 all-reduce of $bytes bytes, $reps rounds"
+echo "# net_compare: 2 hosts x 1 rank over a veth link, fp32 all-reduce of $bytes bytes, $reps rounds${rt:+, under chrt -f $rt}"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 for r in $(seq 1 "$reps"); do
   tutti_busbw >>"$tmp/tutti"

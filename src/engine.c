@@ -183,7 +183,8 @@ static int peer_process_dead(int pid) {
  * peer whose process is gone without a word is reported as dead. */
 static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_ns, int check_pids) {
   ncclComm_t comm = l->comm;
-  const op_ctx_t *o = &ops[l->steps[TUTTI_MIN(l->cur, l->nsteps - 1)].op]; /* the last piece may be going */
+  /* the lane may be past its last step, its last piece still going out */
+  const op_ctx_t *o = &ops[l->steps[TUTTI_MIN(l->cur, l->nsteps - 1)].op];
   int p = l->wait_peer;
   const peer_info_t *pi = &comm->peers[p];
   conn_t *c = l->wait_send ? &comm->send_conn[p] : &comm->recv_conn[p];
@@ -249,14 +250,12 @@ static int lane_done(const lane_t *l) {
   return l->cur >= l->nsteps && l->tx_left == 0;
 }
 
-static TUTTI_TLS int wait_send; /* what wait_conn's connection waits for */
-
-/* The connection the first blocked lane of the phase waits for. */
-static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase) {
+/* The connection the first blocked lane of the phase waits for (*send: to send on it). */
+static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase, int *send) {
   for (int i = 0; i < nlanes; i++) {
     lane_t *l = &lanes[i];
     if (l->phase != phase || lane_done(l)) continue;
-    wait_send = l->wait_send;
+    *send = l->wait_send;
     return l->wait_send ? &l->comm->send_conn[l->wait_peer] : &l->comm->recv_conn[l->wait_peer];
   }
   return NULL;
@@ -291,8 +290,9 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
         if (lanes[i].phase == phase && !lane_done(&lanes[i]))
           TUTTI_CHECK(lane_check(&lanes[i], ops, now - idle_since, check_pids));
     }
-    conn_t *wc = wait_conn(lanes, nlanes, phase); /* sets wait_send */
-    backoff(now - idle_since, oversub, wc, wait_send);
+    int wsend = 0;
+    conn_t *wc = wait_conn(lanes, nlanes, phase, &wsend);
+    backoff(now - idle_since, oversub, wc, wsend);
   }
 }
 

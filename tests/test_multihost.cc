@@ -275,6 +275,14 @@ TEST_F(MultiHost, EveryCollectiveSeveralSocketsAndThreads) {
       {"TUTTI_SOCKET_NTHREADS=2", "TUTTI_NSOCKS_PERTHREAD=2", "TUTTI_TCP_SLOT_BYTES=64K"});
 }
 
+// Socket buffers of a few KiB: nearly every send and receive moves only part of a piece, and
+// the FIFO geometry must shrink the chunk to what the kernel's buffers hold.
+TEST_F(MultiHost, EveryCollectiveThroughTinySocketBuffers) {
+  bed_up(2);
+  run_collectives("h1:2,h2:1", 3,
+                  {"TUTTI_TCP_SLOT_BYTES=4096", "TUTTI_TCP_NSLOTS=2", "TUTTI_SOCKET_BUFFER=8192"});
+}
+
 // TUTTI_MH_FAILURE_RUNS sets the number of runs (3; the 20-of-20 check: 20).
 int failure_runs() {
   const char *v = getenv("TUTTI_MH_FAILURE_RUNS");

@@ -39,6 +39,8 @@
  * unreachable host before the engine's own timeout would fire. A clean close sends a goodbye
  * header on every socket, so the peer never mistakes it for a crash.
  */
+#include "tcp.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -49,8 +51,6 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "tcp.h"
 
 TUTTI_PARAM(NetDrainMs, "NET_DRAIN_MS", 5000) /* close: how long a goodbye may wait */
 TUTTI_PARAM_DECL(Timeout);
@@ -135,7 +135,8 @@ static size_t tcp_send_from(conn_t *conn, const void *buf, size_t bytes) {
   struct iovec iov[2];
   int n = 0;
   if (c->tx_hdr_left)
-    iov[n++] = (struct iovec){(char *)&c->tx_hdr + sizeof(tcp_hdr_t) - c->tx_hdr_left, c->tx_hdr_left};
+    iov[n++] =
+        (struct iovec){(char *)&c->tx_hdr + sizeof(tcp_hdr_t) - c->tx_hdr_left, c->tx_hdr_left};
   iov[n++] = (struct iovec){(void *)buf, c->tx_left};
   struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
   ssize_t k = sendmsg(c->tx_fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -212,8 +213,10 @@ static size_t tcp_recv_into(conn_t *conn, void *buf, size_t bytes) {
   if (rx_header(c) != 1) return 0;
   if (c->rx_got == 0 && c->rx_hdr.bytes != bytes) {
     char what[160];
-    snprintf(what, sizeof(what), "a piece of %u bytes where %zu were due (ranks called "
-             "different collectives, counts or types?)", c->rx_hdr.bytes, bytes);
+    snprintf(what, sizeof(what),
+             "a piece of %u bytes where %zu were due (ranks called "
+             "different collectives, counts or types?)",
+             c->rx_hdr.bytes, bytes);
     conn_fail(c, -1, what);
     return 0;
   }
@@ -282,7 +285,8 @@ static void send_bye(tcp_conn_t *c, uint64_t deadline) {
   for (int k = 0; whole && k < c->nsocks; k++) {
     size_t off = 0;
     while (off < sizeof(bye)) {
-      ssize_t n = send(c->fds[k], (char *)&bye + off, sizeof(bye) - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+      ssize_t n =
+          send(c->fds[k], (char *)&bye + off, sizeof(bye) - off, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) {
         off += (size_t)n;
         continue;

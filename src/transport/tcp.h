@@ -86,7 +86,7 @@ typedef struct tcp_state {
   int nthreads, per_thread; /* this rank's settings */
   uint32_t nslots;
   size_t slot_bytes, fifo_bytes; /* fifo_bytes: what one socket holds in flight (0: unknown) */
-  tcp_conn_t **send, **recv; /* [nranks] */
+  tcp_conn_t **send, **recv;     /* [nranks] */
   /* filled by the accept thread, guarded by mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -103,8 +103,8 @@ static inline const char *tcp_host_of(const tcp_state_t *st, int rank) {
 tcp_state_t *tcp_state_of(struct ncclComm *comm);
 void tcp_state_unlink(tcp_state_t *st);
 ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]);
-ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob,
-                               conn_t *send, conn_t *recv);
+ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
+                               conn_t *recv);
 ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st);
 
 #endif

@@ -20,7 +20,7 @@
 #include "tcp.h"
 
 TUTTI_PARAM(SocketNthreads, "SOCKET_NTHREADS", 1)
-TUTTI_PARAM(NsocksPerThread, "NSOCKS_PERTHREAD", 1) /* TUTTI_NSOCKS is the short name */
+TUTTI_PARAM(NsocksPerThread, "NSOCKS_PERTHREAD", 1)     /* TUTTI_NSOCKS is the short name */
 TUTTI_PARAM(TcpSlotBytes, "TCP_SLOT_BYTES", 256 * 1024) /* smaller: the piece stays in cache */
 TUTTI_PARAM(TcpSlots, "TCP_NSLOTS", 16)
 /* SO_SNDBUF and SO_RCVBUF. The kernel's buffers are the FIFO of a connection (the engine sends
@@ -29,8 +29,9 @@ TUTTI_PARAM(TcpSlots, "TCP_NSLOTS", 16)
 TUTTI_PARAM(SocketBufBytes, "SOCKET_BUFFER", 4 * 1024 * 1024)
 
 static int socket_buffer(const tcp_state_t *st) {
-  return (int)TUTTI_MIN(TUTTI_MAX((size_t)tutti_param_SocketBufBytes(), st->nslots * st->slot_bytes),
-                        (size_t)1 << 30);
+  return (int)TUTTI_MIN(
+      TUTTI_MAX((size_t)tutti_param_SocketBufBytes(), st->nslots * st->slot_bytes),
+      (size_t)1 << 30);
 }
 
 /* ---- which state belongs to which communicator (comm.h has no slot for it) ---- */
@@ -147,7 +148,8 @@ static void fit_kernel_fifo(tcp_state_t *st) {
   st->nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(fifo / st->slot_bytes, 2), TCP_MAX_SLOTS);
   INFO(SUB_NET | SUB_INIT,
        "tcp: socket buffers hold only %zu bytes per socket here (net.core.wmem_max / rmem_max): "
-       "%u slots of %zu bytes (raise them for speed)", st->fifo_bytes, st->nslots, st->slot_bytes);
+       "%u slots of %zu bytes (raise them for speed)",
+       st->fifo_bytes, st->nslots, st->slot_bytes);
 }
 
 /* A connection's FIFO depth in slots: what its sockets hold, at most TCP_NSLOTS. */
@@ -255,8 +257,8 @@ static tcp_conn_t *conn_new(tcp_state_t *st, int peer, int is_send, int nsocks, 
   return c;
 }
 
-ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob,
-                                conn_t *send, conn_t *recv) {
+ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
+                               conn_t *recv) {
   tcp_state_t *st = tcp_state_of(comm);
   tcp_blob_t b;
   memcpy(&b, peer_blob, sizeof(b));
@@ -306,12 +308,11 @@ ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
                          "rank %d (host %s): rank %d (host %s) did not open its "
                          "data connection %d of %d to %s (%s) within TUTTI_INIT_TIMEOUT: check "
                          "that this address is reachable from there (TUTTI_SOCKET_IFNAME)",
-                         comm->rank, tcp_host_of(st, comm->rank), p, tcp_host_of(st, p), k, c->nsocks,
-                         sock_addr_str(&st->addr, a, sizeof(a)), st->ifname);
+                         comm->rank, tcp_host_of(st, comm->rank), p, tcp_host_of(st, p), k,
+                         c->nsocks, sock_addr_str(&st->addr, a, sizeof(a)), st->ifname);
       }
       sock_set_data_options(c->fds[k], socket_buffer(st), comm->timeout_ms / 2);
     }
   }
   return ncclSuccess;
 }
-

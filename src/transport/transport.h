@@ -59,7 +59,7 @@ typedef struct transport {
   size_t (*send_from)(conn_t *conn, const void *buf, size_t bytes);
   size_t (*recv_into)(conn_t *conn, void *buf, size_t bytes);
   /* Optional: sleeps until the connection can probably move (send: room; receive: a piece),
-   * at most timeout_ns; the engine calls it instead of yielding once it stopped spinning. */
+   * at most timeout_ns; the engine then calls it instead of spinning, yielding or sleeping. */
   void (*wait)(conn_t *conn, int send, uint64_t timeout_ns);
   const void *(*recv_slot)(conn_t *conn, size_t *bytes);
   void (*recv_done)(conn_t *conn);
