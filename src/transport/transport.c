@@ -100,8 +100,8 @@ void transport_mark_failed(ncclComm_t comm) {
   for (int t = 0; t < NTRANSPORTS; t++) transports[t]->mark_failed(comm);
 }
 
-/* In reverse table order: tcp's helper threads may still report a failure (which marks every
- * transport failed) until tcp_close has joined them, so shm must outlive them. */
+/* In reverse table order: closing tcp may still report a failure (which marks every transport
+ * failed, shm included), so shm must outlive it. */
 void transport_close_all(ncclComm_t comm) {
   for (int t = NTRANSPORTS - 1; t >= 0; t--) transports[t]->close(comm);
   free(comm->send_conn);
