@@ -229,8 +229,9 @@ TEST_F(TrainerDdpQuick, ShardedOptimizerWithTailsEqualsOneRank) {
 // On 2 ranks a reduce-scatter and an all-reduce add the same two numbers, so the sharded
 // optimizer must give the replicated one's bytes after every step.
 TEST_F(TrainerDdpQuick, ShardedOptimizerEqualsReplicatedBitForBit) {
-  std::string args = "--model mlp --epochs 1 --batch 16 --train-limit 1024 --test-limit 100 "
-                     "--bucket-mb 0.5 --dump ";
+  std::string args =
+      "--model mlp --epochs 1 --batch 16 --train-limit 1024 --test-limit 100 "
+      "--bucket-mb 0.5 --dump ";
   std::string out = train(2, args + path("sharded"));
   EXPECT_NE(out.find("optimizer sharded"), std::string::npos) << out;
   out = train(2, args + path("replicated") + " --no-shard-optim");
@@ -238,7 +239,8 @@ TEST_F(TrainerDdpQuick, ShardedOptimizerEqualsReplicatedBitForBit) {
   expect_ranks_identical(path("sharded"), 2, 1024 / 32);
   expect_ranks_identical(path("replicated"), 2, 1024 / 32);
   EXPECT_EQ(read_lines(path("sharded.rank0.trace")), read_lines(path("replicated.rank0.trace")));
-  auto a = read_floats(path("sharded.rank0.params")), b = read_floats(path("replicated.rank0.params"));
+  auto a = read_floats(path("sharded.rank0.params")),
+       b = read_floats(path("replicated.rank0.params"));
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }

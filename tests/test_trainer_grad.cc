@@ -109,8 +109,10 @@ TEST(TrainerGradCheck, LinearBackwardAccumulatesParameterGradients) {
   for (size_t i = 0; i < once.size(); i++) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
   // accumulate = 0 overwrites whatever was there: the same values as from zeros
   Vec over(OUT * IN, 1e3f), db_once(OUT, 0.0f), db_over(OUT, -1e3f);
-  linear_backward(nullptr, once.data(), db_once.data(), R.data(), x.data(), w.data(), B, IN, OUT, 0);
-  linear_backward(nullptr, over.data(), db_over.data(), R.data(), x.data(), w.data(), B, IN, OUT, 0);
+  linear_backward(nullptr, once.data(), db_once.data(), R.data(), x.data(), w.data(), B, IN, OUT,
+                  0);
+  linear_backward(nullptr, over.data(), db_over.data(), R.data(), x.data(), w.data(), B, IN, OUT,
+                  0);
   for (size_t i = 0; i < once.size(); i++) EXPECT_EQ(over[i], once[i]) << i;
   for (int i = 0; i < OUT; i++) EXPECT_EQ(db_over[i], db_once[i]) << i;
 }

@@ -9,7 +9,13 @@
 
 #define DDP_QUEUE 64
 
-typedef enum { JOB_ALLREDUCE, JOB_REDUCE_SCATTER, JOB_ALLGATHER, JOB_BROADCAST, JOB_STOP } job_kind_t;
+typedef enum {
+  JOB_ALLREDUCE,
+  JOB_REDUCE_SCATTER,
+  JOB_ALLGATHER,
+  JOB_BROADCAST,
+  JOB_STOP
+} job_kind_t;
 
 typedef struct {
   job_kind_t kind;
@@ -30,8 +36,8 @@ struct ddp {
   int bucket_of[MODEL_MAX_TENSORS]; /* tensor -> bucket */
   /* per backward: */
   int sync;
-  int pending[DDP_MAX_BUCKETS]; /* tensors of the bucket still without their final gradient */
-  int next_bucket;              /* buckets are launched in this order, never out of it */
+  int pending[DDP_MAX_BUCKETS];     /* tensors of the bucket still without their final gradient */
+  int next_bucket;                  /* buckets are launched in this order, never out of it */
   long gather_job[DDP_MAX_BUCKETS]; /* sharded: FIFO number of the bucket's parameter all-gather
                                        still to wait for; -1: none */
   /* the FIFO, guarded by lock: */
@@ -296,8 +302,7 @@ static void gather_slices(ddp_t *d, float *a) {
  * and first layers; on_params_needed waits for each bucket before its first use. */
 static void gather_params(ddp_t *d) {
   for (int b = d->nbuckets - 1; b >= 0; b--)
-    if (d->buckets[b].slice)
-      d->gather_job[b] = submit_job(d, gather_job(d, b, d->model->params));
+    if (d->buckets[b].slice) d->gather_job[b] = submit_job(d, gather_job(d, b, d->model->params));
 }
 
 void ddp_optimizer_step(ddp_t *d, optim_t *o, float lr) {

@@ -139,16 +139,19 @@ static void c1_transpose(float *wt, const float *w, int taps, int OC) {
  * a variant with OC = 32 (conv1's), where the channel loop is two AVX-512 vectors, and a
  * generic one. Pixels go four at a time, their channels in registers across all the taps, so
  * each tap's weights are loaded once per four pixels and nothing is stored until the end. */
-static inline __attribute__((always_inline)) void c1_row_forward(
-    float *restrict o, const float *restrict pad, const float *restrict wt,
-    const float *restrict b, int y, int W, int K, int OC) {
+static inline __attribute__((always_inline)) void c1_row_forward(float *restrict o,
+                                                                 const float *restrict pad,
+                                                                 const float *restrict wt,
+                                                                 const float *restrict b, int y,
+                                                                 int W, int K, int OC) {
   int PW = W + K - 1, x = 0;
   for (; x + 4 <= W; x += 4) {
     float a0[OC], a1[OC], a2[OC], a3[OC];
     for (int oc = 0; oc < OC; oc++) a0[oc] = a1[oc] = a2[oc] = a3[oc] = b[oc];
     for (int ky = 0; ky < K; ky++)
       for (int kx = 0; kx < K; kx++) {
-        const float *restrict p = pad + (y + ky) * PW + x + kx, *restrict wk = wt + (ky * K + kx) * OC;
+        const float *restrict p = pad + (y + ky) * PW + x + kx, *restrict wk =
+                                                                    wt + (ky * K + kx) * OC;
         for (int oc = 0; oc < OC; oc++) {
           a0[oc] += p[0] * wk[oc], a1[oc] += p[1] * wk[oc];
           a2[oc] += p[2] * wk[oc], a3[oc] += p[3] * wk[oc];
@@ -193,8 +196,8 @@ static void conv_c1_forward(float *out, const float *inp, const float *w, const 
  * taps. */
 static inline __attribute__((always_inline)) void c1_row_dw(float *restrict dwt,
                                                             const float *restrict d,
-                                                            const float *restrict pad, int y,
-                                                            int W, int K, int OC) {
+                                                            const float *restrict pad, int y, int W,
+                                                            int K, int OC) {
   int PW = W + K - 1;
   for (int ky = 0; ky < K; ky++) {
     const float *restrict row = pad + (y + ky) * PW;
@@ -245,11 +248,12 @@ static void c1_dinp(float *dinp, float *dpad, const float *d, const float *wt, c
         for (int oc = 0; oc < OC; oc++) sum += d[(y * s.W + x) * OC + oc] * wt[t * OC + oc];
         dpad[(y + t / s.K) * PW + x + t % s.K] += sum;
       }
-  for (int y = 0; y < s.H; y++) memcpy(dinp + y * s.W, dpad + (y + P) * PW + P, s.W * sizeof(float));
+  for (int y = 0; y < s.H; y++)
+    memcpy(dinp + y * s.W, dpad + (y + P) * PW + P, s.W * sizeof(float));
 }
 
-static void conv_c1_backward(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, conv_shape_t s, int accumulate) {
+static void conv_c1_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, conv_shape_t s, int accumulate) {
   float pad[C1_MAX_PAD] __attribute__((aligned(64))), wt[C1_MAX_WT] __attribute__((aligned(64)));
   float dwt[C1_MAX_WT] __attribute__((aligned(64)));
   int taps = s.K * s.K;

@@ -201,7 +201,8 @@ static void mlp_forward(model_t *m, const float *x, int B) {
 static void mlp_backward(model_t *m, int B, int acc) {
   mlp_params_t *p = &m->p.mlp, *g = &m->g.mlp;
   mlp_acts_t *a = &m->a.mlp;
-  linear_backward(a->dh2, g->fc3w, g->fc3b, m->dlogits, a->h2, p->fc3w, B, MLP_H2, DATA_CLASSES, acc);
+  linear_backward(a->dh2, g->fc3w, g->fc3b, m->dlogits, a->h2, p->fc3w, B, MLP_H2, DATA_CLASSES,
+                  acc);
   grads_ready(m, 4, 2);
   maybe_dropout_backward(m, a->dh2, a->mask2, (long)B * MLP_H2);
   relu_backward(a->dh2, a->dh2, a->h2, (long)B * MLP_H2);
@@ -242,7 +243,8 @@ static void cnn_backward(model_t *m, int B, int acc) {
   cnn_params_t *p = &m->p.cnn, *g = &m->g.cnn;
   cnn_acts_t *a = &m->a.cnn;
   conv_shape_t s1 = {B, 28, 28, 1, CNN_C1, CNN_K}, s2 = {B, 14, 14, CNN_C1, CNN_C2, CNN_K};
-  linear_backward(a->df1, g->fc2w, g->fc2b, m->dlogits, a->f1, p->fc2w, B, CNN_FC, DATA_CLASSES, acc);
+  linear_backward(a->df1, g->fc2w, g->fc2b, m->dlogits, a->f1, p->fc2w, B, CNN_FC, DATA_CLASSES,
+                  acc);
   grads_ready(m, 6, 2);
   maybe_dropout_backward(m, a->df1, a->mask1, (long)B * CNN_FC);
   relu_backward(a->df1, a->df1, a->f1, (long)B * CNN_FC);

@@ -17,8 +17,8 @@ typedef struct {
   int64_t t; /* adamw: steps taken, for bias correction */
   /* this step's constants, set by optim_begin_step: */
   float lr, step_size, decay, inv_bc2_sqrt;
-  float *m;  /* (n) sgd: momentum buffer; adamw: first moment */
-  float *v;  /* (n) adamw: second moment; NULL for sgd */
+  float *m; /* (n) sgd: momentum buffer; adamw: first moment */
+  float *v; /* (n) adamw: second moment; NULL for sgd */
 } optim_t;
 
 int optim_parse(const char *name, optim_kind_t *kind);

@@ -435,8 +435,8 @@ static void print_profile(const trainer_t *t, double comm_s, double comm_cpu_s) 
   double steps = (double)(t->global_step - t->steady_step0);
   if (t->steady_t0 <= 0 || steps <= 0) return;
   char line[512];
-  int n = snprintf(line, sizeof(line), "profile rank %d, ms per step over %.0f steps:", t->rank,
-                   steps);
+  int n =
+      snprintf(line, sizeof(line), "profile rank %d, ms per step over %.0f steps:", t->rank, steps);
   for (int p = 0; p < PHASES; p++)
     n += snprintf(line + n, sizeof(line) - (size_t)n, " %s %.3f", phase_names[p],
                   1e3 * t->phase_s[p] / steps);
