@@ -104,6 +104,14 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
   // 64 MiB: hier = 6 a_shm + 1.5 S/b_shm + 2 a_net + (S/4)/b_net, far below the flat ring on
   // the network (14 a_net + 1.75 S/b_net).
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
+  // Small sizes across hosts: one-shot pays one network latency per peer (7 a_net = 140 us +
+  // 56 bytes), recursive doubling log2(8) = 3 (60 us + 4 x 1.5 x 3 x 8 bytes): rd beats it.
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_ONESHOT, 8), 140.0 + 56 / 1e3);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 8), 60.0 + 144 / 1e3);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 8, bit(ALGO_ONESHOT) | bit(ALGO_RD), 0).algo,
+            ALGO_RD);
+  // 1 MiB with 4 ranks per host: rhd's bytes share the NIC 4 ways, so it loses to hier.
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
   // A mask that implements nothing for the collective falls back to the best of all.
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLGATHER, 1 << 20, bit(ALGO_TREE), 0).algo, ALGO_RHD);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLTOALL, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);

@@ -6,10 +6,12 @@
  * D = floor(log2 n), k = floor(log2 n), p2 = 2^k, f = 1 when n is not a power of two:
  *
  *   all-reduce  ring     2(n-1) a + 2(n-1)/n S/b
- *               oneshot  a + (n-1) S/b               (S fits one slot and ONESHOT_MAX_BYTES)
+ *               oneshot  a + (n-1) S/b               (S fits one slot and ONESHOT_MAX_BYTES;
+ *                                                    across hosts (n-1) a: one message per peer)
  *               tree     2(D+1) a + 2 S/b            (interior rank: half up, two halves down)
  *               rhd      (2k+2f) a + x (2(p2-1)/p2 + 2f) S/b      x = 1.5 (XCHG below)
  *               rd       (k+2f) a + x (k+2f) S/b
+ *               (rhd and rd across hosts with m ranks each: S/b times m, the NIC is shared)
  *               hier     2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + 2(H-1)/H (S/m)/b_net
  *   broadcast / reduce   chain (n-1) a + S/b;   tree (D+1) a + 2 S/b
  *   all-gather / reduce-scatter (S = all n blocks)   ring (n-1) a + (n-1)/n S/b;
@@ -155,21 +157,27 @@ static double cost(const tuner_level_t *l, double hops, double bytes) {
   return hops * l->lat_us + bytes / (l->gbps * 1e3);
 }
 
+/* Ranks of one host whose exchange steps cross the network at the same time share its NIC
+ * (tutti-sim finds rhd 1.7-7x slower than ring or hier from 64 ranks on without this). */
+static double nic_share(const tuner_topo_t *t) {
+  return t->nhosts > 1 && t->local_size > 1 ? (double)t->local_size : 1.0;
+}
+
 static double allreduce_us(const tuner_model_t *m, const tuner_topo_t *t, algo_t a, double S,
                            const tuner_level_t *l) {
   int n = t->nranks, k = rhd_log2(n), p2 = 1 << k, f = p2 != n, D = tree_depth(n);
   switch (a) {
     case ALGO_RING:
       return cost(l, 2.0 * (n - 1), 2.0 * (n - 1) / n * S);
-    case ALGO_ONESHOT:
+    case ALGO_ONESHOT: /* across hosts its n-1 messages leave one after the other */
       if (n < 2 || S > (double)t->slot_bytes || S > (double)t->oneshot_max_bytes) return -1;
-      return cost(l, 1, (n - 1) * S);
+      return cost(l, t->nhosts > 1 ? n - 1 : 1, (n - 1) * S);
     case ALGO_TREE:
       return cost(l, 2.0 * (D + 1), 2 * S);
-    case ALGO_RHD:
-      return cost(l, 2.0 * k + 2 * f, XCHG * (2.0 * (p2 - 1) / p2 + 2 * f) * S);
+    case ALGO_RHD: /* its long-distance steps send from every rank of a host through one NIC */
+      return cost(l, 2.0 * k + 2 * f, nic_share(t) * XCHG * (2.0 * (p2 - 1) / p2 + 2 * f) * S);
     case ALGO_RD:
-      return cost(l, (double)k + 2 * f, XCHG * ((double)k + 2 * f) * S);
+      return cost(l, (double)k + 2 * f, nic_share(t) * XCHG * ((double)k + 2 * f) * S);
     case ALGO_HIER: {
       if (!t->hier_ok || t->nhosts < 2) return -1;
       int mm = t->local_size, H = t->nhosts;
