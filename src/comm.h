@@ -43,6 +43,7 @@ struct ncclComm {
   int local_rank, local_size; /* ranks sharing this rank's host */
   int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */
   int hier_ok;                /* hier_applicable(host_of_rank, nranks) */
+  int nhosts;                 /* distinct hosts among the ranks */
   int oversubscribed;         /* more local ranks than CPUs: poll politely */
   int cuda_dev;
   uint64_t id_hash;           /* names this communicator's shared resources */

@@ -139,12 +139,6 @@ static ncclResult_t submit(const call_t *c) {
 
 /* ---- algorithm choice: the tuner (algos/tuner.c) ---- */
 
-static int count_hosts(ncclComm_t comm) {
-  int h = 0;
-  for (int r = 0; r < comm->nranks; r++) h += comm->host_of_rank[r] == r; /* a host's first rank */
-  return h;
-}
-
 /* TUNING lines once per distinct (communicator, collective, size), not on every call. */
 static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
   static TUTTI_TLS struct { const void *comm; size_t bytes; int coll; } seen[64];
@@ -162,7 +156,7 @@ static tuner_choice_t choose_algo(ncclComm_t comm, const pending_t *p) {
   if (c == COLL_SEND || c == COLL_RECV) return (tuner_choice_t){ALGO_P2P, comm->chunk_bytes, 0};
   size_t bytes = p->args.count * p->ctx.esize;
   if (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER) bytes *= (size_t)comm->nranks;
-  tuner_topo_t t = {.nranks = comm->nranks, .nhosts = count_hosts(comm),
+  tuner_topo_t t = {.nranks = comm->nranks, .nhosts = comm->nhosts,
                     .local_size = comm->local_size, .hier_ok = comm->hier_ok,
                     .slot_bytes = comm->slot_bytes, .chunk_bytes = comm->chunk_bytes,
                     .scratch_bytes = comm->scratch_bytes,

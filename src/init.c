@@ -214,10 +214,12 @@ static void comm_topology(ncclComm_t c) {
     c->local_size++;
   }
   c->oversubscribed = ncpu > 0 && c->local_size > ncpu;
+  c->nhosts = 0;
   for (int p = 0; p < c->nranks; p++) { /* a host is named by its first rank */
     int q = 0;
     while (c->peers[q].host_hash != c->peers[p].host_hash) q++;
     c->host_of_rank[p] = q;
+    c->nhosts += q == p;
   }
   c->hier_ok = hier_applicable(c->host_of_rank, c->nranks);
   uint64_t h = 0xcbf29ce484222325ull;

@@ -339,15 +339,20 @@ void conv2d_backward(float *dinp, float *dw, float *db, float *cols, float *dcol
 
 /* ---------------------------------------------------------------- maxpool 2x2 */
 
+/* Window (b, y, x) of a 2x2 pool: the output offset, and the input offsets of its 4 taps. */
+static inline long pool_window(long taps[4], int b, int y, int x, int H, int W, int C) {
+  long i00 = (((long)b * H + 2 * y) * W + 2 * x) * C;
+  taps[0] = i00, taps[1] = i00 + C, taps[2] = i00 + (long)W * C, taps[3] = i00 + (long)W * C + C;
+  return (((long)b * (H / 2) + y) * (W / 2) + x) * C;
+}
+
 TRAINER_SIMD void maxpool2_forward(float *out, int32_t *arg, const float *inp, int B, int H, int W,
                                    int C) {
   int OH = H / 2, OW = W / 2;
   for (int b = 0; b < B; b++)
     for (int y = 0; y < OH; y++)
       for (int x = 0; x < OW; x++) {
-        long o = (((long)b * OH + y) * OW + x) * C;
-        long i00 = (((long)b * H + 2 * y) * W + 2 * x) * C;
-        long taps[4] = {i00, i00 + C, i00 + (long)W * C, i00 + (long)W * C + C};
+        long taps[4], o = pool_window(taps, b, y, x, H, W, C);
         for (int c = 0; c < C; c++) {
           long best = taps[0] + c;
           for (int t = 1; t < 4; t++)
@@ -365,9 +370,7 @@ TRAINER_SIMD void maxpool2_backward(float *dinp, const float *dout, const int32_
   for (int b = 0; b < B; b++)
     for (int y = 0; y < OH; y++)
       for (int x = 0; x < OW; x++) {
-        long o = (((long)b * OH + y) * OW + x) * C;
-        long i00 = (((long)b * H + 2 * y) * W + 2 * x) * C;
-        long taps[4] = {i00, i00 + C, i00 + (long)W * C, i00 + (long)W * C + C};
+        long taps[4], o = pool_window(taps, b, y, x, H, W, C);
         for (int t = 0; t < 4; t++)
           for (int c = 0; c < C; c++)
             dinp[taps[t] + c] = arg[o + c] == (int32_t)(taps[t] + c) ? dout[o + c] : 0.0f;

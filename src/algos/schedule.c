@@ -5,27 +5,26 @@
 
 #include "algos/schedule.h"
 
+/* Room for `need` steps in all (doubling, at least 64). 0, or -1 out of memory. */
+static int sched_reserve(sched_t *s, size_t need) {
+  if (need <= s->cap) return 0;
+  size_t cap = s->cap ? s->cap : 64;
+  while (cap < need) cap *= 2;
+  step_t *p = realloc(s->steps, cap * sizeof(*p));
+  if (!p) return -1;
+  s->steps = p;
+  s->cap = cap;
+  return 0;
+}
+
 int sched_push(sched_t *s, step_t st) {
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 64;
-    step_t *p = realloc(s->steps, cap * sizeof(*p));
-    if (!p) return -1;
-    s->steps = p;
-    s->cap = cap;
-  }
+  if (sched_reserve(s, s->n + 1) != 0) return -1;
   s->steps[s->n++] = st;
   return 0;
 }
 
 int sched_append(sched_t *s, const step_t *steps, size_t n) {
-  if (s->n + n > s->cap) {
-    size_t cap = s->cap ? s->cap : 64;
-    while (cap < s->n + n) cap *= 2;
-    step_t *p = realloc(s->steps, cap * sizeof(*p));
-    if (!p) return -1;
-    s->steps = p;
-    s->cap = cap;
-  }
+  if (sched_reserve(s, s->n + n) != 0) return -1;
   memcpy(s->steps + s->n, steps, n * sizeof(*steps));
   s->n += n;
   return 0;
