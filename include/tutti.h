@@ -140,6 +140,16 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
                                       ncclScalarResidence_t residence, ncclComm_t comm);
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 
+/* Memory other ranks of the host can read in place (NCCL 2.19's API). ncclMemAlloc returns
+ * shared host memory: an all-reduce whose send and receive buffers come from it on every rank
+ * of a single-host communicator reads the peers' buffers directly instead of copying through
+ * the FIFOs (TUTTI_DIRECT=0 turns that off). ncclCommRegister/ncclCommDeregister are accepted
+ * and checked for NCCL programs; on host memory they change nothing else. */
+ncclResult_t ncclMemAlloc(void **ptr, size_t size);
+ncclResult_t ncclMemFree(void *ptr);
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
+
 /* Collectives. */
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,

@@ -38,6 +38,9 @@ static void bench_usage(const char *prog, int status) {
           "  -t, --nthreads <n>       threads per process: only 1 (one rank per process)\n"
           "  -g, --ngpus <n>          GPUs per thread: only 1\n"
           "  -z, --blocking <0|1>     accepted for nccl-tests compatibility; host calls block\n"
+          "  -R, --local_register <0|1>  1: send and receive buffers from ncclMemAlloc,\n"
+          "                           registered with ncclCommRegister, which same-host ranks\n"
+          "                           read in place (tutti's programs only; 0)\n"
           "      --iter-bytes <n>     tutti extension: at each size run iter-bytes/size\n"
           "                           iterations, at least %d and at most -n\n"
           "  -h, --help               this text\n",
@@ -128,6 +131,7 @@ static const struct option bench_long_opts[] = {
     {"nthreads", required_argument, NULL, 't'},
     {"ngpus", required_argument, NULL, 'g'},
     {"blocking", required_argument, NULL, 'z'},
+    {"local_register", required_argument, NULL, 'R'},
     {"help", no_argument, NULL, 'h'},
     {"iter-bytes", required_argument, NULL, BENCH_OPT_ITER_BYTES},
     {"coll", required_argument, NULL, BENCH_OPT_COLL},
@@ -202,6 +206,13 @@ static void bench_apply(int c, const char *arg, const char *prog, bench_opts_t *
     case 'z':
       o->blocking = bench_int_arg(prog, "-z", arg, 0) != 0;
       break;
+    case 'R':
+      o->reg = bench_int_arg(prog, "-R", arg, 0);
+      if (o->reg > 1) {
+        fprintf(stderr, "%s: -R %d: only 0 and 1 exist on host memory\n", prog, o->reg);
+        exit(2);
+      }
+      break;
     case BENCH_OPT_COLL:
       o->coll_arg = arg;
       break;
@@ -234,7 +245,7 @@ static void bench_check_threads(const char *prog, const bench_opts_t *o) {
 void bench_parse(int argc, char **argv, const char *prog, bench_opts_t *o) {
   bench_defaults(o);
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:o:d:r:a:T:J:t:g:z:h", bench_long_opts,
+  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:o:d:r:a:T:J:t:g:z:R:h", bench_long_opts,
                           NULL)) != -1)
     bench_apply(c, optarg, prog, o);
   if (optind < argc) {

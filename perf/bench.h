@@ -21,6 +21,7 @@ typedef struct bench_opts {
   int agg_iters;         /* -m: calls per timed iteration, aggregated in one group */
   int check;             /* -c: checked calls per size (0: no check) */
   int blocking;          /* -z: accepted, host calls are always blocking */
+  int reg;               /* -R: 1 = buffers from ncclMemAlloc, registered (tutti programs) */
   int root;              /* -r, for rooted collectives; BENCH_ROOT_ALL for "all" */
   int average;           /* -a: time across ranks, 0 rank 0, 1 mean, 2 min, 3 max */
   int timeout_s;         /* -T: a call that has not returned after this long aborts the run */

@@ -180,6 +180,7 @@ typedef struct perf_state {
   int rank, nranks;
   void *send, *recv, *scratch;
   size_t send_bytes, recv_bytes;
+  void *send_handle, *recv_handle; /* -R 1: ncclCommRegister handles */
   double *sync;       /* PERF_SYNC_DOUBLES: barrier word and the aggregations */
   char activity[192]; /* the call being timed, for the watchdog's message */
   char **hosts;       /* per rank, for the JSON */
@@ -393,15 +394,33 @@ static void perf_alloc_buffers(perf_state_t *st, int t0, int nt) {
     if (k.send_count * ts > st->send_bytes) st->send_bytes = k.send_count * ts;
     if (perf_recv_elems(&k) * ts > st->recv_bytes) st->recv_bytes = perf_recv_elems(&k) * ts;
   }
-  st->send = bench_alloc(st->send_bytes);
-  st->recv = bench_alloc(st->recv_bytes);
+  if (st->opts.reg) { /* -R 1: memory the other ranks of the host can read in place */
+    PERF_WATCHED(st->comm, "ncclMemAlloc", ncclMemAlloc(&st->send, st->send_bytes));
+    PERF_WATCHED(st->comm, "ncclMemAlloc", ncclMemAlloc(&st->recv, st->recv_bytes));
+    memset(st->send, 0, st->send_bytes);
+    memset(st->recv, 0, st->recv_bytes);
+    PERF_WATCHED(st->comm, "ncclCommRegister",
+                 ncclCommRegister(st->comm, st->send, st->send_bytes, &st->send_handle));
+    PERF_WATCHED(st->comm, "ncclCommRegister",
+                 ncclCommRegister(st->comm, st->recv, st->recv_bytes, &st->recv_handle));
+  } else {
+    st->send = bench_alloc(st->send_bytes);
+    st->recv = bench_alloc(st->recv_bytes);
+  }
   st->scratch = bench_alloc(PERF_CHECK_CHUNK * sizeof(double));
   st->sync = bench_alloc(PERF_SYNC_DOUBLES * sizeof(double));
 }
 
 static void perf_free_buffers(perf_state_t *st) {
-  bench_free(st->send, st->send_bytes);
-  bench_free(st->recv, st->recv_bytes);
+  if (st->opts.reg) {
+    PERF_WATCHED(st->comm, "ncclCommDeregister", ncclCommDeregister(st->comm, st->send_handle));
+    PERF_WATCHED(st->comm, "ncclCommDeregister", ncclCommDeregister(st->comm, st->recv_handle));
+    PERF_WATCHED(st->comm, "ncclMemFree", ncclMemFree(st->send));
+    PERF_WATCHED(st->comm, "ncclMemFree", ncclMemFree(st->recv));
+  } else {
+    bench_free(st->send, st->send_bytes);
+    bench_free(st->recv, st->recv_bytes);
+  }
   bench_free(st->scratch, PERF_CHECK_CHUNK * sizeof(double));
   bench_free(st->sync, PERF_SYNC_DOUBLES * sizeof(double));
 }

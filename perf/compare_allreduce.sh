@@ -36,6 +36,9 @@ usage: $(basename "$0") [options]
   -K dir     keep every run's raw output in dir
   -A dir     run nothing: summarize the outputs kept earlier with -K dir (same -p)
   -T s       kill a run after s seconds (600)
+  -M         tutti's buffers from ncclMemAlloc (all_reduce_perf -R 1): memory the other
+             ranks of the host map, so an all-reduce reads the peers' buffers in place instead
+             of copying through the FIFOs (Open MPI's buffers stay as they are)
   -R prio    run both programs under SCHED_FIFO priority prio (chrt -f; needs root): on a
              machine shared with other work this keeps the other processes off the two cores
              while a run lasts, for both systems alike (the kernel still leaves them 5%)
@@ -45,14 +48,14 @@ EOF
 }
 
 build="" nranks=2 reps=5 minb=8 maxb=256M factor=2 iters=1000 iter_bytes=512M warmup=5
-place=out json="" keep="" run_timeout=600 analyze="" rt=""
-while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:h" opt; do
+place=out json="" keep="" run_timeout=600 analyze="" rt="" memalloc=()
+while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:Mh" opt; do
   case $opt in
     B) build=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;;
     b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
     n) iters=$OPTARG ;; I) iter_bytes=$OPTARG ;; w) warmup=$OPTARG ;;
     P) place=$OPTARG ;; J) json=$OPTARG ;; K) keep=$OPTARG ;; A) analyze=$OPTARG ;;
-    T) run_timeout=$OPTARG ;; R) rt=$OPTARG ;;
+    T) run_timeout=$OPTARG ;; R) rt=$OPTARG ;; M) memalloc=(-R 1) ;;
     h) usage 0 ;; *) usage 2 ;;
   esac
 done
@@ -100,7 +103,7 @@ rt_cmd=()
 
 run_tutti() {
   timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/tutti-run" -n "$nranks" "${tbind[@]}" -- \
-    "$bindir/all_reduce_perf" "${perf_args[@]}"
+    "$bindir/all_reduce_perf" "${perf_args[@]}" "${memalloc[@]}"
 }
 run_ompi() {
   timeout -k 10 "$run_timeout" "${rt_cmd[@]}" mpirun -np "$nranks" --allow-run-as-root "${bind[@]}" \
@@ -123,14 +126,14 @@ run_one() {
 }
 
 if [[ -z $analyze ]]; then
-  echo "# comparing all_reduce: $nranks ranks, ${perf_args[*]}, $reps repetitions${rt:+, under chrt -f $rt}" >&2
+  echo "# comparing all_reduce: $nranks ranks, ${perf_args[*]}, $reps repetitions${rt:+, under chrt -f $rt}${memalloc:+, tutti with ncclMemAlloc buffers (-R 1)}" >&2
   for ((rep = 1; rep <= reps; rep++)); do
     if ((rep % 2)); then order=(tutti ompi); else order=(ompi tutti); fi
     for lib in "${order[@]}"; do run_one "$lib" "$rep"; done
   done
 fi
 
-"$PY" - "$outdir" "$reps" "$place" "$nranks" "$json" "${perf_args[*]}" <<'PYEOF'
+"$PY" - "$outdir" "$reps" "$place" "$nranks" "$json" "${perf_args[*]}${memalloc:+ (tutti: -R 1)}" <<'PYEOF'
 import json, statistics, sys
 
 outdir, reps, place, nranks, json_path, args = sys.argv[1:7]

@@ -403,6 +403,10 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p.nranks);
   bench_parse(argc, argv, "mpi_perf", &p.opts);
+  if (p.opts.reg) {
+    fprintf(stderr, "mpi_perf: -R (ncclMemAlloc buffers) is for tutti's programs\n");
+    return 2;
+  }
   mpi_check_args(&p);
   mpi_alloc(&p);
   mpi_print_ranks(&p);

@@ -54,6 +54,8 @@ struct ncclComm {
   conn_t *send_conn;          /* [nranks]: to peer */
   conn_t *recv_conn;          /* [nranks]: from peer */
   void *shm;                  /* shm transport state */
+  void *memreg;               /* other processes' ncclMemAlloc regions mapped here (memreg.c) */
+  struct direct_state *direct; /* direct all-reduce state (direct.c) */
 
   pthread_mutex_t lock;       /* one operation at a time on this communicator */
   volatile int abort_flag;    /* set by ncclCommAbort (any thread) */

@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include "copy.h"
+#include "direct.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -114,6 +115,11 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
   while (lane_flush(l, &moved) && l->cur < l->nsteps) {
     const step_t *st = &l->steps[l->cur];
     const op_ctx_t *o = &ops[st->op];
+    if (st->flags & STEP_DIRECT) {
+      int r = direct_advance(l, o, st, &moved);
+      if (r <= 0) return r < 0 ? -1 : moved;
+      continue;
+    }
     size_t left = st->count - l->pos, es = o->esize, n = left;
     if (left == 0) {
       l->cur++, l->pos = 0;

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "direct.h"
 #include "group.h"
 
 #define API __attribute__((visibility("default")))
@@ -247,8 +248,15 @@ ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
   sched_t *col = &comm->sched_scratch, *lanes = comm->p2p_lanes;
   int n = comm->nranks;
   size_t first = col->n;
+  int direct = !reuse && direct_eligible(comm, p->args.coll, p->ctx.algo, p->args.count, es,
+                                         &p->ctx.rop);
+  if (direct && sched_push(col, (step_t){.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND,
+                                          .dst_buf = BUF_RECV, .flags = STEP_DIRECT,
+                                          .count = p->args.count}) != 0)
+    return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
   int rc = reuse ? sched_append(col, comm->plan.steps.steps, comm->plan.steps.n)
                  : sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, lanes);
+  if (direct && rc == 0) col->steps[first].dst_off = col->n - first - 1;
   if (rc == 0 && !reuse) plan_save(comm, p, col, first);
   if (rc == -2)
     return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",

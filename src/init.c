@@ -9,6 +9,7 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "direct.h"
 #include "topology/topo.h"
 
 #define API __attribute__((visibility("default")))
@@ -191,6 +192,7 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
 }
 
 static void comm_free(ncclComm_t c) {
+  direct_free(c);
   transport_close_all(c);
   bootstrap_close(c, 0);
   sched_free(&c->sched_scratch);
@@ -254,9 +256,11 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   tutti_log_set_rank(rank);
   tutti_log_settings();
   TUTTI_CHECK(comm_alloc(&c, nranks, rank));
-  snprintf(c->peers[rank].settings, sizeof(c->peers[rank].settings), "shm=%s/%s",
+  snprintf(c->peers[rank].settings, sizeof(c->peers[rank].settings), "shm=%s/%s direct=%s/%s",
            tutti_getenv("SHM_SLOT_BYTES") ? tutti_getenv("SHM_SLOT_BYTES") : "default",
-           tutti_getenv("SHM_NSLOTS") ? tutti_getenv("SHM_NSLOTS") : "default");
+           tutti_getenv("SHM_NSLOTS") ? tutti_getenv("SHM_NSLOTS") : "default",
+           tutti_getenv("DIRECT") ? tutti_getenv("DIRECT") : "default",
+           tutti_getenv("DIRECT_MIN_BYTES") ? tutti_getenv("DIRECT_MIN_BYTES") : "default");
   c->timeout_ms = tutti_param_Timeout() * 1000;
   c->oneshot_max_bytes = (size_t)tutti_param_OneshotMaxBytes();
   tuner_parse_algo(tutti_getenv("ALGO"), c->algo_mask);

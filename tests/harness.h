@@ -203,6 +203,10 @@ inline void PrintTo(Mode m, std::ostream *os) {
 int64_t input_value(ncclDataType_t t, Op op, size_t g, int rank, int nranks);
 int64_t premul_scalar(ncclDataType_t t, int nranks);
 
+// Case buffers (CaseRun) from ncclMemAlloc instead of the heap, for every case made after the
+// call in this process and in ranks forked later (direct all-reduce tests).
+void case_buffers_from_memalloc(bool on);
+
 // One collective case on one rank: the constructor lays out and fills the buffers, issue()
 // makes the call (inside a group it only queues it), verify() checks every buffer and reports
 // through ctx.fail. Buffers live as long as the object.

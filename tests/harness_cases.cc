@@ -307,14 +307,39 @@ static const uint8_t kSentinel = 0xa5;
 static const size_t kGuard = 64;
 
 // A buffer with guard bytes on both sides, everything preset to the sentinel.
+bool g_memalloc_buffers = false;
+
+void case_buffers_from_memalloc(bool on) { g_memalloc_buffers = on; }
+
+// A case's buffer with guards on both sides: from the heap, or from ncclMemAlloc (memory the
+// other ranks of the host can map) after case_buffers_from_memalloc(true).
 struct CaseBuffer {
-  std::vector<uint8_t> mem;
+  struct Mem {
+    uint8_t *p = nullptr;
+    size_t n = 0;
+    bool shared = false;
+    explicit Mem(size_t bytes) : n(bytes) {
+      void *q = nullptr;
+      if (g_memalloc_buffers && ncclMemAlloc(&q, n) == ncclSuccess) {
+        p = static_cast<uint8_t *>(q), shared = true;
+      } else {
+        p = new uint8_t[n];
+      }
+      memset(p, kSentinel, n);
+    }
+    ~Mem() {
+      if (shared) ncclMemFree(p);
+      else delete[] p;
+    }
+    size_t size() const { return n; }
+    uint8_t &operator[](size_t i) { return p[i]; }
+  } mem;
   size_t lead, bytes;
   CaseBuffer(size_t nbytes, size_t misalign)
-      : mem(2 * kGuard + misalign + nbytes, kSentinel), lead(kGuard + misalign), bytes(nbytes) {}
+      : mem(2 * kGuard + misalign + nbytes), lead(kGuard + misalign), bytes(nbytes) {}
   std::vector<uint8_t> before;  // the whole buffer, guards included, just before the call
-  uint8_t *data() { return mem.data() + lead; }
-  void snapshot() { before = mem; }
+  uint8_t *data() { return mem.p + lead; }
+  void snapshot() { before.assign(mem.p, mem.p + mem.n); }
 };
 
 CaseRun::CaseRun(RankCtx &ctx, const Case &c)

@@ -73,7 +73,8 @@ Report *new_report() {
 // Rank 1 is SIGKILLed while all ranks loop over 4 MiB collectives: ranks 0 and 2 return an error
 // in well under the 10 s timeout (a dead process on this host is noticed directly), and both
 // messages name rank 1, also the rank that was waiting on rank 2 when rank 2 gave up.
-void killed_rank(bool reduce_to_root0) {
+// With `shareable`, the buffers come from ncclMemAlloc: the all-reduces are direct ones.
+void killed_rank(bool reduce_to_root0, bool shareable = false) {
   const int n = 3, victim = 1;
   Report *rep = new_report();
   ASSERT_NE(rep, nullptr);
@@ -95,14 +96,20 @@ void killed_rank(bool reduce_to_root0) {
       Mode::kProcs, n,
       [&](RankCtx &ctx) {
         const size_t count = 1 << 20;
-        std::vector<float> in(count, 1.0f + ctx.rank), out(count);
+        std::vector<float> heap_in(shareable ? 0 : count, 1.0f + ctx.rank), heap_out(count);
+        float *in = heap_in.data(), *out = heap_out.data();
+        if (shareable) {
+          RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&in), count * 4) == ncclSuccess &&
+                      ncclMemAlloc(reinterpret_cast<void **>(&out), count * 4) == ncclSuccess,
+                 "ncclMemAlloc");
+          if (!ctx.ok()) return;
+          for (size_t i = 0; i < count; i++) in[i] = 1.0f + ctx.rank;
+        }
         bool check = !reduce_to_root0 || ctx.rank == 0;
         for (int it = 0; it < 100000; it++) {
           ncclResult_t rc = reduce_to_root0
-                                ? ncclReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, 0,
-                                             ctx.comm, nullptr)
-                                : ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum,
-                                                ctx.comm, nullptr);
+                                ? ncclReduce(in, out, count, ncclFloat32, ncclSum, 0, ctx.comm, nullptr)
+                                : ncclAllReduce(in, out, count, ncclFloat32, ncclSum, ctx.comm, nullptr);
           if (rc != ncclSuccess) {
             record_error(ctx, rep, rc);
             break;
@@ -138,6 +145,11 @@ TEST(Failure, KilledRankIsReportedByEveryOtherRank) {
 // which fails because rank 1 died; rank 0's message must still name rank 1.
 TEST(Failure, KilledRankIsNamedByRanksThatNeverWaitOnIt) {
   killed_rank(true);
+}
+
+// The same inside direct all-reduces (buffers from ncclMemAlloc, read in place by the peers).
+TEST(Failure, KilledRankIsReportedDuringDirectAllReduce) {
+  killed_rank(false, true);
 }
 
 // ---------------------------------------------------------------- a rank never calls

@@ -53,7 +53,8 @@ static const char *peer_str(int peer, char *buf, size_t len) {
  *      1  recv 4   send 0   recv-reduce+send  src recv+0         dst -              count 4 */
 static void dump_step(FILE *f, size_t i, const step_t *st) {
   char rp[16], sp[16], src[40], dst[40], kind[24];
-  const char *what = st->recv_peer >= 0 ? (st->flags & STEP_REDUCE ? "recv-reduce" : "recv")
+  const char *what = (st->flags & STEP_DIRECT) ? "direct"
+                     : st->recv_peer >= 0 ? (st->flags & STEP_REDUCE ? "recv-reduce" : "recv")
                      : st->send_peer >= 0 ? "send"
                      : st->flags & STEP_REDUCE ? "local-reduce" : "copy";
   snprintf(kind, sizeof(kind), "%s%s", what, st->recv_peer >= 0 && st->send_peer >= 0 ? "+send" : "");
@@ -64,6 +65,8 @@ static void dump_step(FILE *f, size_t i, const step_t *st) {
           st->src_buf == BUF_NONE ? "-" : src, (st->flags & STEP_STORE) ? dst : "-", st->count,
           st->flags & STEP_STORE ? " store" : "", st->flags & STEP_PRE ? " pre" : "",
           st->flags & STEP_POST ? " post" : "");
+  if (st->flags & STEP_DIRECT)
+    fprintf(f, "         (else the next %zu steps, through the FIFOs)\n", st->dst_off);
 }
 
 void sched_dump_range(const sched_t *s, size_t from, size_t to, int rank, const char *title,

@@ -33,7 +33,11 @@ extern "C" {
 #endif
 
 enum { BUF_SEND = 0, BUF_RECV = 1, BUF_NONE = 2, BUF_SCRATCH = 3 };
-enum { STEP_REDUCE = 1, STEP_STORE = 2, STEP_PRE = 4, STEP_POST = 8 };
+enum { STEP_REDUCE = 1, STEP_STORE = 2, STEP_PRE = 4, STEP_POST = 8, STEP_DIRECT = 16 };
+/* STEP_DIRECT (added by the engine's caller, never by an algorithm): a whole all-reduce read
+ * straight from the other ranks' buffers when every rank's buffers can be mapped (direct.c);
+ * dst_off then holds the number of steps after it that do the same through the FIFOs, run only
+ * when some rank's buffers cannot be shared. */
 
 typedef struct step {
   int32_t recv_peer; /* -1: none */

@@ -42,10 +42,15 @@ typedef struct shm_header {
   int32_t owner_rank, owner_pid;
   uint32_t nslots, local_size;
   uint64_t slot_bytes;
-  char pad[SHM_PAGE / 2 - 32];
+  char pad0[TUTTI_CACHELINE - 32];
+  volatile uint64_t direct_progress; /* direct.c: the owner's progress, one line each */
+  char pad1[TUTTI_CACHELINE - 8];
+  volatile uint64_t direct_done;
+  char pad2[SHM_PAGE / 2 - 3 * TUTTI_CACHELINE];
   volatile int32_t failed; /* set by the owner when it fails or aborts */
   char reason[512];        /* the owner's error message, written before `failed` */
 } shm_header_t;
+_Static_assert(sizeof(shm_header_t) <= SHM_PAGE, "the shm header must fit its page");
 
 #define SHM_INLINE 48
 typedef struct shm_slot_hdr {
@@ -274,6 +279,17 @@ static const char *shm_peer_reason(conn_t *c) {
   shm_end_t *e = c->priv;
   if (!shm_peer_failed(c)) return NULL;
   return (const char *)e->peer_failed + offsetof(shm_header_t, reason) - offsetof(shm_header_t, failed);
+}
+
+int shm_direct_words(struct ncclComm *comm, int rank, volatile uint64_t **progress,
+                     volatile uint64_t **done) {
+  shm_state_t *st = comm->shm;
+  if (!st || !st->seg) return -1;
+  shm_header_t *h = (shm_header_t *)(rank == comm->rank ? st->seg : st->peer_seg[rank]);
+  if (!h) return -1;
+  *progress = &h->direct_progress;
+  *done = &h->direct_done;
+  return 0;
 }
 
 static void shm_close(struct ncclComm *comm) {

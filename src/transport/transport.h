@@ -73,6 +73,10 @@ typedef struct transport {
 } transport_t;
 
 extern const transport_t shm_transport;
+/* The two words rank publishes for direct collectives (direct.c) in its shm segment, seen
+ * from this rank (its own or a same-host peer's). Returns 0, or -1 if rank has none. */
+int shm_direct_words(struct ncclComm *comm, int rank, volatile uint64_t **progress,
+                     volatile uint64_t **done);
 extern const transport_t tcp_transport;
 
 /* Picks a transport per peer and connects every pair (collective over the communicator). */

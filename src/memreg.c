@@ -1,0 +1,236 @@
+/* Shareable memory: ncclMemAlloc / ncclMemFree / ncclCommRegister / ncclCommDeregister, and
+ * the mapping of other processes' buffers for direct collectives (direct.c).
+ *
+ * ncclMemAlloc returns host memory backed by a memfd and mapped shared, so that the other
+ * ranks of the host can map the very same pages (through /proc/<pid>/fd/<fd>, which needs
+ * the same rights as reading the process's memory) and read a rank's buffers in place: an
+ * all-reduce on such buffers skips both FIFO copies. Memory from malloc cannot be shared that
+ * way, so collectives on it go through the FIFOs (ranks that are threads of one process, from
+ * ncclCommInitAll, share every buffer anyway).
+ *
+ * ncclCommRegister checks its arguments and records the buffer; on host memory it changes
+ * nothing else: what decides the path is where the memory comes from (ncclMemAlloc or not).
+ * Regions are named by a process-unique id, so a freed and reallocated region is never taken
+ * for the old one; a peer's mapping lives in a small per-communicator cache (mapping is costly
+ * on the machines this runs on: it happens once per region, not per call) until the cache
+ * evicts it or the communicator is destroyed.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "memreg.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+#define API __attribute__((visibility("default")))
+#define PEER_MAP_CACHE 32
+
+typedef struct region {
+  char *base;
+  size_t bytes;
+  int fd;
+  uint64_t id;
+} region_t;
+
+static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
+static region_t *regions;
+static int nregions, regions_cap;
+static uint64_t next_region_id = 1;
+
+int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref) {
+  uintptr_t p = (uintptr_t)ptr;
+  int found = 0;
+  pthread_mutex_lock(&regions_lock);
+  for (int i = 0; i < nregions && !found; i++) {
+    uintptr_t b = (uintptr_t)regions[i].base;
+    if (p >= b && p - b <= regions[i].bytes && bytes <= regions[i].bytes - (p - b)) {
+      *ref = (memreg_ref_t){.id = regions[i].id, .fd = regions[i].fd,
+                            .bytes = regions[i].bytes, .offset = p - b};
+      found = 1;
+    }
+  }
+  pthread_mutex_unlock(&regions_lock);
+  return found;
+}
+
+API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
+  tutti_clear_error();
+  if (!ptr) return TUTTI_ERR(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+  if (size == 0) return TUTTI_ERR(ncclInvalidArgument, "ncclMemAlloc: size is 0");
+  size_t bytes = TUTTI_ALIGN_UP(size, 4096);
+  pthread_mutex_lock(&regions_lock);
+  uint64_t id = next_region_id++;
+  pthread_mutex_unlock(&regions_lock);
+  char name[48];
+  snprintf(name, sizeof(name), "tutti-mem-%llu", (unsigned long long)id);
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0)
+    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: memfd_create failed: %s", strerror(errno));
+  if (ftruncate(fd, (off_t)bytes) != 0) {
+    int err = errno;
+    close(fd);
+    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: cannot size %zu bytes: %s", bytes, strerror(err));
+  }
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes, strerror(err));
+  }
+  pthread_mutex_lock(&regions_lock);
+  if (nregions == regions_cap) {
+    int cap = regions_cap ? 2 * regions_cap : 16;
+    region_t *r = realloc(regions, (size_t)cap * sizeof(*r));
+    if (r) regions = r, regions_cap = cap;
+  }
+  int ok = nregions < regions_cap;
+  if (ok) regions[nregions++] = (region_t){.base = p, .bytes = bytes, .fd = fd, .id = id};
+  pthread_mutex_unlock(&regions_lock);
+  if (!ok) {
+    munmap(p, bytes);
+    close(fd);
+    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: out of memory for the region table");
+  }
+  INFO(SUB_SHM, "ncclMemAlloc: %zu bytes at %p (region %llu, memfd %d)", bytes, p,
+       (unsigned long long)id, fd);
+  *ptr = p;
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclMemFree(void *ptr) {
+  tutti_clear_error();
+  if (!ptr) return TUTTI_ERR(ncclInvalidArgument, "ncclMemFree: ptr is NULL");
+  region_t r = {0};
+  pthread_mutex_lock(&regions_lock);
+  for (int i = 0; i < nregions; i++)
+    if (regions[i].base == (char *)ptr) {
+      r = regions[i];
+      regions[i] = regions[--nregions];
+      break;
+    }
+  pthread_mutex_unlock(&regions_lock);
+  if (!r.base)
+    return TUTTI_ERR(ncclInvalidArgument, "ncclMemFree: ptr %p was not returned by ncclMemAlloc "
+                     "(or was freed already)", ptr);
+  munmap(r.base, r.bytes);
+  close(r.fd);
+  return ncclSuccess;
+}
+
+/* ---- ncclCommRegister: argument checks and a handle ---- */
+
+typedef struct reg_handle {
+  uint64_t magic;
+  ncclComm_t comm;
+  void *buff;
+  size_t size;
+} reg_handle_t;
+#define REG_MAGIC 0x7475747469726567ull /* "tuttireg" */
+
+API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
+  tutti_clear_error();
+  TUTTI_CHECK(comm_check(comm, "ncclCommRegister"));
+  if (!buff) return TUTTI_ERR(ncclInvalidArgument, "ncclCommRegister: buff is NULL");
+  if (size == 0) return TUTTI_ERR(ncclInvalidArgument, "ncclCommRegister: size is 0");
+  if (!handle) return TUTTI_ERR(ncclInvalidArgument, "ncclCommRegister: handle is NULL");
+  reg_handle_t *h = malloc(sizeof(*h));
+  if (!h) return TUTTI_ERR(ncclSystemError, "ncclCommRegister: out of memory");
+  *h = (reg_handle_t){.magic = REG_MAGIC, .comm = comm, .buff = buff, .size = size};
+  memreg_ref_t ref;
+  if (memreg_find(buff, size, &ref))
+    INFO(SUB_SHM, "ncclCommRegister: %p (%zu bytes) lies in ncclMemAlloc region %llu: collectives "
+         "on it read it in place", buff, size, (unsigned long long)ref.id);
+  else
+    INFO(SUB_SHM, "ncclCommRegister: %p (%zu bytes) is not from ncclMemAlloc: other processes "
+         "cannot map it, collectives on it copy through the FIFOs", buff, size);
+  *handle = h;
+  return ncclSuccess;
+}
+
+API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+  tutti_clear_error();
+  TUTTI_CHECK(comm_check_handle(comm, "ncclCommDeregister"));
+  reg_handle_t *h = handle;
+  if (!h || h->magic != REG_MAGIC || h->comm != comm)
+    return TUTTI_ERR(ncclInvalidArgument, "ncclCommDeregister: handle %p was not returned by "
+                     "ncclCommRegister on this communicator (or was deregistered already)", handle);
+  h->magic = 0;
+  free(h);
+  return ncclSuccess;
+}
+
+/* ---- mapping the other processes' regions ---- */
+
+typedef struct peer_map {
+  int pid;
+  uint64_t id;
+  char *base;
+  size_t bytes;
+  uint64_t last_use;
+} peer_map_t;
+
+struct memreg_cache {
+  peer_map_t maps[PEER_MAP_CACHE];
+  uint64_t clock;
+};
+
+ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref, const char **base) {
+  if (!comm->memreg && !(comm->memreg = calloc(1, sizeof(struct memreg_cache))))
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  struct memreg_cache *c = comm->memreg;
+  peer_map_t *slot = &c->maps[0];
+  for (int i = 0; i < PEER_MAP_CACHE; i++) {
+    peer_map_t *m = &c->maps[i];
+    if (m->base && m->pid == pid && m->id == ref->id && m->bytes == ref->bytes) {
+      m->last_use = ++c->clock;
+      *base = m->base;
+      return ncclSuccess;
+    }
+    if (!m->base || (slot->base && m->last_use < slot->last_use)) slot = m;
+  }
+  /* Check that the descriptor still names that region, then map it. */
+  char path[64], link[128], want[48];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, ref->fd);
+  snprintf(want, sizeof(want), "/memfd:tutti-mem-%llu ", (unsigned long long)ref->id);
+  ssize_t len = readlink(path, link, sizeof(link) - 1);
+  if (len < 0 || (link[len] = '\0', strncmp(link, want, strlen(want)) != 0))
+    return TUTTI_ERR(ncclSystemError, "rank %d cannot see rank %d's ncclMemAlloc region %llu at %s "
+                     "(%s)", comm->rank, peer, (unsigned long long)ref->id, path,
+                     len < 0 ? strerror(errno) : "another file");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return TUTTI_ERR(ncclSystemError, "rank %d cannot open rank %d's region %s: %s", comm->rank,
+                     peer, path, strerror(errno));
+  void *p = mmap(NULL, ref->bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  int err = errno;
+  close(fd);
+  if (p == MAP_FAILED)
+    return TUTTI_ERR(ncclSystemError, "rank %d cannot map rank %d's region %llu (%zu bytes): %s",
+                     comm->rank, peer, (unsigned long long)ref->id, (size_t)ref->bytes, strerror(err));
+  if (slot->base) munmap(slot->base, slot->bytes);
+  *slot = (peer_map_t){.pid = pid, .id = ref->id, .base = p, .bytes = ref->bytes,
+                       .last_use = ++c->clock};
+  INFO(SUB_SHM, "mapped rank %d's region %llu (%zu bytes)", peer, (unsigned long long)ref->id,
+       (size_t)ref->bytes);
+  *base = p;
+  return ncclSuccess;
+}
+
+void memreg_comm_free(ncclComm_t comm) {
+  struct memreg_cache *c = comm->memreg;
+  if (!c) return;
+  for (int i = 0; i < PEER_MAP_CACHE; i++)
+    if (c->maps[i].base) munmap(c->maps[i].base, c->maps[i].bytes);
+  free(c);
+  comm->memreg = NULL;
+}

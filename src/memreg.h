@@ -1,0 +1,26 @@
+/* Shareable host memory (memreg.c): ncclMemAlloc regions and other processes' mappings. */
+#ifndef TUTTI_MEMREG_H_
+#define TUTTI_MEMREG_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tutti.h"
+
+typedef struct memreg_ref { /* where a buffer lies: enough for a same-host peer to map it */
+  uint64_t id;              /* region id, unique in its process */
+  uint64_t bytes;           /* region size */
+  uint64_t offset;          /* of the buffer in the region */
+  int32_t fd;               /* the region's memfd in its process */
+  int32_t pad;
+} memreg_ref_t;
+
+/* 1 and *ref when [ptr, ptr + bytes) lies inside one ncclMemAlloc region of this process. */
+int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref);
+/* Maps (read-only, cached) region ref of process pid, rank `peer`; *base = its start. */
+ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref,
+                             const char **base);
+/* Unmaps every cached peer region of comm. */
+void memreg_comm_free(ncclComm_t comm);
+
+#endif

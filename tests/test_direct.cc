@@ -1,0 +1,197 @@
+// ncclMemAlloc / ncclCommRegister and the direct all-reduce (src/direct.c, src/memreg.c):
+// argument checks, exact results with buffers every rank can map (processes and threads, in
+// and out of place, every type and op, counts around the segment and piece edges), proof that
+// peers' buffers really were mapped, the fallback when one rank's buffers cannot be shared,
+// and a rank killed inside a direct all-reduce.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using th::Case;
+using th::Coll;
+using th::Mode;
+using th::Op;
+using th::RankCtx;
+
+#define RCHECK(ctx, cond, ...)  \
+  do {                          \
+    if (!(cond)) (ctx).fail(__VA_ARGS__); \
+  } while (0)
+
+// Mappings of other processes' ncclMemAlloc regions in this process: read-only shared memfd
+// mappings (this process's own regions are mapped read-write).
+int peer_region_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line))
+    if (line.find("/memfd:tutti-mem-") != std::string::npos && line.find(" r--s ") != std::string::npos)
+      n++;
+  return n;
+}
+
+// ---------------------------------------------------------------- API checks
+
+TEST(MemAlloc, RejectsBadArgumentsAndForeignPointers) {
+  void *p = nullptr;
+  EXPECT_EQ(ncclMemAlloc(nullptr, 64), ncclInvalidArgument);
+  EXPECT_TRUE(th::contains(ncclGetLastError(nullptr), "ptr is NULL")) << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclMemAlloc(&p, 0), ncclInvalidArgument);
+  EXPECT_TRUE(th::contains(ncclGetLastError(nullptr), "size is 0")) << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclMemAlloc(&p, 10000), ncclSuccess);
+  ASSERT_NE(p, nullptr);
+  memset(p, 7, 10000);  // usable memory
+  int heap = 0;
+  EXPECT_EQ(ncclMemFree(&heap), ncclInvalidArgument);
+  EXPECT_TRUE(th::contains(ncclGetLastError(nullptr), "not returned by ncclMemAlloc"));
+  EXPECT_EQ(ncclMemFree(static_cast<char *>(p) + 8), ncclInvalidArgument);
+  EXPECT_EQ(ncclMemFree(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(p), ncclInvalidArgument);  // twice
+}
+
+TEST(MemAlloc, RegisterChecksEveryArgument) {
+  th::run_ranks_ok(Mode::kThreads, 2, [](RankCtx &ctx) {
+    void *buf = nullptr, *h = nullptr;
+    RCHECK(ctx, ncclMemAlloc(&buf, 4096) == ncclSuccess, "ncclMemAlloc");
+    RCHECK(ctx, ncclCommRegister(nullptr, buf, 4096, &h) == ncclInvalidArgument, "NULL comm");
+    RCHECK(ctx, ncclCommRegister(ctx.comm, nullptr, 4096, &h) == ncclInvalidArgument, "NULL buff");
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "buff is NULL"), "message: %s",
+           ncclGetLastError(ctx.comm));
+    RCHECK(ctx, ncclCommRegister(ctx.comm, buf, 0, &h) == ncclInvalidArgument, "size 0");
+    RCHECK(ctx, ncclCommRegister(ctx.comm, buf, 4096, nullptr) == ncclInvalidArgument, "NULL handle");
+    RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "handle is NULL"), "message: %s",
+           ncclGetLastError(ctx.comm));
+    RCHECK(ctx, ncclCommRegister(ctx.comm, buf, 4096, &h) == ncclSuccess, "register");
+    int junk = 0;
+    RCHECK(ctx, ncclCommDeregister(ctx.comm, &junk) == ncclInvalidArgument, "foreign handle");
+    RCHECK(ctx, ncclCommDeregister(ctx.comm, h) == ncclSuccess, "deregister");
+    std::vector<char> heap(4096);  // heap memory registers too (it is just not shareable)
+    RCHECK(ctx, ncclCommRegister(ctx.comm, heap.data(), heap.size(), &h) == ncclSuccess, "heap");
+    RCHECK(ctx, ncclCommDeregister(ctx.comm, h) == ncclSuccess, "deregister heap");
+    RCHECK(ctx, ncclMemFree(buf) == ncclSuccess, "ncclMemFree");
+  });
+}
+
+// ---------------------------------------------------------------- results
+
+std::vector<Case> allreduce_cases(ncclDataType_t type, Op op, const std::vector<size_t> &counts,
+                                  int nranks, int *seq) {
+  std::vector<Case> out;
+  for (size_t count : counts)
+    for (int in_place = 0; in_place < 2; in_place++) {
+      Case c;
+      c.coll = Coll::kAllReduce, c.type = type, c.op = op, c.count = count, c.in_place = in_place;
+      c.root = (*seq) % nranks, c.align = static_cast<size_t>(*seq) % 3;
+      (*seq)++;
+      out.push_back(c);
+    }
+  return out;
+}
+
+// Every case with buffers from ncclMemAlloc; TUTTI_DIRECT_MIN_BYTES=1 so that every non-empty
+// all-reduce except PreMulSum goes direct. With processes, every rank must also have mapped
+// its peers' buffers (so the direct path really ran).
+void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
+                const std::vector<Op> &ops, const std::vector<size_t> &counts) {
+  th::case_buffers_from_memalloc(true);
+  th::Options opt;
+  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}};
+  if (mode == Mode::kThreads) setenv("TUTTI_DIRECT_MIN_BYTES", "1", 1);
+  th::run_ranks_ok(
+      mode, n,
+      [&](RankCtx &ctx) {
+        int seq = 0;
+        for (ncclDataType_t t : types)
+          for (Op op : ops)
+            for (const Case &c : allreduce_cases(t, op, counts, n, &seq)) {
+              bool broken = false;
+              th::run_case(ctx, c, &broken);
+              if (broken) return;
+            }
+        if (mode == Mode::kProcs)
+          RCHECK(ctx, peer_region_mappings() > 0, "rank %d never mapped a peer's buffer", ctx.rank);
+      },
+      opt, "direct all-reduce, nranks " + std::to_string(n));
+  if (mode == Mode::kThreads) unsetenv("TUTTI_DIRECT_MIN_BYTES");
+  th::case_buffers_from_memalloc(false);
+}
+
+const std::vector<size_t> kCounts = {0, 1, 7, 1023, 16385, 70001};
+
+TEST(Direct, EveryTypeAndOpTwoAndThreeRanksProcs) {
+  for (int n : {2, 3}) {
+    std::vector<ncclDataType_t> types(std::begin(th::kAllTypes), std::end(th::kAllTypes));
+    std::vector<Op> ops(std::begin(th::kAllOps), std::end(th::kAllOps));
+    run_direct(Mode::kProcs, n, types, ops, {1, 7, 1023, 20001});
+  }
+}
+
+TEST(Direct, CountsAndRanksProcs) {
+  for (int n : {2, 4, 5}) run_direct(Mode::kProcs, n, {ncclFloat32, ncclInt64}, {Op::kSum, Op::kAvg}, kCounts);
+}
+
+TEST(Direct, CountsAndRanksThreads) {
+  for (int n : {2, 3, 8})
+    run_direct(Mode::kThreads, n, {ncclFloat32, ncclBfloat16}, {Op::kSum, Op::kMax}, kCounts);
+}
+
+TEST(Direct, LargeCountProcs) {
+  run_direct(Mode::kProcs, 2, {ncclFloat32}, {Op::kSum}, {1048577});
+}
+
+// Rank 0's buffers come from the heap, rank 1's from ncclMemAlloc: rank 1 cannot map rank 0's,
+// so both fall back to the FIFOs, and the results are exact.
+TEST(Direct, OneRankWithHeapBuffersFallsBack) {
+  th::Options opt;
+  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}};
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [&](RankCtx &ctx) {
+        th::case_buffers_from_memalloc(ctx.rank == 1);
+        int seq = 0;
+        for (const Case &c : allreduce_cases(ncclFloat32, Op::kSum, {1023, 70001}, 2, &seq))
+          th::run_case(ctx, c);
+        // rank 0 may have mapped rank 1's buffers before learning that rank 1 cannot map its own
+        if (ctx.rank == 1)
+          RCHECK(ctx, peer_region_mappings() == 0, "rank 1 mapped rank 0's heap buffer?");
+      },
+      opt, "mixed heap and ncclMemAlloc buffers");
+}
+
+// Repeated direct calls on the same buffers reuse the mappings; results stay exact and every
+// rank ends with the same bits.
+TEST(Direct, ManyCallsOnTheSameBuffers) {
+  th::run_ranks_ok(Mode::kProcs, 3, [](RankCtx &ctx) {
+    const size_t count = 300000;
+    float *in = nullptr, *out = nullptr;
+    RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&in), count * 4) == ncclSuccess, "alloc in");
+    RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&out), count * 4) == ncclSuccess, "alloc out");
+    if (!ctx.ok()) return;
+    for (int it = 0; it < 50; it++) {
+      for (size_t i = 0; i < count; i++) in[i] = static_cast<float>((i % 1000) + ctx.rank + it);
+      RCHECK(ctx, ncclAllReduce(in, out, count, ncclFloat32, ncclSum, ctx.comm, nullptr) == ncclSuccess,
+             "call %d: %s", it, ncclGetLastError(ctx.comm));
+      for (size_t i = 0; i < count && ctx.ok(); i++) {
+        float want = static_cast<float>(3 * ((i % 1000) + it) + 0 + 1 + 2);
+        RCHECK(ctx, out[i] == want, "call %d: out[%zu] = %g, want %g", it, i, out[i], want);
+      }
+    }
+    RCHECK(ctx, peer_region_mappings() == 4, "rank %d: %d peer mappings, want 4 (2 peers x 2 "
+           "buffers, mapped once)", ctx.rank, peer_region_mappings());
+    ncclMemFree(in);
+    ncclMemFree(out);
+  });
+}
+
+}  // namespace
