@@ -141,9 +141,9 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 
 /* Memory other ranks of the host can read in place (NCCL 2.19's API). ncclMemAlloc returns
- * shared host memory: an all-reduce whose send and receive buffers come from it on every rank
- * of a single-host communicator reads the peers' buffers directly instead of copying through
- * the FIFOs (TUTTI_DIRECT=0 turns that off). ncclCommRegister/ncclCommDeregister are accepted
+ * shared host memory: an all-reduce, reduce-scatter or all-gather whose send and receive
+ * buffers come from it on every rank of a single-host communicator reads the peers' buffers
+ * directly instead of copying through the FIFOs (TUTTI_DIRECT=0 turns that off). ncclCommRegister/ncclCommDeregister are accepted
  * and checked for NCCL programs; on host memory they change nothing else. */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);

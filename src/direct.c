@@ -1,4 +1,4 @@
-/* Direct all-reduce: every rank reads the other ranks' buffers in place (same host only).
+/* Direct collectives: every rank reads the other ranks' buffers in place (same host only).
  *
  * Through the FIFOs, a 2-rank all-reduce moves each byte through shared memory twice (into a
  * slot, out of it) and ring steps add a third pass; when every rank's send and receive
@@ -8,9 +8,9 @@
  *   1. tells every peer where its buffers are (one FIFO message each) and learns theirs; maps
  *      them (memreg.c, cached) and tells every peer whether it could (a second message): only
  *      if all could does anybody go on, otherwise all run the FIFO steps that follow this one;
- *   2. reduces its own segment (block_start(count, n, rank)) from all n send buffers, always
- *      in the order rank, rank+1, ... (mod n), into its receive buffer, publishing its
- *      progress every piece;
+ *   2. reduces its own segment (block_start(count, n, rank)) from all n send buffers, in the
+ *      order the ring would (so the bits are the FIFO path's), into its receive buffer,
+ *      publishing its progress every piece;
  *   3. copies every other rank's segment from that rank's receive buffer as far as the
  *      owner's progress allows (so the copy follows the reduction, piece by piece);
  *   4. says it is done and waits until every peer is: nobody returns while another rank may
@@ -19,6 +19,9 @@
  * rank (each segment has one owner; the others copy its bits) and from run to run.
  * In place is safe: rank k reads rank r's buffer only in segment k, which r overwrites only
  * after k's progress says that piece is final.
+ * Reduce-scatter is steps 1, 2 (its own block of the send buffers, into the receive buffer)
+ * and 4; all-gather is 1, 3 (straight from each peer's send buffer, all there from the start)
+ * and 4.
  *
  * Progress and done words live in each rank's shm segment header (shm_direct_words). They
  * only grow: progress = call << 40 | elements done, done = calls finished; every rank counts
@@ -65,24 +68,37 @@ struct direct_state {
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
+/* The call's geometry: element ranges in the n-segment vector of `total` elements. For the
+ * all-reduce the segments split the buffer (block_start); for reduce-scatter and all-gather
+ * they are the count-element blocks of the big buffer (the send buffer of a reduce-scatter,
+ * the receive buffer of an all-gather). */
+static size_t seg_start(coll_t c, size_t count, int n, int k) {
+  return c == COLL_ALLREDUCE ? block_start(count, n, k) : (size_t)k * count;
+}
+
 int direct_eligible(ncclComm_t comm, coll_t coll, algo_t algo, size_t count, size_t esize,
                     const reduce_op_t *rop) {
-  if (!tutti_param_Direct() || coll != COLL_ALLREDUCE || algo != ALGO_RING || rop->premul)
+  int n = comm->nranks;
+  if (!tutti_param_Direct() || algo != ALGO_RING || rop->premul) return 0;
+  if (coll != COLL_ALLREDUCE && coll != COLL_REDUCESCATTER && coll != COLL_ALLGATHER) return 0;
+  size_t total = coll == COLL_ALLREDUCE ? count : count * (size_t)n;
+  if (n < 2 || comm->nhosts != 1 || total >= (1ull << DIRECT_SEQ_SHIFT) ||
+      total * esize < (size_t)tutti_param_DirectMinBytes())
     return 0;
-  if (comm->nranks < 2 || comm->nhosts != 1 || count >= (1ull << DIRECT_SEQ_SHIFT) ||
-      count * esize < (size_t)tutti_param_DirectMinBytes())
-    return 0;
-  for (int p = 0; p < comm->nranks; p++)
+  for (int p = 0; p < n; p++)
     if (p != comm->rank && comm->send_conn[p].transport != &shm_transport) return 0;
   return 1;
 }
 
-static void describe(const op_ctx_t *o, size_t bytes, desc_t *d) {
+static void describe(const op_ctx_t *o, size_t count, int n, desc_t *d) {
   memset(d, 0, sizeof(*d));
   d->magic = DESC_MAGIC;
   d->pid = (int32_t)getpid();
+  size_t big = count * (size_t)n * o->esize, small = count * o->esize;
   for (int b = 0; b < 2; b++) {
     const char *p = o->buf[b == 0 ? BUF_SEND : BUF_RECV];
+    size_t bytes = o->coll == COLL_ALLREDUCE ? small
+                   : (o->coll == COLL_REDUCESCATTER) == (b == 0) ? big : small;
     d->buf[b].addr = (uint64_t)(uintptr_t)p;
     d->buf[b].shared = memreg_find(p, bytes, &d->buf[b].ref);
   }
@@ -140,19 +156,23 @@ static int recv_msg(ncclComm_t comm, int p, void *msg, size_t bytes, const op_ct
   return 1;
 }
 
-/* dst = in[r] (+) in[r+1] (+) ... (+) in[r-1] over [from, from + len): starting with the own
- * input, which dst may be (in place), so it is read before anything is written over it. */
-static void reduce_segment(const op_ctx_t *o, const struct direct_state *s, int n, int r,
+/* dst = in[f] (+) in[f+1] (+) ... (+) in[f-1] over [from, from + len): the order in which the
+ * ring accumulates the same segment (all-reduce: f = its owner r; reduce-scatter: f = r + 1),
+ * so results are bitwise those of the FIFO path. Partial sums stay in an L1 block until the
+ * last operand, so dst may be any of the inputs (in place). */
+static void reduce_segment(const op_ctx_t *o, const struct direct_state *s, int n, int f,
                            size_t from, size_t len, char *dst) {
+  static TUTTI_TLS uint64_t acc[DIRECT_BLOCK_BYTES / 8];
   size_t es = o->esize, blk = TUTTI_MAX(DIRECT_BLOCK_BYTES / es, 1);
   int post = o->rop.postdiv ? REDUCE_POST : 0;
   for (size_t i = 0; i < len; i += blk) {
     size_t m = TUTTI_MIN(blk, len - i), at = (from + i) * es;
-    reduce_combine(&o->rop, dst + i * es, s->in[r] + at, s->in[mod(r + 1, n)] + at, m,
-                   n == 2 ? post : 0);
-    for (int k = 2; k < n; k++)
-      reduce_combine(&o->rop, dst + i * es, dst + i * es, s->in[mod(r + k, n)] + at, m,
-                     k == n - 1 ? post : 0);
+    const char *a = s->in[mod(f, n)] + at;
+    for (int k = 1; k < n - 1; k++) {
+      reduce_combine(&o->rop, acc, a, s->in[mod(f + k, n)] + at, m, 0);
+      a = (const char *)acc;
+    }
+    reduce_combine(&o->rop, dst + i * es, a, s->in[mod(f + n - 1, n)] + at, m, post);
   }
 }
 
@@ -167,7 +187,7 @@ static int handshake(lane_t *l, const op_ctx_t *o, const step_t *st, struct dire
     }
     if (s->phase == D_SEND_DESC) {
       desc_t d;
-      describe(o, st->count * o->esize, &d);
+      describe(o, st->count, n, &d);
       if (!send_msg(comm, p, &d, sizeof(d))) return block(l, p, 1);
     } else if (s->phase == D_RECV_DESC) {
       desc_t d;
@@ -238,36 +258,49 @@ int direct_advance(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   volatile uint64_t *prog, *done;
   uint64_t seq = s->calls << DIRECT_SEQ_SHIFT;
   size_t es = o->esize, piece = TUTTI_MAX(DIRECT_PIECE_BYTES / es, 1);
+  coll_t c = o->coll;
+  size_t b = seg_start(c, st->count, n, r), e = seg_start(c, st->count, n, r + 1);
   if (s->phase == D_REDUCE) {
     if (shm_direct_words(comm, r, &prog, &done) != 0) {
-      TUTTI_ERR(ncclInternalError, "rank %d: no shared-memory segment for a direct all-reduce", r);
+      TUTTI_ERR(ncclInternalError, "rank %d: no shared-memory segment for a direct nccl%s", r,
+                coll_name(c));
       return -1;
     }
-    size_t b = block_start(st->count, n, r), e = block_start(st->count, n, r + 1);
-    for (size_t at = b; at < e; at += piece) {
+    /* all-reduce: the own segment of the result; reduce-scatter: the own block, into recvbuff;
+     * all-gather: the own block copied into place (nothing to do in place) */
+    char *dst = o->buf[BUF_RECV] + (c == COLL_REDUCESCATTER ? 0 : b * es);
+    if (c == COLL_ALLGATHER && dst != s->in[r]) memcpy(dst, s->in[r], (e - b) * es);
+    for (size_t at = b; c != COLL_ALLGATHER && at < e; at += piece) {
       size_t len = TUTTI_MIN(piece, e - at);
-      reduce_segment(o, s, n, r, at, len, o->buf[BUF_RECV] + at * es);
-      __atomic_store_n(prog, seq | (at + len - b), __ATOMIC_RELEASE);
+      reduce_segment(o, s, n, c == COLL_ALLREDUCE ? r : r + 1, at, len, dst + (at - b) * es);
+      if (c == COLL_ALLREDUCE) __atomic_store_n(prog, seq | (at + len - b), __ATOMIC_RELEASE);
     }
     *moved = 1;
-    s->phase = D_GATHER, s->next = 0, s->pos = 0;
+    s->phase = c == COLL_REDUCESCATTER ? D_DONE : D_GATHER, s->next = 0, s->pos = 0;
   }
   while (s->phase == D_GATHER && s->next < n - 1) {
+    /* all-reduce: segment k of rank k's result, as far as its progress says; all-gather:
+     * rank k's send buffer, all there from the start */
     int k = mod(r + 1 + s->next, n);
     if (shm_direct_words(comm, k, &prog, &done) != 0) return -1;
-    size_t b = block_start(st->count, n, k), e = block_start(st->count, n, k + 1);
-    uint64_t avail = __atomic_load_n(prog, __ATOMIC_ACQUIRE);
-    size_t ready = avail < seq ? 0 : avail >= seq + (1ull << DIRECT_SEQ_SHIFT) ? e - b : (size_t)(avail - seq);
+    size_t kb = seg_start(c, st->count, n, k), ke = seg_start(c, st->count, n, k + 1), ready = ke - kb;
+    const char *src = c == COLL_ALLGATHER ? s->in[k] : s->out[k] + kb * es;
+    if (c == COLL_ALLREDUCE) {
+      uint64_t avail = __atomic_load_n(prog, __ATOMIC_ACQUIRE);
+      ready = avail < seq ? 0 : avail >= seq + (1ull << DIRECT_SEQ_SHIFT) ? ready : (size_t)(avail - seq);
+    }
     if (ready > s->pos) {
-      size_t at = b + s->pos, len = ready - s->pos;
-      if (o->stream) copy_stream(o->buf[BUF_RECV] + at * es, s->out[k] + at * es, len * es);
-      else memcpy(o->buf[BUF_RECV] + at * es, s->out[k] + at * es, len * es);
+      char *to = o->buf[BUF_RECV] + (kb + s->pos) * es;
+      size_t len = (ready - s->pos) * es;
+      if (o->stream) copy_stream(to, src + s->pos * es, len);
+      else memcpy(to, src + s->pos * es, len);
       s->pos = ready, *moved = 1;
     }
-    if (s->pos < e - b) return block(l, k, 0);
+    if (s->pos < ke - kb) return block(l, k, 0);
     s->next++, s->pos = 0;
   }
-  if (s->phase == D_GATHER) {
+  if (s->phase == D_GATHER) s->phase = D_DONE;
+  if (s->phase == D_DONE) {
     if (shm_direct_words(comm, r, &prog, &done) != 0) return -1;
     __atomic_store_n(done, s->calls + 1, __ATOMIC_RELEASE);
     s->phase = D_WAIT_DONE, s->next = 0, *moved = 1;

@@ -1,10 +1,11 @@
-/* Direct all-reduce (direct.c): ranks of one host read each other's buffers in place. */
+/* Direct all-reduce, reduce-scatter and all-gather (direct.c): ranks of one host read each
+ * other's buffers in place. */
 #ifndef TUTTI_DIRECT_H_
 #define TUTTI_DIRECT_H_
 
 #include "engine.h"
 
-/* 1 when an all-reduce with these arguments gets a STEP_DIRECT step in front of its FIFO steps
+/* 1 when a collective with these arguments gets a STEP_DIRECT step in front of its FIFO steps
  * (the same answer on every rank: it depends only on the call and the communicator). */
 int direct_eligible(ncclComm_t comm, coll_t coll, algo_t algo, size_t count, size_t esize,
                     const reduce_op_t *rop);

@@ -1,4 +1,5 @@
-// ncclMemAlloc / ncclCommRegister and the direct all-reduce (src/direct.c, src/memreg.c):
+// ncclMemAlloc / ncclCommRegister and the direct all-reduce, reduce-scatter and all-gather
+// (src/direct.c, src/memreg.c):
 // argument checks, exact results with buffers every rank can map (processes and threads, in
 // and out of place, every type and op, counts around the segment and piece edges), proof that
 // peers' buffers really were mapped, the fallback when one rank's buffers cannot be shared,
@@ -85,13 +86,13 @@ TEST(MemAlloc, RegisterChecksEveryArgument) {
 
 // ---------------------------------------------------------------- results
 
-std::vector<Case> allreduce_cases(ncclDataType_t type, Op op, const std::vector<size_t> &counts,
-                                  int nranks, int *seq) {
+std::vector<Case> coll_cases(Coll coll, ncclDataType_t type, Op op, const std::vector<size_t> &counts,
+                             int nranks, int *seq) {
   std::vector<Case> out;
   for (size_t count : counts)
     for (int in_place = 0; in_place < 2; in_place++) {
       Case c;
-      c.coll = Coll::kAllReduce, c.type = type, c.op = op, c.count = count, c.in_place = in_place;
+      c.coll = coll, c.type = type, c.op = op, c.count = count, c.in_place = in_place;
       c.root = (*seq) % nranks, c.align = static_cast<size_t>(*seq) % 3;
       (*seq)++;
       out.push_back(c);
@@ -99,9 +100,12 @@ std::vector<Case> allreduce_cases(ncclDataType_t type, Op op, const std::vector<
   return out;
 }
 
-// Every case with buffers from ncclMemAlloc; TUTTI_DIRECT_MIN_BYTES=1 so that every non-empty
-// all-reduce except PreMulSum goes direct. With processes, every rank must also have mapped
-// its peers' buffers (so the direct path really ran).
+const Coll kDirectColls[] = {Coll::kAllReduce, Coll::kReduceScatter, Coll::kAllGather};
+
+// Every case of the collectives that can go direct (all-reduce, reduce-scatter, all-gather)
+// with buffers from ncclMemAlloc; TUTTI_DIRECT_MIN_BYTES=1 so that every non-empty one except
+// PreMulSum goes direct. With processes, every rank must also have mapped its peers' buffers
+// (so the direct path really ran).
 void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
                 const std::vector<Op> &ops, const std::vector<size_t> &counts) {
   th::case_buffers_from_memalloc(true);
@@ -112,17 +116,20 @@ void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
       mode, n,
       [&](RankCtx &ctx) {
         int seq = 0;
-        for (ncclDataType_t t : types)
-          for (Op op : ops)
-            for (const Case &c : allreduce_cases(t, op, counts, n, &seq)) {
-              bool broken = false;
-              th::run_case(ctx, c, &broken);
-              if (broken) return;
+        for (Coll coll : kDirectColls)
+          for (ncclDataType_t t : types)
+            for (Op op : ops) {
+              if (coll == Coll::kAllGather && op != ops[0]) continue;  // no op
+              for (const Case &c : coll_cases(coll, t, op, counts, n, &seq)) {
+                bool broken = false;
+                th::run_case(ctx, c, &broken);
+                if (broken) return;
+              }
             }
         if (mode == Mode::kProcs)
           RCHECK(ctx, peer_region_mappings() > 0, "rank %d never mapped a peer's buffer", ctx.rank);
       },
-      opt, "direct all-reduce, nranks " + std::to_string(n));
+      opt, "direct collectives, nranks " + std::to_string(n));
   if (mode == Mode::kThreads) unsetenv("TUTTI_DIRECT_MIN_BYTES");
   th::case_buffers_from_memalloc(false);
 }
@@ -160,7 +167,7 @@ TEST(Direct, OneRankWithHeapBuffersFallsBack) {
       [&](RankCtx &ctx) {
         th::case_buffers_from_memalloc(ctx.rank == 1);
         int seq = 0;
-        for (const Case &c : allreduce_cases(ncclFloat32, Op::kSum, {1023, 70001}, 2, &seq))
+        for (const Case &c : coll_cases(Coll::kAllReduce, ncclFloat32, Op::kSum, {1023, 70001}, 2, &seq))
           th::run_case(ctx, c);
         // rank 0 may have mapped rank 1's buffers before learning that rank 1 cannot map its own
         if (ctx.rank == 1)
