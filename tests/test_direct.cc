@@ -22,12 +22,7 @@ using th::Case;
 using th::Coll;
 using th::Mode;
 using th::Op;
-using th::RankCtx;
-
-#define RCHECK(ctx, cond, ...)  \
-  do {                          \
-    if (!(cond)) (ctx).fail(__VA_ARGS__); \
-  } while (0)
+using th::RankCtx;  // RCHECK (harness.h) returns from the rank's body on a failure
 
 // Mappings of other processes' ncclMemAlloc regions in this process: read-only shared memfd
 // mappings (this process's own regions are mapped read-write).
