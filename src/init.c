@@ -182,6 +182,7 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   me->rank = rank;
   me->pid = (int32_t)getpid();
   me->host_hash = host_identity(me->hostname, sizeof(me->hostname));
+  me->machine_hash = machine_identity();
   const char *fake = getenv("TUTTI_TEST_FAKE_VERSION"); /* test hook for the mismatch check */
   snprintf(me->version, sizeof(me->version), "%s", fake ? fake : TUTTI_VERSION_STRING);
   snprintf(me->build, sizeof(me->build), "%s", tutti_build_options());
@@ -213,7 +214,14 @@ static void comm_topology(ncclComm_t c) {
     if (p == c->rank) c->local_rank = c->local_size;
     c->local_size++;
   }
-  c->oversubscribed = ncpu > 0 && c->local_size > ncpu;
+  /* Oversubscription counts every rank on this kernel: hosts that are containers or network
+   * namespaces of one machine (the test bed) share its CPUs, and a rank that spins there takes
+   * the CPU from the peer it waits for. */
+  c->machine_size = 0;
+  for (int p = 0; p < c->nranks; p++)
+    c->machine_size += c->peers[p].machine_hash == c->peers[c->rank].machine_hash;
+  c->ncpu = ncpu > 0 ? (int)ncpu : 0;
+  c->oversubscribed = ncpu > 0 && c->machine_size > ncpu;
   c->nhosts = 0;
   for (int p = 0; p < c->nranks; p++) { /* a host is named by its first rank */
     int q = 0;
@@ -278,9 +286,12 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
     res = TUTTI_ERR(ncclSystemError, "out of memory");
     goto fail;
   }
-  INFO(SUB_INIT, "comm %p rank %d nranks %d local %d/%d host %s pid %d: init done in %.1f ms",
+  INFO(SUB_INIT,
+       "comm %p rank %d nranks %d local %d/%d host %s pid %d (%d ranks on %d CPUs%s): init done "
+       "in %.1f ms",
        (void *)c, rank, nranks, c->local_rank, c->local_size, c->peers[rank].hostname,
-       c->peers[rank].pid, (tutti_time_ns() - t0) / 1e6);
+       c->peers[rank].pid, c->machine_size, c->ncpu, c->oversubscribed ? ", oversubscribed" : "",
+       (tutti_time_ns() - t0) / 1e6);
   *out = c;
   return ncclSuccess;
 fail:
