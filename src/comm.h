@@ -45,6 +45,7 @@ struct ncclComm {
   int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */
   int hier_ok;                /* hier_applicable(host_of_rank, nranks) */
   int nhosts;                 /* distinct hosts among the ranks */
+  int host_blocks;            /* rank r is on host r / local_size (tutti-run --hosts placement) */
   int machine_size;           /* ranks on this kernel (containers, namespaces: several hosts) */
   int ncpu;                   /* CPUs online on this machine */
   int oversubscribed;         /* more ranks on this machine than CPUs: poll politely */

@@ -230,6 +230,9 @@ static void comm_topology(ncclComm_t c) {
     c->nhosts += q == p;
   }
   c->hier_ok = hier_applicable(c->host_of_rank, c->nranks);
+  c->host_blocks = c->hier_ok;
+  for (int p = 0; p < c->nranks && c->host_blocks; p++)
+    c->host_blocks = c->host_of_rank[p] == p - p % c->local_size;
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < 16; i++) h = (h ^ c->secret[i]) * 0x100000001b3ull;
   c->id_hash = h;

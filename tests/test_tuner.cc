@@ -122,4 +122,33 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
   EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 64 << 20, bit(ALGO_RING), 0).chunk_bytes, 524288u);
 }
 
+// The namespace test bed: 4 hosts x 2 ranks in blocks on one machine of 2 CPUs, 9 us of CPU
+// per message. A step costs max(latency, 8 x 9 / 2 = 36 us): rd's three steps (one inside a
+// host, two across) 108 us, the ring's 14 steps 504 us, the tree's 8 hops 288 us; rd wins small
+// sizes, with each rank's bytes on the network only in its two steps across hosts (shared by
+// the host's 2 ranks). With 8 CPUs the steps are latencies again.
+TEST(TunerModel, MessageCpuOnASharedMachine) {
+  tuner_model_t m = {{1.0, 1.0}, {13.0, 0.06}, 9.0};
+  tuner_topo_t t = one_host(8);
+  t.nhosts = 4, t.local_size = 2, t.hier_ok = 1, t.host_blocks = 1;
+  t.machine_ranks = 8, t.ncpu = 2;
+  double S = 1024;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
+                   36 + 1.5 * S / 1e3 + 2 * 36 + 2 * 2 * S / 60);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024),
+                   2 * 36 + 1.5 * 2 * 1 / 8.0 * S / 1e3 + 4 * 36 + 2 * 2 * (1 - 2 / 8.0) * S / 60);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024),
+                   14 * 36 + 1.75 * S / 60);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1024), 8 * 36 + 2 * S / 60);
+  for (size_t bytes : {8, 64, 1024, 2048})
+    EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, bytes, TUNER_ALL_ALGOS, 0).algo, ALGO_RD);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
+  t.ncpu = 8;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024),
+                   14 * 13 + 1.75 * S / 60);
+  t.host_blocks = 0;  // placement unknown: every step at the network's cost, x on all bytes
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
+                   3 * 13 + 2 * 1.5 * 3 * S / 60);
+}
+
 }  // namespace
