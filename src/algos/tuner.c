@@ -1,13 +1,13 @@
 /* The tuner: a cost model per algorithm, and the TUTTI_ALGO / NCCL_ALGO filter.
  *
- * Each algorithm's time is   hops x step + bytes on the busiest link / bandwidth   at the
+ * Each algorithm's time is   hops x latency + bytes on the busiest link / bandwidth   at the
  * transport level it runs on (shared memory inside a host; the network as soon as a flat
- * algorithm spans hosts, because its slowest hop then crosses one). A step costs the level's
- * latency a, or, when the machine's CPUs are the bottleneck, the CPU time of the messages its
- * ranks send in that step: step = max(a, q x R x c / C) with R ranks on the machine (all its
- * hosts: containers and network namespaces share the kernel's C CPUs), c the CPU time of one
- * message (TUTTI_TUNER_MSG_CPU_US) and q the messages per rank and hop below (1 unless said).
- * With R <= C this is a (c < a). With n ranks, S bytes, D = floor(log2 n), k = floor(log2 n),
+ * algorithm spans hosts, because its slowest hop then crosses one), or, when the machine's
+ * CPUs are the bottleneck, the CPU time of the messages its ranks send: hops x q x R x c / C
+ * if that is longer, with R ranks on the machine (all its hosts: containers and network
+ * namespaces share the kernel's C CPUs), c the CPU time of one message
+ * (TUTTI_TUNER_MSG_CPU_US) and q the messages per rank and hop below (1 unless said). With
+ * R <= C the latency term wins (c < a). With n ranks, S bytes, D = floor(log2 n), k = floor(log2 n),
  * p2 = 2^k, f = 1 when n is not a power of two:
  *
  *   all-reduce  ring     2(n-1) a + 2(n-1)/n S/b
@@ -22,10 +22,11 @@
  *               rhd      (2k+2f) a + x (2(p2-1)/p2 + 2f) S/b      x = 1.5 (XCHG below)
  *               rd       (k+2f) a + x (k+2f) S/b
  *               (rhd and rd across hosts with m ranks each: S/b times m, the NIC is shared;
- *               when host h holds ranks hm..hm+m-1, m = 2^km and n = p2: the km steps with
- *               partners inside the host go over shm (the last ones of rhd's halving: its
- *               2(m-1)/p2 S), the other k-km over the network, without x there:
- *               rd   km a_shm + (k-km) a + x km S/b_shm + m (k-km) S/b
+ *               rd across H hosts folds each host into one rank (rhd.c):
+ *               rd   2 a_shm + x 2(m-1) S/b_shm + (kH+2fH) a + (kH+2fH) S/b
+ *               (kH = floor(log2 H)); rhd when host h holds ranks hm..hm+m-1, m = 2^km and
+ *               n = p2: the km steps with partners inside the host go over shm (the last ones
+ *               of its halving: 2(m-1)/p2 S), the other k-km over the network, without x there:
  *               rhd  2 km a_shm + 2(k-km) a + x 2(m-1)/p2 S/b_shm + m 2(1 - m/p2) S/b)
  *               hier     2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + 2(H-1)/H (S/m)/b_net
  *   broadcast / reduce   chain (n-1) a + S/b (q = 1/R: one message in flight);
@@ -172,17 +173,17 @@ static int is_pow2(int n) {
   return n > 0 && (n & (n - 1)) == 0;
 }
 
-/* time = hops * step + bytes / bandwidth at level l (GB/s = 1e3 bytes per microsecond), where
- * a step is the latency, or the CPU time of the q messages per rank that every rank of the
- * machine sends in it, when that is longer (the header's R x q x c / C). */
+/* time = hops * latency + bytes / bandwidth at level l (GB/s = 1e3 bytes per microsecond), or
+ * the CPU time of the q messages per rank that every rank of the machine sends per hop, when
+ * that is longer (the header's R x q x c / C per hop: the CPUs work while bytes travel). */
 static double cost_q(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l,
                      double hops, double q, double bytes) {
-  double step = l->lat_us;
+  double us = hops * l->lat_us + bytes / (l->gbps * 1e3);
   if (t->machine_ranks > 0 && t->ncpu > 0) {
-    double cpu = q * t->machine_ranks * m->msg_cpu_us / t->ncpu;
-    if (cpu > step) step = cpu;
+    double cpu = hops * q * t->machine_ranks * m->msg_cpu_us / t->ncpu;
+    if (cpu > us) us = cpu;
   }
-  return hops * step + bytes / (l->gbps * 1e3);
+  return us;
 }
 
 /* One message per rank and hop. */
@@ -197,14 +198,22 @@ static double nic_share(const tuner_topo_t *t) {
   return t->nhosts > 1 && t->local_size > 1 ? (double)t->local_size : 1.0;
 }
 
-/* rd and rhd with hosts of 2^km ranks in blocks: their first km (rd) or last km (rhd halving)
- * steps stay inside the host; -1 when that does not hold (the flat formula applies). */
-static double butterfly_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, algo_t a, double S) {
+/* rd across hosts (several ranks on some): each host folds into its leader over shm (m-1
+ * messages in, m-1 out, q = (m-1)/m per rank), the H leaders run rd over the network (one
+ * message per host and step, q = 1/m; kH = floor(log2 H), plus 2 steps when H is not a power of
+ * two), and the NIC carries one rank's bytes. rhd with hosts of 2^km ranks in blocks: its last
+ * km halving steps (first km doubling steps) stay inside the host. -1: the flat formula applies. */
+static double rd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
+  int H = t->nhosts, ls = t->local_size, kH = rhd_log2(H), fH = !is_pow2(H);
+  if (H < 2 || ls < 2) return -1;
+  return cost_q(m, t, &m->shm, 2, (ls - 1.0) / ls, XCHG * 2 * (ls - 1) * S) +
+         cost_q(m, t, &m->net, kH + 2.0 * fH, 1.0 / ls, (kH + 2.0 * fH) * S);
+}
+
+static double rhd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
   int n = t->nranks, k = rhd_log2(n), ls = t->local_size, km = rhd_log2(ls);
   if (t->nhosts < 2 || !t->host_blocks || !is_pow2(n) || !is_pow2(ls) || ls < 2) return -1;
   double share = nic_share(t), p2 = n;
-  if (a == ALGO_RD)
-    return cost(m, t, &m->shm, km, XCHG * km * S) + cost(m, t, &m->net, k - km, share * (k - km) * S);
   return cost(m, t, &m->shm, 2.0 * km, XCHG * 2 * (ls - 1) / p2 * S) +
          cost(m, t, &m->net, 2.0 * (k - km), share * 2 * (1 - ls / p2) * S);
 }
@@ -222,11 +231,11 @@ static double allreduce_us(const tuner_model_t *m, const tuner_topo_t *t, algo_t
     case ALGO_TREE:
       return cost(m, t, l, 2.0 * (D + 1), 2 * S);
     case ALGO_RHD: /* its long-distance steps send from every rank of a host through one NIC */
-      if (butterfly_hosts_us(m, t, a, S) >= 0) return butterfly_hosts_us(m, t, a, S);
+      if (rhd_hosts_us(m, t, S) >= 0) return rhd_hosts_us(m, t, S);
       return cost(m, t, l, 2.0 * k + 2 * f,
                   nic_share(t) * XCHG * (2.0 * (p2 - 1) / p2 + 2 * f) * S);
     case ALGO_RD:
-      if (butterfly_hosts_us(m, t, a, S) >= 0) return butterfly_hosts_us(m, t, a, S);
+      if (rd_hosts_us(m, t, S) >= 0) return rd_hosts_us(m, t, S);
       return cost(m, t, l, (double)k + 2 * f, nic_share(t) * XCHG * ((double)k + 2 * f) * S);
     case ALGO_HIER: {
       if (!t->hier_ok || t->nhosts < 2) return -1;
