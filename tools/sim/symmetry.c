@@ -9,7 +9,8 @@
  * A symmetry is a group of maps g of the ranks onto themselves that keep the cluster (nodes onto
  * nodes, a rank's NIC, leaf switches onto leaf switches) and the schedule (g's image of rank q's
  * steps are rank g(q)'s steps: same counts and flags, peers moved by g). Two kinds are tried,
- * with period T = ranks per node (times nodes per leaf switch when the fabric is oversubscribed):
+ * with period T = ranks per node (times nodes per leaf switch when the fabric is oversubscribed,
+ * times nodes per machine with the CPU model: a class must hold whole CPU pools):
  *   shift  g(x) = x - k*T mod n       rings (ring, hier), most rank-rotation-invariant schedules
  *   xor    g(x) = x ^ (k*T)           butterflies (recursive doubling / halving) on 2^k ranks
  * Under a symmetry every rank of a class starts and ends each step at the same time as its
