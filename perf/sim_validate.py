@@ -9,7 +9,8 @@ cal_intra.R.txt (2-rank sendrecv_perf across hosts / inside a host: latencies an
 bandwidths), cal_cpu.R.txt (8-rank sendrecv_perf on the bed: CPU time per message),
 cal_peak.R.txt (2 ranks across hosts on unlimited links: the veth peak rate) and ar.ALGO.R.txt (8-rank all_reduce_perf with
 TUTTI_ALGO=ALGO; "auto": the tuner). Times are the out-of-place column, the median over the R
-repetitions. SIM2, when given, is a second model (the tbf token bucket) reported alongside.
+repetitions. SIM is the model judged (the script: the tbf token bucket); SIM2, when given, a
+second one reported alongside (the script: a plain-rate network).
 """
 import glob
 import os
@@ -92,7 +93,7 @@ def size_label(s):
 def print_tables(meas, preds):
     """One table per algorithm; returns per model the |error| % of the points >= 64 KiB."""
     errs = [[] for _ in preds]
-    head = "".join(f" {'predicted us':>13} {'error %':>8}" + (" (tbf)" if i else "")
+    head = "".join(f" {'predicted us':>13} {'error %':>8}" + (" (plain)" if i else "")
                    for i in range(len(preds)))
     for algo, rows in meas.items():
         print(f"\n## {algo}\n{'size':>8} {'measured us':>12}{head}")
@@ -144,7 +145,7 @@ def targets(meas, errs):
     # 4. tutti-sim within 20% at >= 64 KiB (each model)
     res.append(sim_target(errs[0], "tutti-sim within +-20% of measured at >= 64 KiB"))
     if len(errs) > 1:
-        res.append(sim_target(errs[1], "(tbf model) tutti-sim within +-20% at >= 64 KiB"))
+        res.append(sim_target(errs[1], "(plain-rate model) tutti-sim within +-20% at >= 64 KiB"))
     print("\n## targets (measured on this test bed, 8 ranks)")
     for name, ok, detail in res:
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
@@ -160,7 +161,7 @@ def cmd_report(out, sims):
         preds.append(pred)
         with open(os.path.join(out, f"sim{i + 1}.txt"), "w") as f:
             f.write(text)
-        print(f"# tutti-sim{' (tbf model)' if i else ''}: {cmd}")
+        print(f"# tutti-sim{' (second model)' if i else ''}: {cmd}")
     errs = print_tables(meas, preds)
     targets(meas, errs)
 
