@@ -21,6 +21,7 @@ typedef struct peer_info {
   int32_t pid;
   uint64_t host_hash;            /* host identity: hostname + boot id, or TUTTI_HOSTID */
   uint64_t machine_hash;         /* kernel identity (boot id): whose CPUs the rank shares */
+  int32_t ncpu;                  /* CPUs online on that machine */
   char hostname[HOST_NAME_BYTES];
   char version[32];              /* tutti version string */
   char build[64];                /* build options */
@@ -48,6 +49,9 @@ struct ncclComm {
   int host_blocks;            /* rank r is on host r / local_size (tutti-run --hosts placement) */
   int machine_size;           /* ranks on this kernel (containers, namespaces: several hosts) */
   int ncpu;                   /* CPUs online on this machine */
+  /* The tuner's view, the same on every rank (so that all choose the same algorithm): the
+   * largest host, and the machine with the most ranks per CPU (its ranks and CPUs). */
+  int max_local_size, tuner_machine_ranks, tuner_ncpu;
   int oversubscribed;         /* more ranks on this machine than CPUs: poll politely */
   int cuda_dev;
   uint64_t id_hash;           /* names this communicator's shared resources */

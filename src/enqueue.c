@@ -157,8 +157,8 @@ static tuner_choice_t choose_algo(ncclComm_t comm, const pending_t *p) {
   size_t bytes = p->args.count * p->ctx.esize;
   if (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER) bytes *= (size_t)comm->nranks;
   tuner_topo_t t = {.nranks = comm->nranks, .nhosts = comm->nhosts,
-                    .local_size = comm->local_size, .hier_ok = comm->hier_ok,
-                    .machine_ranks = comm->machine_size, .ncpu = comm->ncpu,
+                    .local_size = comm->max_local_size, .hier_ok = comm->hier_ok,
+                    .machine_ranks = comm->tuner_machine_ranks, .ncpu = comm->tuner_ncpu,
                     .host_blocks = comm->host_blocks,
                     .slot_bytes = comm->slot_bytes, .chunk_bytes = comm->chunk_bytes,
                     .scratch_bytes = comm->scratch_bytes,

@@ -183,6 +183,8 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   me->pid = (int32_t)getpid();
   me->host_hash = host_identity(me->hostname, sizeof(me->hostname));
   me->machine_hash = machine_identity();
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  me->ncpu = ncpu > 0 ? (int32_t)ncpu : 0;
   const char *fake = getenv("TUTTI_TEST_FAKE_VERSION"); /* test hook for the mismatch check */
   snprintf(me->version, sizeof(me->version), "%s", fake ? fake : TUTTI_VERSION_STRING);
   snprintf(me->build, sizeof(me->build), "%s", tutti_build_options());
@@ -206,6 +208,23 @@ static void comm_free(ncclComm_t c) {
   free(c);
 }
 
+/* What the tuner sees must not depend on the rank: hosts and machines may differ in size. */
+static void comm_tuner_view(ncclComm_t c) {
+  c->max_local_size = 0, c->tuner_machine_ranks = 0, c->tuner_ncpu = 0;
+  for (int p = 0; p < c->nranks; p++) {
+    int host = 0, machine = 0;
+    for (int q = 0; q < c->nranks; q++) {
+      host += c->peers[q].host_hash == c->peers[p].host_hash;
+      machine += c->peers[q].machine_hash == c->peers[p].machine_hash;
+    }
+    if (host > c->max_local_size) c->max_local_size = host;
+    int cpus = c->peers[p].ncpu;
+    if (cpus > 0 && (c->tuner_ncpu == 0 ||
+                     (double)machine / cpus > (double)c->tuner_machine_ranks / c->tuner_ncpu))
+      c->tuner_machine_ranks = machine, c->tuner_ncpu = cpus;
+  }
+}
+
 static void comm_topology(ncclComm_t c) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   c->local_size = 0;
@@ -222,6 +241,7 @@ static void comm_topology(ncclComm_t c) {
     c->machine_size += c->peers[p].machine_hash == c->peers[c->rank].machine_hash;
   c->ncpu = ncpu > 0 ? (int)ncpu : 0;
   c->oversubscribed = ncpu > 0 && c->machine_size > ncpu;
+  comm_tuner_view(c);
   c->nhosts = 0;
   for (int p = 0; p < c->nranks; p++) { /* a host is named by its first rank */
     int q = 0;

@@ -22,8 +22,9 @@ typedef struct tuner_model {
 } tuner_model_t;
 
 typedef struct tuner_topo { /* what the communicator knows */
-  int nranks, nhosts, local_size, hier_ok;
-  int machine_ranks, ncpu; /* ranks on this rank's machine (kernel) and its CPUs; 0: unknown */
+  int nranks, nhosts, local_size, hier_ok; /* local_size: of the largest host */
+  int machine_ranks, ncpu; /* the machine (kernel) with the most ranks per CPU: its ranks and
+                              CPUs; 0: unknown. All ranks must see the same topology. */
   int host_blocks;         /* 1: rank r is on host r / local_size, every host alike */
   size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
   int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
