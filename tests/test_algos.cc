@@ -215,9 +215,13 @@ TEST(Algos, AllReduceTreeRhdRd) {
 // rd across hosts folds each host into its first rank: hosts in blocks, interleaved, uneven,
 // a number of hosts that is not a power of two, one rank per host (flat rd) and one host.
 TEST(Algos, RdAcrossHosts) {
-  const std::vector<std::vector<int>> layouts = {
-      {0, 0, 1, 1, 2, 2, 3, 3}, {0, 1, 0, 1, 0, 1}, {0, 0, 0, 1, 2, 2}, {0, 0, 1, 1, 2, 2, 3, 3, 4, 4},
-      {0, 1, 2, 3, 4},          {0, 0, 0, 0},       {7, 7, 3}};
+  const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1, 2, 2, 3, 3},
+                                                 {0, 1, 0, 1, 0, 1},
+                                                 {0, 0, 0, 1, 2, 2},
+                                                 {0, 0, 1, 1, 2, 2, 3, 3, 4, 4},
+                                                 {0, 1, 2, 3, 4},
+                                                 {0, 0, 0, 0},
+                                                 {7, 7, 3}};
   for (const auto &h : layouts)
     for (size_t c : kCounts)
       for (size_t chunk : {(size_t)1, (size_t)16, (size_t)100000})

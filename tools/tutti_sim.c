@@ -140,10 +140,10 @@ static int type_size(const char *t) {
 }
 
 static const char *CLUSTER_KEYS[] = {
-    "nodes",       "ppn",         "intra-gbps",      "intra-lat-us", "inter-gbps", "inter-lat-us",
-    "nics",        "inter-burst", "inter-peak-gbps", "oversub",      "leaf-nodes", "reduce-gbps",
-    "overhead-us", "slot-intra",  "slot-inter",      "fifo-intra",   "fifo-inter",
-    "cpus",        "machine-nodes", "msg-cpu-us"};
+    "nodes",        "ppn",         "intra-gbps",  "intra-lat-us",    "inter-gbps",
+    "inter-lat-us", "nics",        "inter-burst", "inter-peak-gbps", "oversub",
+    "leaf-nodes",   "reduce-gbps", "overhead-us", "slot-intra",      "slot-inter",
+    "fifo-intra",   "fifo-inter",  "cpus",        "machine-nodes",   "msg-cpu-us"};
 #define NKEYS (int)(sizeof CLUSTER_KEYS / sizeof CLUSTER_KEYS[0])
 enum { OPT_CLUSTER = 900, OPT_METHOD, OPT_SCALE, OPT_MAXSTEPS, OPT_KEY = 1000 };
 

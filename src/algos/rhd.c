@@ -191,8 +191,8 @@ int rhd_allreduce(const sched_args_t *a, sched_t *s) {
 
 /* Recursive doubling between participant `id` of `np` (ranks map[0..np-1], NULL: 0..np-1),
  * whose input is in src (pre: PRE still to apply). */
-static int rd_core(int id, int np, const int *map, const sched_args_t *a, uint8_t src,
-                   uint8_t pre, sched_t *s) {
+static int rd_core(int id, int np, const int *map, const sched_args_t *a, uint8_t src, uint8_t pre,
+                   sched_t *s) {
   fold_t f = fold_of(id, np);
   if (fold_in(&f, map, a, &src, &pre, s) != 0) return -1;
   for (int mask = 1; f.id >= 0 && mask < f.p2; mask *= 2) {
@@ -268,8 +268,9 @@ int rd_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
   int *leaders = host_of_rank ? malloc((size_t)a->nranks * sizeof(int)) : NULL;
   if (host_of_rank && !leaders) return -1;
   int H = leaders ? host_leaders(host_of_rank, a->nranks, leaders) : 0;
-  int rc = H < 0 ? -1 : H ? rd_hosts(a, host_of_rank, leaders, H, s)
-             : rd_core(a->rank, a->nranks, NULL, a, BUF_SEND, STEP_PRE, s);
+  int rc = H < 0 ? -1
+           : H   ? rd_hosts(a, host_of_rank, leaders, H, s)
+                 : rd_core(a->rank, a->nranks, NULL, a, BUF_SEND, STEP_PRE, s);
   free(leaders);
   return rc;
 }

@@ -7,8 +7,8 @@
  * if that is longer, with R ranks on the machine (all its hosts: containers and network
  * namespaces share the kernel's C CPUs), c the CPU time of one message
  * (TUTTI_TUNER_MSG_CPU_US) and q the messages per rank and hop below (1 unless said). With
- * R <= C the latency term wins (c < a). With n ranks, S bytes, D = floor(log2 n), k = floor(log2 n),
- * p2 = 2^k, f = 1 when n is not a power of two:
+ * R <= C the latency term wins (c < a). With n ranks, S bytes, D = k = floor(log2 n), p2 = 2^k,
+ * f = 1 when n is not a power of two:
  *
  *   all-reduce  ring     2(n-1) a + 2(n-1)/n S/b
  *               oneshot  a + (n-1) S/b               (S fits one slot and ONESHOT_MAX_BYTES;
@@ -260,8 +260,7 @@ double tuner_estimate_us(const tuner_model_t *m, const tuner_topo_t *t, coll_t c
     case COLL_REDUCE:
       if (a == ALGO_CHAIN)
         return cost_q(m, t, l, n - 1, t->machine_ranks > 0 ? 1.0 / t->machine_ranks : 0, S);
-      return a == ALGO_TREE ? cost_q(m, t, l, D + 1, (n - 1.0) / ((double)n * (D + 1)), 2 * S)
-                            : -1;
+      return a == ALGO_TREE ? cost_q(m, t, l, D + 1, (n - 1.0) / ((double)n * (D + 1)), 2 * S) : -1;
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:
       if (a == ALGO_RING) return cost(m, t, l, n - 1, (double)(n - 1) / n * S);

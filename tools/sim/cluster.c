@@ -130,9 +130,8 @@ void sim_cluster_print(const sim_cluster_t *c, void *file) {
           c->nodes, c->ppn, sim_nranks(c), c->intra_bw * 8 / 1e9, c->intra_lat * 1e6,
           c->inter_bw * 8 / 1e9, c->inter_lat * 1e6, c->nics, c->inter_burst,
           c->inter_peak_bw * 8 / 1e9, c->oversub, c->leaf_nodes, c->reduce_bw > 0 ? "" : "free ",
-          c->reduce_bw * 8 / 1e9, c->overhead * 1e6, c->cpus, c->machine_nodes,
-          c->msg_cpu * 1e6, c->slot_intra, c->slot_inter, c->fifo_intra,
-          c->fifo_inter);
+          c->reduce_bw * 8 / 1e9, c->overhead * 1e6, c->cpus, c->machine_nodes, c->msg_cpu * 1e6,
+          c->slot_intra, c->slot_inter, c->fifo_intra, c->fifo_inter);
 }
 
 size_t sim_count_for(coll_t coll, size_t bytes, int esize, int nranks) {

@@ -36,11 +36,12 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
   m->net = (tuner_level_t){c->inter_lat * 1e6, c->inter_bw / 1e9};
   m->msg_cpu_us = c->msg_cpu * 1e6;
   size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES, which also sizes the scratch */
+  int machine_nodes = c->machine_nodes < c->nodes ? c->machine_nodes : c->nodes;
   *t = (tuner_topo_t){.nranks = sim_nranks(c),
                       .nhosts = c->nodes,
                       .local_size = c->ppn,
                       .hier_ok = c->nodes > 1,
-                      .machine_ranks = c->cpus > 0 ? (c->machine_nodes < c->nodes ? c->machine_nodes : c->nodes) * c->ppn : 0,
+                      .machine_ranks = c->cpus > 0 ? machine_nodes * c->ppn : 0,
                       .ncpu = c->cpus,
                       .host_blocks = c->nodes > 1,
                       .slot_bytes = sim_comm_slot(c),
