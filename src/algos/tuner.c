@@ -21,7 +21,7 @@
  *                                                    hop where rd's steps took 36-42)
  *               rhd      (2k+2f) a + x (2(p2-1)/p2 + 2f) S/b      x = 1.5 (XCHG below)
  *               rd       (k+2f) a + x (k+2f) S/b
- *               (rhd and rd across hosts with m ranks each: S/b times m, the NIC is shared;
+ *               (tree, rhd and rd across hosts with m ranks each: S/b times m, the NIC is shared;
  *               rd across H hosts folds each host into one rank (rhd.c):
  *               rd   2 a_shm + x 2(m-1) S/b_shm + (kH+2fH) a + (kH+2fH) S/b
  *               (kH = floor(log2 H)); rhd when host h holds ranks hm..hm+m-1, m = 2^km and
@@ -228,8 +228,8 @@ static double allreduce_us(const tuner_model_t *m, const tuner_topo_t *t, algo_t
       if (n < 2 || S > (double)t->slot_bytes || S > (double)t->oneshot_max_bytes) return -1;
       if (t->nhosts > 1) return cost(m, t, l, n - 1, (n - 1) * S);
       return cost_q(m, t, l, 1, n - 1, (n - 1) * S);
-    case ALGO_TREE:
-      return cost(m, t, l, 2.0 * (D + 1), 2 * S);
+    case ALGO_TREE: /* a node's ranks sit all over the heap: their edges leave the node */
+      return cost(m, t, l, 2.0 * (D + 1), nic_share(t) * 2 * S);
     case ALGO_RHD: /* its long-distance steps send from every rank of a host through one NIC */
       if (rhd_hosts_us(m, t, S) >= 0) return rhd_hosts_us(m, t, S);
       return cost(m, t, l, 2.0 * k + 2 * f,
