@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """perf/sim_validate.py: the analysis half of perf/sim_validate.sh (see there).
 
-    sim_validate.py fit OUTDIR            calibration -> shell assignments (eval'ed by the script)
+    sim_validate.py fit OUTDIR CPUS       calibration -> shell assignments (eval'ed by the script)
     sim_validate.py report OUTDIR SIM [SIM2]   measured vs tutti-sim tables and the targets
 
 Reads nccl-tests tables (the perf programs' stdout) from OUTDIR: cal_inter.R.txt,
 cal_intra.R.txt (2-rank sendrecv_perf across hosts / inside a host: latencies and
-bandwidths), cal_peak.R.txt (2 ranks across hosts on unlimited links: the veth peak rate) and ar.ALGO.R.txt (8-rank all_reduce_perf with
+bandwidths), cal_cpu.R.txt (8-rank sendrecv_perf on the bed: CPU time per message),
+cal_peak.R.txt (2 ranks across hosts on unlimited links: the veth peak rate) and ar.ALGO.R.txt (8-rank all_reduce_perf with
 TUTTI_ALGO=ALGO; "auto": the tuner). Times are the out-of-place column, the median over the R
-repetitions. SIM2, when given, is a second model (the tbf token bucket) reported alongside.
+repetitions. SIM is the model judged (the script: the tbf token bucket); SIM2, when given, a
+second one reported alongside (the script: a plain-rate network).
 """
 import glob
 import os
@@ -53,17 +55,20 @@ def fit(rows):
     return 1 / slope if slope > 0 else big / rows[big]
 
 
-def cmd_fit(out):
+def cmd_fit(out, cpus):
     def rows(name):
         return medians(glob.glob(os.path.join(out, f"{name}.*.txt")))
     inter, intra, peak = fit(rows("cal_inter")), fit(rows("cal_intra")), rows("cal_peak")
     lat_inter, lat_intra = latency(rows("cal_inter")), latency(rows("cal_intra"))
+    # 8 ranks each send one message at once on `cpus` CPUs: an exchange takes 8 / cpus of them
+    cpu = rows("cal_cpu")
+    msg_cpu = latency(cpu) * cpus / 8 if cpu else 0
     peak = max(peak) / peak[max(peak)] if peak else inter
     # bytes/us = MB/s; Gbit/s = bytes/us * 8 / 1000; the tuner wants GB/s = bytes/us / 1000
     print(f"INTER_LAT_US={lat_inter:.3f} INTER_GBPS={inter * 8 / 1000:.5f} "
           f"INTRA_LAT_US={lat_intra:.3f} INTRA_GBPS={intra * 8 / 1000:.5f} "
           f"INTER_GBYTES={inter / 1000:.6f} INTRA_GBYTES={intra / 1000:.6f} "
-          f"PEAK_GBPS={peak * 8 / 1000:.5f}")
+          f"PEAK_GBPS={peak * 8 / 1000:.5f} MSG_CPU_US={msg_cpu:.3f}")
 
 
 def simulate(sim_cmd):
@@ -88,7 +93,7 @@ def size_label(s):
 def print_tables(meas, preds):
     """One table per algorithm; returns per model the |error| % of the points >= 64 KiB."""
     errs = [[] for _ in preds]
-    head = "".join(f" {'predicted us':>13} {'error %':>8}" + (" (tbf)" if i else "")
+    head = "".join(f" {'predicted us':>13} {'error %':>8}" + (" (plain)" if i else "")
                    for i in range(len(preds)))
     for algo, rows in meas.items():
         print(f"\n## {algo}\n{'size':>8} {'measured us':>12}{head}")
@@ -140,7 +145,7 @@ def targets(meas, errs):
     # 4. tutti-sim within 20% at >= 64 KiB (each model)
     res.append(sim_target(errs[0], "tutti-sim within +-20% of measured at >= 64 KiB"))
     if len(errs) > 1:
-        res.append(sim_target(errs[1], "(tbf model) tutti-sim within +-20% at >= 64 KiB"))
+        res.append(sim_target(errs[1], "(plain-rate model) tutti-sim within +-20% at >= 64 KiB"))
     print("\n## targets (measured on this test bed, 8 ranks)")
     for name, ok, detail in res:
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
@@ -156,14 +161,14 @@ def cmd_report(out, sims):
         preds.append(pred)
         with open(os.path.join(out, f"sim{i + 1}.txt"), "w") as f:
             f.write(text)
-        print(f"# tutti-sim{' (tbf model)' if i else ''}: {cmd}")
+        print(f"# tutti-sim{' (second model)' if i else ''}: {cmd}")
     errs = print_tables(meas, preds)
     targets(meas, errs)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "fit":
-        cmd_fit(sys.argv[2])
+    if len(sys.argv) >= 4 and sys.argv[1] == "fit":
+        cmd_fit(sys.argv[2], int(sys.argv[3]))
     elif len(sys.argv) >= 4 and sys.argv[1] == "report":
         cmd_report(sys.argv[2], sys.argv[3:])
     else:

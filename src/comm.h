@@ -20,6 +20,8 @@ typedef struct peer_info {
   int32_t rank;
   int32_t pid;
   uint64_t host_hash;            /* host identity: hostname + boot id, or TUTTI_HOSTID */
+  uint64_t machine_hash;         /* kernel identity (boot id): whose CPUs the rank shares */
+  int32_t ncpu;                  /* CPUs online on that machine */
   char hostname[HOST_NAME_BYTES];
   char version[32];              /* tutti version string */
   char build[64];                /* build options */
@@ -44,7 +46,13 @@ struct ncclComm {
   int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */
   int hier_ok;                /* hier_applicable(host_of_rank, nranks) */
   int nhosts;                 /* distinct hosts among the ranks */
-  int oversubscribed;         /* more local ranks than CPUs: poll politely */
+  int host_blocks;            /* rank r is on host r / local_size (tutti-run --hosts placement) */
+  int machine_size;           /* ranks on this kernel (containers, namespaces: several hosts) */
+  int ncpu;                   /* CPUs online on this machine */
+  /* The tuner's view, the same on every rank (so that all choose the same algorithm): the
+   * largest host, and the machine with the most ranks per CPU (its ranks and CPUs). */
+  int max_local_size, tuner_machine_ranks, tuner_ncpu;
+  int oversubscribed;         /* more ranks on this machine than CPUs: poll politely */
   int cuda_dev;
   uint64_t id_hash;           /* names this communicator's shared resources */
   unsigned char secret[16];
@@ -105,5 +113,8 @@ ncclResult_t comm_check_handle(ncclComm_t comm, const char *fn);
 void comm_set_error(ncclComm_t comm, ncclResult_t code, const char *msg);
 /* Host identity of this process (hostname + boot id, or TUTTI_HOSTID). */
 uint64_t host_identity(char *hostname, size_t len);
+/* Identity of the kernel this process runs on (boot id): ranks of several hosts (containers,
+ * network namespaces) on one machine share its CPUs. TUTTI_HOSTID overrides it too. */
+uint64_t machine_identity(void);
 
 #endif

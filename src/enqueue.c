@@ -158,7 +158,9 @@ static tuner_choice_t choose_algo(ncclComm_t comm, const pending_t *p) {
   size_t bytes = p->args.count * p->ctx.esize;
   if (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER) bytes *= (size_t)comm->nranks;
   tuner_topo_t t = {.nranks = comm->nranks, .nhosts = comm->nhosts,
-                    .local_size = comm->local_size, .hier_ok = comm->hier_ok,
+                    .local_size = comm->max_local_size, .hier_ok = comm->hier_ok,
+                    .machine_ranks = comm->tuner_machine_ranks, .ncpu = comm->tuner_ncpu,
+                    .host_blocks = comm->host_blocks,
                     .slot_bytes = comm->slot_bytes, .chunk_bytes = comm->chunk_bytes,
                     .scratch_bytes = comm->scratch_bytes,
                     .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes)};

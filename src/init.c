@@ -183,6 +183,9 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   me->rank = rank;
   me->pid = (int32_t)getpid();
   me->host_hash = host_identity(me->hostname, sizeof(me->hostname));
+  me->machine_hash = machine_identity();
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  me->ncpu = ncpu > 0 ? (int32_t)ncpu : 0;
   const char *fake = getenv("TUTTI_TEST_FAKE_VERSION"); /* test hook for the mismatch check */
   snprintf(me->version, sizeof(me->version), "%s", fake ? fake : TUTTI_VERSION_STRING);
   snprintf(me->build, sizeof(me->build), "%s", tutti_build_options());
@@ -207,6 +210,23 @@ static void comm_free(ncclComm_t c) {
   free(c);
 }
 
+/* What the tuner sees must not depend on the rank: hosts and machines may differ in size. */
+static void comm_tuner_view(ncclComm_t c) {
+  c->max_local_size = 0, c->tuner_machine_ranks = 0, c->tuner_ncpu = 0;
+  for (int p = 0; p < c->nranks; p++) {
+    int host = 0, machine = 0;
+    for (int q = 0; q < c->nranks; q++) {
+      host += c->peers[q].host_hash == c->peers[p].host_hash;
+      machine += c->peers[q].machine_hash == c->peers[p].machine_hash;
+    }
+    if (host > c->max_local_size) c->max_local_size = host;
+    int cpus = c->peers[p].ncpu;
+    if (cpus > 0 && (c->tuner_ncpu == 0 ||
+                     (double)machine / cpus > (double)c->tuner_machine_ranks / c->tuner_ncpu))
+      c->tuner_machine_ranks = machine, c->tuner_ncpu = cpus;
+  }
+}
+
 static void comm_topology(ncclComm_t c) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   c->local_size = 0;
@@ -215,7 +235,15 @@ static void comm_topology(ncclComm_t c) {
     if (p == c->rank) c->local_rank = c->local_size;
     c->local_size++;
   }
-  c->oversubscribed = ncpu > 0 && c->local_size > ncpu;
+  /* Oversubscription counts every rank on this kernel: hosts that are containers or network
+   * namespaces of one machine (the test bed) share its CPUs, and a rank that spins there takes
+   * the CPU from the peer it waits for. */
+  c->machine_size = 0;
+  for (int p = 0; p < c->nranks; p++)
+    c->machine_size += c->peers[p].machine_hash == c->peers[c->rank].machine_hash;
+  c->ncpu = ncpu > 0 ? (int)ncpu : 0;
+  c->oversubscribed = ncpu > 0 && c->machine_size > ncpu;
+  comm_tuner_view(c);
   c->nhosts = 0;
   for (int p = 0; p < c->nranks; p++) { /* a host is named by its first rank */
     int q = 0;
@@ -224,6 +252,9 @@ static void comm_topology(ncclComm_t c) {
     c->nhosts += q == p;
   }
   c->hier_ok = hier_applicable(c->host_of_rank, c->nranks);
+  c->host_blocks = c->hier_ok;
+  for (int p = 0; p < c->nranks && c->host_blocks; p++)
+    c->host_blocks = c->host_of_rank[p] == p - p % c->local_size;
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < 16; i++) h = (h ^ c->secret[i]) * 0x100000001b3ull;
   c->id_hash = h;
@@ -282,9 +313,12 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
     res = TUTTI_ERR(ncclSystemError, "out of memory");
     goto fail;
   }
-  INFO(SUB_INIT, "comm %p rank %d nranks %d local %d/%d host %s pid %d: init done in %.1f ms",
+  INFO(SUB_INIT,
+       "comm %p rank %d nranks %d local %d/%d host %s pid %d (%d ranks on %d CPUs%s): init done "
+       "in %.1f ms",
        (void *)c, rank, nranks, c->local_rank, c->local_size, c->peers[rank].hostname,
-       c->peers[rank].pid, (tutti_time_ns() - t0) / 1e6);
+       c->peers[rank].pid, c->machine_size, c->ncpu, c->oversubscribed ? ", oversubscribed" : "",
+       (tutti_time_ns() - t0) / 1e6);
   *out = c;
   return ncclSuccess;
 fail:

@@ -118,6 +118,7 @@ struct Setup {
   int n, root;
   size_t count, chunk;
   bool in_place;
+  const int *hosts = nullptr;  // host_of_rank for sched_build (nullptr: none)
 };
 
 // Buffers per NCCL's layout for the collective (sizes: non-roots get none where NCCL allows NULL).
@@ -152,7 +153,7 @@ std::vector<Rank> build(const Setup &u, int *rc) {
     layout(u, r, ranks[r]);
     ranks[r].scratch.assign(sched_scratch_elems(u.algo, &a), -9);
     ranks[r].buf[BUF_SCRATCH] = {&ranks[r].scratch, 0};
-    int x = sched_build(u.algo, &a, nullptr, &ranks[r].s, nullptr);
+    int x = sched_build(u.algo, &a, u.hosts, &ranks[r].s, nullptr);
     if (x != 0) *rc = x;
   }
   return ranks;
@@ -211,6 +212,35 @@ TEST(Algos, AllReduceTreeRhdRd) {
           for (bool ip : {false, true}) check({COLL_ALLREDUCE, algo, n, 0, c, chunk, ip});
 }
 
+// rd across hosts folds each host into its first rank: hosts in blocks, interleaved, uneven,
+// a number of hosts that is not a power of two, one rank per host (flat rd) and one host.
+TEST(Algos, RdAcrossHosts) {
+  const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1, 2, 2, 3, 3},
+                                                 {0, 1, 0, 1, 0, 1},
+                                                 {0, 0, 0, 1, 2, 2},
+                                                 {0, 0, 1, 1, 2, 2, 3, 3, 4, 4},
+                                                 {0, 1, 2, 3, 4},
+                                                 {0, 0, 0, 0},
+                                                 {7, 7, 3}};
+  for (const auto &h : layouts)
+    for (size_t c : kCounts)
+      for (size_t chunk : {(size_t)1, (size_t)16, (size_t)100000})
+        for (bool ip : {false, true}) {
+          ::Setup u{COLL_ALLREDUCE, ALGO_RD, (int)h.size(), 0, c, chunk, ip};
+          u.hosts = h.data();
+          check(u);
+        }
+  // 4 hosts of 2: the leaders send 2 exchanges across hosts, the others 1 message each way
+  int hosts[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+  for (int r = 0; r < 8; r++) {
+    sched_args_t a = {COLL_ALLREDUCE, r, 8, 0, 2, 1024, 0};
+    sched_t s{};
+    ASSERT_EQ(sched_build(ALGO_RD, &a, hosts, &s, nullptr), 0);
+    EXPECT_EQ(s.n, r % 2 ? 2u : 6u) << r;  // recv + 2 x (send + recv) + send; send + recv
+    sched_free(&s);
+  }
+}
+
 TEST(Algos, TreeReduceAndBroadcastEveryRoot) {
   for (coll_t coll : {COLL_REDUCE, COLL_BROADCAST})
     for (int n = 1; n <= 8; n++)
@@ -246,7 +276,7 @@ TEST(Algos, StepCountsAreLogarithmic) {
       sched_args_t a = {COLL_ALLREDUCE, r, n, 0, (size_t)n, 1u << 20, 0};
       sched_t t{}, d{}, h{};
       ASSERT_EQ(tree_allreduce(&a, &t), 0);
-      ASSERT_EQ(rd_allreduce(&a, &d), 0);
+      ASSERT_EQ(rd_allreduce(&a, nullptr, &d), 0);
       ASSERT_EQ(rhd_allreduce(&a, &h), 0);
       max_tree = std::max(max_tree, t.n), max_rd = std::max(max_rd, d.n),
       max_rhd = std::max(max_rhd, h.n);

@@ -146,6 +146,33 @@ TEST(Sim, FastMethodMatchesFull) {
   }
 }
 
+// The CPU model: 4 nodes x 2 ranks on one machine of 2 CPUs, 10 us of CPU per message and
+// 1 us links. The ring with 2 floats on 8 ranks has 2 messages in flight: its 14 steps cost
+// 10 us each (a message's CPU time bounds a hop from below); with 8 floats all 8 ranks send in
+// each step, which waits for 4 messages' CPU time (40 us). rd folds each node into one rank
+// (4 messages at once: 20 us), runs 2 steps between the 4 leaders (20 us each) and unfolds
+// (20 us). With 8 CPUs every message gets a CPU at once (10 us per hop); without the model the
+// hops cost the latency (1 us).
+TEST(Sim, CpuModelSharedMachine) {
+  sim_cluster_t c = uniform(4, true, 1e12);
+  c.ppn = 2, c.intra_bw = 1e12, c.intra_lat = kA / 10, c.inter_lat = kA / 10;
+  c.cpus = 2, c.machine_nodes = 4, c.msg_cpu = 10e-6;
+  EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RING, 8), 14 * 10e-6, 1e-7);
+  EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RING, 32), 14 * 40e-6, 1e-7);
+  EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RD, 8), 4 * 20e-6, 1e-7);
+  c.cpus = 8;
+  EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RD, 8), 4 * 10e-6, 1e-7);
+  c.cpus = 0;
+  EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RD, 8), 4 * 1e-6, 1e-7);
+  // the fast method keeps whole machines together: 16 nodes of 2 on machines of 4 nodes
+  c.nodes = 16, c.cpus = 2;
+  sim_result_t fast, full;
+  double tf = run(c, COLL_ALLREDUCE, ALGO_RING, 1 << 16, SIM_FAST, &fast);
+  double tu = run(c, COLL_ALLREDUCE, ALGO_RING, 1 << 16, SIM_FULL, &full);
+  EXPECT_STREQ(fast.method, "shift/8");
+  expect_rel(tf, tu);
+}
+
 // A schedule without the symmetry (the tree) is refused by the fast method and simulated in
 // full by the automatic one.
 TEST(Sim, FastMethodOnlyWhereTheSymmetryHolds) {

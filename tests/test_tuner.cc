@@ -105,9 +105,11 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
   // the network (14 a_net + 1.75 S/b_net).
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
   // Small sizes across hosts: one-shot pays one network latency per peer (7 a_net = 140 us +
-  // 56 bytes), recursive doubling log2(8) = 3 (60 us + 4 x 1.5 x 3 x 8 bytes): rd beats it.
+  // 56 bytes); recursive doubling folds each host into one rank (2 shm hops, 1.5 x 2 x 3 x 8
+  // bytes) and runs log2(2) = 1 step across (20 us + 8 bytes): rd beats it.
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_ONESHOT, 8), 140.0 + 56 / 1e3);
-  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 8), 60.0 + 144 / 1e3);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 8),
+                   2 * 2.0 + 72 / 10e3 + 20.0 + 8 / 1e3);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 8, bit(ALGO_ONESHOT) | bit(ALGO_RD), 0).algo,
             ALGO_RD);
   // 1 MiB with 4 ranks per host: rhd's bytes share the NIC 4 ways, so it loses to hier.
@@ -120,6 +122,39 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
   EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 4 << 20, bit(ALGO_TREE), 0).chunk_bytes, 262144u);
   EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 300000, bit(ALGO_TREE), 0).chunk_bytes, 131072u);
   EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 64 << 20, bit(ALGO_RING), 0).chunk_bytes, 524288u);
+}
+
+// The namespace test bed: 4 hosts x 2 ranks in blocks on one machine of 2 CPUs, 9 us of CPU
+// per message. Hops in which every rank sends cost 8 x 9 / 2 = 36 us of CPU each when that is
+// more than latency + bytes / bandwidth: the ring's 14 steps 504 us, the tree's 8 hops 288 us.
+// rd folds each host into one rank (2 shm hops in which half the ranks send: 18 us each), then
+// 2 steps between the 4 leaders, with one rank's bytes per NIC: it wins small sizes. rhd keeps
+// its last halving step (first doubling step) inside the host. With 8 CPUs: latencies again.
+TEST(TunerModel, MessageCpuOnASharedMachine) {
+  tuner_model_t m = {{1.0, 1.0}, {13.0, 0.06}, 9.0};
+  tuner_topo_t t = one_host(8);
+  t.nhosts = 4, t.local_size = 2, t.hier_ok = 1, t.host_blocks = 1;
+  t.machine_ranks = 8, t.ncpu = 2;
+  double S = 1024;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 8), 2 * 18 + 2 * 18);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
+                   2 * 18 + 2 * 13 + 2 * S / 60);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024), 2 * 36 + 4 * 36);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024), 14 * 36);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1024), 8 * 36);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 64 << 20),
+                   14 * 13 + 1.75 * (64 << 20) / 60.0);
+  for (size_t bytes : {8, 64, 1024, 2048})
+    EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, bytes, TUNER_ALL_ALGOS, 0).algo, ALGO_RD);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
+  t.ncpu = 8;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024),
+                   14 * 13 + 1.75 * S / 60);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
+                   2 * 4.5 + 2 * 13 + 2 * S / 60);
+  t.host_blocks = 0;  // placement unknown: rhd's steps all at the network's cost, x on all bytes
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024),
+                   6 * 13 + 2 * 1.5 * 1.75 * S / 60);
 }
 
 }  // namespace

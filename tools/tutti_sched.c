@@ -106,6 +106,7 @@ static algo_t auto_algo(const opts_t *o, coll_t c, const int *host) {
                     .nhosts = o->hosts,
                     .local_size = per,
                     .hier_ok = hier_applicable(host, o->nranks),
+                    .host_blocks = o->hosts > 1,
                     .slot_bytes = 131072,
                     .chunk_bytes = o->chunk * 4,
                     .scratch_bytes = 16384,

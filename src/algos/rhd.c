@@ -21,6 +21,16 @@
  *
  * Recursive doubling (rd): survivors exchange the whole vector with id ^ mask for mask = 1, 2,
  *   .. p2/2 and both add: log2(p2) steps, log2(p2) * bytes sent. For the smallest messages.
+ *   Across hosts (host_of_rank given, 2 or more hosts, some with several ranks) the ranks of a
+ *   host first fold into its leader, its first rank (each sends its input; the leader adds them
+ *   in rank order), the H leaders run rd (with the fold above when H is not a power of two) and
+ *   each leader sends the result back to its host's ranks:
+ *
+ *     hosts {0 1} {2 3} {4 5} {6 7}:   1->0 3->2 5->4 7->6 | rd 0 2 4 6 | 0->1 2->3 4->5 6->7
+ *
+ *   H messages cross the network per step instead of n, each NIC carries one rank's bytes
+ *   instead of every local rank's copy of the same sum, for 2 shared-memory hops more. On
+ *   machines where messages cost CPU (many ranks per core) that is what small sizes pay for.
  *
  * Both partners of an exchange send at the same time, so every exchange goes in rounds of at
  * most `chunk` elements (send a round, then receive the partner's): one chunk per FIFO per
@@ -32,6 +42,8 @@
  * (doubling, straight into recvbuf) need n to be a power of two: sched_build answers -2
  * otherwise and the tuner uses the ring.
  */
+#include <stdlib.h>
+
 #include "algos/schedule.h"
 
 #define PUSH(...)                           \
@@ -92,28 +104,35 @@ static int exchange(const xchg_t *x, size_t chunk, sched_t *s) {
   return 0;
 }
 
-/* Fold in: returns, through *src / *pre, where this rank's (possibly folded) input is. */
-static int fold_in(const fold_t *f, const sched_args_t *a, uint8_t *src, uint8_t *pre, sched_t *s) {
-  *src = BUF_SEND, *pre = STEP_PRE;
+/* Rank of index i of the participants (map NULL: ranks themselves). */
+static int rank_of(const int *map, int i) {
+  return map ? map[i] : i;
+}
+
+/* Fold in: *src / *pre say where this rank's input is (and whether PRE is still to apply) and
+ * then where its (possibly folded) input is. */
+static int fold_in(const fold_t *f, const int *map, const sched_args_t *a, uint8_t *src,
+                   uint8_t *pre, sched_t *s) {
   if (f->partner < 0 || a->count == 0) return 0;
   if (f->id < 0)
-    PUSH(.recv_peer = -1, .send_peer = f->partner, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_PRE, .count = a->count);
+    PUSH(.recv_peer = -1, .send_peer = rank_of(map, f->partner), .src_buf = *src,
+         .dst_buf = BUF_NONE, .flags = *pre, .count = a->count);
   else
-    PUSH(.recv_peer = f->partner, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .count = a->count);
+    PUSH(.recv_peer = rank_of(map, f->partner), .send_peer = -1, .src_buf = *src,
+         .dst_buf = BUF_RECV, .flags = (uint8_t)(STEP_REDUCE | *pre | STEP_STORE),
+         .count = a->count);
   *src = BUF_RECV, *pre = 0;
   return 0;
 }
 
-static int fold_out(const fold_t *f, const sched_args_t *a, sched_t *s) {
+static int fold_out(const fold_t *f, const int *map, const sched_args_t *a, sched_t *s) {
   if (f->partner < 0 || a->count == 0) return 0;
   if (f->id < 0)
-    PUSH(.recv_peer = f->partner, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .count = a->count);
+    PUSH(.recv_peer = rank_of(map, f->partner), .send_peer = -1, .src_buf = BUF_NONE,
+         .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
   else
-    PUSH(.recv_peer = -1, .send_peer = f->partner, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
-         .count = a->count);
+    PUSH(.recv_peer = -1, .send_peer = rank_of(map, f->partner), .src_buf = BUF_RECV,
+         .dst_buf = BUF_NONE, .count = a->count);
   return 0;
 }
 
@@ -163,20 +182,21 @@ static int rhd_core(const fold_t *f, const sched_args_t *a, uint8_t src, uint8_t
 
 int rhd_allreduce(const sched_args_t *a, sched_t *s) {
   fold_t f = fold_of(a->rank, a->nranks);
-  uint8_t src, pre;
+  uint8_t src = BUF_SEND, pre = STEP_PRE;
   if (a->nranks == 1) return single_copy(a, s);
-  if (fold_in(&f, a, &src, &pre, s) != 0) return -1;
+  if (fold_in(&f, NULL, a, &src, &pre, s) != 0) return -1;
   if (f.id >= 0 && rhd_core(&f, a, src, pre, s) != 0) return -1;
-  return fold_out(&f, a, s);
+  return fold_out(&f, NULL, a, s);
 }
 
-int rd_allreduce(const sched_args_t *a, sched_t *s) {
-  fold_t f = fold_of(a->rank, a->nranks);
-  uint8_t src, pre;
-  if (a->nranks == 1) return single_copy(a, s);
-  if (fold_in(&f, a, &src, &pre, s) != 0) return -1;
+/* Recursive doubling between participant `id` of `np` (ranks map[0..np-1], NULL: 0..np-1),
+ * whose input is in src (pre: PRE still to apply). */
+static int rd_core(int id, int np, const int *map, const sched_args_t *a, uint8_t src, uint8_t pre,
+                   sched_t *s) {
+  fold_t f = fold_of(id, np);
+  if (fold_in(&f, map, a, &src, &pre, s) != 0) return -1;
   for (int mask = 1; f.id >= 0 && mask < f.p2; mask *= 2) {
-    xchg_t x = {.peer = survivor_rank(&f, f.id ^ mask),
+    xchg_t x = {.peer = rank_of(map, survivor_rank(&f, f.id ^ mask)),
                 .src_buf = src,
                 .dst_buf = BUF_RECV,
                 .sflags = pre,
@@ -186,7 +206,73 @@ int rd_allreduce(const sched_args_t *a, sched_t *s) {
     if (exchange(&x, a->chunk ? a->chunk : 1, s) != 0) return -1;
     src = BUF_RECV, pre = 0;
   }
-  return fold_out(&f, a, s);
+  return fold_out(&f, map, a, s);
+}
+
+/* The hosts' leaders (first rank of each host, in rank order) into leaders[]; their number H,
+ * 0 when rd should stay flat (no host map, one host, or one rank per host), -1 out of memory.
+ * O(n log n): (host label, rank) pairs sorted, the first of each label leads. */
+static int cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return (a > b) - (a < b);
+}
+
+static int host_leaders(const int *host_of_rank, int n, int *leaders) {
+  int64_t *key = malloc((size_t)n * sizeof(int64_t));
+  if (!key) return -1;
+  for (int q = 0; q < n; q++) key[q] = (int64_t)host_of_rank[q] * ((int64_t)1 << 32) + q;
+  qsort(key, (size_t)n, sizeof(int64_t), cmp_i64);
+  int H = 0;
+  for (int i = 0; i < n; i++) {
+    int q = (int)(key[i] & 0xffffffff);
+    if (i == 0 || host_of_rank[q] != host_of_rank[leaders[H - 1]]) leaders[H++] = q;
+  }
+  for (int i = 0; i < H; i++) key[i] = leaders[i];
+  qsort(key, (size_t)H, sizeof(int64_t), cmp_i64);
+  for (int i = 0; i < H; i++) leaders[i] = (int)key[i];
+  free(key);
+  return H >= 2 && H < n ? H : 0;
+}
+
+/* rd across hosts: fold each host into its leader, rd between leaders, send back. */
+static int rd_hosts(const sched_args_t *a, const int *host_of_rank, const int *leaders, int H,
+                    sched_t *s) {
+  int r = a->rank, n = a->nranks, id = 0, host = host_of_rank[r];
+  while (host_of_rank[leaders[id]] != host) id++;
+  int lead = leaders[id];
+  uint8_t src = BUF_SEND, pre = STEP_PRE;
+  if (a->count == 0) return 0;
+  if (r != lead) {
+    PUSH(.recv_peer = -1, .send_peer = lead, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+         .flags = STEP_PRE, .count = a->count);
+    PUSH(.recv_peer = lead, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+         .flags = STEP_STORE, .count = a->count);
+    return 0;
+  }
+  for (int q = r + 1; q < n; q++) {
+    if (host_of_rank[q] != host) continue;
+    PUSH(.recv_peer = q, .send_peer = -1, .src_buf = src, .dst_buf = BUF_RECV,
+         .flags = (uint8_t)(STEP_REDUCE | pre | STEP_STORE), .count = a->count);
+    src = BUF_RECV, pre = 0;
+  }
+  if (rd_core(id, H, leaders, a, src, pre, s) != 0) return -1;
+  for (int q = r + 1; q < n; q++)
+    if (host_of_rank[q] == host)
+      PUSH(.recv_peer = -1, .send_peer = q, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
+           .count = a->count);
+  return 0;
+}
+
+int rd_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
+  if (a->nranks == 1) return single_copy(a, s);
+  int *leaders = host_of_rank ? malloc((size_t)a->nranks * sizeof(int)) : NULL;
+  if (host_of_rank && !leaders) return -1;
+  int H = leaders ? host_leaders(host_of_rank, a->nranks, leaders) : 0;
+  int rc = H < 0 ? -1
+           : H   ? rd_hosts(a, host_of_rank, leaders, H, s)
+                 : rd_core(a->rank, a->nranks, NULL, a, BUF_SEND, STEP_PRE, s);
+  free(leaders);
+  return rc;
 }
 
 static int is_pow2(int n) {

@@ -104,7 +104,7 @@ int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sch
         case ALGO_HIER: return host_of_rank ? hier_allreduce(a, host_of_rank, col) : -2;
         case ALGO_TREE: return tree_allreduce(a, col);
         case ALGO_RHD: return rhd_allreduce(a, col);
-        case ALGO_RD: return rd_allreduce(a, col);
+        case ALGO_RD: return rd_allreduce(a, host_of_rank, col);
         default: return -2;
       }
     case COLL_REDUCESCATTER:

@@ -124,7 +124,8 @@ int tree_depth(int nranks);
 /* Recursive halving-doubling and recursive doubling (rhd.c); the reduce-scatter and all-gather
  * return -2 unless nranks is a power of two. rhd_log2 = floor(log2 n). */
 int rhd_allreduce(const sched_args_t *a, sched_t *s);
-int rd_allreduce(const sched_args_t *a, sched_t *s);
+/* host_of_rank (NULL: none): fold each host's ranks into its first rank around rd across hosts. */
+int rd_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
 int rhd_reducescatter(const sched_args_t *a, sched_t *s);
 int rhd_allgather(const sched_args_t *a, sched_t *s);
 int rhd_log2(int nranks);

@@ -2,28 +2,47 @@
  *
  * Each algorithm's time is   hops x latency + bytes on the busiest link / bandwidth   at the
  * transport level it runs on (shared memory inside a host; the network as soon as a flat
- * algorithm spans hosts, because its slowest hop then crosses one). With n ranks, S bytes,
- * D = floor(log2 n), k = floor(log2 n), p2 = 2^k, f = 1 when n is not a power of two:
+ * algorithm spans hosts, because its slowest hop then crosses one), or, when the machine's
+ * CPUs are the bottleneck, the CPU time of the messages its ranks send: hops x q x R x c / C
+ * if that is longer, with R ranks on the machine (all its hosts: containers and network
+ * namespaces share the kernel's C CPUs), c the CPU time of one message
+ * (TUTTI_TUNER_MSG_CPU_US) and q the messages per rank and hop below (1 unless said). With
+ * R <= C the latency term wins (c < a). With n ranks, S bytes, D = k = floor(log2 n), p2 = 2^k,
+ * f = 1 when n is not a power of two:
  *
  *   all-reduce  ring     2(n-1) a + 2(n-1)/n S/b
  *               oneshot  a + (n-1) S/b               (S fits one slot and ONESHOT_MAX_BYTES;
- *                                                    across hosts (n-1) a: one message per peer)
- *               tree     2(D+1) a + 2 S/b            (interior rank: half up, two halves down)
+ *                                                    across hosts (n-1) a: one message per peer;
+ *                                                    q = n-1 in one hop, 1 per hop across hosts)
+ *               tree     2(D+1) a + 2 S/b            (interior rank: half up, two halves down;
+ *                                                    q = 1: the leaves' hop sends from every
+ *                                                    rank, and a rank's waits on the two trees
+ *                                                    follow one another: measured 25-36 us per
+ *                                                    hop where rd's steps took 36-42)
  *               rhd      (2k+2f) a + x (2(p2-1)/p2 + 2f) S/b      x = 1.5 (XCHG below)
  *               rd       (k+2f) a + x (k+2f) S/b
- *               (rhd and rd across hosts with m ranks each: S/b times m, the NIC is shared)
+ *               (tree, rhd and rd across hosts with m ranks each: S/b times m, the NIC is shared;
+ *               rd across H hosts folds each host into one rank (rhd.c):
+ *               rd   2 a_shm + x 2(m-1) S/b_shm + (kH+2fH) a + (kH+2fH) S/b
+ *               (kH = floor(log2 H)); rhd when host h holds ranks hm..hm+m-1, m = 2^km and
+ *               n = p2: the km steps with partners inside the host go over shm (the last ones
+ *               of its halving: 2(m-1)/p2 S), the other k-km over the network, without x there:
+ *               rhd  2 km a_shm + 2(k-km) a + x 2(m-1)/p2 S/b_shm + m 2(1 - m/p2) S/b)
  *               hier     2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + 2(H-1)/H (S/m)/b_net
- *   broadcast / reduce   chain (n-1) a + S/b;   tree (D+1) a + 2 S/b
+ *   broadcast / reduce   chain (n-1) a + S/b (q = 1/R: one message in flight);
+ *                        tree (D+1) a + 2 S/b (q = (n-1)/(n(D+1)))
  *   all-gather / reduce-scatter (S = all n blocks)   ring (n-1) a + (n-1)/n S/b;
  *               rhd k a + (n-1)/n S/b (x that)   (n a power of two; reduce-scatter only while
  *                                                 its n/2 partial blocks fit the comm scratch,
  *                                                 unless TUTTI_ALGO asks for it)
- *   all-to-all, gather, scatter: p2p
+ *   all-to-all, gather, scatter: p2p (q = n-1)
  *
  * Ties go to the lower algo_t (the ring first). Defaults (docs/adding-an-algorithm.md,
  * "Measurements"): shm from the idle 2-rank runs of docs/perf.md (8-byte one-shot all-reduce
  * 0.6 us; ring busbw about 6 GB/s); net bandwidth from TCP over loopback against shm in the
- * same loaded runs (0.45x-0.69x), net latency an estimate (not measurable under that load).
+ * same loaded runs (0.45x-0.69x), net latency an estimate (not measurable under that load);
+ * message CPU time: 8-rank exchanges on the 2-CPU namespace test bed (perf/sim_validate.sh,
+ * 35-45 us per exchange of 8 messages on 2 CPUs: about 9 us each).
  */
 #include "algos/tuner.h"
 
@@ -39,6 +58,7 @@
 #define TUNER_SHM_GBPS 6.0
 #define TUNER_NET_LAT_US 20.0
 #define TUNER_NET_GBPS 3.0
+#define TUNER_MSG_CPU_US 9.0
 
 static double env_double(const char *name, double dflt) {
   const char *v = tutti_getenv(name);
@@ -56,6 +76,7 @@ void tuner_model_from_env(tuner_model_t *m) {
                            env_double("TUNER_SHM_GBPS", TUNER_SHM_GBPS)};
   m->net = (tuner_level_t){env_double("TUNER_NET_LAT_US", TUNER_NET_LAT_US),
                            env_double("TUNER_NET_GBPS", TUNER_NET_GBPS)};
+  m->msg_cpu_us = env_double("TUNER_MSG_CPU_US", TUNER_MSG_CPU_US);
 }
 
 /* ---- NCCL_ALGO ---- */
@@ -152,9 +173,23 @@ static int is_pow2(int n) {
   return n > 0 && (n & (n - 1)) == 0;
 }
 
-/* time = hops * latency + bytes / bandwidth at level l (GB/s = 1e3 bytes per microsecond). */
-static double cost(const tuner_level_t *l, double hops, double bytes) {
-  return hops * l->lat_us + bytes / (l->gbps * 1e3);
+/* time = hops * latency + bytes / bandwidth at level l (GB/s = 1e3 bytes per microsecond), or
+ * the CPU time of the q messages per rank that every rank of the machine sends per hop, when
+ * that is longer (the header's R x q x c / C per hop: the CPUs work while bytes travel). */
+static double cost_q(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l,
+                     double hops, double q, double bytes) {
+  double us = hops * l->lat_us + bytes / (l->gbps * 1e3);
+  if (t->machine_ranks > 0 && t->ncpu > 0) {
+    double cpu = hops * q * t->machine_ranks * m->msg_cpu_us / t->ncpu;
+    if (cpu > us) us = cpu;
+  }
+  return us;
+}
+
+/* One message per rank and hop. */
+static double cost(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l,
+                   double hops, double bytes) {
+  return cost_q(m, t, l, hops, 1, bytes);
 }
 
 /* Ranks of one host whose exchange steps cross the network at the same time share its NIC
@@ -163,26 +198,50 @@ static double nic_share(const tuner_topo_t *t) {
   return t->nhosts > 1 && t->local_size > 1 ? (double)t->local_size : 1.0;
 }
 
+/* rd across hosts (several ranks on some): each host folds into its leader over shm (m-1
+ * messages in, m-1 out, q = (m-1)/m per rank), the H leaders run rd over the network (one
+ * message per host and step, q = 1/m; kH = floor(log2 H), plus 2 steps when H is not a power of
+ * two), and the NIC carries one rank's bytes. rhd with hosts of 2^km ranks in blocks: its last
+ * km halving steps (first km doubling steps) stay inside the host. -1: the flat formula applies. */
+static double rd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
+  int H = t->nhosts, ls = t->local_size, kH = rhd_log2(H), fH = !is_pow2(H);
+  if (H < 2 || ls < 2) return -1;
+  return cost_q(m, t, &m->shm, 2, (ls - 1.0) / ls, XCHG * 2 * (ls - 1) * S) +
+         cost_q(m, t, &m->net, kH + 2.0 * fH, 1.0 / ls, (kH + 2.0 * fH) * S);
+}
+
+static double rhd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
+  int n = t->nranks, k = rhd_log2(n), ls = t->local_size, km = rhd_log2(ls);
+  if (t->nhosts < 2 || !t->host_blocks || !is_pow2(n) || !is_pow2(ls) || ls < 2) return -1;
+  double share = nic_share(t), p2 = n;
+  return cost(m, t, &m->shm, 2.0 * km, XCHG * 2 * (ls - 1) / p2 * S) +
+         cost(m, t, &m->net, 2.0 * (k - km), share * 2 * (1 - ls / p2) * S);
+}
+
 static double allreduce_us(const tuner_model_t *m, const tuner_topo_t *t, algo_t a, double S,
                            const tuner_level_t *l) {
   int n = t->nranks, k = rhd_log2(n), p2 = 1 << k, f = p2 != n, D = tree_depth(n);
   switch (a) {
     case ALGO_RING:
-      return cost(l, 2.0 * (n - 1), 2.0 * (n - 1) / n * S);
+      return cost(m, t, l, 2.0 * (n - 1), 2.0 * (n - 1) / n * S);
     case ALGO_ONESHOT: /* across hosts its n-1 messages leave one after the other */
       if (n < 2 || S > (double)t->slot_bytes || S > (double)t->oneshot_max_bytes) return -1;
-      return cost(l, t->nhosts > 1 ? n - 1 : 1, (n - 1) * S);
-    case ALGO_TREE:
-      return cost(l, 2.0 * (D + 1), 2 * S);
+      if (t->nhosts > 1) return cost(m, t, l, n - 1, (n - 1) * S);
+      return cost_q(m, t, l, 1, n - 1, (n - 1) * S);
+    case ALGO_TREE: /* a node's ranks sit all over the heap: their edges leave the node */
+      return cost(m, t, l, 2.0 * (D + 1), nic_share(t) * 2 * S);
     case ALGO_RHD: /* its long-distance steps send from every rank of a host through one NIC */
-      return cost(l, 2.0 * k + 2 * f, nic_share(t) * XCHG * (2.0 * (p2 - 1) / p2 + 2 * f) * S);
+      if (rhd_hosts_us(m, t, S) >= 0) return rhd_hosts_us(m, t, S);
+      return cost(m, t, l, 2.0 * k + 2 * f,
+                  nic_share(t) * XCHG * (2.0 * (p2 - 1) / p2 + 2 * f) * S);
     case ALGO_RD:
-      return cost(l, (double)k + 2 * f, nic_share(t) * XCHG * ((double)k + 2 * f) * S);
+      if (rd_hosts_us(m, t, S) >= 0) return rd_hosts_us(m, t, S);
+      return cost(m, t, l, (double)k + 2 * f, nic_share(t) * XCHG * ((double)k + 2 * f) * S);
     case ALGO_HIER: {
       if (!t->hier_ok || t->nhosts < 2) return -1;
       int mm = t->local_size, H = t->nhosts;
-      return cost(&m->shm, 2.0 * (mm - 1), 2.0 * (mm - 1) / mm * S) +
-             cost(&m->net, 2.0 * (H - 1), 2.0 * (H - 1) / H * S / mm);
+      return cost(m, t, &m->shm, 2.0 * (mm - 1), 2.0 * (mm - 1) / mm * S) +
+             cost(m, t, &m->net, 2.0 * (H - 1), 2.0 * (H - 1) / H * S / mm);
     }
     default:
       return -1;
@@ -199,18 +258,20 @@ double tuner_estimate_us(const tuner_model_t *m, const tuner_topo_t *t, coll_t c
       return allreduce_us(m, t, a, S, l);
     case COLL_BROADCAST:
     case COLL_REDUCE:
-      if (a == ALGO_CHAIN) return cost(l, n - 1, S);
-      return a == ALGO_TREE ? cost(l, D + 1, 2 * S) : -1;
+      if (a == ALGO_CHAIN)
+        return cost_q(m, t, l, n - 1, t->machine_ranks > 0 ? 1.0 / t->machine_ranks : 0, S);
+      return a == ALGO_TREE ? cost_q(m, t, l, D + 1, (n - 1.0) / ((double)n * (D + 1)), 2 * S) : -1;
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:
-      if (a == ALGO_RING) return cost(l, n - 1, (double)(n - 1) / n * S);
+      if (a == ALGO_RING) return cost(m, t, l, n - 1, (double)(n - 1) / n * S);
       if (a != ALGO_RHD || !is_pow2(n)) return -1;
       if (c == COLL_REDUCESCATTER && !t->may_alloc && S / 2 > (double)t->scratch_bytes) return -1;
-      return cost(l, rhd_log2(n), (c == COLL_REDUCESCATTER ? XCHG : 1) * (double)(n - 1) / n * S);
+      return cost(m, t, l, rhd_log2(n),
+                  (c == COLL_REDUCESCATTER ? XCHG : 1) * (double)(n - 1) / n * S);
     case COLL_ALLTOALL:
     case COLL_GATHER:
     case COLL_SCATTER:
-      return a == ALGO_P2P ? cost(l, 1, S) : -1;
+      return a == ALGO_P2P ? cost_q(m, t, l, 1, n - 1, S) : -1;
     default:
       return -1;
   }

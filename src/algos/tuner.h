@@ -18,10 +18,14 @@ typedef struct tuner_level { /* one transport level: a hop's latency and a link'
 
 typedef struct tuner_model {
   tuner_level_t shm, net; /* inside a host, across hosts */
+  double msg_cpu_us;      /* CPU time of one message (send, wake-up, receive) */
 } tuner_model_t;
 
 typedef struct tuner_topo { /* what the communicator knows */
-  int nranks, nhosts, local_size, hier_ok;
+  int nranks, nhosts, local_size, hier_ok; /* local_size: of the largest host */
+  int machine_ranks, ncpu; /* the machine (kernel) with the most ranks per CPU: its ranks and
+                              CPUs; 0: unknown. All ranks must see the same topology. */
+  int host_blocks;         /* 1: rank r is on host r / local_size, every host alike */
   size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
   int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
 } tuner_topo_t;
@@ -32,7 +36,7 @@ typedef struct tuner_choice {
   double us; /* the estimate */
 } tuner_choice_t;
 
-/* TUTTI_TUNER_{SHM,NET}_{LAT_US,GBPS} or the defaults (see tuner.c). */
+/* TUTTI_TUNER_{SHM,NET}_{LAT_US,GBPS}, TUTTI_TUNER_MSG_CPU_US or the defaults (see tuner.c). */
 void tuner_model_from_env(tuner_model_t *m);
 
 /* Parses NCCL_ALGO syntax into masks[c] (bit a: algorithm a allowed for collective c):

@@ -20,6 +20,9 @@ void sim_cluster_defaults(sim_cluster_t *c) {
                        .leaf_nodes = 16,
                        .reduce_bw = 0,
                        .overhead = 0,
+                       .cpus = 0,
+                       .machine_nodes = 1,
+                       .msg_cpu = 0,
                        .slot_intra = 128 * 1024,
                        .slot_inter = 512 * 1024,
                        .fifo_intra = 8,
@@ -61,6 +64,8 @@ int sim_cluster_set(sim_cluster_t *c, const char *key, const char *v) {
   if (!strcmp(key, "nodes")) return parse_int(v, 1, &c->nodes);
   if (!strcmp(key, "ppn")) return parse_int(v, 1, &c->ppn);
   if (!strcmp(key, "nics")) return parse_int(v, 1, &c->nics);
+  if (!strcmp(key, "cpus")) return parse_int(v, 0, &c->cpus);
+  if (!strcmp(key, "machine-nodes")) return parse_int(v, 1, &c->machine_nodes);
   if (!strcmp(key, "leaf-nodes")) return parse_int(v, 1, &c->leaf_nodes);
   if (!strcmp(key, "fifo-intra")) return parse_int(v, 1, &c->fifo_intra);
   if (!strcmp(key, "fifo-inter")) return parse_int(v, 1, &c->fifo_inter);
@@ -76,6 +81,7 @@ int sim_cluster_set(sim_cluster_t *c, const char *key, const char *v) {
   if (!strcmp(key, "intra-lat-us")) return c->intra_lat = d * 1e-6, 0;
   if (!strcmp(key, "inter-lat-us")) return c->inter_lat = d * 1e-6, 0;
   if (!strcmp(key, "overhead-us")) return c->overhead = d * 1e-6, 0;
+  if (!strcmp(key, "msg-cpu-us")) return c->msg_cpu = d * 1e-6, 0;
   return -1;
 }
 
@@ -119,12 +125,13 @@ void sim_cluster_print(const sim_cluster_t *c, void *file) {
           "# cluster: %d nodes x %d ranks = %d ranks; shm %.4g Gbit/s %.3g us; net %.4g Gbit/s "
           "%.3g us x %d NIC(s)/node (burst %zu B at %.4g Gbit/s); oversub %.3g (leaf %d nodes); "
           "reduce %s%.4g Gbit/s; "
-          "overhead %.3g us/piece; slots %zu/%zu B x %d/%d\n",
+          "overhead %.3g us/piece; cpus %d per %d node(s), %.3g us/message; "
+          "slots %zu/%zu B x %d/%d\n",
           c->nodes, c->ppn, sim_nranks(c), c->intra_bw * 8 / 1e9, c->intra_lat * 1e6,
           c->inter_bw * 8 / 1e9, c->inter_lat * 1e6, c->nics, c->inter_burst,
           c->inter_peak_bw * 8 / 1e9, c->oversub, c->leaf_nodes, c->reduce_bw > 0 ? "" : "free ",
-          c->reduce_bw * 8 / 1e9, c->overhead * 1e6, c->slot_intra, c->slot_inter, c->fifo_intra,
-          c->fifo_inter);
+          c->reduce_bw * 8 / 1e9, c->overhead * 1e6, c->cpus, c->machine_nodes, c->msg_cpu * 1e6,
+          c->slot_intra, c->slot_inter, c->fifo_intra, c->fifo_inter);
 }
 
 size_t sim_count_for(coll_t coll, size_t bytes, int esize, int nranks) {

@@ -16,6 +16,11 @@
  *           leaf's downlink, servers of leaf_nodes * nics * inter_bw / oversub. With
  *           --inter-burst, each NIC side is a token bucket (tc tbf): it sends at the peak rate
  *           while it has tokens, which accrue at inter_bw up to the burst (empty at time 0)
+ *   CPUs    (with --cpus) the ranks of a machine (machine_nodes nodes) share its cpus CPUs, and
+ *           every piece sent takes msg_cpu of one of them (system calls, the kernel's path,
+ *           the receiver's wake-up), from t, on the CPU free first; the piece cannot arrive
+ *           before that work is done. An idle machine hides it in the latency (msg_cpu < lat);
+ *           8 ranks sending at once on 2 CPUs wait 4 msg_cpu (the namespace test bed)
  *   credits a connection holds `depth` slots (shm: fifo_intra; tcp: 2 x fifo_inter, the
  *           sender's and the receiver's FIFO; the kernel's socket buffers are not counted):
  *           piece k may be sent once piece k - depth was consumed, plus the link latency for
@@ -28,8 +33,8 @@
  * Under a symmetry (symmetry.c) only representatives run: channels and NICs of other ranks are
  * mapped onto theirs.
  *
- * Not modelled: CPU contention between ranks of a node (each rank has its own core), memory
- * bandwidth shared by shm copies, TCP's congestion control and per-packet costs (a NIC is an
+ * Not modelled: CPU time of reductions and copies on a shared machine (only messages take CPU),
+ * memory bandwidth shared by shm copies, TCP's congestion control and per-packet costs (a NIC is an
  * ideal pipe), helper-thread wakeups, the latency of a rank's first touch of a buffer.
  */
 #include <math.h>
@@ -83,12 +88,16 @@ typedef struct des {
   size_t nheap;
   uint64_t seq, events;
   nic_t *tx, *rx; /* per NIC: transmit side, receive side */
+  double *cpu;    /* [machines][cpus]: busy until (with a CPU model) */
   double *up, *down, finish;
   char *msg;
 } des_t;
 
 static int node_of(const des_t *d, int r) {
   return r / d->c->ppn;
+}
+static int machine_of(const des_t *d, int r) {
+  return node_of(d, r) / d->c->machine_nodes;
 }
 static int nic_of(const des_t *d, int r) {
   return node_of(d, r) * d->c->nics + (r % d->c->ppn) % d->c->nics;
@@ -194,6 +203,10 @@ static int setup(des_t *d, const sim_lane_t *lanes, int nlanes) {
   d->heap = malloc(((size_t)nlanes + 1) * sizeof(event_t));
   d->tx = calloc((size_t)nn, sizeof(nic_t)), d->rx = calloc((size_t)nn, sizeof(nic_t));
   d->up = calloc((size_t)nleaf, sizeof(double)), d->down = calloc((size_t)nleaf, sizeof(double));
+  if (d->c->cpus > 0) {
+    size_t nm = (size_t)(d->c->nodes / d->c->machine_nodes + 1) * (size_t)d->c->cpus;
+    if (!(d->cpu = calloc(nm, sizeof(double)))) return -1;
+  }
   if (!d->table || !d->procs || !d->heap || !d->tx || !d->rx || !d->up || !d->down) return -1;
   memset(d->table, 0xff, tsize * sizeof(int32_t));
   d->tmask = tsize - 1;
@@ -215,7 +228,7 @@ static void teardown(des_t *d) {
   for (size_t k = 0; k < d->nch; k++) free(d->ch[k].arr), free(d->ch[k].ctime), free(d->ch[k].size);
   for (int i = 0; d->procs && i < d->nprocs; i++) free(d->procs[i].ch);
   free(d->ch), free(d->table), free(d->procs), free(d->heap);
-  free(d->tx), free(d->rx), free(d->up), free(d->down);
+  free(d->tx), free(d->rx), free(d->up), free(d->down), free(d->cpu);
 }
 
 /* ---- the model ---- */
@@ -265,6 +278,17 @@ static double net_reserve(des_t *d, int src, int dst, double t, double bytes) {
   return nic_stage(c, &d->rx[nic_of(d, rdst)], bytes, &start, end);
 }
 
+/* The CPU work of a piece rank r sends at t: on its machine's CPU free first (the simulated
+ * ranks stand for their machine: symmetry classes cover whole machines). Returns its end. */
+static double cpu_run(des_t *d, int r, double t) {
+  double *cpu = d->cpu + (size_t)machine_of(d, r) * (size_t)d->c->cpus;
+  int k = 0;
+  for (int i = 1; i < d->c->cpus; i++)
+    if (cpu[i] < cpu[k]) k = i;
+  cpu[k] = fmax(cpu[k], t) + d->c->msg_cpu;
+  return cpu[k];
+}
+
 /* Can the piece go at p->now? 1 yes; 0 no (p is queued or waits on a channel). */
 static int piece_ready(des_t *d, int pi, chan_t *rc, chan_t *sc) {
   proc_t *p = &d->procs[pi];
@@ -297,6 +321,7 @@ static double piece_run(des_t *d, proc_t *p, const sim_step_t *st, chan_t *rc, c
     } else {
       arrival = net_reserve(d, p->rank, st->send, t + busy, bytes) + sc->lat;
     }
+    if (d->cpu) arrival = fmax(arrival, cpu_run(d, p->rank, t));
     sc->arr[sc->sent % sc->cap] = arrival;
     sc->size[sc->sent % sc->cap] = elems;
     sc->sent++;

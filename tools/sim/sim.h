@@ -29,6 +29,9 @@ typedef struct sim_cluster {
   int leaf_nodes;                /* nodes per leaf switch (only used when oversub > 1) */
   double reduce_bw;              /* reduction speed (bytes of output per second; 0: free) */
   double overhead;               /* engine time per piece (seconds) */
+  int cpus;                      /* CPUs per machine (0: a core per rank, no CPU model) */
+  int machine_nodes;             /* nodes per machine (containers, namespaces of one kernel) */
+  double msg_cpu;                /* CPU time of one piece sent (seconds; with cpus > 0) */
   size_t slot_intra, slot_inter; /* FIFO slot bytes: shm, tcp (TUTTI_SHM/TCP_SLOT_BYTES); all
                                     connections use the smaller of those in use */
   int fifo_intra, fifo_inter;    /* FIFO slots: shm, tcp (TUTTI_SHM_NSLOTS, TUTTI_TCP_NSLOTS) */
@@ -37,7 +40,7 @@ typedef struct sim_cluster {
 void sim_cluster_defaults(sim_cluster_t *c);
 /* Sets one key ("nodes", "ppn", "intra-gbps", "intra-lat-us", "inter-gbps", "inter-lat-us",
  * "nics", "inter-burst", "inter-peak-gbps", "oversub", "leaf-nodes", "reduce-gbps",
- * "overhead-us", "slot-intra", "slot-inter",
+ * "overhead-us", "cpus", "machine-nodes", "msg-cpu-us", "slot-intra", "slot-inter",
  * "fifo-intra", "fifo-inter"). Returns 0, or -1 (unknown key or bad value). */
 int sim_cluster_set(sim_cluster_t *c, const char *key, const char *value);
 /* Reads "key value" or "key = value" lines ('#' comments). Returns 0 or -1 (err says why). */

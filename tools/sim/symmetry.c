@@ -9,7 +9,8 @@
  * A symmetry is a group of maps g of the ranks onto themselves that keep the cluster (nodes onto
  * nodes, a rank's NIC, leaf switches onto leaf switches) and the schedule (g's image of rank q's
  * steps are rank g(q)'s steps: same counts and flags, peers moved by g). Two kinds are tried,
- * with period T = ranks per node (times nodes per leaf switch when the fabric is oversubscribed):
+ * with period T = ranks per node (times nodes per leaf switch when the fabric is oversubscribed,
+ * times nodes per machine with the CPU model: a class must hold whole CPU pools):
  *   shift  g(x) = x - k*T mod n       rings (ring, hier), most rank-rotation-invariant schedules
  *   xor    g(x) = x ^ (k*T)           butterflies (recursive doubling / halving) on 2^k ranks
  * Under a symmetry every rank of a class starts and ends each step at the same time as its
@@ -157,6 +158,13 @@ static int try_fast(builder_t *b, const sim_cluster_t *cl, const sched_args_t *a
                     sim_lane_t **lanes, int *nlanes, sim_sym_t *sym, int *approx) {
   int n = b->n, T = cl->ppn;
   if (cl->oversub > 1 && cl->nodes > cl->leaf_nodes) T *= cl->leaf_nodes;
+  if (cl->cpus > 0 && cl->machine_nodes > 1) { /* a class must cover whole CPU pools */
+    if (cl->oversub > 1 && cl->nodes > cl->leaf_nodes && cl->machine_nodes % cl->leaf_nodes &&
+        cl->leaf_nodes % cl->machine_nodes)
+      return 0; /* machines and leaves not nested: no common period */
+    int mn = cl->machine_nodes * cl->ppn;
+    if (mn > T) T = mn;
+  }
   if (T >= n || n % T != 0 || b->lanes) return 0;
   int cap = 0, rc = 0;
   for (int r = 0; r < T && rc == 0; r++) rc = build_rank(b, a, algo, r, lanes, nlanes, &cap);
