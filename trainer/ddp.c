@@ -33,10 +33,9 @@ struct ddp {
   model_t *model;
   int nbuckets;
   ddp_bucket_t buckets[DDP_MAX_BUCKETS];
-  int bucket_of[MODEL_MAX_TENSORS]; /* tensor -> bucket */
   /* per backward: */
   int sync;
-  int pending[DDP_MAX_BUCKETS];     /* tensors of the bucket still without their final gradient */
+  size_t pending[DDP_MAX_BUCKETS];  /* floats of the bucket still without their final gradient */
   int next_bucket;                  /* buckets are launched in this order, never out of it */
   long gather_job[DDP_MAX_BUCKETS]; /* sharded: FIFO number of the bucket's parameter all-gather
                                        still to wait for; -1: none */
@@ -154,24 +153,41 @@ static void run_now(ddp_t *d, job_t job) {
   }
 }
 
-/* Walks the tensors in backward order (last first), closing a bucket once it holds cap bytes:
- * DDP_FIRST_BUCKET_BYTES for the first bucket, bucket_bytes for the others. */
+/* Walks the gradient in backward order (last tensor first; a tensor that backward finalizes in
+ * blocks, block by block), closing a bucket once it holds cap bytes: DDP_FIRST_BUCKET_BYTES
+ * for the first bucket, bucket_bytes for the others. A bucket is never closed inside a block,
+ * so each is one contiguous range of the arena that some point of backward completes. */
 static void make_buckets(ddp_t *d, size_t bucket_bytes) {
   const model_t *m = d->model;
   size_t cap = bucket_bytes < DDP_FIRST_BUCKET_BYTES ? bucket_bytes : DDP_FIRST_BUCKET_BYTES;
-  size_t bytes = 0;
+  int open_tensor = -1; /* the tensor the open bucket started with; -1: none open */
   d->nbuckets = 0;
   for (int t = m->ntensors - 1; t >= 0; t--) {
-    if (bytes == 0) d->buckets[d->nbuckets] = (ddp_bucket_t){0, 0, t, 0};
-    ddp_bucket_t *b = &d->buckets[d->nbuckets];
-    b->first_tensor = t, b->ntensors++; /* tensors [t, t + ntensors) */
-    b->offset = m->tensors[t].offset;
-    b->count += m->tensors[t].count;
-    d->bucket_of[t] = d->nbuckets;
-    bytes += m->tensors[t].count * sizeof(float);
-    if (bytes >= cap || t == 0) d->nbuckets++, bytes = 0, cap = bucket_bytes;
+    const param_tensor_t *pt = &m->tensors[t];
+    size_t block = pt->count / (size_t)pt->blocks;
+    for (int k = pt->blocks - 1; k >= 0; k--) {
+      if (d->nbuckets == DDP_MAX_BUCKETS) {
+        fprintf(stderr, "tutti-train: internal error: more than %d gradient blocks\n",
+                DDP_MAX_BUCKETS);
+        exit(1);
+      }
+      if (open_tensor < 0) d->buckets[d->nbuckets] = (ddp_bucket_t){0}, open_tensor = t;
+      ddp_bucket_t *b = &d->buckets[d->nbuckets];
+      b->offset = pt->offset + (size_t)k * block;
+      b->count += k == pt->blocks - 1 ? pt->count - (size_t)k * block : block;
+      b->first_tensor = t, b->ntensors = open_tensor - t + 1; /* [t, t + ntensors) */
+      if (b->count * sizeof(float) >= cap || (t == 0 && k == 0))
+        d->nbuckets++, open_tensor = -1, cap = bucket_bytes;
+    }
   }
   for (int b = 0; b < d->nbuckets; b++) d->buckets[b].slice = d->buckets[b].count / d->world;
+}
+
+/* Floats of bucket k inside params[offset, offset + count). */
+static size_t bucket_overlap(const ddp_bucket_t *k, size_t offset, size_t count) {
+  size_t lo = offset > k->offset ? offset : k->offset;
+  size_t hi = offset + count < k->offset + k->count ? offset + count : k->offset + k->count;
+  return hi > lo ? hi - lo : 0;
 }
 
 /* Averages bucket b's gradients with `run` (submit: on the communication thread; run_now: here):
@@ -186,10 +202,11 @@ static void average_bucket(ddp_t *d, int b, void (*run)(ddp_t *, job_t)) {
     run(d, (job_t){JOB_ALLREDUCE, g + sliced, g + sliced, k->count - sliced, ncclFloat, ncclAvg});
 }
 
-static void on_grad_ready(void *ctx, int tensor) {
+static void on_grad_ready(void *ctx, size_t offset, size_t count) {
   ddp_t *d = ctx;
   if (!d->sync) return;
-  d->pending[d->bucket_of[tensor]]--;
+  for (int b = d->next_bucket; b < d->nbuckets; b++)
+    d->pending[b] -= bucket_overlap(&d->buckets[b], offset, count);
   /* the last bucket is left to ddp_end_backward, which runs it on this thread */
   while (d->next_bucket < d->nbuckets && d->pending[d->next_bucket] == 0) {
     int b = d->next_bucket++;
@@ -197,13 +214,15 @@ static void on_grad_ready(void *ctx, int tensor) {
   }
 }
 
-/* Forward is about to read `tensor`: its bucket's all-gather must be done. */
-static void on_params_needed(void *ctx, int tensor) {
+/* Forward is about to read params[offset, offset + count): the all-gathers of the buckets
+ * holding them must be done. */
+static void on_params_needed(void *ctx, size_t offset, size_t count) {
   ddp_t *d = ctx;
-  int b = d->bucket_of[tensor];
-  if (d->gather_job[b] < 0) return;
-  wait_done(d, d->gather_job[b] + 1);
-  d->gather_job[b] = -1;
+  for (int b = 0; b < d->nbuckets; b++) {
+    if (d->gather_job[b] < 0 || !bucket_overlap(&d->buckets[b], offset, count)) continue;
+    wait_done(d, d->gather_job[b] + 1);
+    d->gather_job[b] = -1;
+  }
 }
 
 ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard) {
@@ -271,7 +290,7 @@ void ddp_allreduce_sum(ddp_t *d, void *buf, size_t count, ncclDataType_t type) {
 void ddp_begin_backward(ddp_t *d, int sync) {
   d->sync = sync;
   d->next_bucket = 0;
-  for (int b = 0; b < d->nbuckets; b++) d->pending[b] = d->buckets[b].ntensors;
+  for (int b = 0; b < d->nbuckets; b++) d->pending[b] = d->buckets[b].count;
 }
 
 void ddp_end_backward(ddp_t *d) {
@@ -296,15 +315,11 @@ static void gather_slices(ddp_t *d, float *a) {
     if (d->buckets[b].slice) run_now(d, gather_job(d, b, a));
 }
 
-/* Sharded: after the update, the parameters are all-gathered on the communication thread, in
- * the order the next forward reads them (the last bucket, which holds the first layers,
- * first), while the main thread goes on with the next step's zeroing of the gradients, batch
- * and first layers; on_params_needed waits for each bucket before its first use. */
-static void gather_params(ddp_t *d) {
-  for (int b = d->nbuckets - 1; b >= 0; b--)
-    if (d->buckets[b].slice) d->gather_job[b] = submit_job(d, gather_job(d, b, d->model->params));
-}
-
+/* Sharded: each rank updates its slice of every bucket, then the parameters are all-gathered
+ * on the communication thread in the order the next forward reads them (the last bucket, which
+ * holds the first layers, first): a bucket's all-gather starts as soon as its slice is updated,
+ * while the main thread updates the next one and then goes on with the next step's batch and
+ * first layers; on_params_needed waits for each bucket before its first use. */
 void ddp_optimizer_step(ddp_t *d, optim_t *o, float lr) {
   float *p = d->model->params, *g = d->model->grads;
   optim_begin_step(o, lr);
@@ -312,13 +327,13 @@ void ddp_optimizer_step(ddp_t *d, optim_t *o, float lr) {
     optim_update(o, p, g, 0, o->n);
     return;
   }
-  for (int b = 0; b < d->nbuckets; b++) {
+  for (int b = d->nbuckets - 1; b >= 0; b--) {
     const ddp_bucket_t *k = &d->buckets[b];
     size_t own = k->offset + d->rank * k->slice, tail = k->offset + k->slice * (size_t)d->world;
     optim_update(o, p, g, own, own + k->slice);
     optim_update(o, p, g, tail, k->offset + k->count); /* every rank: averaged whole */
+    if (k->slice) d->gather_job[b] = submit_job(d, gather_job(d, b, p));
   }
-  gather_params(d);
 }
 
 void ddp_wait_params(ddp_t *d) {

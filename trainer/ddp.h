@@ -48,7 +48,7 @@
 #include "optim.h"
 #include "tutti.h"
 
-#define DDP_MAX_BUCKETS MODEL_MAX_TENSORS
+#define DDP_MAX_BUCKETS 64 /* at most one per tensor block */
 #define DDP_FIRST_BUCKET_BYTES (1u << 20)
 
 typedef struct {

@@ -25,13 +25,22 @@ TRAINER_SIMD static void add_column_sums(float *db, const float *d, long rows, i
   }
 }
 
-void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                     const float *w, int B, int IN, int OUT, int accumulate) {
-  // dw (OUT, IN) (+)= dout^T (OUT, B) . inp (B, IN)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, inp, IN,
-              accumulate ? 1.0f : 0.0f, dw, IN);
+void linear_backward_weight_units(float *dw, const float *dout, const float *inp, int B, int IN,
+                                  int OUT, int u0, int u1, int accumulate) {
+  // dw[u0:u1] (u1 - u0, IN) (+)= dout[:, u0:u1]^T (u1 - u0, B) . inp (B, IN)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, u1 - u0, IN, B, 1.0f, dout + u0, OUT, inp,
+              IN, accumulate ? 1.0f : 0.0f, dw + (long)u0 * IN, IN);
+}
+
+void linear_backward_bias(float *db, const float *dout, int B, int OUT, int accumulate) {
   if (!accumulate) memset(db, 0, (size_t)OUT * sizeof(float));
   add_column_sums(db, dout, B, OUT);
+}
+
+void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                     const float *w, int B, int IN, int OUT, int accumulate) {
+  linear_backward_weight_units(dw, dout, inp, B, IN, OUT, 0, OUT, accumulate);
+  linear_backward_bias(db, dout, B, OUT, accumulate);
   // dinp (B, IN) = dout (B, OUT) . w (OUT, IN)
   if (dinp)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f,

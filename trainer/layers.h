@@ -30,6 +30,12 @@ void linear_forward(float *out, const float *inp, const float *w, const float *b
                     int OUT);
 void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                      const float *w, int B, int IN, int OUT, int accumulate);
+/* linear_backward in pieces, for a layer whose gradient is communicated block by block (see
+ * mlp_backward): the weight gradient of output units [u0, u1) only (rows u0..u1-1 of dw), and
+ * the bias gradient. Same shapes and pointers as linear_backward. */
+void linear_backward_weight_units(float *dw, const float *dout, const float *inp, int B, int IN,
+                                  int OUT, int u0, int u1, int accumulate);
+void linear_backward_bias(float *db, const float *dout, int B, int OUT, int accumulate);
 
 /* out = max(inp, 0), in place allowed. Backward uses the output: out > 0 iff inp > 0. */
 void relu_forward(float *out, const float *inp, long n);

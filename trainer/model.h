@@ -21,6 +21,7 @@ typedef struct {
   const char *name;
   size_t offset, count; /* in floats, into params and grads */
   int fan_in;           /* inputs per output, for the initialization */
+  int blocks;           /* backward finalizes the gradient in this many equal blocks of rows */
 } param_tensor_t;
 
 typedef struct { /* views into params (or grads) */
@@ -62,12 +63,13 @@ typedef struct {
   float *dc1, *dp1, *dc2, *dp2, *df1;
 } cnn_acts_t;
 
-/* Called by backward once a parameter tensor's gradient is final for this micro-step; the
- * data-parallel layer starts a bucket's all-reduce when all its tensors are in. */
-typedef void (*grad_ready_fn)(void *ctx, int tensor);
-/* Called by forward before a layer reads parameter tensor `tensor`: the data-parallel layer
- * waits there for that tensor's all-gather when the optimizer is sharded. */
-typedef void (*params_needed_fn)(void *ctx, int tensor);
+/* Called by backward once the gradients of params[offset, offset + count) are final for this
+ * micro-step (a whole tensor, or a block of rows of one computed in pieces, see mlp_backward);
+ * the data-parallel layer starts a bucket's reduction when all of it is in. */
+typedef void (*grad_ready_fn)(void *ctx, size_t offset, size_t count);
+/* Called by forward before a layer reads params[offset, offset + count): the data-parallel
+ * layer waits there for that range's all-gather when the optimizer is sharded. */
+typedef void (*params_needed_fn)(void *ctx, size_t offset, size_t count);
 
 typedef struct model {
   model_kind_t kind;
