@@ -62,12 +62,13 @@ typedef struct ddp ddp_t;
 /* comm NULL: a single process, where every collective is the identity and no thread starts.
  * shard: shard the optimizer (see above) when there is more than one rank.
  * Installs itself as m's gradient hook. Exits the program on failure. */
-ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard);
+ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int factor);
 void ddp_destroy(ddp_t *d);
 int ddp_rank(const ddp_t *d);
 int ddp_world(const ddp_t *d);
 int ddp_buckets(const ddp_t *d, const ddp_bucket_t **buckets);
 int ddp_sharded(const ddp_t *d);
+int ddp_factored(const ddp_t *d);
 
 /* Blocking collectives through the communication thread. */
 void ddp_broadcast(ddp_t *d, void *buf, size_t count, ncclDataType_t type, int root);

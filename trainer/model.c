@@ -249,7 +249,7 @@ static void mlp_backward(model_t *m, int B, int acc) {
   grads_ready(m, 2, 2);
   maybe_dropout_backward(m, a->dh1, a->mask1, (long)B * MLP_H1);
   relu_backward(a->dh1, a->dh1, a->h1, (long)B * MLP_H1);
-  mlp_fc1_backward(m, B, acc);
+  if (!m->defer_first) mlp_fc1_backward(m, B, acc);
 }
 
 /* ---------------------------------------------------------------- cnn */
@@ -302,7 +302,7 @@ static void cnn_backward(model_t *m, int B, int acc) {
 /* ---------------------------------------------------------------- both */
 
 void model_forward(model_t *m, const float *x, const uint8_t *y, int B) {
-  m->x = x;
+  m->x = x, m->batch = B;
   if (m->kind == MODEL_MLP)
     mlp_forward(m, x, B);
   else
@@ -318,6 +318,12 @@ void model_backward(model_t *m, const uint8_t *y, int B, float scale) {
   else
     cnn_backward(m, B, acc);
   m->grads_stale = 0;
+}
+
+int model_first_linear(const model_t *m, int *in, int *out, const float **dout) {
+  if (m->kind != MODEL_MLP) return 0;
+  *in = DATA_PIXELS, *out = MLP_H1, *dout = m->a.mlp.dh1;
+  return 1;
 }
 
 void model_forget_grad(model_t *m) {

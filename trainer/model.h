@@ -90,6 +90,11 @@ typedef struct model {
   float dropout;        /* probability of dropping a hidden unit while training */
   const uint64_t *keys; /* (B) per-sample dropout keys for the next forward; NULL: evaluation */
   const float *x;       /* (B, 784) the input of the last forward */
+  int batch;            /* its B */
+  /* Set by the data-parallel layer for one backward: backward leaves the gradients of the first
+   * layer (model_first_linear) alone, the data-parallel layer computes them from the layer's
+   * input and output gradient (sufficient factors, see ddp.h). */
+  int defer_first;
   float *logits;        /* (B, 10) */
   float *probs;         /* (B, 10) */
   float *losses;        /* (B) */
@@ -120,6 +125,11 @@ void model_zero_grad(model_t *m);
 /* Like model_zero_grad for the next backward, without the memset: that backward overwrites the
  * gradients instead of adding to them (PyTorch's zero_grad(set_to_none=True)). */
 void model_forget_grad(model_t *m);
+
+/* Returns 1 if the first layer is a linear layer (the MLP's fc1: tensors 0 and 1, weight then
+ * bias) and gives its sizes and where backward leaves the gradient at its output, dout
+ * (B, out), before computing the layer's own gradients; 0 otherwise (the CNN). */
+int model_first_linear(const model_t *m, int *in, int *out, const float **dout);
 
 /* Sum of losses and number of correct predictions of the last forward. */
 void model_score(const model_t *m, const uint8_t *y, int B, double *loss_sum, int *correct);
