@@ -217,17 +217,21 @@ static void average_bucket(ddp_t *d, int b, void (*run)(ddp_t *, job_t)) {
 /* Sufficient factors: the first layer's gradient, [w | b] of the last bucket, computed for
  * this rank's slice and the tail (what a reduce-scatter and the all-reduce of the tail would
  * have left averaged here) from every rank's input (gathered during backward) and output
- * gradient (gathered now). */
+ * gradient (gathered now). The bucket backward completed just before is held back until the
+ * output gradients are gathered, and reduced while this rank computes. */
 static void factored_gradient(ddp_t *d) {
   const ddp_bucket_t *k = &d->buckets[d->nbuckets - 1];
   int B = d->model->batch, K = B * d->world;
   size_t own = d->rank * k->slice, tail = k->slice * (size_t)d->world;
-  run_now(d, (job_t){JOB_ALLGATHER, (void *)d->f_dout, d->f_dout_all, (size_t)B * d->f_out,
-                     ncclFloat});
+  long job = submit_job(d, (job_t){JOB_ALLGATHER, (void *)d->f_dout, d->f_dout_all,
+                                   (size_t)B * d->f_out, ncclFloat});
+  if (d->nbuckets > 1) average_bucket(d, d->nbuckets - 2, submit);
+  wait_done(d, job + 1);
   float *g = d->model->grads + k->offset, scale = 1.0f / (float)d->world; /* the average */
   linear_grad_from_factors(g, d->f_dout_all, d->f_x, K, d->f_in, d->f_out, own, own + k->slice,
                            scale);
   linear_grad_from_factors(g, d->f_dout_all, d->f_x, K, d->f_in, d->f_out, tail, k->count, scale);
+  wait_all(d);
 }
 
 static void on_grad_ready(void *ctx, size_t offset, size_t count) {
@@ -235,10 +239,11 @@ static void on_grad_ready(void *ctx, size_t offset, size_t count) {
   if (!d->sync) return;
   for (int b = d->next_bucket; b < d->nbuckets; b++)
     d->pending[b] -= bucket_overlap(&d->buckets[b], offset, count);
-  /* the last bucket is left to ddp_end_backward, which runs it on this thread */
+  /* the last bucket (with sufficient factors, the last two) is left to ddp_end_backward */
+  int held = d->model->defer_first ? 2 : 1;
   while (d->next_bucket < d->nbuckets && d->pending[d->next_bucket] == 0) {
     int b = d->next_bucket++;
-    if (d->world > 1 && b < d->nbuckets - 1) average_bucket(d, b, submit);
+    if (d->world > 1 && b < d->nbuckets - held) average_bucket(d, b, submit);
   }
 }
 
