@@ -231,8 +231,7 @@ TEST_F(TrainerDdpQuick, ShardedOptimizerWithTailsEqualsOneRank) {
 // The same with fc1's gradient reduce-scattered in its blocks of 64 units: buckets of 133,898,
 // 50,688 (fc1.bias and the last block) and 7 x 50,176 floats, tails of 2, 0 and 1.
 TEST_F(TrainerDdpQuick, ShardedOptimizerWithTailsNoFactorsEqualsOneRank) {
-  run_equivalence(this, dir_,
-                  {"mlp", "adamw", 3, 8, 1, 10, "--bucket-mb 0.1 --no-factor-grads"});
+  run_equivalence(this, dir_, {"mlp", "adamw", 3, 8, 1, 10, "--bucket-mb 0.1 --no-factor-grads"});
 }
 
 // On 2 ranks a reduce-scatter and an all-reduce add the same two numbers, so the sharded

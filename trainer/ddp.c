@@ -43,9 +43,9 @@ struct ddp {
                                        still to wait for; -1: none */
   /* sufficient factors of the first layer (see ddp.h); its parameters are the last bucket */
   int factor;
-  int f_in, f_out;          /* the layer's sizes */
-  const float *f_dout;      /* (B, f_out) the model's gradient at the layer's output */
-  float *f_x, *f_dout_all;  /* (ranks x max_batch, f_in), (ranks x max_batch, f_out) gathered */
+  int f_in, f_out;         /* the layer's sizes */
+  const float *f_dout;     /* (B, f_out) the model's gradient at the layer's output */
+  float *f_x, *f_dout_all; /* (ranks x max_batch, f_in), (ranks x max_batch, f_out) gathered */
   /* the FIFO, guarded by lock: */
   pthread_t thread;
   int thread_started;
@@ -223,8 +223,8 @@ static void factored_gradient(ddp_t *d) {
   const ddp_bucket_t *k = &d->buckets[d->nbuckets - 1];
   int B = d->model->batch, K = B * d->world;
   size_t own = d->rank * k->slice, tail = k->slice * (size_t)d->world;
-  long job = submit_job(d, (job_t){JOB_ALLGATHER, (void *)d->f_dout, d->f_dout_all,
-                                   (size_t)B * d->f_out, ncclFloat});
+  long job = submit_job(
+      d, (job_t){JOB_ALLGATHER, (void *)d->f_dout, d->f_dout_all, (size_t)B * d->f_out, ncclFloat});
   if (d->nbuckets > 1) average_bucket(d, d->nbuckets - 2, submit);
   wait_done(d, job + 1);
   float *g = d->model->grads + k->offset, scale = 1.0f / (float)d->world; /* the average */
@@ -350,8 +350,8 @@ void ddp_begin_backward(ddp_t *d, int sync) {
   /* the first layer's gradient arrives as factors, not through on_grad_ready; its input is
    * gathered behind the rest of backward */
   d->pending[d->nbuckets - 1] = 0;
-  submit(d, (job_t){JOB_ALLGATHER, (void *)d->model->x, d->f_x,
-                    (size_t)d->model->batch * d->f_in, ncclFloat});
+  submit(d, (job_t){JOB_ALLGATHER, (void *)d->model->x, d->f_x, (size_t)d->model->batch * d->f_in,
+                    ncclFloat});
 }
 
 void ddp_end_backward(ddp_t *d) {

@@ -48,11 +48,11 @@ void linear_backward(float *dinp, float *dw, float *db, const float *dout, const
 }
 
 /* g[i, j0:j1) of dw = scale x dout[:, i]^T inp[:, j0:j1) for rows i in [i0, i1). */
-static void weight_grad_rect(float *dw, const float *dout, const float *inp, int K, int IN,
-                             int OUT, int i0, int i1, int j0, int j1, float scale) {
+static void weight_grad_rect(float *dw, const float *dout, const float *inp, int K, int IN, int OUT,
+                             int i0, int i1, int j0, int j1, float scale) {
   if (i1 > i0 && j1 > j0)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1 - i0, j1 - j0, K, scale, dout + i0,
-                OUT, inp + j0, IN, 0.0f, dw + (long)i0 * IN + j0, IN);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1 - i0, j1 - j0, K, scale, dout + i0, OUT,
+                inp + j0, IN, 0.0f, dw + (long)i0 * IN + j0, IN);
 }
 
 TRAINER_SIMD static void bias_grad_units(float *db, const float *dout, int K, int OUT, int u0,
@@ -63,8 +63,8 @@ TRAINER_SIMD static void bias_grad_units(float *db, const float *dout, int K, in
   for (int u = u0; u < u1; u++) db[u] *= scale;
 }
 
-void linear_grad_from_factors(float *g, const float *dout, const float *inp, int K, int IN,
-                              int OUT, size_t lo, size_t hi, float scale) {
+void linear_grad_from_factors(float *g, const float *dout, const float *inp, int K, int IN, int OUT,
+                              size_t lo, size_t hi, float scale) {
   size_t wend = (size_t)OUT * IN, h = hi < wend ? hi : wend;
   if (lo < h) { /* weight entries [lo, h): a partial first row, whole rows, a partial last row */
     int i0 = (int)(lo / IN), j0 = (int)(lo % IN), i1 = (int)(h / IN), j1 = (int)(h % IN);
@@ -77,8 +77,8 @@ void linear_grad_from_factors(float *g, const float *dout, const float *inp, int
     }
   }
   if (hi > wend) /* bias entries */
-    bias_grad_units(g + wend, dout, K, OUT, (int)((lo > wend ? lo : wend) - wend),
-                    (int)(hi - wend), scale);
+    bias_grad_units(g + wend, dout, K, OUT, (int)((lo > wend ? lo : wend) - wend), (int)(hi - wend),
+                    scale);
 }
 
 /* ---------------------------------------------------------------- relu */

@@ -42,8 +42,8 @@ void linear_backward_bias(float *db, const float *dout, int B, int OUT, int accu
  * [lo, hi) of that layout only, from its sufficient factors gathered from all ranks: dout
  * (K, OUT) and inp (K, IN), K = ranks x B: g = scale x (dout^T inp | column sums of dout).
  * Overwrites g[lo, hi); g points at the layer's weight gradient. */
-void linear_grad_from_factors(float *g, const float *dout, const float *inp, int K, int IN,
-                              int OUT, size_t lo, size_t hi, float scale);
+void linear_grad_from_factors(float *g, const float *dout, const float *inp, int K, int IN, int OUT,
+                              size_t lo, size_t hi, float scale);
 
 /* out = max(inp, 0), in place allowed. Backward uses the output: out > 0 iff inp > 0. */
 void relu_forward(float *out, const float *inp, long n);

@@ -42,8 +42,10 @@ typedef struct {
 static const tensor_spec_t mlp_tensors[] = {
     {"fc1.weight", (size_t)MLP_H1 *DATA_PIXELS, DATA_PIXELS, MLP_H1 / MLP_FC1_BLOCK},
     {"fc1.bias", MLP_H1, DATA_PIXELS},
-    {"fc2.weight", (size_t)MLP_H2 *MLP_H1, MLP_H1},           {"fc2.bias", MLP_H2, MLP_H1},
-    {"fc3.weight", (size_t)DATA_CLASSES *MLP_H2, MLP_H2},     {"fc3.bias", DATA_CLASSES, MLP_H2},
+    {"fc2.weight", (size_t)MLP_H2 *MLP_H1, MLP_H1},
+    {"fc2.bias", MLP_H2, MLP_H1},
+    {"fc3.weight", (size_t)DATA_CLASSES *MLP_H2, MLP_H2},
+    {"fc3.bias", DATA_CLASSES, MLP_H2},
 };
 
 static const tensor_spec_t cnn_tensors[] = {

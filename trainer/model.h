@@ -95,10 +95,10 @@ typedef struct model {
    * layer (model_first_linear) alone, the data-parallel layer computes them from the layer's
    * input and output gradient (sufficient factors, see ddp.h). */
   int defer_first;
-  float *logits;        /* (B, 10) */
-  float *probs;         /* (B, 10) */
-  float *losses;        /* (B) */
-  float *dlogits;       /* (B, 10) */
+  float *logits;  /* (B, 10) */
+  float *probs;   /* (B, 10) */
+  float *losses;  /* (B) */
+  float *dlogits; /* (B, 10) */
   void *act_arena;
   int grads_stale; /* the next backward overwrites grads (model_forget_grad) */
   grad_ready_fn on_grad;

@@ -184,8 +184,7 @@ static void print_setup(const trainer_t *t) {
   printf("%s%s\n  tutti %s, OpenBLAS %s kernels, %d thread%s per rank\n",
          ddp_sharded(t->ddp) ? ", optimizer sharded" : "",
          ddp_factored(t->ddp) ? ", fc1 gradient from its sufficient factors" : "",
-         tuttiVersionString(),
-         openblas_get_corename(), o->threads, o->threads > 1 ? "s" : "");
+         tuttiVersionString(), openblas_get_corename(), o->threads, o->threads > 1 ? "s" : "");
   fflush(stdout);
 }
 
