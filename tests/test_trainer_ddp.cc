@@ -219,19 +219,29 @@ TEST_F(TrainerDdpQuick, AccumulationAndRanksEqualOneBigBatchWithDropout) {
   run_equivalence(this, dir_, {"mlp", "adamw", 2, 8, 3, 8, "--dropout 0.3"});
 }
 
-// The sharded optimizer (the default) with buckets whose length is not a multiple of 3: MLP
-// buckets of 133,898 and 401,920 floats at --bucket-mb 0.1, tails of 2 and 1 floats all-reduced
-// whole next to the reduce-scatter of the slices.
+// The sharded optimizer (the default) with buckets whose length is not a multiple of 3. With
+// fc1's gradient from its sufficient factors (the default): MLP buckets of 133,898 floats
+// (fc3, fc2: tail of 2 floats all-reduced whole next to the reduce-scatter of the slices) and
+// 401,920 (fc1, computed from the gathered factors for each rank's slice, which ends inside a
+// row of fc1.weight, and the tail of 1).
 TEST_F(TrainerDdpQuick, ShardedOptimizerWithTailsEqualsOneRank) {
   run_equivalence(this, dir_, {"mlp", "adamw", 3, 8, 1, 10, "--bucket-mb 0.1"});
 }
 
+// The same with fc1's gradient reduce-scattered in its blocks of 64 units: buckets of 133,898,
+// 50,688 (fc1.bias and the last block) and 7 x 50,176 floats, tails of 2, 0 and 1.
+TEST_F(TrainerDdpQuick, ShardedOptimizerWithTailsNoFactorsEqualsOneRank) {
+  run_equivalence(this, dir_, {"mlp", "adamw", 3, 8, 1, 10, "--bucket-mb 0.1 --no-factor-grads"});
+}
+
 // On 2 ranks a reduce-scatter and an all-reduce add the same two numbers, so the sharded
-// optimizer must give the replicated one's bytes after every step.
+// optimizer must give the replicated one's bytes after every step. (Not with fc1's gradient
+// from its sufficient factors, where one sgemm sums both ranks' samples: that path is checked
+// against 1 rank above.)
 TEST_F(TrainerDdpQuick, ShardedOptimizerEqualsReplicatedBitForBit) {
   std::string args =
       "--model mlp --epochs 1 --batch 16 --train-limit 1024 --test-limit 100 "
-      "--bucket-mb 0.5 --dump ";
+      "--bucket-mb 0.5 --no-factor-grads --dump ";
   std::string out = train(2, args + path("sharded"));
   EXPECT_NE(out.find("optimizer sharded"), std::string::npos) << out;
   out = train(2, args + path("replicated") + " --no-shard-optim");

@@ -117,6 +117,28 @@ TEST(TrainerGradCheck, LinearBackwardAccumulatesParameterGradients) {
   for (int i = 0; i < OUT; i++) EXPECT_EQ(db_over[i], db_once[i]) << i;
 }
 
+// The gradient of [w | b] from the sufficient factors (dout, inp) of K samples, any range of
+// that layout (cut inside rows, whole rows, into the bias), equals linear_backward's over the
+// same K samples, times the scale; entries outside the range are not touched.
+TEST(TrainerGradCheck, LinearGradientFromFactors) {
+  const int K = 6, IN = 7, OUT = 5, N = OUT * IN + OUT;
+  std::mt19937 gen(3);
+  Vec x = random_vec(K * IN, gen), w = random_vec(OUT * IN, gen), R = random_vec(K * OUT, gen);
+  Vec ref(N);
+  linear_backward(nullptr, ref.data(), ref.data() + OUT * IN, R.data(), x.data(), w.data(), K, IN,
+                  OUT, 0);
+  const size_t ranges[][2] = {{0, (size_t)N}, {3, 5}, {3, 30}, {7, 21}, {20, 38}, {35, 40}};
+  for (const auto &r : ranges) {
+    Vec g(N, 123.0f);
+    linear_grad_from_factors(g.data(), R.data(), x.data(), K, IN, OUT, r[0], r[1], 0.5f);
+    for (size_t i = 0; i < (size_t)N; i++) {
+      bool in = i >= r[0] && i < r[1];
+      EXPECT_NEAR(g[i], in ? 0.5f * ref[i] : 123.0f, 1e-6)
+          << "range " << r[0] << ".." << r[1] << ", entry " << i;
+    }
+  }
+}
+
 TEST(TrainerGradCheck, Relu) {
   const int n = 40;
   std::mt19937 gen(3);

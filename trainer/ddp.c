@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "layers.h"
+
 #define DDP_QUEUE 64
 
 typedef enum {
@@ -33,13 +35,17 @@ struct ddp {
   model_t *model;
   int nbuckets;
   ddp_bucket_t buckets[DDP_MAX_BUCKETS];
-  int bucket_of[MODEL_MAX_TENSORS]; /* tensor -> bucket */
   /* per backward: */
   int sync;
-  int pending[DDP_MAX_BUCKETS];     /* tensors of the bucket still without their final gradient */
+  size_t pending[DDP_MAX_BUCKETS];  /* floats of the bucket still without their final gradient */
   int next_bucket;                  /* buckets are launched in this order, never out of it */
   long gather_job[DDP_MAX_BUCKETS]; /* sharded: FIFO number of the bucket's parameter all-gather
                                        still to wait for; -1: none */
+  /* sufficient factors of the first layer (see ddp.h); its parameters are the last bucket */
+  int factor;
+  int f_in, f_out;         /* the layer's sizes */
+  const float *f_dout;     /* (B, f_out) the model's gradient at the layer's output */
+  float *f_x, *f_dout_all; /* (ranks x max_batch, f_in), (ranks x max_batch, f_out) gathered */
   /* the FIFO, guarded by lock: */
   pthread_t thread;
   int thread_started;
@@ -154,24 +160,46 @@ static void run_now(ddp_t *d, job_t job) {
   }
 }
 
-/* Walks the tensors in backward order (last first), closing a bucket once it holds cap bytes:
- * DDP_FIRST_BUCKET_BYTES for the first bucket, bucket_bytes for the others. */
+/* Walks the gradient in backward order (last tensor first; a tensor that backward finalizes in
+ * blocks, block by block), closing a bucket once it holds cap bytes: DDP_FIRST_BUCKET_BYTES
+ * for the first bucket, bucket_bytes for the others. A bucket is never closed inside a block,
+ * so each is one contiguous range of the arena that some point of backward completes. With
+ * sufficient factors, the first layer's two tensors are left out, and then form the last
+ * bucket on their own. */
 static void make_buckets(ddp_t *d, size_t bucket_bytes) {
   const model_t *m = d->model;
   size_t cap = bucket_bytes < DDP_FIRST_BUCKET_BYTES ? bucket_bytes : DDP_FIRST_BUCKET_BYTES;
-  size_t bytes = 0;
+  int lowest = d->factor ? 2 : 0; /* the first tensor in size-capped buckets */
+  int open_tensor = -1;           /* the tensor the open bucket started with; -1: none open */
   d->nbuckets = 0;
-  for (int t = m->ntensors - 1; t >= 0; t--) {
-    if (bytes == 0) d->buckets[d->nbuckets] = (ddp_bucket_t){0, 0, t, 0};
-    ddp_bucket_t *b = &d->buckets[d->nbuckets];
-    b->first_tensor = t, b->ntensors++; /* tensors [t, t + ntensors) */
-    b->offset = m->tensors[t].offset;
-    b->count += m->tensors[t].count;
-    d->bucket_of[t] = d->nbuckets;
-    bytes += m->tensors[t].count * sizeof(float);
-    if (bytes >= cap || t == 0) d->nbuckets++, bytes = 0, cap = bucket_bytes;
+  for (int t = m->ntensors - 1; t >= lowest; t--) {
+    const param_tensor_t *pt = &m->tensors[t];
+    size_t block = pt->count / (size_t)pt->blocks;
+    for (int k = pt->blocks - 1; k >= 0; k--) {
+      if (d->nbuckets == DDP_MAX_BUCKETS - 1) {
+        fprintf(stderr, "tutti-train: internal error: more than %d gradient blocks\n",
+                DDP_MAX_BUCKETS - 1);
+        exit(1);
+      }
+      if (open_tensor < 0) d->buckets[d->nbuckets] = (ddp_bucket_t){0}, open_tensor = t;
+      ddp_bucket_t *b = &d->buckets[d->nbuckets];
+      b->offset = pt->offset + (size_t)k * block;
+      b->count += k == pt->blocks - 1 ? pt->count - (size_t)k * block : block;
+      b->first_tensor = t, b->ntensors = open_tensor - t + 1; /* [t, t + ntensors) */
+      if (b->count * sizeof(float) >= cap || (t == lowest && k == 0))
+        d->nbuckets++, open_tensor = -1, cap = bucket_bytes;
+    }
   }
+  if (d->factor) /* the first layer, weight then bias */
+    d->buckets[d->nbuckets++] = (ddp_bucket_t){0, m->tensors[1].offset + m->tensors[1].count, 0, 2};
   for (int b = 0; b < d->nbuckets; b++) d->buckets[b].slice = d->buckets[b].count / d->world;
+}
+
+/* Floats of bucket k inside params[offset, offset + count). */
+static size_t bucket_overlap(const ddp_bucket_t *k, size_t offset, size_t count) {
+  size_t lo = offset > k->offset ? offset : k->offset;
+  size_t hi = offset + count < k->offset + k->count ? offset + count : k->offset + k->count;
+  return hi > lo ? hi - lo : 0;
 }
 
 /* Averages bucket b's gradients with `run` (submit: on the communication thread; run_now: here):
@@ -186,27 +214,65 @@ static void average_bucket(ddp_t *d, int b, void (*run)(ddp_t *, job_t)) {
     run(d, (job_t){JOB_ALLREDUCE, g + sliced, g + sliced, k->count - sliced, ncclFloat, ncclAvg});
 }
 
-static void on_grad_ready(void *ctx, int tensor) {
+/* Sufficient factors: the first layer's gradient, [w | b] of the last bucket, computed for
+ * this rank's slice and the tail (what a reduce-scatter and the all-reduce of the tail would
+ * have left averaged here) from every rank's input (gathered during backward) and output
+ * gradient (gathered now). The bucket backward completed just before is held back until the
+ * output gradients are gathered, and reduced while this rank computes. */
+static void factored_gradient(ddp_t *d) {
+  const ddp_bucket_t *k = &d->buckets[d->nbuckets - 1];
+  int B = d->model->batch, K = B * d->world;
+  size_t own = d->rank * k->slice, tail = k->slice * (size_t)d->world;
+  long job = submit_job(
+      d, (job_t){JOB_ALLGATHER, (void *)d->f_dout, d->f_dout_all, (size_t)B * d->f_out, ncclFloat});
+  if (d->nbuckets > 1) average_bucket(d, d->nbuckets - 2, submit);
+  wait_done(d, job + 1);
+  float *g = d->model->grads + k->offset, scale = 1.0f / (float)d->world; /* the average */
+  linear_grad_from_factors(g, d->f_dout_all, d->f_x, K, d->f_in, d->f_out, own, own + k->slice,
+                           scale);
+  linear_grad_from_factors(g, d->f_dout_all, d->f_x, K, d->f_in, d->f_out, tail, k->count, scale);
+  wait_all(d);
+}
+
+static void on_grad_ready(void *ctx, size_t offset, size_t count) {
   ddp_t *d = ctx;
   if (!d->sync) return;
-  d->pending[d->bucket_of[tensor]]--;
-  /* the last bucket is left to ddp_end_backward, which runs it on this thread */
+  for (int b = d->next_bucket; b < d->nbuckets; b++)
+    d->pending[b] -= bucket_overlap(&d->buckets[b], offset, count);
+  /* the last bucket (with sufficient factors, the last two) is left to ddp_end_backward */
+  int held = d->model->defer_first ? 2 : 1;
   while (d->next_bucket < d->nbuckets && d->pending[d->next_bucket] == 0) {
     int b = d->next_bucket++;
-    if (d->world > 1 && b < d->nbuckets - 1) average_bucket(d, b, submit);
+    if (d->world > 1 && b < d->nbuckets - held) average_bucket(d, b, submit);
   }
 }
 
-/* Forward is about to read `tensor`: its bucket's all-gather must be done. */
-static void on_params_needed(void *ctx, int tensor) {
+/* Forward is about to read params[offset, offset + count): the all-gathers of the buckets
+ * holding them must be done. */
+static void on_params_needed(void *ctx, size_t offset, size_t count) {
   ddp_t *d = ctx;
-  int b = d->bucket_of[tensor];
-  if (d->gather_job[b] < 0) return;
-  wait_done(d, d->gather_job[b] + 1);
-  d->gather_job[b] = -1;
+  for (int b = 0; b < d->nbuckets; b++) {
+    if (d->gather_job[b] < 0 || !bucket_overlap(&d->buckets[b], offset, count)) continue;
+    wait_done(d, d->gather_job[b] + 1);
+    d->gather_job[b] = -1;
+  }
 }
 
-ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard) {
+/* Sufficient factors when asked for, sharded and the model's first layer is linear. */
+static void factor_setup(ddp_t *d, int factor) {
+  const model_t *m = d->model;
+  d->factor = factor && d->shard && model_first_linear(m, &d->f_in, &d->f_out, &d->f_dout);
+  if (!d->factor) return;
+  size_t rows = (size_t)d->world * m->max_batch;
+  d->f_x = malloc(rows * d->f_in * sizeof(float));
+  d->f_dout_all = malloc(rows * d->f_out * sizeof(float));
+  if (!d->f_x || !d->f_dout_all) {
+    fprintf(stderr, "tutti-train: out of memory\n");
+    exit(1);
+  }
+}
+
+ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int factor) {
   ddp_t *d = calloc(1, sizeof(*d));
   if (!d) exit(1);
   d->comm = comm, d->model = m, d->world = 1;
@@ -216,6 +282,7 @@ ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard) {
     exit(1);
   }
   d->shard = shard && d->world > 1;
+  factor_setup(d, factor);
   size_t bucket_bytes = bucket_mb > 0 ? (size_t)(bucket_mb * 1024 * 1024) : 1;
   make_buckets(d, bucket_bytes);
   pthread_mutex_init(&d->lock, NULL);
@@ -240,7 +307,9 @@ void ddp_destroy(ddp_t *d) {
   }
   pthread_mutex_destroy(&d->lock);
   pthread_cond_destroy(&d->changed);
-  d->model->on_grad = NULL, d->model->on_params = NULL;
+  d->model->on_grad = NULL, d->model->on_params = NULL, d->model->defer_first = 0;
+  free(d->f_x);
+  free(d->f_dout_all);
   free(d);
 }
 
@@ -260,6 +329,10 @@ int ddp_sharded(const ddp_t *d) {
   return d->shard;
 }
 
+int ddp_factored(const ddp_t *d) {
+  return d->factor;
+}
+
 void ddp_broadcast(ddp_t *d, void *buf, size_t count, ncclDataType_t type, int root) {
   if (d->world > 1) run_now(d, (job_t){JOB_BROADCAST, buf, buf, count, type, ncclSum, root});
 }
@@ -271,7 +344,14 @@ void ddp_allreduce_sum(ddp_t *d, void *buf, size_t count, ncclDataType_t type) {
 void ddp_begin_backward(ddp_t *d, int sync) {
   d->sync = sync;
   d->next_bucket = 0;
-  for (int b = 0; b < d->nbuckets; b++) d->pending[b] = d->buckets[b].ntensors;
+  for (int b = 0; b < d->nbuckets; b++) d->pending[b] = d->buckets[b].count;
+  d->model->defer_first = d->factor && sync;
+  if (!d->model->defer_first) return;
+  /* the first layer's gradient arrives as factors, not through on_grad_ready; its input is
+   * gathered behind the rest of backward */
+  d->pending[d->nbuckets - 1] = 0;
+  submit(d, (job_t){JOB_ALLGATHER, (void *)d->model->x, d->f_x, (size_t)d->model->batch * d->f_in,
+                    ncclFloat});
 }
 
 void ddp_end_backward(ddp_t *d) {
@@ -279,8 +359,11 @@ void ddp_end_backward(ddp_t *d) {
     fprintf(stderr, "tutti-train: internal error: backward left buckets unlaunched\n");
     exit(1);
   }
-  if (d->sync && d->world > 1) average_bucket(d, d->nbuckets - 1, run_now);
-  d->sync = 0;
+  if (d->sync && d->world > 1 && d->model->defer_first)
+    factored_gradient(d);
+  else if (d->sync && d->world > 1)
+    average_bucket(d, d->nbuckets - 1, run_now);
+  d->sync = 0, d->model->defer_first = 0;
 }
 
 /* The all-gather of bucket b's slices of `a` (nparams floats), in place. */
@@ -296,15 +379,11 @@ static void gather_slices(ddp_t *d, float *a) {
     if (d->buckets[b].slice) run_now(d, gather_job(d, b, a));
 }
 
-/* Sharded: after the update, the parameters are all-gathered on the communication thread, in
- * the order the next forward reads them (the last bucket, which holds the first layers,
- * first), while the main thread goes on with the next step's zeroing of the gradients, batch
- * and first layers; on_params_needed waits for each bucket before its first use. */
-static void gather_params(ddp_t *d) {
-  for (int b = d->nbuckets - 1; b >= 0; b--)
-    if (d->buckets[b].slice) d->gather_job[b] = submit_job(d, gather_job(d, b, d->model->params));
-}
-
+/* Sharded: each rank updates its slice of every bucket, then the parameters are all-gathered
+ * on the communication thread in the order the next forward reads them (the last bucket, which
+ * holds the first layers, first): a bucket's all-gather starts as soon as its slice is updated,
+ * while the main thread updates the next one and then goes on with the next step's batch and
+ * first layers; on_params_needed waits for each bucket before its first use. */
 void ddp_optimizer_step(ddp_t *d, optim_t *o, float lr) {
   float *p = d->model->params, *g = d->model->grads;
   optim_begin_step(o, lr);
@@ -312,13 +391,13 @@ void ddp_optimizer_step(ddp_t *d, optim_t *o, float lr) {
     optim_update(o, p, g, 0, o->n);
     return;
   }
-  for (int b = 0; b < d->nbuckets; b++) {
+  for (int b = d->nbuckets - 1; b >= 0; b--) {
     const ddp_bucket_t *k = &d->buckets[b];
     size_t own = k->offset + d->rank * k->slice, tail = k->offset + k->slice * (size_t)d->world;
     optim_update(o, p, g, own, own + k->slice);
     optim_update(o, p, g, tail, k->offset + k->count); /* every rank: averaged whole */
+    if (k->slice) d->gather_job[b] = submit_job(d, gather_job(d, b, p));
   }
-  gather_params(d);
 }
 
 void ddp_wait_params(ddp_t *d) {

@@ -38,6 +38,16 @@
  * ranks. The update is elementwise, so the parameters are the same bits as with a replicated
  * optimizer fed the same averaged gradients. The optimizer state is only up to date in the
  * rank's own slices; ddp_gather_state completes it (before a checkpoint is written).
+ *
+ * Sufficient factors (sharded, no accumulation, a model whose first layer is linear: the MLP).
+ * A linear layer's weight gradient over a batch is dout^T x, two thin matrices (Xie et al.
+ * 2016, "sufficient factor broadcasting"): for the MLP's fc1, B x (512 + 784) floats per rank
+ * against 512 x 784. Its two tensors (weight, bias) form the last bucket on their own, which
+ * is not reduce-scattered: each rank's input x is all-gathered while backward runs, its dout
+ * (the model leaves it for us, model_first_linear) once backward is over, and every rank
+ * computes its slice and the tail of the averaged [dW | db] from the gathered factors, one
+ * sgemm over ranks x B samples with the flops of its local whole-layer sgemm. The parameters
+ * are then updated and all-gathered as for any bucket.
  */
 #ifndef TRAINER_DDP_H_
 #define TRAINER_DDP_H_
@@ -48,7 +58,7 @@
 #include "optim.h"
 #include "tutti.h"
 
-#define DDP_MAX_BUCKETS MODEL_MAX_TENSORS
+#define DDP_MAX_BUCKETS 64 /* at most one per tensor block */
 #define DDP_FIRST_BUCKET_BYTES (1u << 20)
 
 typedef struct {
@@ -60,14 +70,17 @@ typedef struct {
 typedef struct ddp ddp_t;
 
 /* comm NULL: a single process, where every collective is the identity and no thread starts.
- * shard: shard the optimizer (see above) when there is more than one rank.
+ * shard: shard the optimizer (see above) when there is more than one rank. factor: the first
+ * layer's gradient from its sufficient factors when sharded and the model allows it; only with
+ * one micro-batch per step (factors of earlier micro-batches are not kept).
  * Installs itself as m's gradient hook. Exits the program on failure. */
-ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard);
+ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int factor);
 void ddp_destroy(ddp_t *d);
 int ddp_rank(const ddp_t *d);
 int ddp_world(const ddp_t *d);
 int ddp_buckets(const ddp_t *d, const ddp_bucket_t **buckets);
 int ddp_sharded(const ddp_t *d);
+int ddp_factored(const ddp_t *d);
 
 /* Blocking collectives through the communication thread. */
 void ddp_broadcast(ddp_t *d, void *buf, size_t count, ncclDataType_t type, int root);

@@ -25,17 +25,60 @@ TRAINER_SIMD static void add_column_sums(float *db, const float *d, long rows, i
   }
 }
 
-void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                     const float *w, int B, int IN, int OUT, int accumulate) {
-  // dw (OUT, IN) (+)= dout^T (OUT, B) . inp (B, IN)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, inp, IN,
-              accumulate ? 1.0f : 0.0f, dw, IN);
+void linear_backward_weight_units(float *dw, const float *dout, const float *inp, int B, int IN,
+                                  int OUT, int u0, int u1, int accumulate) {
+  // dw[u0:u1] (u1 - u0, IN) (+)= dout[:, u0:u1]^T (u1 - u0, B) . inp (B, IN)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, u1 - u0, IN, B, 1.0f, dout + u0, OUT, inp,
+              IN, accumulate ? 1.0f : 0.0f, dw + (long)u0 * IN, IN);
+}
+
+void linear_backward_bias(float *db, const float *dout, int B, int OUT, int accumulate) {
   if (!accumulate) memset(db, 0, (size_t)OUT * sizeof(float));
   add_column_sums(db, dout, B, OUT);
+}
+
+void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                     const float *w, int B, int IN, int OUT, int accumulate) {
+  linear_backward_weight_units(dw, dout, inp, B, IN, OUT, 0, OUT, accumulate);
+  linear_backward_bias(db, dout, B, OUT, accumulate);
   // dinp (B, IN) = dout (B, OUT) . w (OUT, IN)
   if (dinp)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f,
                 dinp, IN);
+}
+
+/* g[i, j0:j1) of dw = scale x dout[:, i]^T inp[:, j0:j1) for rows i in [i0, i1). */
+static void weight_grad_rect(float *dw, const float *dout, const float *inp, int K, int IN, int OUT,
+                             int i0, int i1, int j0, int j1, float scale) {
+  if (i1 > i0 && j1 > j0)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1 - i0, j1 - j0, K, scale, dout + i0, OUT,
+                inp + j0, IN, 0.0f, dw + (long)i0 * IN + j0, IN);
+}
+
+TRAINER_SIMD static void bias_grad_units(float *db, const float *dout, int K, int OUT, int u0,
+                                         int u1, float scale) {
+  memset(db + u0, 0, (size_t)(u1 - u0) * sizeof(float));
+  for (long k = 0; k < K; k++)
+    for (int u = u0; u < u1; u++) db[u] += dout[k * OUT + u];
+  for (int u = u0; u < u1; u++) db[u] *= scale;
+}
+
+void linear_grad_from_factors(float *g, const float *dout, const float *inp, int K, int IN, int OUT,
+                              size_t lo, size_t hi, float scale) {
+  size_t wend = (size_t)OUT * IN, h = hi < wend ? hi : wend;
+  if (lo < h) { /* weight entries [lo, h): a partial first row, whole rows, a partial last row */
+    int i0 = (int)(lo / IN), j0 = (int)(lo % IN), i1 = (int)(h / IN), j1 = (int)(h % IN);
+    if (i0 == i1) {
+      weight_grad_rect(g, dout, inp, K, IN, OUT, i0, i0 + 1, j0, j1, scale);
+    } else {
+      weight_grad_rect(g, dout, inp, K, IN, OUT, i0, i0 + 1, j0, IN, scale);
+      weight_grad_rect(g, dout, inp, K, IN, OUT, i0 + 1, i1, 0, IN, scale);
+      weight_grad_rect(g, dout, inp, K, IN, OUT, i1, i1 + 1, 0, j1, scale);
+    }
+  }
+  if (hi > wend) /* bias entries */
+    bias_grad_units(g + wend, dout, K, OUT, (int)((lo > wend ? lo : wend) - wend), (int)(hi - wend),
+                    scale);
 }
 
 /* ---------------------------------------------------------------- relu */

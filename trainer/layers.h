@@ -13,6 +13,7 @@
 #ifndef TRAINER_LAYERS_H_
 #define TRAINER_LAYERS_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Hot loops are compiled for AVX-512, AVX2 and baseline x86-64, the best chosen when the program
@@ -30,6 +31,19 @@ void linear_forward(float *out, const float *inp, const float *w, const float *b
                     int OUT);
 void linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                      const float *w, int B, int IN, int OUT, int accumulate);
+/* linear_backward in pieces, for a layer whose gradient is communicated block by block (see
+ * mlp_backward): the weight gradient of output units [u0, u1) only (rows u0..u1-1 of dw), and
+ * the bias gradient. Same shapes and pointers as linear_backward. */
+void linear_backward_weight_units(float *dw, const float *dout, const float *inp, int B, int IN,
+                                  int OUT, int u0, int u1, int accumulate);
+void linear_backward_bias(float *db, const float *dout, int B, int OUT, int accumulate);
+
+/* The gradient of a linear layer's parameters laid out as [w (OUT, IN) | b (OUT)], entries
+ * [lo, hi) of that layout only, from its sufficient factors gathered from all ranks: dout
+ * (K, OUT) and inp (K, IN), K = ranks x B: g = scale x (dout^T inp | column sums of dout).
+ * Overwrites g[lo, hi); g points at the layer's weight gradient. */
+void linear_grad_from_factors(float *g, const float *dout, const float *inp, int K, int IN, int OUT,
+                              size_t lo, size_t hi, float scale);
 
 /* out = max(inp, 0), in place allowed. Backward uses the output: out > 0 iff inp > 0. */
 void relu_forward(float *out, const float *inp, long n);

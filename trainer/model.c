@@ -29,16 +29,23 @@ const char *model_name(model_kind_t kind) {
 
 /* ---------------------------------------------------------------- layout */
 
+/* fc1's weight gradient is computed in blocks of MLP_FC1_BLOCK units, see mlp_fc1_backward. */
+#define MLP_FC1_BLOCK 64
+
 typedef struct {
   const char *name;
   size_t count;
   int fan_in;
+  int blocks; /* backward finalizes the gradient in this many blocks of rows (0: whole) */
 } tensor_spec_t;
 
 static const tensor_spec_t mlp_tensors[] = {
-    {"fc1.weight", (size_t)MLP_H1 *DATA_PIXELS, DATA_PIXELS}, {"fc1.bias", MLP_H1, DATA_PIXELS},
-    {"fc2.weight", (size_t)MLP_H2 *MLP_H1, MLP_H1},           {"fc2.bias", MLP_H2, MLP_H1},
-    {"fc3.weight", (size_t)DATA_CLASSES *MLP_H2, MLP_H2},     {"fc3.bias", DATA_CLASSES, MLP_H2},
+    {"fc1.weight", (size_t)MLP_H1 *DATA_PIXELS, DATA_PIXELS, MLP_H1 / MLP_FC1_BLOCK},
+    {"fc1.bias", MLP_H1, DATA_PIXELS},
+    {"fc2.weight", (size_t)MLP_H2 *MLP_H1, MLP_H1},
+    {"fc2.bias", MLP_H2, MLP_H1},
+    {"fc3.weight", (size_t)DATA_CLASSES *MLP_H2, MLP_H2},
+    {"fc3.bias", DATA_CLASSES, MLP_H2},
 };
 
 static const tensor_spec_t cnn_tensors[] = {
@@ -58,7 +65,8 @@ static void layout_params(model_t *m, const tensor_spec_t *spec, int n) {
   size_t off = 0;
   m->ntensors = n;
   for (int t = 0; t < n; t++) {
-    m->tensors[t] = (param_tensor_t){spec[t].name, off, spec[t].count, spec[t].fan_in};
+    int blocks = spec[t].blocks > 0 ? spec[t].blocks : 1;
+    m->tensors[t] = (param_tensor_t){spec[t].name, off, spec[t].count, spec[t].fan_in, blocks};
     off += spec[t].count;
   }
   m->nparams = off;
@@ -158,14 +166,27 @@ void model_zero_grad(model_t *m) {
   m->grads_stale = 0;
 }
 
+/* Floats from the start of tensor first to the end of tensor first + n - 1. */
+static size_t tensors_span(const model_t *m, int first, int n) {
+  const param_tensor_t *last = &m->tensors[first + n - 1];
+  return last->offset + last->count - m->tensors[first].offset;
+}
+
 /* Tells the data-parallel layer that tensors [first, first + n) have their final gradient. */
 static void grads_ready(model_t *m, int first, int n) {
-  for (int t = first; m->on_grad && t < first + n; t++) m->on_grad(m->on_grad_ctx, t);
+  if (m->on_grad) m->on_grad(m->on_grad_ctx, m->tensors[first].offset, tensors_span(m, first, n));
 }
 
 /* Waits (sharded optimizer) until tensors [first, first + n) hold this step's parameters. */
 static void params_needed(model_t *m, int first, int n) {
-  for (int t = first; m->on_params && t < first + n; t++) m->on_params(m->on_grad_ctx, t);
+  if (m->on_params)
+    m->on_params(m->on_grad_ctx, m->tensors[first].offset, tensors_span(m, first, n));
+}
+
+/* The same for rows [r0, r1) of weight tensor t, rows of `cols` floats. */
+static void rows_ready(model_t *m, int t, int r0, int r1, int cols) {
+  if (m->on_grad)
+    m->on_grad(m->on_grad_ctx, m->tensors[t].offset + (size_t)r0 * cols, (size_t)(r1 - r0) * cols);
 }
 
 /* Dropout of layer `layer` on h (B, n), in place, when training with dropout. */
@@ -179,6 +200,26 @@ static void maybe_dropout_backward(model_t *m, float *dh, const float *mask, lon
 }
 
 /* ---------------------------------------------------------------- mlp */
+
+/* fc1's weight gradient is computed in blocks of MLP_FC1_BLOCK units. It is three quarters of
+ * the model (1.6 MB) and the last gradient backward produces: whole, its reduction could only
+ * start once backward is over. In blocks (last units first, the order of the gradient
+ * buckets), each block is handed to the data-parallel layer while the next one is computed, so
+ * that a bucket holding the first blocks is reduced behind the rest of backward. The blocks
+ * are the same sgemm cut along its output rows, which gives the same bits as one piece (checked
+ * against it). Forward is not cut the same way: a block's product without its bias rounds
+ * differently at different batch sizes, and N ranks x batch b must match 1 rank x batch N*b. */
+static void mlp_fc1_backward(model_t *m, int B, int acc) {
+  mlp_params_t *g = &m->g.mlp;
+  const float *dh1 = m->a.mlp.dh1;
+  linear_backward_bias(g->fc1b, dh1, B, MLP_H1, acc);
+  grads_ready(m, 1, 1);
+  for (int u1 = MLP_H1; u1 > 0; u1 -= MLP_FC1_BLOCK) {
+    linear_backward_weight_units(g->fc1w, dh1, m->x, B, DATA_PIXELS, MLP_H1, u1 - MLP_FC1_BLOCK, u1,
+                                 acc);
+    rows_ready(m, 0, u1 - MLP_FC1_BLOCK, u1, DATA_PIXELS);
+  }
+}
 
 static void mlp_forward(model_t *m, const float *x, int B) {
   mlp_params_t *p = &m->p.mlp;
@@ -195,9 +236,9 @@ static void mlp_forward(model_t *m, const float *x, int B) {
   linear_forward(m->logits, a->h2, p->fc3w, p->fc3b, B, MLP_H2, DATA_CLASSES);  // (B, 10)
 }
 
-/* Backward produces tensors in reverse order: fc3 (4, 5), fc2 (2, 3), fc1 (0, 1). A unit that
- * dropout zeroed is 0 in h, so relu_backward's "h > 0" covers both masks once dropout's
- * scale is applied. */
+/* Backward produces tensors in reverse order: fc3 (4, 5), fc2 (2, 3), fc1 (1, then 0 in
+ * blocks). A unit that dropout zeroed is 0 in h, so relu_backward's "h > 0" covers both masks
+ * once dropout's scale is applied. */
 static void mlp_backward(model_t *m, int B, int acc) {
   mlp_params_t *p = &m->p.mlp, *g = &m->g.mlp;
   mlp_acts_t *a = &m->a.mlp;
@@ -210,8 +251,7 @@ static void mlp_backward(model_t *m, int B, int acc) {
   grads_ready(m, 2, 2);
   maybe_dropout_backward(m, a->dh1, a->mask1, (long)B * MLP_H1);
   relu_backward(a->dh1, a->dh1, a->h1, (long)B * MLP_H1);
-  linear_backward(NULL, g->fc1w, g->fc1b, a->dh1, m->x, p->fc1w, B, DATA_PIXELS, MLP_H1, acc);
-  grads_ready(m, 0, 2);
+  if (!m->defer_first) mlp_fc1_backward(m, B, acc);
 }
 
 /* ---------------------------------------------------------------- cnn */
@@ -264,7 +304,7 @@ static void cnn_backward(model_t *m, int B, int acc) {
 /* ---------------------------------------------------------------- both */
 
 void model_forward(model_t *m, const float *x, const uint8_t *y, int B) {
-  m->x = x;
+  m->x = x, m->batch = B;
   if (m->kind == MODEL_MLP)
     mlp_forward(m, x, B);
   else
@@ -280,6 +320,12 @@ void model_backward(model_t *m, const uint8_t *y, int B, float scale) {
   else
     cnn_backward(m, B, acc);
   m->grads_stale = 0;
+}
+
+int model_first_linear(const model_t *m, int *in, int *out, const float **dout) {
+  if (m->kind != MODEL_MLP) return 0;
+  *in = DATA_PIXELS, *out = MLP_H1, *dout = m->a.mlp.dh1;
+  return 1;
 }
 
 void model_forget_grad(model_t *m) {

@@ -21,6 +21,7 @@ typedef struct {
   const char *name;
   size_t offset, count; /* in floats, into params and grads */
   int fan_in;           /* inputs per output, for the initialization */
+  int blocks;           /* backward finalizes the gradient in this many equal blocks of rows */
 } param_tensor_t;
 
 typedef struct { /* views into params (or grads) */
@@ -62,12 +63,13 @@ typedef struct {
   float *dc1, *dp1, *dc2, *dp2, *df1;
 } cnn_acts_t;
 
-/* Called by backward once a parameter tensor's gradient is final for this micro-step; the
- * data-parallel layer starts a bucket's all-reduce when all its tensors are in. */
-typedef void (*grad_ready_fn)(void *ctx, int tensor);
-/* Called by forward before a layer reads parameter tensor `tensor`: the data-parallel layer
- * waits there for that tensor's all-gather when the optimizer is sharded. */
-typedef void (*params_needed_fn)(void *ctx, int tensor);
+/* Called by backward once the gradients of params[offset, offset + count) are final for this
+ * micro-step (a whole tensor, or a block of rows of one computed in pieces, see mlp_backward);
+ * the data-parallel layer starts a bucket's reduction when all of it is in. */
+typedef void (*grad_ready_fn)(void *ctx, size_t offset, size_t count);
+/* Called by forward before a layer reads params[offset, offset + count): the data-parallel
+ * layer waits there for that range's all-gather when the optimizer is sharded. */
+typedef void (*params_needed_fn)(void *ctx, size_t offset, size_t count);
 
 typedef struct model {
   model_kind_t kind;
@@ -88,10 +90,15 @@ typedef struct model {
   float dropout;        /* probability of dropping a hidden unit while training */
   const uint64_t *keys; /* (B) per-sample dropout keys for the next forward; NULL: evaluation */
   const float *x;       /* (B, 784) the input of the last forward */
-  float *logits;        /* (B, 10) */
-  float *probs;         /* (B, 10) */
-  float *losses;        /* (B) */
-  float *dlogits;       /* (B, 10) */
+  int batch;            /* its B */
+  /* Set by the data-parallel layer for one backward: backward leaves the gradients of the first
+   * layer (model_first_linear) alone, the data-parallel layer computes them from the layer's
+   * input and output gradient (sufficient factors, see ddp.h). */
+  int defer_first;
+  float *logits;  /* (B, 10) */
+  float *probs;   /* (B, 10) */
+  float *losses;  /* (B) */
+  float *dlogits; /* (B, 10) */
   void *act_arena;
   int grads_stale; /* the next backward overwrites grads (model_forget_grad) */
   grad_ready_fn on_grad;
@@ -118,6 +125,11 @@ void model_zero_grad(model_t *m);
 /* Like model_zero_grad for the next backward, without the memset: that backward overwrites the
  * gradients instead of adding to them (PyTorch's zero_grad(set_to_none=True)). */
 void model_forget_grad(model_t *m);
+
+/* Returns 1 if the first layer is a linear layer (the MLP's fc1: tensors 0 and 1, weight then
+ * bias) and gives its sizes and where backward leaves the gradient at its output, dout
+ * (B, out), before computing the layer's own gradients; 0 otherwise (the CNN). */
+int model_first_linear(const model_t *m, int *in, int *out, const float **dout);
 
 /* Sum of losses and number of correct predictions of the last forward. */
 void model_score(const model_t *m, const uint8_t *y, int B, double *loss_sum, int *correct);

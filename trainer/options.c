@@ -32,6 +32,8 @@ static const char usage_text[] =
     "  --bucket-mb MB         gradient bucket size; the first bucket is capped at 1 MiB (25)\n"
     "  --no-shard-optim       every rank updates all parameters (PyTorch DDP's way) instead of\n"
     "                         its 1/ranks share followed by an all-gather (ZeRO-1)\n"
+    "  --no-factor-grads      sharded MLP: reduce-scatter fc1's gradient instead of gathering\n"
+    "                         its sufficient factors (input and output gradient of the layer)\n"
     "  --threads T            OpenBLAS threads per rank (1)\n"
     "  --data DIR             Fashion-MNIST folder (" DATA_DEFAULT_DIR
     ")\n"
@@ -167,6 +169,7 @@ static const option_spec_t specs[] = {
     {"seed", ARG_U64, FIELD(seed), 0, 0x7fffffff},
     {"bucket-mb", ARG_DOUBLE, FIELD(bucket_mb), 0, 1 << 20},
     {"no-shard-optim", ARG_FLAG, FIELD(no_shard_optim)},
+    {"no-factor-grads", ARG_FLAG, FIELD(no_factor)},
     {"threads", ARG_INT, FIELD(threads), 1, 1024},
     {"data", ARG_STRING, FIELD(data_dir)},
     {"checkpoint", ARG_STRING, FIELD(checkpoint)},

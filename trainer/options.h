@@ -25,6 +25,7 @@ typedef struct {
   uint64_t seed;
   double bucket_mb;
   int no_shard_optim; /* every rank applies the whole update (PyTorch DDP's way) */
+  int no_factor;      /* reduce-scatter the MLP's fc1 gradient instead of its sufficient factors */
   const char *data_dir;
   const char *checkpoint;
   int resume;

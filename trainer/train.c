@@ -145,7 +145,8 @@ static void setup(trainer_t *t, int argc, char **argv) {
       optim_create(&t->optim, o->optim, t->model.nparams))
     die("out of memory");
   t->optim.momentum = o->momentum, t->optim.weight_decay = o->weight_decay;
-  t->ddp = ddp_create(t->comm, &t->model, o->bucket_mb, !o->no_shard_optim);
+  t->ddp = ddp_create(t->comm, &t->model, o->bucket_mb, !o->no_shard_optim,
+                      !o->no_factor && o->accum == 1);
   t->rank = ddp_rank(t->ddp), t->world = ddp_world(t->ddp);
   t->global_batch = o->batch * o->accum * t->world;
   if (sampler_init(&t->sampler, t->train.n, o->seed, t->world, t->rank, o->batch, o->accum))
@@ -180,9 +181,10 @@ static void print_setup(const trainer_t *t) {
   for (int i = 0; i < nb; i++)
     printf(" [%s..%s %.2f MB]", t->model.tensors[b[i].first_tensor + b[i].ntensors - 1].name,
            t->model.tensors[b[i].first_tensor].name, b[i].count * 4.0 / 1e6);
-  printf("%s\n  tutti %s, OpenBLAS %s kernels, %d thread%s per rank\n",
-         ddp_sharded(t->ddp) ? ", optimizer sharded" : "", tuttiVersionString(),
-         openblas_get_corename(), o->threads, o->threads > 1 ? "s" : "");
+  printf("%s%s\n  tutti %s, OpenBLAS %s kernels, %d thread%s per rank\n",
+         ddp_sharded(t->ddp) ? ", optimizer sharded" : "",
+         ddp_factored(t->ddp) ? ", fc1 gradient from its sufficient factors" : "",
+         tuttiVersionString(), openblas_get_corename(), o->threads, o->threads > 1 ? "s" : "");
   fflush(stdout);
 }
 
