@@ -258,14 +258,36 @@ static void on_params_needed(void *ctx, size_t offset, size_t count) {
   }
 }
 
+/* Memory from ncclMemAlloc, which the other ranks of the host map: tutti's all-reduce,
+ * reduce-scatter and all-gather then read the peers' buffers in place (when every rank's
+ * buffers of the call are such memory) instead of copying through shared-memory FIFOs.
+ * A 64-byte header says where a block came from; the heap when ncclMemAlloc fails. */
+#define DDP_ALLOC_HEADER 64
+void *ddp_alloc(size_t bytes) {
+  size_t total = (bytes + 2 * DDP_ALLOC_HEADER - 1) / DDP_ALLOC_HEADER * DDP_ALLOC_HEADER;
+  void *p = NULL;
+  int shared = ncclMemAlloc(&p, total) == ncclSuccess; /* zeroed pages */
+  if (!shared && (p = aligned_alloc(DDP_ALLOC_HEADER, total)) != NULL) memset(p, 0, total);
+  if (!p) return NULL;
+  *(int *)p = shared;
+  return (char *)p + DDP_ALLOC_HEADER;
+}
+
+void ddp_free(void *p) {
+  if (!p) return;
+  char *h = (char *)p - DDP_ALLOC_HEADER;
+  if (*(int *)h) ncclMemFree(h);
+  else free(h);
+}
+
 /* Sufficient factors when asked for, sharded and the model's first layer is linear. */
 static void factor_setup(ddp_t *d, int factor) {
   const model_t *m = d->model;
   d->factor = factor && d->shard && model_first_linear(m, &d->f_in, &d->f_out, &d->f_dout);
   if (!d->factor) return;
   size_t rows = (size_t)d->world * m->max_batch;
-  d->f_x = malloc(rows * d->f_in * sizeof(float));
-  d->f_dout_all = malloc(rows * d->f_out * sizeof(float));
+  d->f_x = ddp_alloc(rows * d->f_in * sizeof(float));
+  d->f_dout_all = ddp_alloc(rows * d->f_out * sizeof(float));
   if (!d->f_x || !d->f_dout_all) {
     fprintf(stderr, "tutti-train: out of memory\n");
     exit(1);
@@ -308,8 +330,8 @@ void ddp_destroy(ddp_t *d) {
   pthread_mutex_destroy(&d->lock);
   pthread_cond_destroy(&d->changed);
   d->model->on_grad = NULL, d->model->on_params = NULL, d->model->defer_first = 0;
-  free(d->f_x);
-  free(d->f_dout_all);
+  ddp_free(d->f_x);
+  ddp_free(d->f_dout_all);
   free(d);
 }
 

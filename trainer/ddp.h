@@ -74,6 +74,11 @@ typedef struct ddp ddp_t;
  * layer's gradient from its sufficient factors when sharded and the model allows it; only with
  * one micro-batch per step (factors of earlier micro-batches are not kept).
  * Installs itself as m's gradient hook. Exits the program on failure. */
+/* Zeroed, 64-byte aligned memory the other ranks of the host can map (ncclMemAlloc; the heap
+ * if that fails): collectives on it skip the FIFO copies. tutti-train gives it to the models
+ * (tensor_alloc_use) before creating them. */
+void *ddp_alloc(size_t bytes);
+void ddp_free(void *p);
 ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int factor);
 void ddp_destroy(ddp_t *d);
 int ddp_rank(const ddp_t *d);

@@ -8,6 +8,7 @@
 #include "data.h"
 #include "layers.h"
 #include "rng.h"
+#include "tensor_mem.h"
 
 #define MLP_H1 512
 #define MLP_H2 256
@@ -70,8 +71,8 @@ static void layout_params(model_t *m, const tensor_spec_t *spec, int n) {
     off += spec[t].count;
   }
   m->nparams = off;
-  m->params = calloc(off, sizeof(float));
-  m->grads = calloc(off, sizeof(float));
+  m->params = tensor_alloc(off * sizeof(float));
+  m->grads = tensor_alloc(off * sizeof(float));
   for (int t = 0; m->params && m->grads && t < n; t++) {
     pviews[t] = m->params + m->tensors[t].offset;
     gviews[t] = m->grads + m->tensors[t].offset;
@@ -137,7 +138,7 @@ int model_create(model_t *m, model_kind_t kind, int max_batch) {
   char *cursor = NULL; /* first pass: size the arena */
   carve_acts(m, &cursor);
   size_t bytes = (size_t)cursor;
-  m->act_arena = aligned_alloc(64, bytes);
+  m->act_arena = tensor_alloc(bytes);
   cursor = m->act_arena;
   if (!m->params || !m->grads || !m->act_arena) return model_free(m), -1;
   carve_acts(m, &cursor);
@@ -145,9 +146,9 @@ int model_create(model_t *m, model_kind_t kind, int max_batch) {
 }
 
 void model_free(model_t *m) {
-  free(m->params);
-  free(m->grads);
-  free(m->act_arena);
+  tensor_free(m->params);
+  tensor_free(m->grads);
+  tensor_free(m->act_arena);
   memset(m, 0, sizeof(*m));
 }
 

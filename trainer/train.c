@@ -26,6 +26,7 @@
 #include "optim.h"
 #include "options.h"
 #include "rng.h"
+#include "tensor_mem.h"
 #include "tutti.h"
 
 /* Where a step's time goes on the main thread (--profile): data = zeroing the gradients,
@@ -141,6 +142,7 @@ static void setup(trainer_t *t, int argc, char **argv) {
   openblas_set_num_threads(o->threads);
   t->comm = comm_init();
   load_data(t);
+  tensor_alloc_use(ddp_alloc, ddp_free); /* parameters, gradients, activations: mappable */
   if (model_create(&t->model, o->model, o->batch) ||
       optim_create(&t->optim, o->optim, t->model.nparams))
     die("out of memory");
@@ -156,7 +158,7 @@ static void setup(trainer_t *t, int argc, char **argv) {
   t->total_steps = (int64_t)o->epochs * t->steps_per_epoch;
   t->warmup_steps = (int64_t)(o->warmup_epochs * t->steps_per_epoch + 0.5);
   t->lr = options_scaled_lr(o, t->global_batch);
-  t->x = malloc((size_t)o->batch * DATA_PIXELS * sizeof(float));
+  t->x = tensor_alloc((size_t)o->batch * DATA_PIXELS * sizeof(float)); /* gathered (factors) */
   t->y = malloc((size_t)o->batch);
   t->idx = malloc((size_t)o->batch * sizeof(int));
   t->keys = malloc((size_t)o->batch * sizeof(uint64_t));
@@ -479,7 +481,7 @@ static void finish(trainer_t *t, double run_s, int64_t steps_run) {
   model_free(&t->model);
   data_free(&t->train);
   data_free(&t->test);
-  free(t->x), free(t->y), free(t->idx), free(t->keys);
+  tensor_free(t->x), free(t->y), free(t->idx), free(t->keys);
 }
 
 int main(int argc, char **argv) {
