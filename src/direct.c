@@ -254,6 +254,8 @@ int direct_advance(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
     }
     s->in[r] = o->buf[BUF_SEND], s->out[r] = o->buf[BUF_RECV];
     if (s->phase == D_REDUCE) s->pos = 0, s->next = 0;
+    INFO(SUB_COLL, "nccl%s (op #%llu): direct, the peers' buffers read in place",
+         coll_name(o->coll), (unsigned long long)o->seq);
   }
   volatile uint64_t *prog, *done;
   uint64_t seq = s->calls << DIRECT_SEQ_SHIFT;
