@@ -43,6 +43,9 @@ static void bench_usage(const char *prog, int status) {
           "                           read in place (tutti's programs only; 0)\n"
           "      --iter-bytes <n>     tutti extension: at each size run iter-bytes/size\n"
           "                           iterations, at least %d and at most -n\n"
+          "      --warmup-bytes <n>   tutti extension: before each size, warmup-bytes/size\n"
+          "                           untimed calls (1 to 200): steady state at every size,\n"
+          "                           e.g. behind a token-bucket rate limit\n"
           "  -h, --help               this text\n",
           prog, BENCH_MIN_SCALED_ITERS);
   exit(status);
@@ -111,7 +114,7 @@ static void bench_defaults(bench_opts_t *o) {
   o->op_arg = "sum";
 }
 
-enum { BENCH_OPT_ITER_BYTES = 1000, BENCH_OPT_COLL };
+enum { BENCH_OPT_ITER_BYTES = 1000, BENCH_OPT_COLL, BENCH_OPT_WARMUP_BYTES };
 
 static const struct option bench_long_opts[] = {
     {"minbytes", required_argument, NULL, 'b'},
@@ -134,6 +137,7 @@ static const struct option bench_long_opts[] = {
     {"local_register", required_argument, NULL, 'R'},
     {"help", no_argument, NULL, 'h'},
     {"iter-bytes", required_argument, NULL, BENCH_OPT_ITER_BYTES},
+    {"warmup-bytes", required_argument, NULL, BENCH_OPT_WARMUP_BYTES},
     {"coll", required_argument, NULL, BENCH_OPT_COLL},
     {NULL, 0, NULL, 0}};
 
@@ -176,6 +180,9 @@ static int bench_apply_measure(int c, const char *arg, const char *prog, bench_o
       return 1;
     case BENCH_OPT_ITER_BYTES:
       o->iter_bytes = bench_bytes_arg(prog, "--iter-bytes", arg);
+      return 1;
+    case BENCH_OPT_WARMUP_BYTES:
+      o->warmup_bytes = bench_bytes_arg(prog, "--warmup-bytes", arg);
       return 1;
     default:
       return 0;
@@ -288,6 +295,12 @@ int bench_iters_for(const bench_opts_t *o, size_t bytes) {
   return (int)n;
 }
 
+int bench_warmup_iters_for(const bench_opts_t *o, size_t bytes) {
+  if (o->warmup_bytes == 0) return 0;
+  size_t n = bytes ? o->warmup_bytes / bytes : BENCH_MAX_WARMUP_ITERS;
+  return (int)(n < 1 ? 1 : n > BENCH_MAX_WARMUP_ITERS ? BENCH_MAX_WARMUP_ITERS : n);
+}
+
 double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -335,6 +348,9 @@ void bench_print_header(const bench_opts_t *o) {
   if (o->iter_bytes)
     printf("# iterations per size: min(%d, max(%d, %zu / size))\n", o->iters,
            BENCH_MIN_SCALED_ITERS, o->iter_bytes);
+  if (o->warmup_bytes)
+    printf("# untimed calls before each size: min(%d, max(1, %zu / size))\n",
+           BENCH_MAX_WARMUP_ITERS, o->warmup_bytes);
   printf("# time across ranks: %s (-a %d)\n", bench_average_name(o->average), o->average);
   printf("#\n# Using devices\n");
 }

@@ -31,6 +31,7 @@ typedef struct bench_opts {
   const char *op_arg;    /* -o, a name or "all" */
   const char *coll_arg;  /* --coll: which collective a peer program (MPI, Gloo) measures */
   size_t iter_bytes;     /* --iter-bytes (tutti extension): 0 = -n at every size */
+  size_t warmup_bytes;   /* --warmup-bytes (tutti extension): untimed calls at every size */
 } bench_opts_t;
 
 /* Parses argv into *o (defaults as in nccl-tests). Prints usage and exits on -h or on an error;
@@ -53,6 +54,10 @@ const char *bench_average_name(int average);
  * [BENCH_MIN_SCALED_ITERS, -n]. Every rank computes the same number. */
 #define BENCH_MIN_SCALED_ITERS 3
 int bench_iters_for(const bench_opts_t *o, size_t bytes);
+/* Untimed calls before each size with --warmup-bytes: warmup_bytes / bytes, at least 1, at
+ * most BENCH_MAX_WARMUP_ITERS; 0 without the option. */
+#define BENCH_MAX_WARMUP_ITERS 200
+int bench_warmup_iters_for(const bench_opts_t *o, size_t bytes);
 
 /* Monotonic clock in seconds. */
 double bench_now(void);

@@ -372,6 +372,12 @@ static void perf_sweep(perf_state_t *st, const perf_type_t *type, const perf_op_
   for (size_t bytes = st->opts.min_bytes; bytes != BENCH_END;
        bytes = bench_next_size(&st->opts, bytes)) {
     perf_set_size(st, &c, bytes);
+    int warm = bench_warmup_iters_for(&st->opts, perf_size_bytes(&c));
+    if (warm > 0) {
+      c.in_place = 0;
+      perf_describe(st, &c);
+      perf_run_iters(st, &c, warm);
+    }
     bench_result_t out = perf_measure(st, &c, 0);
     bench_result_t in = perf_measure(st, &c, 1);
     perf_record(st, &out);

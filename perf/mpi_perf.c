@@ -387,6 +387,8 @@ static void mpi_sweep(mpi_perf_t *p) {
   for (size_t bytes = p->opts.min_bytes; bytes != BENCH_END;
        bytes = bench_next_size(&p->opts, bytes)) {
     mpi_set_size(p, bytes);
+    int warm = bench_warmup_iters_for(&p->opts, mpi_size_bytes(p));
+    if (warm > 0) mpi_run_iters(p, 0, warm);
     bench_result_t out = mpi_measure(p, 0);
     bench_result_t in = mpi_measure(p, 1);
     if (p->rank != 0) continue;

@@ -15,7 +15,9 @@
 #      next at once), median time at <= 512 B x CPUs / 8 (all 4 hosts share this machine's CPUs).
 # 3. Measurement: all_reduce_perf on 4 hosts x 2 ranks (tutti-run --hosts h1:2,...,h4:2) for each
 #    algorithm forced with TUTTI_ALGO and for the automatic choice ("auto"), 8 B - MAXBYTES
-#    (oneshot up to 16 KiB, its limit), iterations min(20, max(3, 64 MiB / size)), REPS
+#    (oneshot up to 16 KiB, its limit), iterations min(20, max(3, 64 MiB / size)) after
+#    min(200, 1 MiB / size) untimed ones at the same size (--warmup-bytes: the tbf burst is
+#    spent before every size, so each is measured at the limited rate the model has), REPS
 #    repetitions with the algorithm order rotating; the library's tuner gets the calibrated
 #    constants (TUTTI_TUNER_{SHM,NET}_{LAT_US,GBPS}, TUTTI_TUNER_MSG_CPU_US), the same the
 #    simulator uses.
@@ -35,7 +37,7 @@ while getopts "B:r:R:e:a:o:h" opt; do
   case $opt in
     B) BUILD=$OPTARG ;; r) RATE=$OPTARG ;; R) REPS=$OPTARG ;; e) MAXB=$OPTARG ;;
     a) ALGOS=$OPTARG ;; o) OUT=$OPTARG ;;
-    *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 export TUTTI_NETNS_PREFIX=${TUTTI_NETNS_PREFIX:-simval-}
@@ -83,10 +85,10 @@ for r in $(seq 1 "$REPS"); do
     echo "# rep $r: $a (load $(cut -d' ' -f1 /proc/loadavg))"
     if [[ $a == auto ]]; then
       (unset TUTTI_ALGO; run $BED 8 "$OUT/ar.$a.$r.txt" all_reduce_perf \
-        -b 8 -e "$e" -f 2 -w 1 -n 20 --iter-bytes 64M -c 0)
+        -b 8 -e "$e" -f 2 -w 1 -n 20 --iter-bytes 64M --warmup-bytes 1M -c 0)
     else
       TUTTI_ALGO=$a run $BED 8 "$OUT/ar.$a.$r.txt" all_reduce_perf \
-        -b 8 -e "$e" -f 2 -w 1 -n 20 --iter-bytes 64M -c 0
+        -b 8 -e "$e" -f 2 -w 1 -n 20 --iter-bytes 64M --warmup-bytes 1M -c 0
     fi
   done
 done
