@@ -52,21 +52,24 @@ typedef struct desc { /* where a rank's buffers are, for one call */
   uint32_t magic;
   int32_t pid;
   struct {
-    uint64_t addr;    /* usable by peers of the same process */
-    int32_t shared;   /* 1: in an ncclMemAlloc region (ref) */
+    uint64_t addr;  /* usable by peers of the same process */
+    int32_t shared; /* 1: in an ncclMemAlloc region (ref) */
     int32_t pad;
     memreg_ref_t ref;
-  } buf[2];           /* send, receive */
+  } buf[2]; /* send, receive */
 } desc_t;
 
 struct direct_state {
   uint64_t calls; /* direct calls completed on this communicator, alike on every rank */
-  int phase, next, ok;
+  int phase, next, ok, described;
   size_t pos;
   const char **in, **out; /* [nranks]: each rank's send and receive buffers, as seen here */
+  desc_t mine;            /* this call's own descriptor, sent to every peer */
 };
 
-static int mod(int a, int n) { return ((a % n) + n) % n; }
+static int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 /* The call's geometry: element ranges in the n-segment vector of `total` elements. For the
  * all-reduce the segments split the buffer (block_start); for reduce-scatter and all-gather
@@ -97,8 +100,9 @@ static void describe(const op_ctx_t *o, size_t count, int n, desc_t *d) {
   size_t big = count * (size_t)n * o->esize, small = count * o->esize;
   for (int b = 0; b < 2; b++) {
     const char *p = o->buf[b == 0 ? BUF_SEND : BUF_RECV];
-    size_t bytes = o->coll == COLL_ALLREDUCE ? small
-                   : (o->coll == COLL_REDUCESCATTER) == (b == 0) ? big : small;
+    size_t bytes = o->coll == COLL_ALLREDUCE                     ? small
+                   : (o->coll == COLL_REDUCESCATTER) == (b == 0) ? big
+                                                                 : small;
     d->buf[b].addr = (uint64_t)(uintptr_t)p;
     d->buf[b].shared = memreg_find(p, bytes, &d->buf[b].ref);
   }
@@ -138,17 +142,19 @@ static int send_msg(ncclComm_t comm, int p, const void *msg, size_t bytes) {
   return 1;
 }
 
-/* Receives one small message of exactly `bytes` from peer p into msg: 1, 0 none yet, -1 wrong size. */
+/* Receives one small message of exactly `bytes` from peer p into msg: 1, 0 none yet, -1 wrong size.
+ */
 static int recv_msg(ncclComm_t comm, int p, void *msg, size_t bytes, const op_ctx_t *o) {
   conn_t *c = &comm->recv_conn[p];
   size_t got = 0;
   const void *in = c->transport->recv_slot(c, &got);
   if (!in) return 0;
   if (got != bytes) {
-    TUTTI_ERR(ncclInvalidUsage, "rank %d received %zu bytes from rank %d where it expected a "
+    TUTTI_ERR(ncclInvalidUsage,
+              "rank %d received %zu bytes from rank %d where it expected a "
               "%zu-byte direct handshake in nccl%s (op #%llu): ranks called different collectives "
-              "or counts, or set TUTTI_DIRECT differently", comm->rank, got, p, bytes,
-              coll_name(o->coll), (unsigned long long)o->seq);
+              "or counts, or set TUTTI_DIRECT differently",
+              comm->rank, got, p, bytes, coll_name(o->coll), (unsigned long long)o->seq);
     return -1;
   }
   memcpy(msg, in, bytes);
@@ -186,15 +192,16 @@ static int handshake(lane_t *l, const op_ctx_t *o, const step_t *st, struct dire
       continue;
     }
     if (s->phase == D_SEND_DESC) {
-      desc_t d;
-      describe(o, st->count, n, &d);
-      if (!send_msg(comm, p, &d, sizeof(d))) return block(l, p, 1);
+      if (!s->described) describe(o, st->count, n, &s->mine), s->described = 1;
+      if (!send_msg(comm, p, &s->mine, sizeof(s->mine))) return block(l, p, 1);
     } else if (s->phase == D_RECV_DESC) {
       desc_t d;
       if ((rc = recv_msg(comm, p, &d, sizeof(d), o)) <= 0) return rc < 0 ? -1 : block(l, p, 0);
       if (d.magic != DESC_MAGIC) {
-        TUTTI_ERR(ncclInvalidUsage, "rank %d: rank %d sent no direct handshake in nccl%s (op #%llu): "
-                  "set TUTTI_DIRECT alike everywhere", r, p, coll_name(o->coll), (unsigned long long)o->seq);
+        TUTTI_ERR(ncclInvalidUsage,
+                  "rank %d: rank %d sent no direct handshake in nccl%s (op #%llu): "
+                  "set TUTTI_DIRECT alike everywhere",
+                  r, p, coll_name(o->coll), (unsigned long long)o->seq);
         return -1;
       }
       s->ok &= resolve(comm, s, p, &d);
@@ -233,7 +240,7 @@ static void finish(lane_t *l, const step_t *st, struct direct_state *s, int went
   if (went_direct) s->calls++;
   l->cur += 1 + (went_direct ? st->dst_off : 0);
   l->pos = 0;
-  s->phase = D_SEND_DESC, s->next = 0, s->ok = 1, s->pos = 0;
+  s->phase = D_SEND_DESC, s->next = 0, s->ok = 1, s->pos = 0, s->described = 0;
 }
 
 int direct_advance(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
@@ -285,17 +292,22 @@ int direct_advance(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
      * rank k's send buffer, all there from the start */
     int k = mod(r + 1 + s->next, n);
     if (shm_direct_words(comm, k, &prog, &done) != 0) return -1;
-    size_t kb = seg_start(c, st->count, n, k), ke = seg_start(c, st->count, n, k + 1), ready = ke - kb;
+    size_t kb = seg_start(c, st->count, n, k), ke = seg_start(c, st->count, n, k + 1),
+           ready = ke - kb;
     const char *src = c == COLL_ALLGATHER ? s->in[k] : s->out[k] + kb * es;
     if (c == COLL_ALLREDUCE) {
       uint64_t avail = __atomic_load_n(prog, __ATOMIC_ACQUIRE);
-      ready = avail < seq ? 0 : avail >= seq + (1ull << DIRECT_SEQ_SHIFT) ? ready : (size_t)(avail - seq);
+      ready = avail < seq                                 ? 0
+              : avail >= seq + (1ull << DIRECT_SEQ_SHIFT) ? ready
+                                                          : (size_t)(avail - seq);
     }
     if (ready > s->pos) {
       char *to = o->buf[BUF_RECV] + (kb + s->pos) * es;
       size_t len = (ready - s->pos) * es;
-      if (o->stream) copy_stream(to, src + s->pos * es, len);
-      else memcpy(to, src + s->pos * es, len);
+      if (o->stream)
+        copy_stream(to, src + s->pos * es, len);
+      else
+        memcpy(to, src + s->pos * es, len);
       s->pos = ready, *moved = 1;
     }
     if (s->pos < ke - kb) return block(l, k, 0);

@@ -54,8 +54,8 @@ int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref) {
   for (int i = 0; i < nregions && !found; i++) {
     uintptr_t b = (uintptr_t)regions[i].base;
     if (p >= b && p - b <= regions[i].bytes && bytes <= regions[i].bytes - (p - b)) {
-      *ref = (memreg_ref_t){.id = regions[i].id, .fd = regions[i].fd,
-                            .bytes = regions[i].bytes, .offset = p - b};
+      *ref = (memreg_ref_t){
+          .id = regions[i].id, .fd = regions[i].fd, .bytes = regions[i].bytes, .offset = p - b};
       found = 1;
     }
   }
@@ -79,13 +79,15 @@ API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   if (ftruncate(fd, (off_t)bytes) != 0) {
     int err = errno;
     close(fd);
-    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: cannot size %zu bytes: %s", bytes, strerror(err));
+    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: cannot size %zu bytes: %s", bytes,
+                     strerror(err));
   }
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) {
     int err = errno;
     close(fd);
-    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes, strerror(err));
+    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes,
+                     strerror(err));
   }
   pthread_mutex_lock(&regions_lock);
   if (nregions == regions_cap) {
@@ -120,8 +122,10 @@ API ncclResult_t ncclMemFree(void *ptr) {
     }
   pthread_mutex_unlock(&regions_lock);
   if (!r.base)
-    return TUTTI_ERR(ncclInvalidArgument, "ncclMemFree: ptr %p was not returned by ncclMemAlloc "
-                     "(or was freed already)", ptr);
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "ncclMemFree: ptr %p was not returned by ncclMemAlloc "
+                     "(or was freed already)",
+                     ptr);
   munmap(r.base, r.bytes);
   close(r.fd);
   return ncclSuccess;
@@ -148,11 +152,15 @@ API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size
   *h = (reg_handle_t){.magic = REG_MAGIC, .comm = comm, .buff = buff, .size = size};
   memreg_ref_t ref;
   if (memreg_find(buff, size, &ref))
-    INFO(SUB_SHM, "ncclCommRegister: %p (%zu bytes) lies in ncclMemAlloc region %llu: collectives "
-         "on it read it in place", buff, size, (unsigned long long)ref.id);
+    INFO(SUB_SHM,
+         "ncclCommRegister: %p (%zu bytes) lies in ncclMemAlloc region %llu: collectives "
+         "on it read it in place",
+         buff, size, (unsigned long long)ref.id);
   else
-    INFO(SUB_SHM, "ncclCommRegister: %p (%zu bytes) is not from ncclMemAlloc: other processes "
-         "cannot map it, collectives on it copy through the FIFOs", buff, size);
+    INFO(SUB_SHM,
+         "ncclCommRegister: %p (%zu bytes) is not from ncclMemAlloc: other processes "
+         "cannot map it, collectives on it copy through the FIFOs",
+         buff, size);
   *handle = h;
   return ncclSuccess;
 }
@@ -162,8 +170,10 @@ API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
   TUTTI_CHECK(comm_check_handle(comm, "ncclCommDeregister"));
   reg_handle_t *h = handle;
   if (!h || h->magic != REG_MAGIC || h->comm != comm)
-    return TUTTI_ERR(ncclInvalidArgument, "ncclCommDeregister: handle %p was not returned by "
-                     "ncclCommRegister on this communicator (or was deregistered already)", handle);
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "ncclCommDeregister: handle %p was not returned by "
+                     "ncclCommRegister on this communicator (or was deregistered already)",
+                     handle);
   h->magic = 0;
   free(h);
   return ncclSuccess;
@@ -184,7 +194,8 @@ struct memreg_cache {
   uint64_t clock;
 };
 
-ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref, const char **base) {
+ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref,
+                             const char **base) {
   if (!comm->memreg && !(comm->memreg = calloc(1, sizeof(struct memreg_cache))))
     return TUTTI_ERR(ncclSystemError, "out of memory");
   struct memreg_cache *c = comm->memreg;
@@ -204,8 +215,10 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
   snprintf(want, sizeof(want), "/memfd:tutti-mem-%llu ", (unsigned long long)ref->id);
   ssize_t len = readlink(path, link, sizeof(link) - 1);
   if (len < 0 || (link[len] = '\0', strncmp(link, want, strlen(want)) != 0))
-    return TUTTI_ERR(ncclSystemError, "rank %d cannot see rank %d's ncclMemAlloc region %llu at %s "
-                     "(%s)", comm->rank, peer, (unsigned long long)ref->id, path,
+    return TUTTI_ERR(ncclSystemError,
+                     "rank %d cannot see rank %d's ncclMemAlloc region %llu at %s "
+                     "(%s)",
+                     comm->rank, peer, (unsigned long long)ref->id, path,
                      len < 0 ? strerror(errno) : "another file");
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -216,10 +229,11 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
   close(fd);
   if (p == MAP_FAILED)
     return TUTTI_ERR(ncclSystemError, "rank %d cannot map rank %d's region %llu (%zu bytes): %s",
-                     comm->rank, peer, (unsigned long long)ref->id, (size_t)ref->bytes, strerror(err));
+                     comm->rank, peer, (unsigned long long)ref->id, (size_t)ref->bytes,
+                     strerror(err));
   if (slot->base) munmap(slot->base, slot->bytes);
-  *slot = (peer_map_t){.pid = pid, .id = ref->id, .base = p, .bytes = ref->bytes,
-                       .last_use = ++c->clock};
+  *slot = (peer_map_t){
+      .pid = pid, .id = ref->id, .base = p, .bytes = ref->bytes, .last_use = ++c->clock};
   INFO(SUB_SHM, "mapped rank %d's region %llu (%zu bytes)", peer, (unsigned long long)ref->id,
        (size_t)ref->bytes);
   *base = p;

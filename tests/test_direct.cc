@@ -31,7 +31,8 @@ int peer_region_mappings() {
   std::string line;
   int n = 0;
   while (std::getline(maps, line))
-    if (line.find("/memfd:tutti-mem-") != std::string::npos && line.find(" r--s ") != std::string::npos)
+    if (line.find("/memfd:tutti-mem-") != std::string::npos &&
+        line.find(" r--s ") != std::string::npos)
       n++;
   return n;
 }
@@ -65,7 +66,8 @@ TEST(MemAlloc, RegisterChecksEveryArgument) {
     RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "buff is NULL"), "message: %s",
            ncclGetLastError(ctx.comm));
     RCHECK(ctx, ncclCommRegister(ctx.comm, buf, 0, &h) == ncclInvalidArgument, "size 0");
-    RCHECK(ctx, ncclCommRegister(ctx.comm, buf, 4096, nullptr) == ncclInvalidArgument, "NULL handle");
+    RCHECK(ctx, ncclCommRegister(ctx.comm, buf, 4096, nullptr) == ncclInvalidArgument,
+           "NULL handle");
     RCHECK(ctx, th::contains(ncclGetLastError(ctx.comm), "handle is NULL"), "message: %s",
            ncclGetLastError(ctx.comm));
     RCHECK(ctx, ncclCommRegister(ctx.comm, buf, 4096, &h) == ncclSuccess, "register");
@@ -81,8 +83,8 @@ TEST(MemAlloc, RegisterChecksEveryArgument) {
 
 // ---------------------------------------------------------------- results
 
-std::vector<Case> coll_cases(Coll coll, ncclDataType_t type, Op op, const std::vector<size_t> &counts,
-                             int nranks, int *seq) {
+std::vector<Case> coll_cases(Coll coll, ncclDataType_t type, Op op,
+                             const std::vector<size_t> &counts, int nranks, int *seq) {
   std::vector<Case> out;
   for (size_t count : counts)
     for (int in_place = 0; in_place < 2; in_place++) {
@@ -140,7 +142,8 @@ TEST(Direct, EveryTypeAndOpTwoAndThreeRanksProcs) {
 }
 
 TEST(Direct, CountsAndRanksProcs) {
-  for (int n : {2, 4, 5}) run_direct(Mode::kProcs, n, {ncclFloat32, ncclInt64}, {Op::kSum, Op::kAvg}, kCounts);
+  for (int n : {2, 4, 5})
+    run_direct(Mode::kProcs, n, {ncclFloat32, ncclInt64}, {Op::kSum, Op::kAvg}, kCounts);
 }
 
 TEST(Direct, CountsAndRanksThreads) {
@@ -162,7 +165,8 @@ TEST(Direct, OneRankWithHeapBuffersFallsBack) {
       [&](RankCtx &ctx) {
         th::case_buffers_from_memalloc(ctx.rank == 1);
         int seq = 0;
-        for (const Case &c : coll_cases(Coll::kAllReduce, ncclFloat32, Op::kSum, {1023, 70001}, 2, &seq))
+        for (const Case &c :
+             coll_cases(Coll::kAllReduce, ncclFloat32, Op::kSum, {1023, 70001}, 2, &seq))
           th::run_case(ctx, c);
         // rank 0 may have mapped rank 1's buffers before learning that rank 1 cannot map its own
         if (ctx.rank == 1)
@@ -178,19 +182,23 @@ TEST(Direct, ManyCallsOnTheSameBuffers) {
     const size_t count = 300000;
     float *in = nullptr, *out = nullptr;
     RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&in), count * 4) == ncclSuccess, "alloc in");
-    RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&out), count * 4) == ncclSuccess, "alloc out");
+    RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&out), count * 4) == ncclSuccess,
+           "alloc out");
     if (!ctx.ok()) return;
     for (int it = 0; it < 50; it++) {
       for (size_t i = 0; i < count; i++) in[i] = static_cast<float>((i % 1000) + ctx.rank + it);
-      RCHECK(ctx, ncclAllReduce(in, out, count, ncclFloat32, ncclSum, ctx.comm, nullptr) == ncclSuccess,
+      RCHECK(ctx,
+             ncclAllReduce(in, out, count, ncclFloat32, ncclSum, ctx.comm, nullptr) == ncclSuccess,
              "call %d: %s", it, ncclGetLastError(ctx.comm));
       for (size_t i = 0; i < count && ctx.ok(); i++) {
         float want = static_cast<float>(3 * ((i % 1000) + it) + 0 + 1 + 2);
         RCHECK(ctx, out[i] == want, "call %d: out[%zu] = %g, want %g", it, i, out[i], want);
       }
     }
-    RCHECK(ctx, peer_region_mappings() == 4, "rank %d: %d peer mappings, want 4 (2 peers x 2 "
-           "buffers, mapped once)", ctx.rank, peer_region_mappings());
+    RCHECK(ctx, peer_region_mappings() == 4,
+           "rank %d: %d peer mappings, want 4 (2 peers x 2 "
+           "buffers, mapped once)",
+           ctx.rank, peer_region_mappings());
     ncclMemFree(in);
     ncclMemFree(out);
   });

@@ -25,6 +25,8 @@ void *tensor_alloc(size_t bytes) {
 
 void tensor_free(void *p) {
   if (!p) return;
-  if (release_fn) release_fn(p);
-  else free(p);
+  if (release_fn)
+    release_fn(p);
+  else
+    free(p);
 }

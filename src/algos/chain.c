@@ -10,20 +10,14 @@
  */
 #include "algos/schedule.h"
 
-#define PUSH(...)                           \
-  do {                                      \
-    step_t st_ = {__VA_ARGS__};             \
-    if (sched_push(s, st_) != 0) return -1; \
-  } while (0)
-
 int chain_broadcast(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank, pos = (r - a->root + n) % n;
   int prev = (r - 1 + n) % n, next = (r + 1) % n;
   if (pos == 0) /* root: send its buffer on, and copy it to recvbuf unless in place */
-    PUSH(.recv_peer = -1, .send_peer = n > 1 ? next : -1, .src_buf = BUF_SEND,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = n > 1 ? next : -1, .src_buf = BUF_SEND,
          .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
   else
-    PUSH(.recv_peer = prev, .send_peer = pos < n - 1 ? next : -1, .src_buf = BUF_NONE,
+    SCHED_PUSH(.recv_peer = prev, .send_peer = pos < n - 1 ? next : -1, .src_buf = BUF_NONE,
          .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
   return 0;
 }
@@ -32,16 +26,16 @@ int chain_reduce(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank, pos = (r - a->root - 1 + 2 * n) % n;
   int prev = (r - 1 + n) % n, next = (r + 1) % n;
   if (n == 1)
-    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_STORE | STEP_PRE | STEP_POST, .count = a->count);
   else if (pos == 0)
-    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
          .flags = STEP_PRE, .count = a->count);
   else if (pos < n - 1)
-    PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+    SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
          .flags = STEP_REDUCE | STEP_PRE, .count = a->count);
   else
-    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .count = a->count);
   return 0;
 }

@@ -13,38 +13,32 @@
  */
 #include "algos/schedule.h"
 
-#define PUSH(...)                           \
-  do {                                      \
-    step_t st_ = {__VA_ARGS__};             \
-    if (sched_push(s, st_) != 0) return -1; \
-  } while (0)
-
 int oneshot_allreduce(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count;
   /* Where this rank's own input is read from when its turn comes, and with which flags. */
   uint8_t own_buf = BUF_SEND, own_pre = STEP_PRE;
   if (a->in_place && n > 1 && r > 0) {
-    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_SCRATCH,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_SCRATCH,
          .flags = STEP_STORE | STEP_PRE, .count = c);
     own_buf = BUF_SCRATCH, own_pre = 0;
   }
   for (int k = 1; k < n; k++)
-    PUSH(.recv_peer = -1, .send_peer = (r + k) % n, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = (r + k) % n, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
          .flags = STEP_PRE, .count = c);
   for (int q = 0; q < n; q++) {
     uint8_t post = (q == n - 1) ? STEP_POST : 0;
     if (q == 0 && r == 0)
-      PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
+      SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
            .flags = (uint8_t)(STEP_STORE | own_pre | post), .count = c);
     else if (q == 0)
-      PUSH(.recv_peer = 0, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+      SCHED_PUSH(.recv_peer = 0, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
            .flags = (uint8_t)(STEP_STORE | post), .count = c);
     else if (q == r)
-      PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
+      SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
            .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | own_pre | post), .count = c);
     else
-      PUSH(.recv_peer = q, .send_peer = -1, .src_buf = BUF_RECV, .dst_buf = BUF_RECV,
+      SCHED_PUSH(.recv_peer = q, .send_peer = -1, .src_buf = BUF_RECV, .dst_buf = BUF_RECV,
            .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | post), .count = c);
   }
   return 0;

@@ -46,12 +46,6 @@
 
 #include "algos/schedule.h"
 
-#define PUSH(...)                           \
-  do {                                      \
-    step_t st_ = {__VA_ARGS__};             \
-    if (sched_push(s, st_) != 0) return -1; \
-  } while (0)
-
 typedef struct fold {
   int p2, extra; /* survivors (a power of two), extra ranks */
   int id;        /* my id among the survivors; -1: I fold into `partner` */
@@ -93,10 +87,10 @@ static int exchange(const xchg_t *x, size_t chunk, sched_t *s) {
   size_t longest = x->slen > x->rlen ? x->slen : x->rlen;
   for (size_t o = 0; o < longest; o += chunk) {
     if (o < x->slen)
-      PUSH(.recv_peer = -1, .send_peer = x->peer, .src_buf = x->src_buf, .dst_buf = BUF_NONE,
+      SCHED_PUSH(.recv_peer = -1, .send_peer = x->peer, .src_buf = x->src_buf, .dst_buf = BUF_NONE,
            .flags = x->sflags, .src_off = x->soff + o, .count = min_sz(chunk, x->slen - o));
     if (o < x->rlen)
-      PUSH(.recv_peer = x->peer, .send_peer = -1,
+      SCHED_PUSH(.recv_peer = x->peer, .send_peer = -1,
            .src_buf = (x->rflags & STEP_REDUCE) ? x->src_buf : BUF_NONE, .dst_buf = x->dst_buf,
            .flags = (uint8_t)(x->rflags | STEP_STORE), .src_off = x->roff + o,
            .dst_off = x->doff + o, .count = min_sz(chunk, x->rlen - o));
@@ -115,10 +109,10 @@ static int fold_in(const fold_t *f, const int *map, const sched_args_t *a, uint8
                    uint8_t *pre, sched_t *s) {
   if (f->partner < 0 || a->count == 0) return 0;
   if (f->id < 0)
-    PUSH(.recv_peer = -1, .send_peer = rank_of(map, f->partner), .src_buf = *src,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = rank_of(map, f->partner), .src_buf = *src,
          .dst_buf = BUF_NONE, .flags = *pre, .count = a->count);
   else
-    PUSH(.recv_peer = rank_of(map, f->partner), .send_peer = -1, .src_buf = *src,
+    SCHED_PUSH(.recv_peer = rank_of(map, f->partner), .send_peer = -1, .src_buf = *src,
          .dst_buf = BUF_RECV, .flags = (uint8_t)(STEP_REDUCE | *pre | STEP_STORE),
          .count = a->count);
   *src = BUF_RECV, *pre = 0;
@@ -128,17 +122,17 @@ static int fold_in(const fold_t *f, const int *map, const sched_args_t *a, uint8
 static int fold_out(const fold_t *f, const int *map, const sched_args_t *a, sched_t *s) {
   if (f->partner < 0 || a->count == 0) return 0;
   if (f->id < 0)
-    PUSH(.recv_peer = rank_of(map, f->partner), .send_peer = -1, .src_buf = BUF_NONE,
+    SCHED_PUSH(.recv_peer = rank_of(map, f->partner), .send_peer = -1, .src_buf = BUF_NONE,
          .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
   else
-    PUSH(.recv_peer = -1, .send_peer = rank_of(map, f->partner), .src_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = rank_of(map, f->partner), .src_buf = BUF_RECV,
          .dst_buf = BUF_NONE, .count = a->count);
   return 0;
 }
 
 static int single_copy(const sched_args_t *a, sched_t *s) {
   if (a->count)
-    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_STORE | STEP_PRE | STEP_POST, .count = a->count);
   return 0;
 }
@@ -243,22 +237,22 @@ static int rd_hosts(const sched_args_t *a, const int *host_of_rank, const int *l
   uint8_t src = BUF_SEND, pre = STEP_PRE;
   if (a->count == 0) return 0;
   if (r != lead) {
-    PUSH(.recv_peer = -1, .send_peer = lead, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = lead, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
          .flags = STEP_PRE, .count = a->count);
-    PUSH(.recv_peer = lead, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = lead, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
          .flags = STEP_STORE, .count = a->count);
     return 0;
   }
   for (int q = r + 1; q < n; q++) {
     if (host_of_rank[q] != host) continue;
-    PUSH(.recv_peer = q, .send_peer = -1, .src_buf = src, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = q, .send_peer = -1, .src_buf = src, .dst_buf = BUF_RECV,
          .flags = (uint8_t)(STEP_REDUCE | pre | STEP_STORE), .count = a->count);
     src = BUF_RECV, pre = 0;
   }
   if (rd_core(id, H, leaders, a, src, pre, s) != 0) return -1;
   for (int q = r + 1; q < n; q++)
     if (host_of_rank[q] == host)
-      PUSH(.recv_peer = -1, .send_peer = q, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
+      SCHED_PUSH(.recv_peer = -1, .send_peer = q, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
            .count = a->count);
   return 0;
 }
@@ -286,7 +280,7 @@ int rhd_allgather(const sched_args_t *a, sched_t *s) {
   size_t c = a->count;
   if (!is_pow2(n)) return -2;
   if (c) /* own block into place (nothing to do in place: same address) */
-    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_STORE, .dst_off = (size_t)r * c, .count = c);
   for (int mask = 1; mask < n; mask *= 2) {
     int w = hi - lo, up = (r & mask) != 0, slo = up ? lo - w : hi;

@@ -22,12 +22,6 @@
  */
 #include "algos/schedule.h"
 
-#define PUSH(...)                                   \
-  do {                                              \
-    step_t st_ = {__VA_ARGS__};                     \
-    if (sched_push(s, st_) != 0) return -1;         \
-  } while (0)
-
 /* Round j of a segment [start, end): its sub-range [*off, *off + *len). */
 static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t *off, size_t *len) {
   size_t o = start + j * chunk;
@@ -39,7 +33,7 @@ static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 /* Copy (with PRE/POST) for a single rank. */
 static int single_rank_copy(sched_t *s, size_t src_off, size_t count, uint8_t flags) {
-  PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+  SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
        .flags = (uint8_t)(STEP_STORE | flags), .src_off = src_off, .dst_off = 0, .count = count);
   return 0;
 }
@@ -54,24 +48,24 @@ int ring_allreduce(const sched_args_t *a, sched_t *s) {
 #define SEG(q) round_range(block_start(a->count, n, (q)), block_start(a->count, n, (q) + 1), j, \
                            a->chunk, &off, &len)
     SEG(r);
-    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
          .flags = STEP_PRE, .src_off = off, .count = len);
     for (int k = 1; k <= n - 2; k++) {
       SEG(mod(r - k, n));
-      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+      SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
            .flags = STEP_REDUCE | STEP_PRE, .src_off = off, .count = len);
     }
     SEG(mod(r + 1, n));
-    PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = off, .dst_off = off,
          .count = len);
     for (int k = 1; k <= n - 2; k++) {
       SEG(mod(r + 1 - k, n));
-      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+      SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
            .flags = STEP_STORE, .dst_off = off, .count = len);
     }
     SEG(mod(r + 2, n));
-    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
          .flags = STEP_STORE, .dst_off = off, .count = len);
 #undef SEG
   }
@@ -86,13 +80,13 @@ int ring_reducescatter(const sched_args_t *a, sched_t *s) {
   for (size_t j = 0; j < rounds; j++) {
     size_t off, len;
     round_range(0, c, j, a->chunk, &off, &len);
-    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
          .flags = STEP_PRE, .src_off = (size_t)mod(r - 1, n) * c + off, .count = len);
     for (int k = 1; k <= n - 2; k++)
-      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+      SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
            .flags = STEP_REDUCE | STEP_PRE, .src_off = (size_t)mod(r - 1 - k, n) * c + off,
            .count = len);
-    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = (size_t)r * c + off,
          .dst_off = off, .count = len);
   }
@@ -103,7 +97,7 @@ int ring_allgather(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank, prev = mod(r - 1, n), next = mod(r + 1, n);
   size_t c = a->count;
   if (n == 1) {
-    PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_STORE, .count = c);
     return 0;
   }
@@ -111,12 +105,12 @@ int ring_allgather(const sched_args_t *a, sched_t *s) {
   for (size_t j = 0; j < rounds; j++) {
     size_t off, len;
     round_range(0, c, j, a->chunk, &off, &len);
-    PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_STORE, .src_off = off, .dst_off = (size_t)r * c + off, .count = len);
     for (int k = 1; k <= n - 2; k++)
-      PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+      SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
            .flags = STEP_STORE, .dst_off = (size_t)mod(r - k, n) * c + off, .count = len);
-    PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
+    SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
          .flags = STEP_STORE, .dst_off = (size_t)mod(r + 1, n) * c + off, .count = len);
   }
   return 0;
