@@ -232,16 +232,19 @@ static void spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
 }
 
 /* Waits politely: spin (not when there are more local ranks than CPUs), then yield, then
- * sleep, growing to 1 ms, so that an idle rank costs no CPU. */
+ * sleep, growing to 1 ms, so that an idle rank costs no CPU; or, where the connection waited
+ * for can wake us (tcp always, shm on oversubscribed machines), sleep in its wait at once. */
 static void backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend) {
   uint64_t max_ns = (uint64_t)tutti_param_SpinUs() * 1000;
   if (spin_limit_ns > max_ns) spin_limit_ns = max_ns;
   /* a transport that can wait is woken by the kernel: spinning on it only burns the CPU */
-  uint64_t spin_ns = oversubscribed || (wc && wc->transport->wait) ? 0 : spin_limit_ns;
+  if (wc && (!wc->transport->wait || (wc->transport->wait_oversubscribed_only && !oversubscribed)))
+    wc = NULL;
+  uint64_t spin_ns = oversubscribed || wc ? 0 : spin_limit_ns;
   uint64_t yield_ns = spin_ns + (uint64_t)tutti_param_YieldUs() * 1000;
   if (idle_ns < spin_ns) {
     cpu_relax(); /* one pause: ~140 cycles on recent cores, eight would delay the wakeup */
-  } else if (wc && wc->transport->wait) { /* sleeps in the kernel until wc can move */
+  } else if (wc) { /* sleeps in the kernel until wc can move */
     wc->transport->wait(wc, wsend, ENGINE_WAIT_NS);
   } else if (idle_ns < yield_ns) {
     sched_yield();
@@ -256,15 +259,21 @@ static int lane_done(const lane_t *l) {
   return l->cur >= l->nsteps && l->tx_left == 0;
 }
 
-/* The connection the first blocked lane of the phase waits for (*send: to send on it). */
+/* The connection the first blocked lane of the phase waits for (*send: to send on it); NULL when
+ * it waits for a direct step's words (no connection to sleep on), or when a lane after it also
+ * waits on a transport that sleeps only on oversubscribed machines (shm: a wake for the other
+ * lane would not end the sleep). */
 static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase, int *send) {
+  conn_t *wc = NULL;
   for (int i = 0; i < nlanes; i++) {
     lane_t *l = &lanes[i];
     if (l->phase != phase || lane_done(l)) continue;
+    if (wc) return wc->transport->wait_oversubscribed_only ? NULL : wc;
+    if (l->cur < l->nsteps && (l->steps[l->cur].flags & STEP_DIRECT)) return NULL;
     *send = l->wait_send;
-    return l->wait_send ? &l->comm->send_conn[l->wait_peer] : &l->comm->recv_conn[l->wait_peer];
+    wc = l->wait_send ? &l->comm->send_conn[l->wait_peer] : &l->comm->recv_conn[l->wait_peer];
   }
-  return NULL;
+  return wc;
 }
 
 static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, int phase) {

@@ -61,6 +61,8 @@ typedef struct transport {
   /* Optional: sleeps until the connection can probably move (send: room; receive: a piece),
    * at most timeout_ns; the engine then calls it instead of spinning, yielding or sleeping. */
   void (*wait)(conn_t *conn, int send, uint64_t timeout_ns);
+  int wait_oversubscribed_only; /* wait is for machines with more ranks than CPUs; elsewhere
+                                 * the engine spins and yields as for a transport without */
   const void *(*recv_slot)(conn_t *conn, size_t *bytes);
   void (*recv_done)(conn_t *conn);
   int (*peer_failed)(conn_t *conn);
