@@ -25,13 +25,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <linux/futex.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -83,9 +83,9 @@ typedef struct shm_end { /* one end of one FIFO */
   char *slots;
   uint32_t nslots;
   size_t slot_bytes;
-  uint64_t pos;          /* messages sent (sender) or consumed (receiver) */
-  uint64_t seen;         /* sender: cached copy of the receiver's tail */
-  int sleepy;            /* oversubscribed: the other end may sleep, wake it (shm_wait) */
+  uint64_t pos;  /* messages sent (sender) or consumed (receiver) */
+  uint64_t seen; /* sender: cached copy of the receiver's tail */
+  int sleepy;    /* oversubscribed: the other end may sleep, wake it (shm_wait) */
   volatile int32_t *peer_failed;
 } shm_end_t;
 
@@ -93,10 +93,10 @@ typedef struct shm_state {
   char name[96];
   char *seg;
   size_t seg_bytes;
-  char **peer_seg;      /* [nranks] mapping of each local peer's segment */
+  char **peer_seg; /* [nranks] mapping of each local peer's segment */
   size_t *peer_bytes;
-  int *local_index;     /* [nranks]: index among this host's ranks, -1 if remote */
-  shm_end_t *ends;      /* [2 * nranks]: send end to p, then receive end from p */
+  int *local_index; /* [nranks]: index among this host's ranks, -1 if remote */
+  shm_end_t *ends;  /* [2 * nranks]: send end to p, then receive end from p */
 } shm_state_t;
 
 typedef struct shm_blob {
@@ -116,7 +116,8 @@ static char *seg_slots(char *seg, int i, int local_size, uint32_t nslots, size_t
 }
 
 static int shm_can_connect(struct ncclComm *comm, int peer) {
-  return !tutti_param_ShmDisable() && comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash;
+  return !tutti_param_ShmDisable() &&
+         comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash;
 }
 
 /* Removes /dev/shm/tutti-<pid>-* segments whose creating process no longer exists. */
@@ -130,7 +131,8 @@ static void shm_remove_stale(void) {
     if (kill(pid, 0) == 0 || errno != ESRCH) continue;
     char path[300];
     snprintf(path, sizeof(path), "/%s", e->d_name);
-    if (shm_unlink(path) == 0) INFO(SUB_SHM, "removed stale segment /dev/shm%s (pid %d is gone)", path, pid);
+    if (shm_unlink(path) == 0)
+      INFO(SUB_SHM, "removed stale segment /dev/shm%s (pid %d is gone)", path, pid);
   }
   closedir(d);
 }
@@ -144,8 +146,8 @@ static ncclResult_t map_segment(const char *name, size_t bytes, int create, char
     int err = errno;
     close(fd);
     shm_unlink(name);
-    return TUTTI_ERR(ncclSystemError, "cannot size shared memory %s to %zu bytes: %s", name,
-                     bytes, strerror(err));
+    return TUTTI_ERR(ncclSystemError, "cannot size shared memory %s to %zu bytes: %s", name, bytes,
+                     strerror(err));
   }
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);
@@ -171,7 +173,8 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
     return TUTTI_ERR(ncclSystemError, "out of memory");
   int local = 0;
   for (int p = 0; p < n; p++)
-    st->local_index[p] = (comm->peers[p].host_hash == comm->peers[comm->rank].host_hash) ? local++ : -1;
+    st->local_index[p] =
+        (comm->peers[p].host_hash == comm->peers[comm->rank].host_hash) ? local++ : -1;
   if (local <= 1) return ncclSuccess; /* no local peer: nothing to share */
   uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
   size_t slot_bytes = TUTTI_ALIGN_UP((size_t)TUTTI_MAX(tutti_param_ShmSlotBytes(), 4096), 4096);
@@ -218,12 +221,16 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
   shm_end_t *se = &st->ends[peer], *re = &st->ends[comm->nranks + peer];
   *se = (shm_end_t){.ctrl = seg_ctrl(st->peer_seg[peer], me),
                     .slots = seg_slots(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
-                    .nslots = mh->nslots, .slot_bytes = mh->slot_bytes,
-                    .sleepy = comm->oversubscribed, .peer_failed = &ph->failed};
+                    .nslots = mh->nslots,
+                    .slot_bytes = mh->slot_bytes,
+                    .sleepy = comm->oversubscribed,
+                    .peer_failed = &ph->failed};
   *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
                     .slots = seg_slots(st->seg, them, ls, mh->nslots, mh->slot_bytes),
-                    .nslots = mh->nslots, .slot_bytes = mh->slot_bytes,
-                    .sleepy = comm->oversubscribed, .peer_failed = &ph->failed};
+                    .nslots = mh->nslots,
+                    .slot_bytes = mh->slot_bytes,
+                    .sleepy = comm->oversubscribed,
+                    .peer_failed = &ph->failed};
   send->priv = se;
   recv->priv = re;
   send->slot_bytes = recv->slot_bytes = mh->slot_bytes;
@@ -323,14 +330,16 @@ static void shm_mark_failed(struct ncclComm *comm) {
   if (!st || !st->seg) return;
   shm_header_t *h = (shm_header_t *)st->seg;
   if (!h->failed)
-    snprintf(h->reason, sizeof(h->reason), "%s", comm->error_msg[0] ? comm->error_msg : "it called ncclCommAbort");
+    snprintf(h->reason, sizeof(h->reason), "%s",
+             comm->error_msg[0] ? comm->error_msg : "it called ncclCommAbort");
   __atomic_store_n(&h->failed, 1, __ATOMIC_RELEASE);
 }
 
 static const char *shm_peer_reason(conn_t *c) {
   shm_end_t *e = c->priv;
   if (!shm_peer_failed(c)) return NULL;
-  return (const char *)e->peer_failed + offsetof(shm_header_t, reason) - offsetof(shm_header_t, failed);
+  return (const char *)e->peer_failed + offsetof(shm_header_t, reason) -
+         offsetof(shm_header_t, failed);
 }
 
 int shm_direct_words(struct ncclComm *comm, int rank, volatile uint64_t **progress,

@@ -2,11 +2,12 @@
  *
  * setup: listen on the interface sock_pick_local_addr picks (TUTTI_SOCKET_IFNAME) and start an
  * accept thread (sock_acceptor) that answers the port for the communicator's life; the blob
- * carries address and geometry. connect: allocate both connections with a peer and open the
- * send sockets, each first presenting a hello (job secret, communicator hash, both ranks,
- * socket index). The accept thread files receive sockets whose hello is right; anything else
- * (a scan, a stray client, another job, anything after init) is logged and closed.
- * post_connect (tcp.c) waits here for every expected receive socket.
+ * carries address and geometry. connect: allocate both connections with a peer; the lower rank
+ * of the pair opens their sockets (both directions travel on them), each first presenting a
+ * hello (job secret, communicator hash, both ranks, socket index). The accept thread files
+ * sockets whose hello is right; anything else (a scan, a stray client, another job, anything
+ * after init) is logged and closed. post_connect (tcp.c) waits here for every socket the lower
+ * ranks open to this one.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -212,7 +213,8 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   return ncclSuccess;
 }
 
-static ncclResult_t open_send_sockets(tcp_state_t *st, tcp_conn_t *c, const tcp_blob_t *b) {
+/* Opens the sockets of a peer pair (the lower rank does), into c's fds. */
+static ncclResult_t open_sockets(tcp_state_t *st, tcp_conn_t *c, const tcp_blob_t *b) {
   struct ncclComm *comm = st->comm;
   char a[80];
   for (int k = 0; k < c->nsocks; k++) {
@@ -272,7 +274,10 @@ ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer
   st->recv[peer] = conn_new(st, peer, 0, nthreads * per, slot);
   if (!st->send[peer] || !st->recv[peer])
     return TUTTI_ERR(ncclSystemError, "cannot map %zu bytes of tcp FIFOs", 2 * slot);
-  TUTTI_CHECK(open_send_sockets(st, st->send[peer], &b));
+  if (comm->rank < peer) { /* the pair's sockets carry both directions; the recv end owns them */
+    TUTTI_CHECK(open_sockets(st, st->recv[peer], &b));
+    memcpy(st->send[peer]->fds, st->recv[peer]->fds, sizeof(st->recv[peer]->fds));
+  }
   send->priv = st->send[peer];
   recv->priv = st->recv[peer];
   send->slot_bytes = recv->slot_bytes = slot;
@@ -280,11 +285,11 @@ ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer
   return ncclSuccess;
 }
 
-/* Waits until every peer's receive sockets arrived; names the missing peers otherwise. */
+/* Waits until every lower rank's sockets arrived; names the missing peers otherwise. */
 ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
   struct ncclComm *comm = st->comm;
   int expect = 0;
-  for (int p = 0; p < comm->nranks; p++)
+  for (int p = 0; p < comm->rank; p++)
     if (st->recv[p]) expect += st->recv[p]->nsocks;
   uint64_t deadline = tutti_time_ns() + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
   pthread_mutex_lock(&st->mu);
@@ -297,7 +302,7 @@ ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
   }
   st->init_done = 1; /* from now on the accept thread drops every connection */
   pthread_mutex_unlock(&st->mu);
-  for (int p = 0; p < comm->nranks; p++) {
+  for (int p = 0; p < comm->rank; p++) {
     tcp_conn_t *c = st->recv[p];
     for (int k = 0; c && k < c->nsocks; k++) {
       c->fds[k] = st->rfds[(size_t)p * TCP_MAX_SOCKS + k];
@@ -313,6 +318,7 @@ ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
       }
       sock_set_data_options(c->fds[k], socket_buffer(st), comm->timeout_ms / 2);
     }
+    if (c) memcpy(st->send[p]->fds, c->fds, sizeof(c->fds));
   }
   return ncclSuccess;
 }
