@@ -6,7 +6,8 @@
 
 Reads nccl-tests tables (the perf programs' stdout) from OUTDIR: cal_inter.R.txt,
 cal_intra.R.txt (2-rank sendrecv_perf across hosts / inside a host: latencies and
-bandwidths), cal_cpu.R.txt (8-rank sendrecv_perf on the bed: CPU time per message),
+bandwidths), cal_cpu.R.txt and cal_cpunet.R.txt (8-rank sendrecv_perf on the bed, hosts in
+blocks and round robin: CPU time per message through shm and across hosts),
 cal_peak.R.txt (2 ranks across hosts on unlimited links: the veth peak rate) and ar.ALGO.R.txt (8-rank all_reduce_perf with
 TUTTI_ALGO=ALGO; "auto": the tuner). Times are the out-of-place column, the median over the R
 repetitions. SIM is the model judged (the script: the tbf token bucket); SIM2, when given, a
@@ -60,15 +61,19 @@ def cmd_fit(out, cpus):
         return medians(glob.glob(os.path.join(out, f"{name}.*.txt")))
     inter, intra, peak = fit(rows("cal_inter")), fit(rows("cal_intra")), rows("cal_peak")
     lat_inter, lat_intra = latency(rows("cal_inter")), latency(rows("cal_intra"))
-    # 8 ranks each send one message at once on `cpus` CPUs: an exchange takes 8 / cpus of them
-    cpu = rows("cal_cpu")
-    msg_cpu = latency(cpu) * cpus / 8 if cpu else 0
+    # 8 ranks each send one message at once on `cpus` CPUs: placed round robin, all 8 cross
+    # the network (an exchange takes 8 / cpus of their CPU time); in blocks of 2 per host, 4 do
+    # and 4 go through shared memory
+    cpu, cpunet = rows("cal_cpu"), rows("cal_cpunet")
+    msg_cpu = latency(cpunet) * cpus / 8 if cpunet else 0
+    shm_msg_cpu = max((latency(cpu) * cpus - 4 * msg_cpu) / 4, 0.1) if cpu and cpunet else 0.1
     peak = max(peak) / peak[max(peak)] if peak else inter
     # bytes/us = MB/s; Gbit/s = bytes/us * 8 / 1000; the tuner wants GB/s = bytes/us / 1000
     print(f"INTER_LAT_US={lat_inter:.3f} INTER_GBPS={inter * 8 / 1000:.5f} "
           f"INTRA_LAT_US={lat_intra:.3f} INTRA_GBPS={intra * 8 / 1000:.5f} "
           f"INTER_GBYTES={inter / 1000:.6f} INTRA_GBYTES={intra / 1000:.6f} "
-          f"PEAK_GBPS={peak * 8 / 1000:.5f} MSG_CPU_US={msg_cpu:.3f}")
+          f"PEAK_GBPS={peak * 8 / 1000:.5f} MSG_CPU_US={msg_cpu:.3f} "
+          f"SHM_MSG_CPU_US={shm_msg_cpu:.3f}")
 
 
 def simulate(sim_cmd):

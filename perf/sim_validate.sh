@@ -12,14 +12,17 @@
 #    latencies: the same runs, median time at <= 512 B (a 2-rank exchange is one hop);
 #    peak: 2-rank sendrecv_perf across hosts with the rate limit lifted (for the tbf model);
 #    CPU time per message: 8-rank sendrecv_perf on the bed (every rank sends one message to the
-#      next at once), median time at <= 512 B x CPUs / 8 (all 4 hosts share this machine's CPUs).
+#      next at once; all 4 hosts share this machine's CPUs), median time at <= 512 B: with the
+#      ranks placed round robin (h1,h2,h3,h4,h1,...) all 8 messages cross the network, so one
+#      across hosts takes that x CPUs / 8; with hosts in blocks (h1:2,...) 4 of them do, which
+#      leaves (time x CPUs - 4 x that) / 4 for one through shared memory.
 # 3. Measurement: all_reduce_perf on 4 hosts x 2 ranks (tutti-run --hosts h1:2,...,h4:2) for each
 #    algorithm forced with TUTTI_ALGO and for the automatic choice ("auto"), 8 B - MAXBYTES
-#    (oneshot up to 16 KiB, its limit), iterations min(20, max(3, 64 MiB / size)) after
+#    (oneshot up to 16 KiB, its limit), iterations min(100, max(3, 16 MiB / size)) after
 #    min(200, 1 MiB / size) untimed ones at the same size (--warmup-bytes: the tbf burst is
 #    spent before every size, so each is measured at the limited rate the model has), REPS
 #    repetitions with the algorithm order rotating; the library's tuner gets the calibrated
-#    constants (TUTTI_TUNER_{SHM,NET}_{LAT_US,GBPS}, TUTTI_TUNER_MSG_CPU_US), the same the
+#    constants (TUTTI_TUNER_{SHM,NET}_{LAT_US,GBPS}, TUTTI_TUNER_{,SHM_}MSG_CPU_US), the same the
 #    simulator uses.
 # 4. tutti-sim with the calibrated cluster (4 nodes x 2, 1 NIC; the 4 nodes one machine of
 #    $(nproc) CPUs, --cpus --machine-nodes 4 --msg-cpu-us), its NICs as tc's token bucket
@@ -65,16 +68,17 @@ for r in $(seq 1 "$REPS"); do
   run h1,h2 2 "$OUT/cal_inter.$r.txt" sendrecv_perf "${CAL[@]}"
   run h1:2 2 "$OUT/cal_intra.$r.txt" sendrecv_perf "${CAL[@]}"
   run $BED 8 "$OUT/cal_cpu.$r.txt" sendrecv_perf -b 8 -e 512 -f 4 -w 1 -n 50 -c 0
+  run h1,h2,h3,h4,h1,h2,h3,h4 8 "$OUT/cal_cpunet.$r.txt" sendrecv_perf -b 8 -e 512 -f 4 -w 1 -n 50 -c 0
 done
 "$NS" rate h1 none && "$NS" rate h2 none
 run h1,h2 2 "$OUT/cal_peak.1.txt" sendrecv_perf -b 16M -e 16M -w 2 -n 10 -c 0
 "$NS" rate h1 "$RATE" && "$NS" rate h2 "$RATE"
 CPUS=$(nproc)
 eval "$(python3 "$HERE/sim_validate.py" fit "$OUT" "$CPUS")"
-echo "# calibration: net $INTER_LAT_US us, $INTER_GBPS Gbit/s (peak $PEAK_GBPS); shm $INTRA_LAT_US us, $INTRA_GBPS Gbit/s; $MSG_CPU_US us CPU per message ($CPUS CPUs)"
+echo "# calibration: net $INTER_LAT_US us, $INTER_GBPS Gbit/s (peak $PEAK_GBPS); shm $INTRA_LAT_US us, $INTRA_GBPS Gbit/s; CPU per message $MSG_CPU_US us across hosts, $SHM_MSG_CPU_US us through shm ($CPUS CPUs)"
 export TUTTI_TUNER_NET_LAT_US=$INTER_LAT_US TUTTI_TUNER_NET_GBPS=$INTER_GBYTES
 export TUTTI_TUNER_SHM_LAT_US=$INTRA_LAT_US TUTTI_TUNER_SHM_GBPS=$INTRA_GBYTES
-export TUTTI_TUNER_MSG_CPU_US=$MSG_CPU_US
+export TUTTI_TUNER_MSG_CPU_US=$MSG_CPU_US TUTTI_TUNER_SHM_MSG_CPU_US=$SHM_MSG_CPU_US
 
 read -r -a algos <<<"$ALGOS"
 for r in $(seq 1 "$REPS"); do
@@ -85,17 +89,17 @@ for r in $(seq 1 "$REPS"); do
     echo "# rep $r: $a (load $(cut -d' ' -f1 /proc/loadavg))"
     if [[ $a == auto ]]; then
       (unset TUTTI_ALGO; run $BED 8 "$OUT/ar.$a.$r.txt" all_reduce_perf \
-        -b 8 -e "$e" -f 2 -w 1 -n 20 --iter-bytes 64M --warmup-bytes 1M -c 0)
+        -b 8 -e "$e" -f 2 -w 1 -n 100 --iter-bytes 16M --warmup-bytes 1M -c 0)
     else
       TUTTI_ALGO=$a run $BED 8 "$OUT/ar.$a.$r.txt" all_reduce_perf \
-        -b 8 -e "$e" -f 2 -w 1 -n 20 --iter-bytes 64M --warmup-bytes 1M -c 0
+        -b 8 -e "$e" -f 2 -w 1 -n 100 --iter-bytes 16M --warmup-bytes 1M -c 0
     fi
   done
 done
 
 SIM="$BIN/tutti-sim --nodes 4 --ppn 2 --nics 1 --inter-lat-us $INTER_LAT_US --inter-gbps $INTER_GBPS"
 SIM+=" --intra-lat-us $INTRA_LAT_US --intra-gbps $INTRA_GBPS -c all_reduce -b 8 -e $MAXB -f 2"
-SIM+=" --cpus $CPUS --machine-nodes 4 --msg-cpu-us $MSG_CPU_US"
+SIM+=" --cpus $CPUS --machine-nodes 4 --msg-cpu-us $MSG_CPU_US --intra-msg-cpu-us $SHM_MSG_CPU_US"
 SIM+=" -a $(echo "$ALGOS" | tr ' ' ,)"
 TBF="$SIM --inter-burst 256K --inter-peak-gbps $PEAK_GBPS" # netns-cluster.sh: tbf burst 256kb
 python3 "$HERE/sim_validate.py" report "$OUT" "$TBF" "$SIM" | tee "$OUT/report.txt"

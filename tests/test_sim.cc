@@ -160,6 +160,11 @@ TEST(Sim, CpuModelSharedMachine) {
   EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RING, 8), 14 * 10e-6, 1e-7);
   EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RING, 32), 14 * 40e-6, 1e-7);
   EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RD, 8), 4 * 20e-6, 1e-7);
+  // pieces through shm at 2 us of CPU: the fold and the unfold 4 us each, the 2 steps across
+  // nodes still 20 us
+  c.intra_msg_cpu = 2e-6;
+  EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RD, 8), 2 * 4e-6 + 2 * 20e-6, 1e-7);
+  c.intra_msg_cpu = -1;
   c.cpus = 8;
   EXPECT_NEAR(run(c, COLL_ALLREDUCE, ALGO_RD, 8), 4 * 10e-6, 1e-7);
   c.cpus = 0;

@@ -125,25 +125,30 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
 }
 
 // The namespace test bed: 4 hosts x 2 ranks in blocks on one machine of 2 CPUs, 9 us of CPU
-// per message. Hops in which every rank sends cost 8 x 9 / 2 = 36 us of CPU each when that is
-// more than latency + bytes / bandwidth: the ring's 14 steps 504 us, the tree's 8 hops 288 us.
-// rd folds each host into one rank (2 shm hops in which half the ranks send: 18 us each), then
-// 2 steps between the 4 leaders, with one rank's bytes per NIC: it wins small sizes. rhd keeps
-// its last halving step (first doubling step) inside the host. With 8 CPUs: latencies again.
+// per message across hosts, 1 us through shm. Hops in which every rank sends across hosts cost
+// 8 x 9 / 2 = 36 us of CPU each when that is more than latency + bytes / bandwidth: the tree's
+// 8 hops 288 us; half of the ring's messages stay inside a host: 14 steps of 8 x 5 / 2 = 20 us.
+// rd folds each host into one rank (2 shm hops in which half the ranks send: 4 us of CPU each,
+// or latency + bytes), then 2 steps between the 4 leaders (18 us of CPU each), with one rank's
+// bytes per NIC: it wins small sizes. rhd keeps its last halving step (first doubling step)
+// inside the host. With 8 CPUs: latencies again.
 TEST(TunerModel, MessageCpuOnASharedMachine) {
-  tuner_model_t m = {{1.0, 1.0}, {13.0, 0.06}, 9.0};
+  tuner_model_t m = {{1.0, 1.0}, {13.0, 0.06}, 9.0, 1.0};
   tuner_topo_t t = one_host(8);
   t.nhosts = 4, t.local_size = 2, t.hier_ok = 1, t.host_blocks = 1;
   t.machine_ranks = 8, t.ncpu = 2;
   double S = 1024;
-  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 8), 2 * 18 + 2 * 18);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 8), 2 * 2 + 2 * 18);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
-                   2 * 18 + 2 * 13 + 2 * S / 60);
-  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024), 2 * 36 + 4 * 36);
-  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024), 14 * 36);
+                   2 * 1 + 3 * S / 1000 + 2 * 13 + 2 * S / 60);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024), 2 * 4 + 4 * 36);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024), 14 * 20);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1024), 8 * 36);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 64 << 20),
                    14 * 13 + 1.75 * (64 << 20) / 60.0);
+  // oneshot: 7 messages per rank, 6 of them across hosts
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_ONESHOT, 8),
+                   7 * 8 * (6.0 / 7 * 9 + 1.0 / 7 * 1) / 2);
   for (size_t bytes : {8, 64, 1024, 2048})
     EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, bytes, TUNER_ALL_ALGOS, 0).algo, ALGO_RD);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
@@ -151,7 +156,7 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024),
                    14 * 13 + 1.75 * S / 60);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
-                   2 * 4.5 + 2 * 13 + 2 * S / 60);
+                   2 * 1 + 3 * S / 1000 + 2 * 13 + 2 * S / 60);
   t.host_blocks = 0;  // placement unknown: rhd's steps all at the network's cost, x on all bytes
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024),
                    6 * 13 + 2 * 1.5 * 1.75 * S / 60);

@@ -36,6 +36,8 @@ static const char *HELP =
     "  --cpus C --machine-nodes M --msg-cpu-us U   CPU model: machines of M nodes share C\n"
     "                            CPUs; each piece sent takes U us of one of them (default C 0:\n"
     "                            a core per rank, no CPU model; M 1)\n"
+    "  --intra-msg-cpu-us U      the same for a piece through shared memory (default: as\n"
+    "                            --msg-cpu-us)\n"
     "  --slot-intra B --slot-inter B --fifo-intra S --fifo-inter S   FIFO geometry\n"
     "                            (default 128K, 512K, 8, 8: TUTTI_SHM_*/TCP_* defaults)\n"
     "collective and sweep:\n"
@@ -140,10 +142,10 @@ static int type_size(const char *t) {
 }
 
 static const char *CLUSTER_KEYS[] = {
-    "nodes",        "ppn",         "intra-gbps",  "intra-lat-us",    "inter-gbps",
-    "inter-lat-us", "nics",        "inter-burst", "inter-peak-gbps", "oversub",
-    "leaf-nodes",   "reduce-gbps", "overhead-us", "slot-intra",      "slot-inter",
-    "fifo-intra",   "fifo-inter",  "cpus",        "machine-nodes",   "msg-cpu-us"};
+    "nodes",         "ppn",         "intra-gbps",      "intra-lat-us", "inter-gbps", "inter-lat-us",
+    "nics",          "inter-burst", "inter-peak-gbps", "oversub",      "leaf-nodes", "reduce-gbps",
+    "overhead-us",   "slot-intra",  "slot-inter",      "fifo-intra",   "fifo-inter", "cpus",
+    "machine-nodes", "msg-cpu-us",  "intra-msg-cpu-us"};
 #define NKEYS (int)(sizeof CLUSTER_KEYS / sizeof CLUSTER_KEYS[0])
 enum { OPT_CLUSTER = 900, OPT_METHOD, OPT_SCALE, OPT_MAXSTEPS, OPT_KEY = 1000 };
 

@@ -5,9 +5,12 @@
  * algorithm spans hosts, because its slowest hop then crosses one), or, when the machine's
  * CPUs are the bottleneck, the CPU time of the messages its ranks send: hops x q x R x c / C
  * if that is longer, with R ranks on the machine (all its hosts: containers and network
- * namespaces share the kernel's C CPUs), c the CPU time of one message
- * (TUTTI_TUNER_MSG_CPU_US) and q the messages per rank and hop below (1 unless said). With
- * R <= C the latency term wins (c < a). With n ranks, S bytes, D = k = floor(log2 n), p2 = 2^k,
+ * namespaces share the kernel's C CPUs), q the messages per rank and hop below (1 unless said)
+ * and c the CPU time of one message: c_net (TUTTI_TUNER_MSG_CPU_US) for one that crosses the
+ * network, c_shm (TUTTI_TUNER_SHM_MSG_CPU_US) for one through shared memory, mixed by the share
+ * g of a flat algorithm's messages that leave the host (ring, chain with hosts in blocks: H/n
+ * of its links; oneshot, p2p: (n-m)/(n-1) of its peers; tree, rhd, rd: 1). With R <= C the
+ * latency term wins (c < a). With n ranks, S bytes, D = k = floor(log2 n), p2 = 2^k,
  * f = 1 when n is not a power of two:
  *
  *   all-reduce  ring     2(n-1) a + 2(n-1)/n S/b
@@ -41,8 +44,10 @@
  * "Measurements"): shm from the idle 2-rank runs of docs/perf.md (8-byte one-shot all-reduce
  * 0.6 us; ring busbw about 6 GB/s); net bandwidth from TCP over loopback against shm in the
  * same loaded runs (0.45x-0.69x), net latency an estimate (not measurable under that load);
- * message CPU time: 8-rank exchanges on the 2-CPU namespace test bed (perf/sim_validate.sh,
- * 35-45 us per exchange of 8 messages on 2 CPUs: about 9 us each).
+ * message CPU times from 8-rank exchanges on the 2-CPU namespace test bed (perf/sim_validate.sh:
+ * every rank sends one message to the next, 4 hosts x 2; 52 us with the ranks placed round
+ * robin, all 8 messages across hosts: c_net = 52 x 2 / 8 = 13 us; 36 us with hosts in blocks,
+ * 4 of them across: c_shm = (36 x 2 - 4 x 13) / 4 = 5 us).
  */
 #include "algos/tuner.h"
 
@@ -58,7 +63,8 @@
 #define TUNER_SHM_GBPS 6.0
 #define TUNER_NET_LAT_US 20.0
 #define TUNER_NET_GBPS 3.0
-#define TUNER_MSG_CPU_US 9.0
+#define TUNER_MSG_CPU_US 13.0
+#define TUNER_SHM_MSG_CPU_US 5.0
 
 static double env_double(const char *name, double dflt) {
   const char *v = tutti_getenv(name);
@@ -77,6 +83,7 @@ void tuner_model_from_env(tuner_model_t *m) {
   m->net = (tuner_level_t){env_double("TUNER_NET_LAT_US", TUNER_NET_LAT_US),
                            env_double("TUNER_NET_GBPS", TUNER_NET_GBPS)};
   m->msg_cpu_us = env_double("TUNER_MSG_CPU_US", TUNER_MSG_CPU_US);
+  m->shm_msg_cpu_us = env_double("TUNER_SHM_MSG_CPU_US", TUNER_SHM_MSG_CPU_US);
 }
 
 /* ---- NCCL_ALGO ---- */
@@ -175,21 +182,35 @@ static int is_pow2(int n) {
 
 /* time = hops * latency + bytes / bandwidth at level l (GB/s = 1e3 bytes per microsecond), or
  * the CPU time of the q messages per rank that every rank of the machine sends per hop, when
- * that is longer (the header's R x q x c / C per hop: the CPUs work while bytes travel). */
+ * that is longer (the header's R x q x c / C per hop: the CPUs work while bytes travel); a share
+ * g of those messages crosses the network (0 at the shm level). */
 static double cost_q(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l,
-                     double hops, double q, double bytes) {
+                     double hops, double q, double g, double bytes) {
   double us = hops * l->lat_us + bytes / (l->gbps * 1e3);
   if (t->machine_ranks > 0 && t->ncpu > 0) {
-    double cpu = hops * q * t->machine_ranks * m->msg_cpu_us / t->ncpu;
+    double c = l == &m->shm ? m->shm_msg_cpu_us : g * m->msg_cpu_us + (1 - g) * m->shm_msg_cpu_us;
+    double cpu = hops * q * t->machine_ranks * c / t->ncpu;
     if (cpu > us) us = cpu;
   }
   return us;
 }
 
-/* One message per rank and hop. */
+/* One message per rank and hop, all of them at level l's CPU cost. */
 static double cost(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l,
                    double hops, double bytes) {
-  return cost_q(m, t, l, hops, 1, bytes);
+  return cost_q(m, t, l, hops, 1, 1, bytes);
+}
+
+/* The share of a flat algorithm's messages that leave the host: ring-like (each rank sends to
+ * its neighbour: H of the n links cross hosts when hosts hold blocks of ranks) or to every peer
+ * ((n-m)/(n-1) of them); 1 when the placement is unknown. */
+static double ring_net_share(const tuner_topo_t *t) {
+  if (t->nhosts < 2) return 0;
+  return t->host_blocks ? (double)t->nhosts / t->nranks : 1;
+}
+static double peers_net_share(const tuner_topo_t *t) {
+  if (t->nhosts < 2) return 0;
+  return t->nranks > 1 ? (double)(t->nranks - t->local_size) / (t->nranks - 1) : 0;
 }
 
 /* Ranks of one host whose exchange steps cross the network at the same time share its NIC
@@ -206,8 +227,8 @@ static double nic_share(const tuner_topo_t *t) {
 static double rd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
   int H = t->nhosts, ls = t->local_size, kH = rhd_log2(H), fH = !is_pow2(H);
   if (H < 2 || ls < 2) return -1;
-  return cost_q(m, t, &m->shm, 2, (ls - 1.0) / ls, XCHG * 2 * (ls - 1) * S) +
-         cost_q(m, t, &m->net, kH + 2.0 * fH, 1.0 / ls, (kH + 2.0 * fH) * S);
+  return cost_q(m, t, &m->shm, 2, (ls - 1.0) / ls, 0, XCHG * 2 * (ls - 1) * S) +
+         cost_q(m, t, &m->net, kH + 2.0 * fH, 1.0 / ls, 1, (kH + 2.0 * fH) * S);
 }
 
 static double rhd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
@@ -223,11 +244,11 @@ static double allreduce_us(const tuner_model_t *m, const tuner_topo_t *t, algo_t
   int n = t->nranks, k = rhd_log2(n), p2 = 1 << k, f = p2 != n, D = tree_depth(n);
   switch (a) {
     case ALGO_RING:
-      return cost(m, t, l, 2.0 * (n - 1), 2.0 * (n - 1) / n * S);
+      return cost_q(m, t, l, 2.0 * (n - 1), 1, ring_net_share(t), 2.0 * (n - 1) / n * S);
     case ALGO_ONESHOT: /* across hosts its n-1 messages leave one after the other */
       if (n < 2 || S > (double)t->slot_bytes || S > (double)t->oneshot_max_bytes) return -1;
-      if (t->nhosts > 1) return cost(m, t, l, n - 1, (n - 1) * S);
-      return cost_q(m, t, l, 1, n - 1, (n - 1) * S);
+      if (t->nhosts > 1) return cost_q(m, t, l, n - 1, 1, peers_net_share(t), (n - 1) * S);
+      return cost_q(m, t, l, 1, n - 1, 0, (n - 1) * S);
     case ALGO_TREE: /* a node's ranks sit all over the heap: their edges leave the node */
       return cost(m, t, l, 2.0 * (D + 1), nic_share(t) * 2 * S);
     case ALGO_RHD: /* its long-distance steps send from every rank of a host through one NIC */
@@ -259,11 +280,14 @@ double tuner_estimate_us(const tuner_model_t *m, const tuner_topo_t *t, coll_t c
     case COLL_BROADCAST:
     case COLL_REDUCE:
       if (a == ALGO_CHAIN)
-        return cost_q(m, t, l, n - 1, t->machine_ranks > 0 ? 1.0 / t->machine_ranks : 0, S);
-      return a == ALGO_TREE ? cost_q(m, t, l, D + 1, (n - 1.0) / ((double)n * (D + 1)), 2 * S) : -1;
+        return cost_q(m, t, l, n - 1, t->machine_ranks > 0 ? 1.0 / t->machine_ranks : 0,
+                      ring_net_share(t), S);
+      return a == ALGO_TREE ? cost_q(m, t, l, D + 1, (n - 1.0) / ((double)n * (D + 1)), 1, 2 * S)
+                            : -1;
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:
-      if (a == ALGO_RING) return cost(m, t, l, n - 1, (double)(n - 1) / n * S);
+      if (a == ALGO_RING)
+        return cost_q(m, t, l, n - 1, 1, ring_net_share(t), (double)(n - 1) / n * S);
       if (a != ALGO_RHD || !is_pow2(n)) return -1;
       if (c == COLL_REDUCESCATTER && !t->may_alloc && S / 2 > (double)t->scratch_bytes) return -1;
       return cost(m, t, l, rhd_log2(n),
@@ -271,7 +295,7 @@ double tuner_estimate_us(const tuner_model_t *m, const tuner_topo_t *t, coll_t c
     case COLL_ALLTOALL:
     case COLL_GATHER:
     case COLL_SCATTER:
-      return a == ALGO_P2P ? cost_q(m, t, l, 1, n - 1, S) : -1;
+      return a == ALGO_P2P ? cost_q(m, t, l, 1, n - 1, peers_net_share(t), S) : -1;
     default:
       return -1;
   }

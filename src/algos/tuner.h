@@ -18,7 +18,8 @@ typedef struct tuner_level { /* one transport level: a hop's latency and a link'
 
 typedef struct tuner_model {
   tuner_level_t shm, net; /* inside a host, across hosts */
-  double msg_cpu_us;      /* CPU time of one message (send, wake-up, receive) */
+  double msg_cpu_us;      /* CPU time of one message across hosts (send, kernel, wake-up, receive) */
+  double shm_msg_cpu_us;  /* the same for a message through shared memory */
 } tuner_model_t;
 
 typedef struct tuner_topo { /* what the communicator knows */
@@ -36,7 +37,8 @@ typedef struct tuner_choice {
   double us; /* the estimate */
 } tuner_choice_t;
 
-/* TUTTI_TUNER_{SHM,NET}_{LAT_US,GBPS}, TUTTI_TUNER_MSG_CPU_US or the defaults (see tuner.c). */
+/* TUTTI_TUNER_{SHM,NET}_{LAT_US,GBPS}, TUTTI_TUNER_MSG_CPU_US, TUTTI_TUNER_SHM_MSG_CPU_US or the
+ * defaults (see tuner.c). */
 void tuner_model_from_env(tuner_model_t *m);
 
 /* Parses NCCL_ALGO syntax into masks[c] (bit a: algorithm a allowed for collective c):

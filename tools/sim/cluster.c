@@ -23,6 +23,7 @@ void sim_cluster_defaults(sim_cluster_t *c) {
                        .cpus = 0,
                        .machine_nodes = 1,
                        .msg_cpu = 0,
+                       .intra_msg_cpu = -1,
                        .slot_intra = 128 * 1024,
                        .slot_inter = 512 * 1024,
                        .fifo_intra = 8,
@@ -82,6 +83,7 @@ int sim_cluster_set(sim_cluster_t *c, const char *key, const char *v) {
   if (!strcmp(key, "inter-lat-us")) return c->inter_lat = d * 1e-6, 0;
   if (!strcmp(key, "overhead-us")) return c->overhead = d * 1e-6, 0;
   if (!strcmp(key, "msg-cpu-us")) return c->msg_cpu = d * 1e-6, 0;
+  if (!strcmp(key, "intra-msg-cpu-us")) return c->intra_msg_cpu = d * 1e-6, 0;
   return -1;
 }
 
@@ -125,13 +127,13 @@ void sim_cluster_print(const sim_cluster_t *c, void *file) {
           "# cluster: %d nodes x %d ranks = %d ranks; shm %.4g Gbit/s %.3g us; net %.4g Gbit/s "
           "%.3g us x %d NIC(s)/node (burst %zu B at %.4g Gbit/s); oversub %.3g (leaf %d nodes); "
           "reduce %s%.4g Gbit/s; "
-          "overhead %.3g us/piece; cpus %d per %d node(s), %.3g us/message; "
+          "overhead %.3g us/piece; cpus %d per %d node(s), %.3g us/message (shm %.3g); "
           "slots %zu/%zu B x %d/%d\n",
           c->nodes, c->ppn, sim_nranks(c), c->intra_bw * 8 / 1e9, c->intra_lat * 1e6,
           c->inter_bw * 8 / 1e9, c->inter_lat * 1e6, c->nics, c->inter_burst,
           c->inter_peak_bw * 8 / 1e9, c->oversub, c->leaf_nodes, c->reduce_bw > 0 ? "" : "free ",
           c->reduce_bw * 8 / 1e9, c->overhead * 1e6, c->cpus, c->machine_nodes, c->msg_cpu * 1e6,
-          c->slot_intra, c->slot_inter, c->fifo_intra, c->fifo_inter);
+          sim_intra_msg_cpu(c) * 1e6, c->slot_intra, c->slot_inter, c->fifo_intra, c->fifo_inter);
 }
 
 size_t sim_count_for(coll_t coll, size_t bytes, int esize, int nranks) {

@@ -17,7 +17,8 @@
  *           --inter-burst, each NIC side is a token bucket (tc tbf): it sends at the peak rate
  *           while it has tokens, which accrue at inter_bw up to the burst (empty at time 0)
  *   CPUs    (with --cpus) the ranks of a machine (machine_nodes nodes) share its cpus CPUs, and
- *           every piece sent takes msg_cpu of one of them (system calls, the kernel's path,
+ *           every piece sent takes msg_cpu (intra_msg_cpu through shared memory) of one of
+ *           them (system calls, the kernel's path,
  *           the receiver's wake-up), from t, on the CPU free first; the piece cannot arrive
  *           before that work is done. An idle machine hides it in the latency (msg_cpu < lat);
  *           8 ranks sending at once on 2 CPUs wait 4 msg_cpu (the namespace test bed)
@@ -280,12 +281,12 @@ static double net_reserve(des_t *d, int src, int dst, double t, double bytes) {
 
 /* The CPU work of a piece rank r sends at t: on its machine's CPU free first (the simulated
  * ranks stand for their machine: symmetry classes cover whole machines). Returns its end. */
-static double cpu_run(des_t *d, int r, double t) {
+static double cpu_run(des_t *d, int r, double t, int intra) {
   double *cpu = d->cpu + (size_t)machine_of(d, r) * (size_t)d->c->cpus;
   int k = 0;
   for (int i = 1; i < d->c->cpus; i++)
     if (cpu[i] < cpu[k]) k = i;
-  cpu[k] = fmax(cpu[k], t) + d->c->msg_cpu;
+  cpu[k] = fmax(cpu[k], t) + (intra ? sim_intra_msg_cpu(d->c) : d->c->msg_cpu);
   return cpu[k];
 }
 
@@ -321,7 +322,7 @@ static double piece_run(des_t *d, proc_t *p, const sim_step_t *st, chan_t *rc, c
     } else {
       arrival = net_reserve(d, p->rank, st->send, t + busy, bytes) + sc->lat;
     }
-    if (d->cpu) arrival = fmax(arrival, cpu_run(d, p->rank, t));
+    if (d->cpu) arrival = fmax(arrival, cpu_run(d, p->rank, t, sc->intra));
     sc->arr[sc->sent % sc->cap] = arrival;
     sc->size[sc->sent % sc->cap] = elems;
     sc->sent++;

@@ -30,11 +30,12 @@ static size_t comm_chunk_bytes(const sim_cluster_t *c) {
 
 /* What the library's tuner sees on this cluster, with the cluster's own constants as its
  * model (the library reads them from TUTTI_TUNER_{SHM,NET}_{LAT_US,GBPS} and
- * TUTTI_TUNER_MSG_CPU_US; it counts the ranks and CPUs of its machine itself). */
+ * TUTTI_TUNER_{,SHM_}MSG_CPU_US; it counts the ranks and CPUs of its machine itself). */
 static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t *t) {
   m->shm = (tuner_level_t){c->intra_lat * 1e6, c->intra_bw / 1e9};
   m->net = (tuner_level_t){c->inter_lat * 1e6, c->inter_bw / 1e9};
   m->msg_cpu_us = c->msg_cpu * 1e6;
+  m->shm_msg_cpu_us = sim_intra_msg_cpu(c) * 1e6;
   size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES, which also sizes the scratch */
   int machine_nodes = c->machine_nodes < c->nodes ? c->machine_nodes : c->nodes;
   *t = (tuner_topo_t){.nranks = sim_nranks(c),

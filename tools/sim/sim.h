@@ -31,17 +31,22 @@ typedef struct sim_cluster {
   double overhead;               /* engine time per piece (seconds) */
   int cpus;                      /* CPUs per machine (0: a core per rank, no CPU model) */
   int machine_nodes;             /* nodes per machine (containers, namespaces of one kernel) */
-  double msg_cpu;                /* CPU time of one piece sent (seconds; with cpus > 0) */
+  double msg_cpu;                /* CPU time of one piece sent across nodes (seconds; cpus > 0) */
+  double intra_msg_cpu;          /* the same through shared memory (negative: msg_cpu) */
   size_t slot_intra, slot_inter; /* FIFO slot bytes: shm, tcp (TUTTI_SHM/TCP_SLOT_BYTES); all
                                     connections use the smaller of those in use */
   int fifo_intra, fifo_inter;    /* FIFO slots: shm, tcp (TUTTI_SHM_NSLOTS, TUTTI_TCP_NSLOTS) */
 } sim_cluster_t;
 
 void sim_cluster_defaults(sim_cluster_t *c);
+/* CPU time of one piece sent through shared memory (intra_msg_cpu, or msg_cpu if unset). */
+static inline double sim_intra_msg_cpu(const sim_cluster_t *c) {
+  return c->intra_msg_cpu >= 0 ? c->intra_msg_cpu : c->msg_cpu;
+}
 /* Sets one key ("nodes", "ppn", "intra-gbps", "intra-lat-us", "inter-gbps", "inter-lat-us",
  * "nics", "inter-burst", "inter-peak-gbps", "oversub", "leaf-nodes", "reduce-gbps",
- * "overhead-us", "cpus", "machine-nodes", "msg-cpu-us", "slot-intra", "slot-inter",
- * "fifo-intra", "fifo-inter"). Returns 0, or -1 (unknown key or bad value). */
+ * "overhead-us", "cpus", "machine-nodes", "msg-cpu-us", "intra-msg-cpu-us", "slot-intra",
+ * "slot-inter", "fifo-intra", "fifo-inter"). Returns 0, or -1 (unknown key or bad value). */
 int sim_cluster_set(sim_cluster_t *c, const char *key, const char *value);
 /* Reads "key value" or "key = value" lines ('#' comments). Returns 0 or -1 (err says why). */
 int sim_cluster_load(sim_cluster_t *c, const char *path, char *err, size_t errlen);
