@@ -28,7 +28,8 @@
 #    $(nproc) CPUs, --cpus --machine-nodes 4 --msg-cpu-us), its NICs as tc's token bucket
 #    (--inter-burst 256K, the bed's tbf burst, at the measured peak) and as a plain rate, then
 #    per algorithm and size: measured (median of REPS), predicted, error %, and PASS/FAIL for
-#    the targets (the simulator's target judged on the token-bucket model: the bed's
+#    the targets (the tuner's: the algorithm it picked, logged by the auto runs, against
+#    the fastest, both forced; auto's own measured time is reported beside it) (the simulator's target judged on the token-bucket model: the bed's
 #    links are tc tbf, whose bursts give back the idle time of trees and exchanges).
 # Everything lands in OUTDIR (default out/sim_validate): raw outputs, sim*.txt, report.txt.
 set -euo pipefail
@@ -88,7 +89,8 @@ for r in $(seq 1 "$REPS"); do
     [[ $a == oneshot ]] && e=16K
     echo "# rep $r: $a (load $(cut -d' ' -f1 /proc/loadavg))"
     if [[ $a == auto ]]; then
-      (unset TUTTI_ALGO; run $BED 8 "$OUT/ar.$a.$r.txt" all_reduce_perf \
+      (unset TUTTI_ALGO; export TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=TUNING # logs each pick
+       run $BED 8 "$OUT/ar.$a.$r.txt" all_reduce_perf \
         -b 8 -e "$e" -f 2 -w 1 -n 100 --iter-bytes 16M --warmup-bytes 1M -c 0)
     else
       TUTTI_ALGO=$a run $BED 8 "$OUT/ar.$a.$r.txt" all_reduce_perf \
