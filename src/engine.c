@@ -232,22 +232,24 @@ static void spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
 }
 
 /* Waits politely: spin (not when there are more local ranks than CPUs), then yield, then
- * sleep, growing to 1 ms, so that an idle rank costs no CPU; or, where the connection waited
- * for can wake us (tcp always, shm on oversubscribed machines), sleep in its wait at once. */
+ * sleep, growing to 1 ms, so that an idle rank costs no CPU; where the connection waited for
+ * can wake us (tcp always, shm on oversubscribed machines) the sleep is its wait. Without
+ * oversubscription such a rank sleeps at once (the kernel wakes it); with it, it yields first:
+ * a rank that sleeps must be woken, and on the 2-CPU test bed (8 ranks) the wake-ups cost more
+ * than the yields (rd 8 B 66 -> 35-50 us, ring 8 B 113-136 -> 80-100 us). */
 static void backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend) {
   uint64_t max_ns = (uint64_t)tutti_param_SpinUs() * 1000;
   if (spin_limit_ns > max_ns) spin_limit_ns = max_ns;
-  /* a transport that can wait is woken by the kernel: spinning on it only burns the CPU */
   if (wc && (!wc->transport->wait || (wc->transport->wait_oversubscribed_only && !oversubscribed)))
     wc = NULL;
   uint64_t spin_ns = oversubscribed || wc ? 0 : spin_limit_ns;
-  uint64_t yield_ns = spin_ns + (uint64_t)tutti_param_YieldUs() * 1000;
+  uint64_t yield_ns = wc && !oversubscribed ? 0 : spin_ns + (uint64_t)tutti_param_YieldUs() * 1000;
   if (idle_ns < spin_ns) {
     cpu_relax(); /* one pause: ~140 cycles on recent cores, eight would delay the wakeup */
-  } else if (wc) { /* sleeps in the kernel until wc can move */
-    wc->transport->wait(wc, wsend, ENGINE_WAIT_NS);
   } else if (idle_ns < yield_ns) {
     sched_yield();
+  } else if (wc) { /* sleeps in the kernel until wc can move */
+    wc->transport->wait(wc, wsend, ENGINE_WAIT_NS);
   } else {
     uint64_t us = TUTTI_MIN((idle_ns - yield_ns) / 16000 + 20, 1000);
     struct timespec ts = {0, (long)us * 1000};
