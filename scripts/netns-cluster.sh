@@ -37,8 +37,12 @@ set_rate() { # set_rate HOST RATE|none: tbf on both ends of HOST's cable
   ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
   ip netns exec "$SW" tc qdisc del dev "$h" root 2>/dev/null || true
   [[ $rate == none ]] && return 0
-  # burst: a few ms of line rate (at least 64 KiB: GSO packets); queue: 20 ms
-  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 20ms
+  # burst: a few ms of line rate (at least 64 KiB: GSO packets). Queue: at the switch's port
+  # 20 ms; at the host's NIC more than its TCP sockets ever hand it (64 MB), as a real NIC's
+  # driver ring pushes back on the sockets (TCP small queues) instead of dropping: with 20 ms
+  # there too, a tree's several flows out of one host overflowed it at 8 MiB (hundreds of drops
+  # per run, 8 MiB took 3x the time of 4 MiB, where the switch dropped nothing)
+  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb limit 64mb
   ip netns exec "$SW" tc qdisc add dev "$h" root tbf rate "$rate" burst 256kb latency 20ms
 }
 

@@ -45,9 +45,9 @@
  * 0.6 us; ring busbw about 6 GB/s); net bandwidth from TCP over loopback against shm in the
  * same loaded runs (0.45x-0.69x), net latency an estimate (not measurable under that load);
  * message CPU times from 8-rank exchanges on the 2-CPU namespace test bed (perf/sim_validate.sh:
- * every rank sends one message to the next, 4 hosts x 2; 52 us with the ranks placed round
- * robin, all 8 messages across hosts: c_net = 52 x 2 / 8 = 13 us; 36 us with hosts in blocks,
- * 4 of them across: c_shm = (36 x 2 - 4 x 13) / 4 = 5 us).
+ * every rank sends one message to the next, 4 hosts x 2; 40 us with the ranks placed round
+ * robin, all 8 messages across hosts: c_net = 40 x 2 / 8 = 10 us; 24 us with hosts in blocks,
+ * 4 of them across: c_shm = (24 x 2 - 4 x 10) / 4 = 2 us).
  */
 #include "algos/tuner.h"
 
@@ -63,8 +63,8 @@
 #define TUNER_SHM_GBPS 6.0
 #define TUNER_NET_LAT_US 20.0
 #define TUNER_NET_GBPS 3.0
-#define TUNER_MSG_CPU_US 13.0
-#define TUNER_SHM_MSG_CPU_US 5.0
+#define TUNER_MSG_CPU_US 10.0
+#define TUNER_SHM_MSG_CPU_US 2.0
 
 static double env_double(const char *name, double dflt) {
   const char *v = tutti_getenv(name);

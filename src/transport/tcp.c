@@ -20,10 +20,11 @@
  *            recv_slot reads one to be reduced (or transformed) into the staging slot, and
  *            the engine reduces out of it. Non-blocking reads of whatever is there.
  *   waiting  tcp_wait sleeps in poll() on the socket the engine waits for, so a waiting rank
- *            costs no CPU and wakes the moment the kernel has room or bytes for it: on a loaded
- *            machine a sleeper is woken promptly, while a rank that spins or yields is the one
- *            the scheduler starves. (Helper threads moving slots would cost two copies of ours
- *            and two context switches per slot on top of the kernel's own work.)
+ *            costs no CPU and wakes the moment the kernel has room or bytes for it; the engine
+ *            calls it at once, or, where the machine's ranks outnumber its CPUs, after yielding
+ *            for TUTTI_YIELD_US (there, the wake-ups of sleepers cost more than the yields).
+ *            (Helper threads moving slots would cost two copies of ours and two context
+ *            switches per slot on top of the kernel's own work.)
  * The kernel's socket buffers are the connection's FIFO (TUTTI_SOCKET_BUFFER, at least
  * TCP_NSLOTS x TCP_SLOT_BYTES: twice the agreed chunk). MSG_ZEROCOPY would not help: on veth
  * and loopback the kernel copies at delivery anyway, and the buffer's reuse would have to wait
