@@ -1,14 +1,12 @@
 /* TCP transport: ranks on different hosts (and on one host when TUTTI_SHM_DISABLE=1).
  *
- * Each peer pair shares nsocks = TUTTI_SOCKET_NTHREADS x TUTTI_NSOCKS_PERTHREAD sockets (NCCL's
- * names work too; default 1), opened by the lower rank; each direction is one connection over
- * them. Piece number s always travels on socket s % nsocks as [header: kind, bytes][payload],
- * so every socket carries every nsocks-th piece of each direction in order and the receiver
- * takes them back in order without any reordering. One socket for both directions lets an
- * exchange's reply carry the acknowledgement of what it answers: with a socket per direction
- * the kernel sent a pure ACK packet for every small piece (a receiver that drains a small
- * segment on a one-way socket acknowledges it at once), half of all packets of rd's and the
- * trees' small messages (rd at 8 B over 4 hosts of the test bed: 75 -> 56 us).
+ * Each direction of each peer pair is one connection over nsocks = TUTTI_SOCKET_NTHREADS x
+ * TUTTI_NSOCKS_PERTHREAD sockets (NCCL's names work too; default 1): the sender's own sockets,
+ * or, where a machine of the pair has more ranks than CPUs, sockets the pair shares for both
+ * directions (opened by the lower rank; tcp_setup.c's pair_shares says why). Piece number s
+ * always travels on socket s % nsocks as [header: kind, bytes][payload], so every socket carries
+ * every nsocks-th piece of its direction in order and the receiver takes them back in order
+ * without any reordering.
  *
  * All data moves on the engine's own thread, with no helper thread and no copy of ours:
  *   send     send_from writes a piece straight from the user's buffer (or from the staging
@@ -31,8 +29,8 @@
  * for a completion.
  *
  * Setup (tcp_setup.c): listen, authenticate every data socket with the job secret, open the
- * sockets to the higher ranks; post_connect waits for those of the lower ones. The port stays
- * open for the communicator's life (a scan is dropped, never accepted).
+ * send sockets (shared ones: those to the higher ranks); post_connect waits for the peers'.
+ * The port stays open for the communicator's life (a scan is dropped, never accepted).
  *
  * Failure: an error, or an EOF without a goodbye, on any socket the engine reads or writes marks
  * that connection (and so the peer: peer_failed looks at both directions) failed, with a reason
@@ -322,7 +320,7 @@ static void send_bye(tcp_conn_t *c, uint64_t deadline) {
 }
 
 static void conn_free(tcp_conn_t *c) {
-  for (int k = 0; !c->is_send && k < TCP_MAX_SOCKS; k++) /* the recv end owns the pair's fds */
+  for (int k = 0; (!c->shared || !c->is_send) && k < TCP_MAX_SOCKS; k++) /* shared: recv owns */
     if (c->fds[k] >= 0) close(c->fds[k]);
   pthread_mutex_destroy(&c->tx_mu);
   munmap(c, c->arena_bytes);

@@ -53,6 +53,7 @@ typedef struct tcp_conn {
   /* set at connect, read-only afterwards */
   struct tcp_state *st;
   int peer, is_send, nsocks;
+  int shared; /* the pair's sockets carry both directions (the recv end owns them) */
   size_t slot_bytes, arena_bytes;
   char *slots; /* one staging slot */
   int fds[TCP_MAX_SOCKS];

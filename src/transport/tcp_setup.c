@@ -2,12 +2,12 @@
  *
  * setup: listen on the interface sock_pick_local_addr picks (TUTTI_SOCKET_IFNAME) and start an
  * accept thread (sock_acceptor) that answers the port for the communicator's life; the blob
- * carries address and geometry. connect: allocate both connections with a peer; the lower rank
- * of the pair opens their sockets (both directions travel on them), each first presenting a
- * hello (job secret, communicator hash, both ranks, socket index). The accept thread files
- * sockets whose hello is right; anything else (a scan, a stray client, another job, anything
- * after init) is logged and closed. post_connect (tcp.c) waits here for every socket the lower
- * ranks open to this one.
+ * carries address and geometry. connect: allocate both connections with a peer and open the
+ * send sockets, or where the pair shares its sockets (pair_shares) the lower rank opens them
+ * for both directions; each first presents a hello (job secret, communicator hash, both ranks,
+ * socket index). The accept thread files sockets whose hello is right; anything else (a scan, a
+ * stray client, another job, anything after init) is logged and closed. post_connect (tcp.c)
+ * waits here for every socket the peers open to this one.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -213,7 +213,28 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   return ncclSuccess;
 }
 
-/* Opens the sockets of a peer pair (the lower rank does), into c's fds. */
+/* Whether rank p's machine (all hosts on its kernel) has more ranks than CPUs; every rank
+ * computes the same answer. */
+static int machine_oversubscribed(const struct ncclComm *comm, int p) {
+  int n = 0;
+  for (int q = 0; q < comm->nranks; q++)
+    n += comm->peers[q].machine_hash == comm->peers[p].machine_hash;
+  return comm->peers[p].ncpu > 0 && n > comm->peers[p].ncpu;
+}
+
+/* Whether a pair's sockets carry both directions (both ends agree). Where the CPUs are the
+ * bottleneck, yes: a reply then carries the acknowledgement of what it answers, where a socket
+ * per direction makes the kernel send a pure ACK packet for every small piece (a receiver that
+ * drains a small segment on a one-way socket acknowledges it at once): half of all packets of
+ * an exchange; on the 2-CPU test bed (8 ranks) rd at 8 B took 45-64 us instead of 78-94, the
+ * tree 113-158 instead of 149-205. Elsewhere, no: the two ends' sends and receives then contend
+ * for one socket's lock (2 hosts x 1 rank on idle CPUs: 1-16 KiB all-reduce 13-23 us instead of
+ * 10-15). */
+static int pair_shares(const struct ncclComm *comm, int peer) {
+  return machine_oversubscribed(comm, comm->rank) || machine_oversubscribed(comm, peer);
+}
+
+/* Opens a connection's sockets (the sender's, or for a shared pair the lower rank's). */
 static ncclResult_t open_sockets(tcp_state_t *st, tcp_conn_t *c, const tcp_blob_t *b) {
   struct ncclComm *comm = st->comm;
   char a[80];
@@ -274,7 +295,11 @@ ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer
   st->recv[peer] = conn_new(st, peer, 0, nthreads * per, slot);
   if (!st->send[peer] || !st->recv[peer])
     return TUTTI_ERR(ncclSystemError, "cannot map %zu bytes of tcp FIFOs", 2 * slot);
-  if (comm->rank < peer) { /* the pair's sockets carry both directions; the recv end owns them */
+  int shared = pair_shares(comm, peer);
+  st->send[peer]->shared = st->recv[peer]->shared = shared;
+  if (!shared) {
+    TUTTI_CHECK(open_sockets(st, st->send[peer], &b));
+  } else if (comm->rank < peer) { /* the recv end owns the pair's sockets */
     TUTTI_CHECK(open_sockets(st, st->recv[peer], &b));
     memcpy(st->send[peer]->fds, st->recv[peer]->fds, sizeof(st->recv[peer]->fds));
   }
@@ -289,8 +314,8 @@ ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer
 ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
   struct ncclComm *comm = st->comm;
   int expect = 0;
-  for (int p = 0; p < comm->rank; p++)
-    if (st->recv[p]) expect += st->recv[p]->nsocks;
+  for (int p = 0; p < comm->nranks; p++)
+    if (st->recv[p] && (!st->recv[p]->shared || p < comm->rank)) expect += st->recv[p]->nsocks;
   uint64_t deadline = tutti_time_ns() + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
   pthread_mutex_lock(&st->mu);
   while (st->naccepted < expect && tutti_time_ns() < deadline) {
@@ -302,8 +327,9 @@ ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
   }
   st->init_done = 1; /* from now on the accept thread drops every connection */
   pthread_mutex_unlock(&st->mu);
-  for (int p = 0; p < comm->rank; p++) {
+  for (int p = 0; p < comm->nranks; p++) {
     tcp_conn_t *c = st->recv[p];
+    if (c && c->shared && p > comm->rank) continue; /* this rank opened them */
     for (int k = 0; c && k < c->nsocks; k++) {
       c->fds[k] = st->rfds[(size_t)p * TCP_MAX_SOCKS + k];
       st->rfds[(size_t)p * TCP_MAX_SOCKS + k] = -1;
@@ -318,7 +344,7 @@ ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
       }
       sock_set_data_options(c->fds[k], socket_buffer(st), comm->timeout_ms / 2);
     }
-    if (c) memcpy(st->send[p]->fds, c->fds, sizeof(c->fds));
+    if (c && c->shared) memcpy(st->send[p]->fds, c->fds, sizeof(c->fds));
   }
   return ncclSuccess;
 }
