@@ -116,5 +116,9 @@ uint64_t host_identity(char *hostname, size_t len);
 /* Identity of the kernel this process runs on (boot id): ranks of several hosts (containers,
  * network namespaces) on one machine share its CPUs. TUTTI_HOSTID overrides it too. */
 uint64_t machine_identity(void);
+/* Ranks on rank p's machine (kernel), and whether they outnumber its CPUs; every rank of the
+ * communicator computes the same answers. */
+int comm_machine_ranks(ncclComm_t c, int p);
+int comm_machine_oversubscribed(ncclComm_t c, int p);
 
 #endif

@@ -210,15 +210,22 @@ static void comm_free(ncclComm_t c) {
   free(c);
 }
 
+int comm_machine_ranks(ncclComm_t c, int p) {
+  int n = 0;
+  for (int q = 0; q < c->nranks; q++) n += c->peers[q].machine_hash == c->peers[p].machine_hash;
+  return n;
+}
+
+int comm_machine_oversubscribed(ncclComm_t c, int p) {
+  return c->peers[p].ncpu > 0 && comm_machine_ranks(c, p) > c->peers[p].ncpu;
+}
+
 /* What the tuner sees must not depend on the rank: hosts and machines may differ in size. */
 static void comm_tuner_view(ncclComm_t c) {
   c->max_local_size = 0, c->tuner_machine_ranks = 0, c->tuner_ncpu = 0;
   for (int p = 0; p < c->nranks; p++) {
-    int host = 0, machine = 0;
-    for (int q = 0; q < c->nranks; q++) {
-      host += c->peers[q].host_hash == c->peers[p].host_hash;
-      machine += c->peers[q].machine_hash == c->peers[p].machine_hash;
-    }
+    int host = 0, machine = comm_machine_ranks(c, p);
+    for (int q = 0; q < c->nranks; q++) host += c->peers[q].host_hash == c->peers[p].host_hash;
     if (host > c->max_local_size) c->max_local_size = host;
     int cpus = c->peers[p].ncpu;
     if (cpus > 0 && (c->tuner_ncpu == 0 ||
@@ -228,7 +235,6 @@ static void comm_tuner_view(ncclComm_t c) {
 }
 
 static void comm_topology(ncclComm_t c) {
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   c->local_size = 0;
   for (int p = 0; p < c->nranks; p++) {
     if (c->peers[p].host_hash != c->peers[c->rank].host_hash) continue;
@@ -238,11 +244,9 @@ static void comm_topology(ncclComm_t c) {
   /* Oversubscription counts every rank on this kernel: hosts that are containers or network
    * namespaces of one machine (the test bed) share its CPUs, and a rank that spins there takes
    * the CPU from the peer it waits for. */
-  c->machine_size = 0;
-  for (int p = 0; p < c->nranks; p++)
-    c->machine_size += c->peers[p].machine_hash == c->peers[c->rank].machine_hash;
-  c->ncpu = ncpu > 0 ? (int)ncpu : 0;
-  c->oversubscribed = ncpu > 0 && c->machine_size > ncpu;
+  c->machine_size = comm_machine_ranks(c, c->rank);
+  c->ncpu = c->peers[c->rank].ncpu;
+  c->oversubscribed = comm_machine_oversubscribed(c, c->rank);
   comm_tuner_view(c);
   c->nhosts = 0;
   for (int p = 0; p < c->nranks; p++) { /* a host is named by its first rank */

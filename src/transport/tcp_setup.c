@@ -213,15 +213,6 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   return ncclSuccess;
 }
 
-/* Whether rank p's machine (all hosts on its kernel) has more ranks than CPUs; every rank
- * computes the same answer. */
-static int machine_oversubscribed(const struct ncclComm *comm, int p) {
-  int n = 0;
-  for (int q = 0; q < comm->nranks; q++)
-    n += comm->peers[q].machine_hash == comm->peers[p].machine_hash;
-  return comm->peers[p].ncpu > 0 && n > comm->peers[p].ncpu;
-}
-
 /* Whether a pair's sockets carry both directions (both ends agree). Where the CPUs are the
  * bottleneck, yes: a reply then carries the acknowledgement of what it answers, where a socket
  * per direction makes the kernel send a pure ACK packet for every small piece (a receiver that
@@ -230,8 +221,8 @@ static int machine_oversubscribed(const struct ncclComm *comm, int p) {
  * tree 113-158 instead of 149-205. Elsewhere, no: the two ends' sends and receives then contend
  * for one socket's lock (2 hosts x 1 rank on idle CPUs: 1-16 KiB all-reduce 13-23 us instead of
  * 10-15). */
-static int pair_shares(const struct ncclComm *comm, int peer) {
-  return machine_oversubscribed(comm, comm->rank) || machine_oversubscribed(comm, peer);
+static int pair_shares(struct ncclComm *comm, int peer) {
+  return comm_machine_oversubscribed(comm, comm->rank) || comm_machine_oversubscribed(comm, peer);
 }
 
 /* Opens a connection's sockets (the sender's, or for a shared pair the lower rank's). */
@@ -310,7 +301,8 @@ ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer
   return ncclSuccess;
 }
 
-/* Waits until every lower rank's sockets arrived; names the missing peers otherwise. */
+/* Waits until the sockets every peer opens to this rank arrived (all its send sockets; of a
+ * shared pair, the lower rank's); names the missing peers otherwise. */
 ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
   struct ncclComm *comm = st->comm;
   int expect = 0;

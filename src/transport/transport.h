@@ -59,7 +59,8 @@ typedef struct transport {
   size_t (*send_from)(conn_t *conn, const void *buf, size_t bytes);
   size_t (*recv_into)(conn_t *conn, void *buf, size_t bytes);
   /* Optional: sleeps until the connection can probably move (send: room; receive: a piece),
-   * at most timeout_ns; the engine then calls it instead of spinning, yielding or sleeping. */
+   * at most timeout_ns; the engine calls it instead of spinning and sleeping (on machines with
+   * more ranks than CPUs after yielding for TUTTI_YIELD_US). */
   void (*wait)(conn_t *conn, int send, uint64_t timeout_ns);
   int wait_oversubscribed_only; /* wait is for machines with more ranks than CPUs; elsewhere
                                  * the engine spins and yields as for a transport without */
