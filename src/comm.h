@@ -4,7 +4,6 @@
 
 #include <pthread.h>
 
-#include "algos/schedule.h"
 #include "algos/tuner.h"
 #include "core.h"
 #include "reduce.h"
@@ -63,7 +62,8 @@ struct ncclComm {
   conn_t *recv_conn;          /* [nranks]: from peer */
   void *shm;                  /* shm transport state */
   void *memreg;               /* other processes' ncclMemAlloc regions mapped here (memreg.c) */
-  struct direct_state *direct; /* direct all-reduce state (direct.c) */
+  int peer_mem;               /* every peer reached through a transport with peer memory */
+  uint64_t peer_calls;        /* calls run with peer steps so far, alike on every rank */
 
   pthread_mutex_t lock;       /* one operation at a time on this communicator */
   volatile int abort_flag;    /* set by ncclCommAbort (any thread) */
@@ -85,10 +85,10 @@ struct ncclComm {
   sched_t *p2p_lanes; /* [2 * nranks], reused */
 
   /* The last collective's plan: a call with the same key (collective, count, element size,
-   * root, in place) reuses its algorithm, chunk and steps instead of asking the tuner and the
-   * algorithm again (enqueue.c): the steps depend on nothing else. */
+   * root, in place) reuses its algorithm and chunk, and its steps when they were cached
+   * (steps_valid), instead of asking the tuner and the builder again (plan.c). */
   struct {
-    int valid, root, in_place;
+    int valid, steps_valid, root, in_place;
     coll_t coll;
     size_t count, esize, chunk;
     algo_t algo;

@@ -2,9 +2,9 @@
 #include "engine.h"
 
 #include "copy.h"
-#include "direct.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -115,8 +115,8 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
   while (lane_flush(l, &moved) && l->cur < l->nsteps) {
     const step_t *st = &l->steps[l->cur];
     const op_ctx_t *o = &ops[st->op];
-    if (st->flags & STEP_DIRECT) {
-      int r = direct_advance(l, o, st, &moved);
+    if (st->kind != STEP_FIFO) {
+      int r = engine_peer_step(l, o, st, &moved);
       if (r <= 0) return r < 0 ? -1 : moved;
       continue;
     }
@@ -137,8 +137,8 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
     char *dst = o->buf[st->dst_buf] ? o->buf[st->dst_buf] + (st->dst_off + l->pos) * es : NULL;
     int rflags = ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
     const char *ref = sc && sc->transport->send_from ? piece_ref(o, st, src, dst, rflags) : NULL;
-    int direct = rc && rc->transport->recv_into && recv_in_place(o, st, dst, rflags);
-    if (rc && !(direct ? lane_recv_into(l, rc, dst, n * es, &moved)
+    int into = rc && rc->transport->recv_into && recv_in_place(o, st, dst, rflags);
+    if (rc && !(into ? lane_recv_into(l, rc, dst, n * es, &moved)
                        : (in = rc->transport->recv_slot(rc, &got)) != NULL)) {
       l->wait_peer = st->recv_peer, l->wait_send = 0;
       return moved;
@@ -155,14 +155,14 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
                 (unsigned long long)o->seq);
       return -1;
     }
-    if (direct && out) memcpy(out, dst, n * es); /* forwarded through a slot transport */
-    else if (rc && !direct) piece_recv(o, st, in, src, dst, out, n, rflags);
+    if (into && out) memcpy(out, dst, n * es); /* forwarded through a slot transport */
+    else if (rc && !into) piece_recv(o, st, in, src, dst, out, n, rflags);
     else if (!rc) piece_local(o, st, src, dst, out, n, rflags);
     if (sc && sc->transport->send_from)
       l->tx_conn = sc, l->tx = ref ? ref : out, l->tx_left = n * es;
     else if (sc)
       sc->transport->send_post(sc, n * es);
-    if (rc && !direct) rc->transport->recv_done(rc);
+    if (rc && !into) rc->transport->recv_done(rc);
     l->pos += n, l->rx_got = 0;
     moved = 1;
   }
@@ -262,7 +262,7 @@ static int lane_done(const lane_t *l) {
 }
 
 /* The connection the first blocked lane of the phase waits for (*send: to send on it); NULL when
- * it waits for a direct step's words (no connection to sleep on), or when a lane after it also
+ * it waits for a peer step's words (no connection to sleep on), or when a lane after it also
  * waits on a transport that sleeps only on oversubscribed machines (shm: a wake for the other
  * lane would not end the sleep). */
 static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase, int *send) {
@@ -271,7 +271,7 @@ static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase, int *send) {
     lane_t *l = &lanes[i];
     if (l->phase != phase || lane_done(l)) continue;
     if (wc) return wc->transport->wait_oversubscribed_only ? NULL : wc;
-    if (l->cur < l->nsteps && (l->steps[l->cur].flags & STEP_DIRECT)) return NULL;
+    if (l->cur < l->nsteps && l->steps[l->cur].kind != STEP_FIFO) return NULL;
     *send = l->wait_send;
     wc = l->wait_send ? &l->comm->send_conn[l->wait_peer] : &l->comm->recv_conn[l->wait_peer];
   }
@@ -316,4 +316,42 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
 ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops) {
   for (int phase = 0; phase < 2; phase++) TUTTI_CHECK(run_phase(lanes, nlanes, ops, phase));
   return ncclSuccess;
+}
+
+ncclResult_t engine_exchange(const exchange_t *x, int nx) {
+  static TUTTI_TLS step_t *steps;
+  static TUTTI_TLS lane_t *lanes;
+  static TUTTI_TLS op_ctx_t *ops;
+  static TUTTI_TLS size_t cap, ocap;
+  size_t need = 0, nl = 0;
+  for (int i = 0; i < nx; i++) need += 2 * (size_t)x[i].comm->nranks;
+  if (need > cap || (size_t)nx > ocap) {
+    step_t *s = realloc(steps, need * sizeof(*s));
+    if (s) steps = s;
+    lane_t *l = realloc(lanes, need * sizeof(*l));
+    if (l) lanes = l;
+    op_ctx_t *o = realloc(ops, (size_t)nx * sizeof(*o));
+    if (o) ops = o;
+    if (!s || !l || !o) return TUTTI_ERR(ncclSystemError, "out of memory for an exchange");
+    cap = need, ocap = (size_t)nx;
+  }
+  for (int i = 0; i < nx; i++) {
+    ncclComm_t comm = x[i].comm;
+    int n = comm->nranks;
+    ops[i] = (op_ctx_t){.comm = comm, .coll = COLL_ALLTOALL, .algo = ALGO_P2P, .esize = 1,
+                        .seq = comm->op_count,
+                        .rop = {.type = ncclUint8, .base = ncclSum, .divisor = 1}};
+    ops[i].buf[BUF_SEND] = (char *)x[i].mine, ops[i].buf[BUF_RECV] = x[i].theirs;
+    for (int k = 1; k < n; k++) { /* one lane per message: no order between them */
+      int p = (comm->rank + k) % n;
+      steps[nl] = (step_t){.recv_peer = -1, .send_peer = p, .src_buf = BUF_SEND,
+                           .dst_buf = BUF_NONE, .op = (uint16_t)i, .count = x[i].bytes};
+      lanes[nl] = (lane_t){.comm = comm, .steps = &steps[nl], .nsteps = 1}, nl++;
+      steps[nl] = (step_t){.recv_peer = p, .send_peer = -1, .src_buf = BUF_NONE,
+                           .dst_buf = BUF_RECV, .flags = STEP_STORE, .op = (uint16_t)i,
+                           .dst_off = (size_t)p * x[i].bytes, .count = x[i].bytes};
+      lanes[nl] = (lane_t){.comm = comm, .steps = &steps[nl], .nsteps = 1}, nl++;
+    }
+  }
+  return nl ? engine_run(lanes, (int)nl, ops) : ncclSuccess;
 }

@@ -18,6 +18,11 @@ typedef struct op_ctx { /* one collective or p2p call */
   reduce_op_t rop;
   uint64_t seq; /* comm->op_count at enqueue, for messages */
   int stream;   /* large call: write results with streaming stores */
+  /* Peer steps only (engine_peer.c): every rank's send and receive buffers as mapped here
+   * ([nranks] each, this rank's own included) and the call's number among the communicator's
+   * peer-memory calls, which tags the progress and done words. */
+  const char **peer_buf[2]; /* [0]: BUF_SEND, [1]: BUF_RECV */
+  uint64_t peer_seq;
 } op_ctx_t;
 
 typedef struct lane {
@@ -36,5 +41,30 @@ typedef struct lane {
 
 /* Runs all lanes to completion (or the first error). ops is indexed by step_t.op. */
 ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops);
+
+/* One small all-to-all: `bytes` bytes from mine to every other rank of comm, theirs[p * bytes]
+ * from rank p (through the FIFOs; bytes must fit one slot). */
+typedef struct exchange {
+  ncclComm_t comm;
+  const void *mine;
+  void *theirs;
+  size_t bytes;
+} exchange_t;
+/* Runs nx exchanges together (one thread may drive several communicators' ranks in a group).
+ * Collective: every rank calls it at the same point of its calls. */
+ncclResult_t engine_exchange(const exchange_t *x, int nx);
+
+/* engine_peer.c. Before calls with peer steps: for each of the k calls, every rank exposes its
+ * buffers (bytes[i][0] and bytes[i][1] long: send, receive) through its transports'
+ * peer-memory capability, maps every other rank's into ops[i]->peer_buf (arrays of nranks the
+ * caller provides) and learns whether every rank could: ok[i], the same on every rank.
+ * Collective, like engine_exchange; the k calls' handshakes run together. */
+ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], int *ok, int k);
+/* Runs lane l's peer step st as far as it can without waiting: 1 when it is done (l->cur moved
+ * past it), 0 when blocked (l->wait_peer says on whom), -1 on an error (recorded). *moved is
+ * set when something happened. */
+int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved);
+/* Frees the communicator's peer-memory state (the mappings of its peers' buffers). */
+void engine_peer_free(ncclComm_t comm);
 
 #endif

@@ -1,10 +1,10 @@
-/* Public collective and point-to-point calls: argument checks, then the group/engine path.
- * Every check runs before anything is written, and names the argument it rejects. */
+/* Public collective and point-to-point calls: argument checks, then the group (group.c), which
+ * plans (plan.c) and runs (engine.c) them. Every check runs before anything is written, and
+ * names the argument it rejects. */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#include "direct.h"
 #include "group.h"
 
 #define API __attribute__((visibility("default")))
@@ -136,138 +136,6 @@ static ncclResult_t submit(const call_t *c) {
     return res;
   }
   return group_enqueue(&p);
-}
-
-/* ---- algorithm choice: the tuner (algos/tuner.c) ---- */
-
-/* TUNING lines once per distinct (communicator, collective, size), not on every call. */
-static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
-  static TUTTI_TLS struct { const void *comm; size_t bytes; int coll; } seen[64];
-  static TUTTI_TLS unsigned next;
-  if (!tutti_log_enabled(LOG_INFO, SUB_TUNING)) return 0;
-  for (int i = 0; i < 64; i++)
-    if (seen[i].comm == comm && seen[i].bytes == bytes && seen[i].coll == (int)c) return 0;
-  unsigned i = next++ % 64;
-  seen[i].comm = comm, seen[i].bytes = bytes, seen[i].coll = (int)c;
-  return 1;
-}
-
-static tuner_choice_t choose_algo(ncclComm_t comm, const pending_t *p) {
-  coll_t c = p->args.coll;
-  if (c == COLL_SEND || c == COLL_RECV) return (tuner_choice_t){ALGO_P2P, comm->chunk_bytes, 0};
-  size_t bytes = p->args.count * p->ctx.esize;
-  if (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER) bytes *= (size_t)comm->nranks;
-  tuner_topo_t t = {.nranks = comm->nranks, .nhosts = comm->nhosts,
-                    .local_size = comm->max_local_size, .hier_ok = comm->hier_ok,
-                    .machine_ranks = comm->tuner_machine_ranks, .ncpu = comm->tuner_ncpu,
-                    .host_blocks = comm->host_blocks,
-                    .slot_bytes = comm->slot_bytes, .chunk_bytes = comm->chunk_bytes,
-                    .scratch_bytes = comm->scratch_bytes,
-                    .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes)};
-  return tuner_choose(&comm->tuner, &t, c, bytes, comm->algo_mask[c], tuning_log_first(comm, c, bytes));
-}
-
-/* BUF_SCRATCH for this call: the communicator's, or a temporary when the schedule needs more. */
-static ncclResult_t provide_scratch(pending_t *p) {
-  size_t need = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
-  if (need <= p->ctx.comm->scratch_bytes) return ncclSuccess;
-  void *tmp = group_temp_alloc(need);
-  if (!tmp) return TUTTI_ERR(ncclSystemError, "out of memory for %zu bytes of %s scratch", need,
-                             algo_name(p->ctx.algo));
-  p->ctx.buf[BUF_SCRATCH] = tmp;
-  return ncclSuccess;
-}
-
-TUTTI_PARAM_DECL(DumpSchedule);
-
-/* TUTTI_DUMP_SCHEDULE: this call's steps, with the algorithm and arguments in the title. */
-static void dump_call(const pending_t *p, const sched_t *col, size_t first) {
-  char title[160];
-  snprintf(title, sizeof(title), "nccl%s algo %s nranks %d count %zu root %d chunk %zu%s",
-           coll_name(p->args.coll), algo_name(p->ctx.algo), p->args.nranks, p->args.count,
-           p->args.root, p->args.chunk, p->args.in_place ? " in place" : "");
-  sched_dump_range(col, first, col->n, p->args.rank, title, NULL);
-}
-
-static void tag_steps(sched_t *s, uint16_t op) {
-  for (size_t i = s->tagged; i < s->n; i++) s->steps[i].op = op;
-  s->tagged = s->n;
-}
-
-static int plan_matches(ncclComm_t comm, const pending_t *p) {
-  return comm->plan.valid && comm->plan.coll == p->args.coll && comm->plan.count == p->args.count &&
-         comm->plan.esize == p->ctx.esize && comm->plan.root == p->args.root &&
-         comm->plan.in_place == p->args.in_place;
-}
-
-/* Remembers the collective steps [first, n) of col as the plan for calls like p. */
-static void plan_save(ncclComm_t comm, const pending_t *p, const sched_t *col, size_t first) {
-  comm->plan.valid = 0;
-  sched_reset(&comm->plan.steps);
-  if (p->ctx.algo == ALGO_P2P ||
-      sched_append(&comm->plan.steps, col->steps + first, col->n - first) != 0)
-    return;
-  comm->plan.coll = p->args.coll, comm->plan.count = p->args.count;
-  comm->plan.esize = p->ctx.esize, comm->plan.root = p->args.root;
-  comm->plan.in_place = p->args.in_place, comm->plan.algo = p->ctx.algo;
-  comm->plan.chunk = p->args.chunk, comm->plan.valid = 1;
-}
-
-static void choose_plan(ncclComm_t comm, pending_t *p, int reuse) {
-  size_t es = p->ctx.esize;
-  if (reuse) {
-    p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
-    return;
-  }
-  tuner_choice_t choice = choose_algo(comm, p);
-  p->ctx.algo = choice.algo;
-  p->args.chunk = choice.chunk_bytes >= es ? choice.chunk_bytes / es : 1;
-  if (comm->slot_bytes >= es) p->args.chunk -= p->args.chunk % (comm->slot_bytes / es);
-  if (p->args.chunk == 0) p->args.chunk = 1;
-}
-
-ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index) {
-  ncclComm_t comm = p->ctx.comm;
-  int reuse = plan_matches(comm, p);
-  choose_plan(comm, p, reuse);
-  p->ctx.seq = comm->op_count++;
-  size_t es = p->ctx.esize;
-  p->ctx.stream = !p->args.in_place && p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
-                  comm->nt_threshold;
-  TUTTI_CHECK(provide_scratch(p));
-  INFO(SUB_COLL, "nccl%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d "
-       "comm %p [nranks=%d] algo %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
-       (void *)p->ctx.buf[BUF_SEND], (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type,
-       (int)p->ctx.rop.base, p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
-  if (p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0) {
-    /* Receives land in blocks still to be sent: send from a copy taken when the group runs. */
-    size_t bytes = p->args.count * es * (size_t)comm->nranks;
-    void *copy = group_temp_alloc(bytes);
-    if (!copy) return TUTTI_ERR(ncclSystemError, "out of memory for an in-place all-to-all copy");
-    memcpy(copy, p->ctx.buf[BUF_SEND], bytes);
-    p->ctx.buf[BUF_SEND] = copy;
-  }
-  sched_t *col = &comm->sched_scratch, *lanes = comm->p2p_lanes;
-  int n = comm->nranks;
-  size_t first = col->n;
-  int direct = !reuse && direct_eligible(comm, p->args.coll, p->ctx.algo, p->args.count, es,
-                                         &p->ctx.rop);
-  if (direct && sched_push(col, (step_t){.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND,
-                                          .dst_buf = BUF_RECV, .flags = STEP_DIRECT,
-                                          .count = p->args.count}) != 0)
-    return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
-  int rc = reuse ? sched_append(col, comm->plan.steps.steps, comm->plan.steps.n)
-                 : sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, lanes);
-  if (direct && rc == 0) col->steps[first].dst_off = col->n - first - 1;
-  if (rc == 0 && !reuse) plan_save(comm, p, col, first);
-  if (rc == -2)
-    return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
-                     coll_name(p->args.coll), algo_name(p->ctx.algo));
-  if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
-  if (tutti_param_DumpSchedule() && col->n > first) dump_call(p, col, first);
-  tag_steps(col, op_index);
-  for (int i = 0; i < 2 * n; i++) tag_steps(&lanes[i], op_index);
-  return ncclSuccess;
 }
 
 /* ---- public entry points ---- */

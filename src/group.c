@@ -13,8 +13,6 @@
 
 #define API __attribute__((visibility("default")))
 
-TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
-
 typedef struct group_state {
   int depth;
   ncclResult_t error;
@@ -25,8 +23,6 @@ typedef struct group_state {
   lane_t *lanes;
   ncclComm_t *comms;
   size_t ctx_cap, lane_cap, comm_cap;
-  void **temps; /* group_temp_alloc */
-  size_t ntemps, temps_cap;
 } group_state_t;
 
 static TUTTI_TLS group_state_t grp;
@@ -39,13 +35,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (!q) return -1;
   *p = q, *cap = c;
   return 0;
-}
-
-void *group_temp_alloc(size_t bytes) {
-  if (grow((void **)&grp.temps, &grp.temps_cap, grp.ntemps + 1, sizeof(void *))) return NULL;
-  void *p = malloc(bytes);
-  if (p) grp.temps[grp.ntemps++] = p;
-  return p;
 }
 
 void group_fail(ncclResult_t res) {
@@ -85,12 +74,6 @@ static ncclResult_t build_lanes(int nc, int *nlanes) {
       if (comm->p2p_lanes[p].n)
         grp.lanes[nl++] = (lane_t){.comm = comm, .steps = comm->p2p_lanes[p].steps,
                                    .nsteps = comm->p2p_lanes[p].n, .phase = 1};
-    if (tutti_param_DumpSchedule()) {
-      /* collective steps are dumped per call, with their algorithm (enqueue.c) */
-      for (int p = 0; p < 2 * comm->nranks; p++)
-        if (comm->p2p_lanes[p].n)
-          sched_dump(&comm->p2p_lanes[p], comm->rank, p < comm->nranks ? "send lane" : "recv lane", NULL);
-    }
   }
   *nlanes = nl;
   return ncclSuccess;
@@ -142,10 +125,8 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++) sched_reset(&grp.comms[locked]->p2p_lanes[p]);
   }
   TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
-  for (size_t i = 0; i < n; i++) {
-    if (!self_p2p(&ops[i])) TUTTI_CHECK_GOTO(enqueue_schedule(&ops[i], (uint16_t)i), res, out);
-    grp.ctxs[i] = ops[i].ctx;
-  }
+  TUTTI_CHECK_GOTO(plan_group(ops, n), res, out);
+  for (size_t i = 0; i < n; i++) grp.ctxs[i] = ops[i].ctx;
   TUTTI_CHECK_GOTO(self_copies(ops, n, 1), res, out);
   TUTTI_CHECK_GOTO(build_lanes(nc, &nlanes), res, out);
   res = engine_run(grp.lanes, nlanes, grp.ctxs);
@@ -153,8 +134,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     for (int c = 0; c < nc; c++) comm_set_error(grp.comms[c], res, tutti_last_error());
 out:
   for (int c = 0; c < locked; c++) pthread_mutex_unlock(&grp.comms[c]->lock);
-  for (size_t i = 0; i < grp.ntemps; i++) free(grp.temps[i]);
-  grp.ntemps = 0;
+  plan_release();
   return res;
 }
 

@@ -9,7 +9,7 @@
 
 #include "bootstrap.h"
 #include "comm.h"
-#include "direct.h"
+#include "plan.h"
 #include "topology/topo.h"
 
 #define API __attribute__((visibility("default")))
@@ -195,11 +195,11 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
 }
 
 static void comm_free(ncclComm_t c) {
-  direct_free(c);
+  engine_peer_free(c);
   transport_close_all(c);
   bootstrap_close(c, 0);
   sched_free(&c->sched_scratch);
-  sched_free(&c->plan.steps);
+  plan_free(c);
   for (int i = 0; c->p2p_lanes && i < 2 * c->nranks; i++) sched_free(&c->p2p_lanes[i]);
   free(c->p2p_lanes);
   free(c->host_of_rank);
@@ -305,6 +305,9 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   comm_topology(c);
   comm_topology_decisions(c);
   TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);
+  c->peer_mem = c->nhosts == 1 && c->nranks > 1;
+  for (int p = 0; p < nranks; p++)
+    if (p != rank) c->peer_mem &= c->send_conn[p].transport->mem_expose != NULL;
   /* scratch: in-place one-shot (oneshot_max_bytes), tree reduce partials (one chunk) */
   c->scratch_bytes = TUTTI_MAX(TUTTI_MAX(c->oneshot_max_bytes, c->chunk_bytes), 64);
   c->scratch = malloc(c->scratch_bytes);

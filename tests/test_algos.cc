@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 namespace {
 

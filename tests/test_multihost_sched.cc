@@ -11,7 +11,7 @@
 #include <map>
 #include <vector>
 
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 extern "C" {
 int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);

@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 namespace {
 

@@ -114,8 +114,12 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
             ALGO_RD);
   // 1 MiB with 4 ranks per host: rhd's bytes share the NIC 4 ways, so it loses to hier.
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
-  // A mask that implements nothing for the collective falls back to the best of all.
-  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLGATHER, 1 << 20, bit(ALGO_TREE), 0).algo, ALGO_RHD);
+  // A mask that implements nothing for the collective: the tuner says so (ALGO_NUM, no
+  // estimate); the planner then chooses among all (plan.c), which is rhd here.
+  tuner_choice_t none = tuner_choose(&m, &t, COLL_ALLGATHER, 1 << 20, bit(ALGO_TREE), 0);
+  EXPECT_EQ(none.algo, ALGO_NUM);
+  EXPECT_LT(none.us, 0);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLGATHER, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_RHD);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLTOALL, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);
   // Trees get at least 2(D+1) rounds per call, never less than a slot per chunk.
   tuner_topo_t h = one_host(8);
@@ -160,6 +164,33 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
   t.host_blocks = 0;  // placement unknown: rhd's steps all at the network's cost, x on all bytes
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024),
                    6 * 13 + 2 * 1.5 * 1.75 * S / 60);
+}
+
+// Direct (peer memory) on one host: peer latency + 2(n-1)/n S / b_peer for the all-reduce,
+// (n-1)/n S / b_peer for all-gather and reduce-scatter; only where every pair of ranks has peer
+// memory and from TUTTI_DIRECT_MIN_BYTES on.
+TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
+  tuner_model_t m = model();
+  m.peer = {10.0, 20.0};
+  tuner_topo_t t = one_host(2);
+  t.peer_min_bytes = 256 * 1024;
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 1 << 20), 0);  // no peer memory
+  t.peer_mem = 1;
+  double S = 1 << 20;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 1 << 20),
+                   10.0 + S / 20e3);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLGATHER, ALGO_DIRECT, 1 << 20),
+                   10.0 + 0.5 * S / 20e3);
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 128 * 1024), 0);  // too small
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_BROADCAST, ALGO_DIRECT, 1 << 20), 0);  // not built
+  // 1 MiB: ring 2 a + S / b_shm = 4 + 104.9 us against direct's 10 + 52.4 us
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_DIRECT);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_REDUCESCATTER, 1 << 20, TUNER_ALL_ALGOS, 0).algo,
+            ALGO_DIRECT);
+  EXPECT_NE(tuner_choose(&m, &t, COLL_ALLREDUCE, 128 * 1024, TUNER_ALL_ALGOS, 0).algo,
+            ALGO_DIRECT);
+  t.nhosts = 2;  // across hosts: never
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 1 << 20), 0);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "algos/schedule.h"
+#include "algos/registry.h"
 #include "algos/tuner.h"
 
 typedef struct opts {
@@ -27,9 +27,22 @@ static void usage(const char *why) {
       stderr,
       "usage: tutti-sched --coll C --nranks N --count K [--algo A|auto] [--rank R] [--hosts H]\n"
       "                   [--root R] [--chunk ELEMS] [--in-place]\n"
+      "       tutti-sched --list   (the registered algorithms)\n"
       "  C: allreduce broadcast reduce allgather reducescatter alltoall gather scatter\n"
-      "  A: ring oneshot chain p2p hier tree rhd rd\n");
+      "  A: a registered algorithm's name (--list), or auto\n");
   exit(2);
+}
+
+/* --list: the registry, one algorithm per line with the collectives it builds. */
+static void list_algos(void) {
+  for (int a = 0; a < ALGO_NUM; a++) {
+    const algo_desc_t *d = algo_get((algo_t)a);
+    printf("%-8s %s\n         collectives:", d->name, d->summary);
+    for (int c = 0; c < COLL_NUM; c++)
+      if (d->build[c]) printf(" %s", coll_name((coll_t)c));
+    printf("%s\n", d->needs & ALGO_NEEDS_PEER_MEMORY ? " (needs peer memory)" : "");
+  }
+  exit(0);
 }
 
 static long num(const char *flag, const char *v) {
@@ -58,6 +71,7 @@ static opts_t parse(int argc, char **argv) {
       continue;
     }
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(NULL);
+    if (!strcmp(a, "--list")) list_algos();
     if (!strcmp(a, "--coll"))
       o.coll = v;
     else if (!strcmp(a, "--algo"))
@@ -115,10 +129,10 @@ static algo_t auto_algo(const opts_t *o, coll_t c, const int *host) {
 }
 
 static int algo_from(const char *s) {
-  for (int a = 0; a < ALGO_NUM; a++)
-    if (!strcasecmp(s, algo_name((algo_t)a))) return a;
-  return -1;
+  algo_t a = algo_by_name(s);
+  return a == ALGO_NUM ? -1 : (int)a;
 }
+
 
 /* Builds and prints rank r's schedule; returns 0, or 1 after a message. */
 static int print_rank(const opts_t *o, int c, int algo, int r, const int *host, sched_t *col,

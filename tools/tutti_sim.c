@@ -43,7 +43,7 @@ static const char *HELP =
     "collective and sweep:\n"
     "  -c, --coll NAME           all_reduce (default), all_gather, reduce_scatter, broadcast,\n"
     "                            reduce, alltoall, gather, scatter\n"
-    "  -a, --algo LIST|all       ring,oneshot,chain,p2p,hier,tree,rhd,rd, auto (the library's\n"
+    "  -a, --algo LIST|all       registered algorithms (tutti-sched --list), auto (the library's\n"
     "                            tuner, with the cluster's constants as its model); default all\n"
     "  -b, -e, -f                sizes from -b to -e bytes, times -f (K/M/G suffixes)\n"
     "  -d, --datatype T          float (default), double, half, bfloat16, int8, int32, int64\n"

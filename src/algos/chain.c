@@ -8,7 +8,7 @@
  * (bandwidth-optimal for one root), latency n-1 hops plus one slot per hop.
  * Reduce folds in chain order ((x[root+1] (+) x[root+2]) (+) ...) (+) x[root], always the same.
  */
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 int chain_broadcast(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank, pos = (r - a->root + n) % n;
@@ -39,3 +39,20 @@ int chain_reduce(const sched_args_t *a, sched_t *s) {
          .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .count = a->count);
   return 0;
 }
+
+/* Cost: (n-1) a + S/b, with one message in flight on the whole chain (q = 1/R). */
+static double chain_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
+  (void)c;
+  return cost_q(m, t, cost_level(m, t), t->nranks - 1,
+                t->machine_ranks > 0 ? 1.0 / t->machine_ranks : 0, cost_ring_net_share(t), S);
+}
+
+ALGO_COL_BUILDER(build_broadcast, chain_broadcast)
+ALGO_COL_BUILDER(build_reduce, chain_reduce)
+
+const algo_desc_t algo_chain = {
+    .name = "chain",
+    .summary = "pipelined chain broadcast and reduce: bandwidth-optimal for one root",
+    .build = {[COLL_BROADCAST] = build_broadcast, [COLL_REDUCE] = build_reduce},
+    .cost_us = chain_cost,
+};

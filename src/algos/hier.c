@@ -26,18 +26,15 @@
  */
 #include <stdlib.h>
 
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 typedef struct ring { /* participants in ring order and my position among them */
   int *ranks;
   int n, pos;
 } ring_t;
 
-static int mod(int a, int n) {
-  return ((a % n) + n) % n;
-}
 static int ring_peer(const ring_t *r, int d) {
-  return r->ranks[mod(r->pos + d, r->n)];
+  return r->ranks[sched_mod(r->pos + d, r->n)];
 }
 
 /* Round j of [start, end): its sub-range. */
@@ -59,8 +56,8 @@ static size_t rounds_for(size_t len, int n, size_t chunk) {
 }
 
 #define SEG(q)                                          \
-  round_range(seg_start(base, len, r->n, mod(q, r->n)), \
-              seg_start(base, len, r->n, mod(q, r->n) + 1), j, chunk, &off, &cnt)
+  round_range(seg_start(base, len, r->n, sched_mod(q, r->n)), \
+              seg_start(base, len, r->n, sched_mod(q, r->n) + 1), j, chunk, &off, &cnt)
 
 /* Round j of a ring all-gather after this rank sent segment pos + 1: receive the other n - 1
  * segments into BUF_RECV, forwarding all but the last. */
@@ -195,8 +192,8 @@ int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
   int m = local.n;
   size_t chunk = a->chunk ? a->chunk : 1;
   /* my block after phase 1: the one a ring reduce-scatter leaves at position pos */
-  size_t bo = m > 1 ? block_start(a->count, m, mod(local.pos + 1, m)) : 0;
-  size_t blen = (m > 1 ? block_start(a->count, m, mod(local.pos + 1, m) + 1) : a->count) - bo;
+  size_t bo = m > 1 ? block_start(a->count, m, sched_mod(local.pos + 1, m)) : 0;
+  size_t blen = (m > 1 ? block_start(a->count, m, sched_mod(local.pos + 1, m) + 1) : a->count) - bo;
   if (m > 1 && local_reduce_scatter(&local, 0, a->count, chunk, s) != 0) goto out;
   if (cross_allreduce(&cross, bo, blen, chunk, m > 1 ? BUF_RECV : BUF_SEND, s) != 0) goto out;
   if (m > 1 && local_all_gather(&local, 0, a->count, chunk, s) != 0) goto out;
@@ -206,3 +203,25 @@ out:
   free(cross.ranks);
   return rc;
 }
+
+/* Cost: 2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + 2(H-1)/H (S/m)/b_net, with H hosts of
+ * m ranks each (hier_ok: the same number on every host). */
+static double hier_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
+  (void)c;
+  if (!t->hier_ok || t->nhosts < 2) return -1;
+  int mm = t->local_size, H = t->nhosts;
+  return cost(m, t, &m->shm, 2.0 * (mm - 1), 2.0 * (mm - 1) / mm * S) +
+         cost(m, t, &m->net, 2.0 * (H - 1), 2.0 * (H - 1) / H * S / mm);
+}
+
+static int build_allreduce(const sched_args_t *a, sched_t *col, sched_t *lanes) {
+  (void)lanes;
+  return a->host_of_rank ? hier_allreduce(a, a->host_of_rank, col) : -2;
+}
+
+const algo_desc_t algo_hier = {
+    .name = "hier",
+    .summary = "ring inside each host, ring across hosts on 1/m of the data, ring inside again",
+    .build = {[COLL_ALLREDUCE] = build_allreduce},
+    .cost_us = hier_cost,
+};

@@ -11,7 +11,7 @@
  * Each send fits one FIFO slot (the tuner guarantees count * size <= slot bytes), so the sends
  * never block on a peer that is itself still sending.
  */
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 int oneshot_allreduce(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
@@ -43,3 +43,30 @@ int oneshot_allreduce(const sched_args_t *a, sched_t *s) {
   }
   return 0;
 }
+
+/* Cost: a + (n-1) S/b, one hop of n-1 messages (q = n-1) on one host; across hosts its n-1
+ * messages leave one after the other: (n-1) a. Only while S fits one slot and
+ * TUTTI_ONESHOT_MAX_BYTES (so that no send blocks on a peer that is itself sending). */
+static double oneshot_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
+  int n = t->nranks;
+  const tuner_level_t *l = cost_level(m, t);
+  (void)c;
+  if (n < 2 || S > (double)t->slot_bytes || S > (double)t->oneshot_max_bytes) return -1;
+  if (t->nhosts > 1) return cost_q(m, t, l, n - 1, 1, cost_peers_net_share(t), (n - 1) * S);
+  return cost_q(m, t, l, 1, n - 1, 0, (n - 1) * S);
+}
+
+/* In place, the own input is kept in scratch until its turn. */
+static size_t oneshot_scratch(const sched_args_t *a) {
+  return a->in_place ? a->count : 0;
+}
+
+ALGO_COL_BUILDER(build_allreduce, oneshot_allreduce)
+
+const algo_desc_t algo_oneshot = {
+    .name = "oneshot",
+    .summary = "every rank sends its input to every other: one hop, for small all-reduces",
+    .build = {[COLL_ALLREDUCE] = build_allreduce},
+    .cost_us = oneshot_cost,
+    .scratch_elems = oneshot_scratch,
+};

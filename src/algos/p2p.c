@@ -5,7 +5,7 @@
  * can deadlock (this is also how a group of ncclSend/ncclRecv runs). The own block is a local
  * copy in lanes[rank]. Cost: one hop; the root of gather/scatter moves (n-1) * count elements.
  */
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 static int push(sched_t *s, step_t st) { return sched_push(s, st); }
 
@@ -63,3 +63,45 @@ int p2p_scatter(const sched_args_t *a, sched_t *lanes) {
   }
   return 0;
 }
+
+/* ncclSend / ncclRecv: one step in the lane of the peer. */
+static int p2p_send(const sched_args_t *a, sched_t *col, sched_t *lanes) {
+  (void)col;
+  return sched_push(&lanes[a->root], (step_t){.recv_peer = -1, .send_peer = a->root,
+                                              .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+                                              .count = a->count});
+}
+
+static int p2p_recv(const sched_args_t *a, sched_t *col, sched_t *lanes) {
+  (void)col;
+  return sched_push(&lanes[a->nranks + a->root],
+                    (step_t){.recv_peer = a->root, .send_peer = -1, .src_buf = BUF_NONE,
+                             .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count});
+}
+
+#define LANES_BUILDER(wrapper, fn)                                          \
+  static int wrapper(const sched_args_t *a, sched_t *col, sched_t *lanes) { \
+    (void)col;                                                              \
+    return fn(a, lanes);                                                    \
+  }
+LANES_BUILDER(build_alltoall, p2p_alltoall)
+LANES_BUILDER(build_gather, p2p_gather)
+LANES_BUILDER(build_scatter, p2p_scatter)
+
+/* Cost: one hop, n-1 messages per rank (q = n-1); the root of gather/scatter moves S. */
+static double p2p_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
+  if (c == COLL_SEND || c == COLL_RECV) return cost(m, t, cost_level(m, t), 1, S);
+  return cost_q(m, t, cost_level(m, t), 1, t->nranks - 1, cost_peers_net_share(t), S);
+}
+
+const algo_desc_t algo_p2p = {
+    .name = "p2p",
+    .summary = "point-to-point lanes, one per peer and direction: all-to-all, gather, scatter",
+    .build = {[COLL_ALLTOALL] = build_alltoall,
+              [COLL_GATHER] = build_gather,
+              [COLL_SCATTER] = build_scatter,
+              [COLL_SEND] = p2p_send,
+              [COLL_RECV] = p2p_recv},
+    .cost_us = p2p_cost,
+    .needs = ALGO_USES_LANES,
+};

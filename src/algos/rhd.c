@@ -44,7 +44,7 @@
  */
 #include <stdlib.h>
 
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 typedef struct fold {
   int p2, extra; /* survivors (a power of two), extra ranks */
@@ -269,16 +269,12 @@ int rd_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
   return rc;
 }
 
-static int is_pow2(int n) {
-  return n > 0 && (n & (n - 1)) == 0;
-}
-
 /* All-gather by doubling: rank r's block is r; after the step with mask m it owns the m*2
  * blocks of its aligned group. */
 int rhd_allgather(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank, lo = r, hi = r + 1;
   size_t c = a->count;
-  if (!is_pow2(n)) return -2;
+  if (!cost_is_pow2(n)) return -2;
   if (c) /* own block into place (nothing to do in place: same address) */
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_STORE, .dst_off = (size_t)r * c, .count = c);
@@ -303,7 +299,7 @@ int rhd_reducescatter(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank, lo = 0, hi = n;
   size_t c = a->count, base = 0;
   uint8_t src = BUF_SEND, pre = STEP_PRE;
-  if (!is_pow2(n)) return -2;
+  if (!cost_is_pow2(n)) return -2;
   if (n == 1) return single_copy(a, s);
   for (int mask = n / 2; mask >= 1; mask /= 2) {
     int mid = (lo + hi) / 2, up = (r & mask) != 0, last = mask == 1;
@@ -331,3 +327,89 @@ int rhd_log2(int nranks) {
   while ((2 << k) <= nranks) k++;
   return nranks >= 1 ? k : 0;
 }
+
+/* ---- costs: k = floor(log2 n), p2 = 2^k, f = 1 when n is not a power of two; x = COST_XCHG:
+ * an exchange copies what it sends into a slot and reduces what it receives in another pass ----
+ *
+ *   rhd all-reduce  (2k+2f) a + x (2(p2-1)/p2 + 2f) S/b
+ *   rd all-reduce   (k+2f) a + x (k+2f) S/b
+ *   all-gather / reduce-scatter (S = all n blocks, n a power of two)  k a + (n-1)/n S/b (x that
+ *   for the reduce-scatter, which needs n/2 blocks of scratch: only while they fit the comm's
+ *   scratch unless TUTTI_ALGO asks for it)
+ *
+ * Across hosts with m ranks each the steps of a host's ranks share its NIC (x m). rd across H
+ * hosts folds each host into its leader over shm ((m-1) messages in and out, q = (m-1)/m) around
+ * rd of the leaders over the network (q = 1/m, kH = floor(log2 H)):
+ *   rd   2 a_shm + x 2(m-1) S/b_shm + (kH+2fH) a + (kH+2fH) S/b
+ * rhd with hosts in blocks of m = 2^km ranks (n = p2): its last km halving steps (first km
+ * doubling steps) stay inside the host:
+ *   rhd  2 km a_shm + 2(k-km) a + x 2(m-1)/p2 S/b_shm + m 2(1 - m/p2) S/b */
+static double rd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
+  int H = t->nhosts, ls = t->local_size, kH = rhd_log2(H), fH = !cost_is_pow2(H);
+  if (H < 2 || ls < 2) return -1;
+  return cost_q(m, t, &m->shm, 2, (ls - 1.0) / ls, 0, COST_XCHG * 2 * (ls - 1) * S) +
+         cost_q(m, t, &m->net, kH + 2.0 * fH, 1.0 / ls, 1, (kH + 2.0 * fH) * S);
+}
+
+static double rhd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
+  int n = t->nranks, k = rhd_log2(n), ls = t->local_size, km = rhd_log2(ls);
+  if (t->nhosts < 2 || !t->host_blocks || !cost_is_pow2(n) || !cost_is_pow2(ls) || ls < 2)
+    return -1;
+  double p2 = n;
+  return cost(m, t, &m->shm, 2.0 * km, COST_XCHG * 2 * (ls - 1) / p2 * S) +
+         cost(m, t, &m->net, 2.0 * (k - km), cost_nic_share(t) * 2 * (1 - ls / p2) * S);
+}
+
+static double rhd_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
+  int n = t->nranks, k = rhd_log2(n), p2 = 1 << k, f = p2 != n;
+  const tuner_level_t *l = cost_level(m, t);
+  if (c == COLL_ALLREDUCE) {
+    double hosts = rhd_hosts_us(m, t, S);
+    if (hosts >= 0) return hosts;
+    return cost(m, t, l, 2.0 * k + 2 * f,
+                cost_nic_share(t) * COST_XCHG * (2.0 * (p2 - 1) / p2 + 2 * f) * S);
+  }
+  if (!cost_is_pow2(n)) return -1;
+  if (c == COLL_REDUCESCATTER && !t->may_alloc && S / 2 > (double)t->scratch_bytes) return -1;
+  return cost(m, t, l, k, (c == COLL_REDUCESCATTER ? COST_XCHG : 1) * (double)(n - 1) / n * S);
+}
+
+static double rd_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
+  int n = t->nranks, k = rhd_log2(n), f = (1 << k) != n;
+  double hosts = rd_hosts_us(m, t, S);
+  (void)c;
+  if (hosts >= 0) return hosts;
+  return cost(m, t, cost_level(m, t), (double)k + 2 * f,
+              cost_nic_share(t) * COST_XCHG * ((double)k + 2 * f) * S);
+}
+
+/* The halving reduce-scatter keeps n/2 partial blocks in scratch. */
+static size_t rhd_scratch(const sched_args_t *a) {
+  return a->coll == COLL_REDUCESCATTER ? (size_t)(a->nranks / 2) * a->count : 0;
+}
+
+ALGO_COL_BUILDER(build_rhd_allreduce, rhd_allreduce)
+ALGO_COL_BUILDER(build_rhd_reducescatter, rhd_reducescatter)
+ALGO_COL_BUILDER(build_rhd_allgather, rhd_allgather)
+
+static int build_rd_allreduce(const sched_args_t *a, sched_t *col, sched_t *lanes) {
+  (void)lanes;
+  return rd_allreduce(a, a->host_of_rank, col);
+}
+
+const algo_desc_t algo_rhd = {
+    .name = "rhd",
+    .summary = "recursive halving-doubling: 2 log2 n exchanges, for mid sizes",
+    .build = {[COLL_ALLREDUCE] = build_rhd_allreduce,
+              [COLL_REDUCESCATTER] = build_rhd_reducescatter,
+              [COLL_ALLGATHER] = build_rhd_allgather},
+    .cost_us = rhd_cost,
+    .scratch_elems = rhd_scratch,
+};
+
+const algo_desc_t algo_rd = {
+    .name = "rd",
+    .summary = "recursive doubling: log2 n exchanges of the whole buffer, for small sizes",
+    .build = {[COLL_ALLREDUCE] = build_rd_allreduce},
+    .cost_us = rd_cost,
+};

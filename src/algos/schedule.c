@@ -1,4 +1,4 @@
-/* Step lists: growable arrays reused between calls, plus names and a readable dump. */
+/* Step lists: growable arrays reused between calls, plus collective names and a readable dump. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,20 +53,21 @@ static const char *peer_str(int peer, char *buf, size_t len) {
  *      1  recv 4   send 0   recv-reduce+send  src recv+0         dst -              count 4 */
 static void dump_step(FILE *f, size_t i, const step_t *st) {
   char rp[16], sp[16], src[40], dst[40], kind[24];
-  const char *what = (st->flags & STEP_DIRECT) ? "direct"
+  static const char *peer_kinds[] = {"", "peer-reduce", "peer-copy", "peer-done"};
+  const char *what = st->kind != STEP_FIFO ? peer_kinds[st->kind % 4]
                      : st->recv_peer >= 0 ? (st->flags & STEP_REDUCE ? "recv-reduce" : "recv")
                      : st->send_peer >= 0 ? "send"
                      : st->flags & STEP_REDUCE ? "local-reduce" : "copy";
   snprintf(kind, sizeof(kind), "%s%s", what, st->recv_peer >= 0 && st->send_peer >= 0 ? "+send" : "");
   snprintf(src, sizeof(src), "%s+%zu", buf_name(st->src_buf), st->src_off);
   snprintf(dst, sizeof(dst), "%s+%zu", buf_name(st->dst_buf), st->dst_off);
-  fprintf(f, "  %5zu  recv %-3s send %-3s %-17s src %-14s dst %-14s count %zu%s%s%s\n", i,
+  /* a peer step's "recv" is the rank whose memory it reads (PEER_REDUCE: the first operand) */
+  fprintf(f, "  %5zu  recv %-3s send %-3s %-17s src %-14s dst %-14s count %zu%s%s%s%s\n", i,
           peer_str(st->recv_peer, rp, sizeof(rp)), peer_str(st->send_peer, sp, sizeof(sp)), kind,
           st->src_buf == BUF_NONE ? "-" : src, (st->flags & STEP_STORE) ? dst : "-", st->count,
           st->flags & STEP_STORE ? " store" : "", st->flags & STEP_PRE ? " pre" : "",
-          st->flags & STEP_POST ? " post" : "");
-  if (st->flags & STEP_DIRECT)
-    fprintf(f, "         (else the next %zu steps, through the FIFOs)\n", st->dst_off);
+          st->flags & STEP_POST ? " post" : "",
+          st->flags & STEP_AFTER_PROGRESS ? " after-progress" : "");
 }
 
 void sched_dump_range(const sched_t *s, size_t from, size_t to, int rank, const char *title,
@@ -86,55 +87,4 @@ const char *coll_name(coll_t c) {
                                         "Gather",    "Scatter",       "Send",
                                         "Recv"};
   return (unsigned)c < COLL_NUM ? names[c] : "?";
-}
-
-const char *algo_name(algo_t a) {
-  static const char *names[ALGO_NUM] = {"ring", "oneshot", "chain", "p2p", "hier", "tree", "rhd", "rd"};
-  return (unsigned)a < ALGO_NUM ? names[a] : "?";
-}
-
-int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sched_t *col,
-                sched_t *lanes) {
-  int n = a->nranks;
-  switch (a->coll) {
-    case COLL_ALLREDUCE:
-      switch (algo) {
-        case ALGO_RING: return ring_allreduce(a, col);
-        case ALGO_ONESHOT: return oneshot_allreduce(a, col);
-        case ALGO_HIER: return host_of_rank ? hier_allreduce(a, host_of_rank, col) : -2;
-        case ALGO_TREE: return tree_allreduce(a, col);
-        case ALGO_RHD: return rhd_allreduce(a, col);
-        case ALGO_RD: return rd_allreduce(a, host_of_rank, col);
-        default: return -2;
-      }
-    case COLL_REDUCESCATTER:
-      return algo == ALGO_RING ? ring_reducescatter(a, col)
-             : algo == ALGO_RHD ? rhd_reducescatter(a, col) : -2;
-    case COLL_ALLGATHER:
-      return algo == ALGO_RING ? ring_allgather(a, col)
-             : algo == ALGO_RHD ? rhd_allgather(a, col) : -2;
-    case COLL_BROADCAST:
-      return algo == ALGO_CHAIN ? chain_broadcast(a, col)
-             : algo == ALGO_TREE ? tree_broadcast(a, col) : -2;
-    case COLL_REDUCE:
-      return algo == ALGO_CHAIN ? chain_reduce(a, col) : algo == ALGO_TREE ? tree_reduce(a, col) : -2;
-    case COLL_ALLTOALL: return algo == ALGO_P2P ? p2p_alltoall(a, lanes) : -2;
-    case COLL_GATHER: return algo == ALGO_P2P ? p2p_gather(a, lanes) : -2;
-    case COLL_SCATTER: return algo == ALGO_P2P ? p2p_scatter(a, lanes) : -2;
-    case COLL_SEND:
-      return sched_push(&lanes[a->root], (step_t){.recv_peer = -1, .send_peer = a->root,
-                        .src_buf = BUF_SEND, .dst_buf = BUF_NONE, .count = a->count});
-    case COLL_RECV:
-      return sched_push(&lanes[n + a->root], (step_t){.recv_peer = a->root, .send_peer = -1,
-                        .src_buf = BUF_NONE, .dst_buf = BUF_RECV, .flags = STEP_STORE,
-                        .count = a->count});
-    default: return -2;
-  }
-}
-
-size_t sched_scratch_elems(algo_t algo, const sched_args_t *a) {
-  if (algo == ALGO_ONESHOT && a->coll == COLL_ALLREDUCE && a->in_place) return a->count;
-  if (algo == ALGO_TREE && a->coll == COLL_REDUCE) return a->chunk ? a->chunk : 1;
-  if (algo == ALGO_RHD && a->coll == COLL_REDUCESCATTER) return (size_t)(a->nranks / 2) * a->count;
-  return 0;
 }

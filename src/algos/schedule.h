@@ -9,9 +9,9 @@
  *   no peer at all: dst = REDUCE ? combine(src, dst) : copy(src)
  *
  * PRE marks `src` as this rank's own input (PreMulSum scales it), POST marks the result as
- * final (Avg divides it). Algorithms (ring.c, chain.c, oneshot.c, p2p.c, hier.c, tree.c, rhd.c)
- * only fill these lists; they never touch memory, sockets or shared memory, so they are
- * unit-tested without a network (tests/test_schedule.cc, tests/test_algos.cc).
+ * final (Avg divides it). Algorithms (one file each in src/algos/, listed in registry.h) only
+ * fill these lists; they never touch memory, sockets or shared memory, so they are unit-tested
+ * without a network (tests/test_schedule.cc, tests/test_algos.cc).
  *
  * Steps that both receive and send around a cycle (rings, pairwise exchanges, the two trees of
  * tree.c) must move at most `chunk` elements per step per round: with every FIFO holding at
@@ -33,16 +33,29 @@ extern "C" {
 #endif
 
 enum { BUF_SEND = 0, BUF_RECV = 1, BUF_NONE = 2, BUF_SCRATCH = 3 };
-enum { STEP_REDUCE = 1, STEP_STORE = 2, STEP_PRE = 4, STEP_POST = 8, STEP_DIRECT = 16 };
-/* STEP_DIRECT (added by the engine's caller, never by an algorithm): a whole all-reduce read
- * straight from the other ranks' buffers when every rank's buffers can be mapped (direct.c);
- * dst_off then holds the number of steps after it that do the same through the FIFOs, run only
- * when some rank's buffers cannot be shared. */
+enum { STEP_REDUCE = 1, STEP_STORE = 2, STEP_PRE = 4, STEP_POST = 8, STEP_AFTER_PROGRESS = 16 };
+
+/* What a step does. FIFO steps move pieces through connections (the semantics above). Peer
+ * steps read other ranks' buffers in place through the transports' peer-memory capability
+ * (transport.h); an algorithm that uses them declares ALGO_NEEDS_PEER_MEMORY (registry.h) and
+ * the planner only runs it once every rank has mapped every other rank's buffers:
+ *
+ *   PEER_REDUCE  dst[dst_off, +count) = x(f) (+) x(f+1) (+) ... (+) x(f-1), x(k) being rank k's
+ *                src_buf at [src_off, +count) and f = recv_peer (the first operand: the order
+ *                is fixed, so every rank's result has the same bits); publishes its progress
+ *                (elements of dst final so far) for PEER_COPY steps of the other ranks
+ *   PEER_COPY    dst[dst_off, +count) = rank recv_peer's src_buf at [src_off, +count); with
+ *                STEP_AFTER_PROGRESS only as far as that rank's PEER_REDUCE progress says
+ *   PEER_DONE    says this rank is done with the call and waits until every rank is: nobody
+ *                returns (and may reuse its buffers) while another rank still reads them
+ */
+typedef enum { STEP_FIFO = 0, STEP_PEER_REDUCE, STEP_PEER_COPY, STEP_PEER_DONE } step_kind_t;
 
 typedef struct step {
   int32_t recv_peer; /* -1: none */
   int32_t send_peer; /* -1: none */
   uint8_t src_buf, dst_buf, flags;
+  uint8_t kind;            /* step_kind_t */
   uint16_t op;             /* index of the operation (buffers, type, op) in the engine's table */
   size_t src_off, dst_off; /* elements */
   size_t count;            /* elements */
@@ -89,21 +102,6 @@ typedef enum {
 } coll_t;
 const char *coll_name(coll_t c);
 
-/* Names (algo_name) are what TUTTI_ALGO / NCCL_ALGO take: ring, oneshot, chain, p2p, hier, tree
- * (double binary tree), rhd (recursive halving-doubling), rd (recursive doubling). */
-typedef enum {
-  ALGO_RING = 0,
-  ALGO_ONESHOT,
-  ALGO_CHAIN,
-  ALGO_P2P,
-  ALGO_HIER,
-  ALGO_TREE,
-  ALGO_RHD,
-  ALGO_RD,
-  ALGO_NUM
-} algo_t;
-const char *algo_name(algo_t a);
-
 /* Everything an algorithm needs to know: ranks, counts, root. Counts are in elements. */
 typedef struct sched_args {
   coll_t coll;
@@ -111,48 +109,13 @@ typedef struct sched_args {
   size_t count;           /* per NCCL's definition for the collective */
   size_t chunk;           /* elements per ring step per round (>= 1) */
   int in_place;
+  const int *host_of_rank; /* [nranks]: host label of each rank (NULL: unknown) */
 } sched_args_t;
 
-/* Appends rank's steps for the collective to s. Returns 0, or -1 out of memory. */
-int ring_allreduce(const sched_args_t *a, sched_t *s);
-int ring_reducescatter(const sched_args_t *a, sched_t *s);
-int ring_allgather(const sched_args_t *a, sched_t *s);
-int oneshot_allreduce(const sched_args_t *a, sched_t *s);
-/* Hierarchical all-reduce (hier.c): host_of_rank[r] names rank r's host (any integer label). */
-int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
-/* 1 when hier_allreduce applies: at least 2 hosts, the same number of ranks on each. */
-int hier_applicable(const int *host_of_rank, int nranks);
-int chain_broadcast(const sched_args_t *a, sched_t *s);
-int chain_reduce(const sched_args_t *a, sched_t *s);
-/* Double binary tree all-reduce, tree reduce and broadcast (tree.c); depth = floor(log2 n). */
-int tree_allreduce(const sched_args_t *a, sched_t *s);
-int tree_reduce(const sched_args_t *a, sched_t *s);
-int tree_broadcast(const sched_args_t *a, sched_t *s);
-int tree_depth(int nranks);
-/* Recursive halving-doubling and recursive doubling (rhd.c); the reduce-scatter and all-gather
- * return -2 unless nranks is a power of two. rhd_log2 = floor(log2 n). */
-int rhd_allreduce(const sched_args_t *a, sched_t *s);
-/* host_of_rank (NULL: none): fold each host's ranks into its first rank around rd across hosts. */
-int rd_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
-int rhd_reducescatter(const sched_args_t *a, sched_t *s);
-int rhd_allgather(const sched_args_t *a, sched_t *s);
-int rhd_log2(int nranks);
-/* Point-to-point based: one lane per peer and direction; lanes[p] sends, lanes[n + p] receives. */
-int p2p_alltoall(const sched_args_t *a, sched_t *lanes);
-int p2p_gather(const sched_args_t *a, sched_t *lanes);
-int p2p_scatter(const sched_args_t *a, sched_t *lanes);
-
-/* Builds rank a->rank's schedule of collective a->coll with algorithm `algo` (the one entry point
- * the engine and the simulator share). Collective algorithms append to `col`; point-to-point
- * ones (ALGO_P2P, send/recv) to lanes[0 .. 2*nranks). host_of_rank is needed by ALGO_HIER only.
- * Returns 0, -1 out of memory, -2 when the algorithm does not implement the collective. */
-int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sched_t *col,
-                sched_t *lanes);
-
-/* Elements of BUF_SCRATCH the schedule of `algo` for `a` uses (the engine provides at least
- * that many): in-place one-shot all-reduce (count), tree reduce (chunk), halving
- * reduce-scatter (n/2 * count); 0 for the others. */
-size_t sched_scratch_elems(algo_t algo, const sched_args_t *a);
+/* a mod n in [0, n), also for negative a. */
+static inline int sched_mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 /* Start of block k when `count` elements are split into n nearly equal blocks. */
 static inline size_t block_start(size_t count, int n, int k) {

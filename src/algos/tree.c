@@ -42,7 +42,7 @@
  * order for a given n, and every rank receives the root's bits, so results are bitwise
  * reproducible and identical everywhere.
  */
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 typedef struct tnode {
   int parent; /* -1: root */
@@ -169,3 +169,46 @@ int tree_depth(int nranks) {
   while (nranks > 1) nranks /= 2, d++;
   return d;
 }
+
+/* Cost, D = floor(log2 n): all-reduce 2(D+1) a + 2 S/b (an interior rank sends half up and two
+ * halves down; q = 1: the leaves' hop sends from every rank, and a rank's waits on the two trees
+ * follow one another); across hosts a node's ranks sit all over the heap, so their edges leave
+ * the node and share its NIC. Broadcast and reduce (D+1) a + 2 S/b, q = (n-1)/(n(D+1)). */
+static double tree_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
+  int n = t->nranks, D = tree_depth(n);
+  const tuner_level_t *l = cost_level(m, t);
+  if (c == COLL_ALLREDUCE) return cost(m, t, l, 2.0 * (D + 1), cost_nic_share(t) * 2 * S);
+  return cost_q(m, t, l, D + 1, (n - 1.0) / ((double)n * (D + 1)), 1, 2 * S);
+}
+
+/* Chunks small enough for at least 2(D+1) rounds per tree, so that levels and the two phases
+ * overlap, but never below one slot. */
+static size_t tree_chunk(const tuner_topo_t *t, coll_t c, size_t bytes) {
+  size_t chunk = t->chunk_bytes;
+  if (!t->slot_bytes) return chunk;
+  size_t per_tree = c == COLL_ALLREDUCE ? bytes / 2 : bytes;
+  size_t want = per_tree / (2 * (size_t)(tree_depth(t->nranks) + 1));
+  want -= want % t->slot_bytes;
+  if (want < t->slot_bytes) want = t->slot_bytes;
+  return want < chunk ? want : chunk;
+}
+
+/* Reduce: a non-root rank keeps a round's partial sum in scratch. */
+static size_t tree_scratch(const sched_args_t *a) {
+  return a->coll == COLL_REDUCE ? (a->chunk ? a->chunk : 1) : 0;
+}
+
+ALGO_COL_BUILDER(build_allreduce, tree_allreduce)
+ALGO_COL_BUILDER(build_reduce, tree_reduce)
+ALGO_COL_BUILDER(build_broadcast, tree_broadcast)
+
+const algo_desc_t algo_tree = {
+    .name = "tree",
+    .summary = "double binary tree: 2(log2 n + 1) hops, for mid sizes and many ranks",
+    .build = {[COLL_ALLREDUCE] = build_allreduce,
+              [COLL_REDUCE] = build_reduce,
+              [COLL_BROADCAST] = build_broadcast},
+    .cost_us = tree_cost,
+    .scratch_elems = tree_scratch,
+    .chunk_bytes = tree_chunk,
+};

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "memreg.h"
 
 TUTTI_PARAM(ShmDisable, "SHM_DISABLE", 0)
 TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
@@ -54,9 +55,9 @@ typedef struct shm_header {
   uint32_t nslots, local_size;
   uint64_t slot_bytes;
   char pad0[TUTTI_CACHELINE - 32];
-  volatile uint64_t direct_progress; /* direct.c: the owner's progress, one line each */
+  volatile uint64_t peer_progress; /* the owner's peer-memory words (transport.h), a line each */
   char pad1[TUTTI_CACHELINE - 8];
-  volatile uint64_t direct_done;
+  volatile uint64_t peer_done;
   char pad2[SHM_PAGE / 2 - 3 * TUTTI_CACHELINE];
   volatile int32_t failed; /* set by the owner when it fails or aborts */
   char reason[512];        /* the owner's error message, written before `failed` */
@@ -343,15 +344,51 @@ static const char *shm_peer_reason(conn_t *c) {
          offsetof(shm_header_t, failed);
 }
 
-int shm_direct_words(struct ncclComm *comm, int rank, volatile uint64_t **progress,
-                     volatile uint64_t **done) {
+/* ---- peer memory: ncclMemAlloc regions (memreg.c) and peers of this process ---- */
+
+typedef struct shm_handle { /* a peer_handle_t's bytes */
+  int32_t pid;
+  int32_t shared; /* 1: ref names an ncclMemAlloc region */
+  uint64_t addr;  /* the buffer's address in process pid */
+  memreg_ref_t ref;
+} shm_handle_t;
+_Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a peer handle");
+
+/* A buffer can be exposed when it lies in one ncclMemAlloc region; a peer in the same process
+ * (ranks as threads) uses the address as is, whatever the memory. */
+static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
+  shm_handle_t sh = {.pid = (int32_t)getpid(), .addr = (uint64_t)(uintptr_t)buf};
+  (void)comm;
+  sh.shared = memreg_find(buf, bytes, &sh.ref);
+  memset(h, 0, sizeof(*h));
+  memcpy(h->bytes, &sh, sizeof(sh));
+  return 1; /* mem_map decides: a peer in this process can always use it */
+}
+
+static ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_handle_t *h,
+                                const char **addr) {
+  shm_handle_t sh;
+  memcpy(&sh, h->bytes, sizeof(sh));
+  if (sh.pid == (int32_t)getpid()) {
+    *addr = (const char *)(uintptr_t)sh.addr;
+    return ncclSuccess;
+  }
+  if (!sh.shared) {
+    *addr = NULL; /* heap memory of another process: not mappable */
+    return ncclSuccess;
+  }
+  const char *base;
+  TUTTI_CHECK(memreg_map_peer(comm, peer, sh.pid, &sh.ref, &base));
+  *addr = base + sh.ref.offset;
+  return ncclSuccess;
+}
+
+static volatile uint64_t *shm_mem_word(struct ncclComm *comm, int rank, int which) {
   shm_state_t *st = comm->shm;
-  if (!st || !st->seg) return -1;
+  if (!st || !st->seg) return NULL;
   shm_header_t *h = (shm_header_t *)(rank == comm->rank ? st->seg : st->peer_seg[rank]);
-  if (!h) return -1;
-  *progress = &h->direct_progress;
-  *done = &h->direct_done;
-  return 0;
+  if (!h) return NULL;
+  return which == PEER_WORD_PROGRESS ? &h->peer_progress : &h->peer_done;
 }
 
 static void shm_close(struct ncclComm *comm) {
@@ -385,4 +422,7 @@ const transport_t shm_transport = {
     .peer_reason = shm_peer_reason,
     .mark_failed = shm_mark_failed,
     .close = shm_close,
+    .mem_expose = shm_mem_expose,
+    .mem_map = shm_mem_map,
+    .mem_word = shm_mem_word,
 };

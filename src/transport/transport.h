@@ -24,6 +24,18 @@
  * transport_connect_all sets it to the smallest slot of all ranks (transports' FIFOs may be
  * larger; they just fill less of each slot) and the chunk to at most half the shallowest FIFO.
  *
+ * Peer memory (optional capability; NULL where a transport has none): a rank exposes a buffer
+ * to the peers it reaches through this transport and maps a peer's exposed buffer, so that
+ * algorithms with peer steps (schedule.h) read each other's buffers in place; plus two words per
+ * rank the peer steps publish and poll (progress of the rank's reduction, calls it finished).
+ *   mem_expose(comm, buf, n, &h)  -> 1 and an opaque handle when peers can map [buf, buf + n)
+ *                                    (shm: an ncclMemAlloc region, or a peer in this process)
+ *   mem_map(comm, peer, &h, &addr) -> maps what `peer` exposed as h (cached); addr is its
+ *                                    address here, NULL when it cannot be mapped
+ *   mem_word(comm, rank, which)   -> PEER_WORD_PROGRESS / PEER_WORD_DONE of `rank` (this rank or
+ *                                    a peer of this transport) as seen here; NULL if none
+ * Handles travel between ranks as bytes; nothing outside the transport reads them.
+ *
  * Setup happens in three collective phases driven by transport_connect_all():
  *   setup(comm, blob)        create this rank's local resources; describe them in a blob
  *                            (comm->send_conn[p].transport already names each peer's choice)
@@ -46,6 +58,12 @@ typedef struct conn {
 } conn_t;
 
 #define TRANSPORT_BLOB_BYTES 256
+
+#define PEER_HANDLE_BYTES 48
+typedef struct peer_handle {
+  unsigned char bytes[PEER_HANDLE_BYTES];
+} peer_handle_t;
+enum { PEER_WORD_PROGRESS = 0, PEER_WORD_DONE = 1 };
 
 typedef struct transport {
   const char *name;
@@ -73,13 +91,14 @@ typedef struct transport {
   /* Tells peers this rank failed / aborted (sets a flag they poll). */
   void (*mark_failed)(struct ncclComm *comm);
   void (*close)(struct ncclComm *comm);
+  /* Optional peer memory (see above). */
+  int (*mem_expose)(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h);
+  ncclResult_t (*mem_map)(struct ncclComm *comm, int peer, const peer_handle_t *h,
+                          const char **addr);
+  volatile uint64_t *(*mem_word)(struct ncclComm *comm, int rank, int which);
 } transport_t;
 
 extern const transport_t shm_transport;
-/* The two words rank publishes for direct collectives (direct.c) in its shm segment, seen
- * from this rank (its own or a same-host peer's). Returns 0, or -1 if rank has none. */
-int shm_direct_words(struct ncclComm *comm, int rank, volatile uint64_t **progress,
-                     volatile uint64_t **done);
 extern const transport_t tcp_transport;
 
 /* Picks a transport per peer and connects every pair (collective over the communicator). */

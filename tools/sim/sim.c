@@ -34,6 +34,8 @@ static size_t comm_chunk_bytes(const sim_cluster_t *c) {
 static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t *t) {
   m->shm = (tuner_level_t){c->intra_lat * 1e6, c->intra_bw / 1e9};
   m->net = (tuner_level_t){c->inter_lat * 1e6, c->inter_bw / 1e9};
+  /* peer memory: one copy per byte where the FIFOs make two, after a handshake of a few hops */
+  m->peer = (tuner_level_t){3 * c->intra_lat * 1e6, 2 * c->intra_bw / 1e9};
   m->msg_cpu_us = c->msg_cpu * 1e6;
   m->shm_msg_cpu_us = sim_intra_msg_cpu(c) * 1e6;
   size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES, which also sizes the scratch */
@@ -45,6 +47,8 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .machine_ranks = c->cpus > 0 ? machine_nodes * c->ppn : 0,
                       .ncpu = c->cpus,
                       .host_blocks = c->nodes > 1,
+                      .peer_mem = c->nodes == 1 && sim_nranks(c) > 1,
+                      .peer_min_bytes = 256 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
                       .slot_bytes = sim_comm_slot(c),
                       .chunk_bytes = comm_chunk_bytes(c),
                       .scratch_bytes = oneshot_max,
@@ -58,6 +62,10 @@ int sim_choose(const sim_cluster_t *c, coll_t coll, int algo, size_t bytes, algo
   tuner_inputs(c, &m, &t);
   uint32_t mask = algo == SIM_ALGO_AUTO ? TUNER_ALL_ALGOS : 1u << algo;
   tuner_choice_t ch = tuner_choose(&m, &t, coll, bytes, mask, 0);
+  if (ch.algo == ALGO_NUM) { /* the library then chooses among all (plan.c) */
+    ch = tuner_choose(&m, &t, coll, bytes, TUNER_ALL_ALGOS, 0);
+    if (ch.algo == ALGO_NUM) ch.algo = ALGO_P2P;
+  }
   *chosen = ch.algo;
   *chunk_bytes = ch.chunk_bytes;
   return algo == SIM_ALGO_AUTO || ch.algo == (algo_t)algo ? 0 : -2;

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "algos/schedule.h"
+#include "algos/registry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -128,6 +128,10 @@ int sim_build(const sim_cluster_t *c, const sched_args_t *a, algo_t algo, sim_me
               size_t max_steps, sim_lane_t **lanes, int *nlanes, sim_sym_t *sym, int *approx,
               char *msg, size_t msglen);
 void sim_lanes_free(sim_lane_t *lanes, int nlanes);
+/* peer.c: the lanes of an algorithm with peer steps (every rank, peer reads as messages).
+ * Returns 0, -2 (not implemented), -1 (out of memory). */
+int sim_build_peer(const sim_cluster_t *c, const sched_args_t *a, algo_t algo,
+                   sim_lane_t **lanes, int *nlanes);
 
 /* des.c: runs the lanes; returns 0 or -1 (msg says why). */
 int sim_des(const sim_cluster_t *c, const sim_lane_t *lanes, int nlanes, const sim_sym_t *sym,

@@ -1,0 +1,40 @@
+/* The cost model's shared formulas (cost.h); each algorithm's own formula is in its file. */
+#include "algos/cost.h"
+
+int cost_is_pow2(int n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+
+double cost_q(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l, double hops,
+              double q, double g, double bytes) {
+  double us = hops * l->lat_us + bytes / (l->gbps * 1e3); /* GB/s = 1e3 bytes per microsecond */
+  if (t->machine_ranks > 0 && t->ncpu > 0) {
+    double c = l == &m->net ? g * m->msg_cpu_us + (1 - g) * m->shm_msg_cpu_us : m->shm_msg_cpu_us;
+    double cpu = hops * q * t->machine_ranks * c / t->ncpu;
+    if (cpu > us) us = cpu;
+  }
+  return us;
+}
+
+double cost(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l, double hops,
+            double bytes) {
+  return cost_q(m, t, l, hops, 1, 1, bytes);
+}
+
+const tuner_level_t *cost_level(const tuner_model_t *m, const tuner_topo_t *t) {
+  return t->nhosts > 1 ? &m->net : &m->shm;
+}
+
+double cost_ring_net_share(const tuner_topo_t *t) {
+  if (t->nhosts < 2) return 0;
+  return t->host_blocks ? (double)t->nhosts / t->nranks : 1;
+}
+
+double cost_peers_net_share(const tuner_topo_t *t) {
+  if (t->nhosts < 2) return 0;
+  return t->nranks > 1 ? (double)(t->nranks - t->local_size) / (t->nranks - 1) : 0;
+}
+
+double cost_nic_share(const tuner_topo_t *t) {
+  return t->nhosts > 1 && t->local_size > 1 ? (double)t->local_size : 1.0;
+}

@@ -1,0 +1,76 @@
+/* The cost model's vocabulary: what the tuner knows about the machine and the communicator, and
+ * the formulas every algorithm's cost function is written with (registry.h). Pure functions of
+ * their arguments, so tests check them against the closed forms.
+ *
+ * An algorithm's time is   hops x latency + bytes on the busiest link / bandwidth   at the
+ * transport level it runs on (shared memory inside a host; the network as soon as a flat
+ * algorithm spans hosts, because its slowest hop then crosses one; peer memory for algorithms
+ * that read other ranks' buffers in place), or, when the machine's CPUs are the bottleneck,
+ * the CPU time of the messages its ranks send: hops x q x R x c / C if that is longer, with R
+ * ranks on the machine (all its hosts: containers and network namespaces share the kernel's C
+ * CPUs), q the messages per rank and hop and c the CPU time of one message: c_net
+ * (TUTTI_TUNER_MSG_CPU_US) for one that crosses the network, c_shm (TUTTI_TUNER_SHM_MSG_CPU_US)
+ * for one through shared memory, mixed by the share g of the algorithm's messages that leave
+ * the host. With R <= C the latency term wins (c < a).
+ */
+#ifndef TUTTI_COST_H_
+#define TUTTI_COST_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tuner_level { /* one transport level: a hop's latency and a link's bandwidth */
+  double lat_us, gbps;       /* gbps: GB/s (1e9 bytes per second) */
+} tuner_level_t;
+
+typedef struct tuner_model {
+  tuner_level_t shm, net; /* inside a host, across hosts */
+  double msg_cpu_us;      /* CPU time of one message across hosts (send, kernel, wake-up, receive) */
+  double shm_msg_cpu_us;  /* the same for a message through shared memory */
+  tuner_level_t peer;     /* peer memory: lat_us the handshake and final wait of one call,
+                             gbps the bandwidth of one rank reading and writing in place */
+} tuner_model_t;
+
+typedef struct tuner_topo { /* what the communicator knows, the same on every rank */
+  int nranks, nhosts, local_size, hier_ok; /* local_size: of the largest host */
+  int machine_ranks, ncpu; /* the machine (kernel) with the most ranks per CPU: its ranks and
+                              CPUs; 0: unknown */
+  int host_blocks;         /* 1: rank r is on host r / local_size, every host alike */
+  int peer_mem;            /* 1: every pair of ranks is connected by a transport with the
+                              peer-memory capability (one host, shared memory) */
+  size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
+  size_t peer_min_bytes;   /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
+  int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
+} tuner_topo_t;
+
+/* Reducing exchanges (rhd, rd) copy what they send into the FIFO in one step and reduce what
+ * they receive in another, where a ring step reduces straight into the outgoing slot: 1.5x the
+ * memory traffic per byte (docs/perf.md, "exchange factor"). */
+#define COST_XCHG 1.5
+
+/* time = hops x latency + bytes / bandwidth at level l, or the CPU time of the q messages per
+ * rank that every rank of the machine sends per hop when that is longer; a share g of those
+ * messages crosses the network (0 at the shm level). */
+double cost_q(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l, double hops,
+              double q, double g, double bytes);
+/* One message per rank and hop, all of them at level l's CPU cost. */
+double cost(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l, double hops,
+            double bytes);
+/* The level a flat algorithm runs at: the network as soon as it spans hosts. */
+const tuner_level_t *cost_level(const tuner_model_t *m, const tuner_topo_t *t);
+/* The share of a flat algorithm's messages that leave the host: ring-like (each rank sends to
+ * its neighbour: H of the n links cross hosts when hosts hold blocks of ranks, 1 when the
+ * placement is unknown) or to every peer ((n-m)/(n-1) of them). */
+double cost_ring_net_share(const tuner_topo_t *t);
+double cost_peers_net_share(const tuner_topo_t *t);
+/* Ranks of one host whose exchange steps cross the network at the same time share its NIC. */
+double cost_nic_share(const tuner_topo_t *t);
+int cost_is_pow2(int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

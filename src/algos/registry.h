@@ -1,0 +1,130 @@
+/* The algorithm registry: one entry per algorithm, the one list the planner, the tuner,
+ * tutti-sched, tutti-sim and the tests iterate.
+ *
+ * An entry names the algorithm (what TUTTI_ALGO / NCCL_ALGO take), gives its schedule builder
+ * per collective (NULL: not implemented), its cost function (the tuner's estimate, in
+ * microseconds; negative where it cannot run this call), its scratch needs and its
+ * preconditions. Adding an algorithm is one file in src/algos/ that defines its
+ * `const algo_desc_t algo_<name>` (opening with its picture, cost and invariants), one
+ * X(...) line in TUTTI_ALGOS below, one line in CMakeLists.txt, and its tests
+ * (docs/adding-an-algorithm.md).
+ */
+#ifndef TUTTI_REGISTRY_H_
+#define TUTTI_REGISTRY_H_
+
+#include "algos/cost.h"
+#include "algos/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every algorithm, in tie-break order (the tuner prefers the earlier of two equal estimates).
+ * X(ENUM, name): ALGO_<ENUM> is its algo_t, algo_<name> its entry. */
+#define TUTTI_ALGOS(X) \
+  X(RING, ring)        \
+  X(ONESHOT, oneshot)  \
+  X(CHAIN, chain)      \
+  X(P2P, p2p)          \
+  X(HIER, hier)        \
+  X(TREE, tree)        \
+  X(RHD, rhd)          \
+  X(RD, rd)            \
+  X(DIRECT, direct)
+
+typedef enum {
+#define TUTTI_ALGO_ENUM(e, name) ALGO_##e,
+  TUTTI_ALGOS(TUTTI_ALGO_ENUM)
+#undef TUTTI_ALGO_ENUM
+      ALGO_NUM
+} algo_t;
+
+/* Builds rank a->rank's steps: collective algorithms append to `col`, point-to-point ones to
+ * lanes[0 .. 2*nranks) (lanes[p] sends to p, lanes[n + p] receives from p). Returns 0, -1 out
+ * of memory, -2 when the algorithm cannot build this call (e.g. needs a power of two). */
+typedef int (*algo_build_fn)(const sched_args_t *a, sched_t *col, sched_t *lanes);
+
+/* Defines `wrapper`, an algo_build_fn that appends to col with fn(a, col). */
+#define ALGO_COL_BUILDER(wrapper, fn)                                          \
+  static int wrapper(const sched_args_t *a, sched_t *col, sched_t *lanes) {    \
+    (void)lanes;                                                               \
+    return fn(a, col);                                                         \
+  }
+
+enum {
+  ALGO_NEEDS_PEER_MEMORY = 1, /* peer steps: every rank maps every other rank's buffers */
+  ALGO_USES_LANES = 2,        /* builds into the point-to-point lanes, not `col` */
+  ALGO_NEEDS_PLAIN_OP = 4,    /* no PreMulSum (its reductions read each input once, unscaled) */
+};
+
+typedef struct algo_desc {
+  const char *name;    /* TUTTI_ALGO / NCCL_ALGO name, tutti-sim -a */
+  const char *summary; /* one line: what it is, where it wins */
+  algo_build_fn build[COLL_NUM];
+  /* The tuner's estimate for collective c of `bytes` (count x element size: the whole buffer
+   * for all-reduce, broadcast, reduce; recvbuf of all-gather; sendbuf of reduce-scatter), or
+   * negative when the algorithm cannot run it here (its preconditions on the topology and the
+   * size: a power of two, one slot, several hosts...). */
+  double (*cost_us)(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double bytes);
+  /* Elements of BUF_SCRATCH the schedule for `a` uses (NULL: none). */
+  size_t (*scratch_elems)(const sched_args_t *a);
+  /* Bytes per round (NULL: the communicator's chunk, t->chunk_bytes). */
+  size_t (*chunk_bytes)(const tuner_topo_t *t, coll_t c, size_t bytes);
+  unsigned needs; /* ALGO_NEEDS_* / ALGO_USES_* */
+} algo_desc_t;
+
+/* The entries, defined by the algorithm files. */
+#define TUTTI_ALGO_EXTERN(e, name) extern const algo_desc_t algo_##name;
+TUTTI_ALGOS(TUTTI_ALGO_EXTERN)
+#undef TUTTI_ALGO_EXTERN
+
+/* The entry of `a` (NULL when out of range). */
+const algo_desc_t *algo_get(algo_t a);
+const char *algo_name(algo_t a);
+/* algo_t of `name` (case-insensitive), or ALGO_NUM. */
+algo_t algo_by_name(const char *name);
+/* 1 when `a` has a builder for collective c. */
+int algo_implements(algo_t a, coll_t c);
+
+/* Builds rank a->rank's schedule of collective a->coll with algorithm `algo` (the one entry
+ * point the planner, the simulator, tutti-sched and the tests share); host_of_rank, when not
+ * NULL, replaces a->host_of_rank. Returns 0, -1 out of
+ * memory, -2 when the algorithm does not implement the collective or cannot build this call. */
+int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sched_t *col,
+                sched_t *lanes);
+/* Elements of BUF_SCRATCH the schedule of `algo` for `a` uses (0 for most). */
+size_t sched_scratch_elems(algo_t algo, const sched_args_t *a);
+
+/* ---- the builders (used by the entries; the tests call some directly) ---- */
+int ring_allreduce(const sched_args_t *a, sched_t *s);
+int ring_reducescatter(const sched_args_t *a, sched_t *s);
+int ring_allgather(const sched_args_t *a, sched_t *s);
+int oneshot_allreduce(const sched_args_t *a, sched_t *s);
+/* Hierarchical all-reduce (hier.c): host_of_rank[r] names rank r's host (any integer label). */
+int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
+/* 1 when hier_allreduce applies: at least 2 hosts, the same number of ranks on each. */
+int hier_applicable(const int *host_of_rank, int nranks);
+int chain_broadcast(const sched_args_t *a, sched_t *s);
+int chain_reduce(const sched_args_t *a, sched_t *s);
+/* Double binary tree all-reduce, tree reduce and broadcast (tree.c); depth = floor(log2 n). */
+int tree_allreduce(const sched_args_t *a, sched_t *s);
+int tree_reduce(const sched_args_t *a, sched_t *s);
+int tree_broadcast(const sched_args_t *a, sched_t *s);
+int tree_depth(int nranks);
+/* Recursive halving-doubling and recursive doubling (rhd.c); the reduce-scatter and all-gather
+ * return -2 unless nranks is a power of two. rhd_log2 = floor(log2 n). */
+int rhd_allreduce(const sched_args_t *a, sched_t *s);
+/* host_of_rank (NULL: none): fold each host's ranks into its first rank around rd across hosts. */
+int rd_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
+int rhd_reducescatter(const sched_args_t *a, sched_t *s);
+int rhd_allgather(const sched_args_t *a, sched_t *s);
+int rhd_log2(int nranks);
+/* Point-to-point based: one lane per peer and direction; lanes[p] sends, lanes[n + p] receives. */
+int p2p_alltoall(const sched_args_t *a, sched_t *lanes);
+int p2p_gather(const sched_args_t *a, sched_t *lanes);
+int p2p_scatter(const sched_args_t *a, sched_t *lanes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,227 @@
+/* The engine's peer steps (algos/schedule.h): reading other ranks' buffers in place through the
+ * transports' peer-memory capability (transport.h), and the agreement that comes before.
+ *
+ * Agreement (engine_peer_agree, before a call whose algorithm has peer steps): every rank
+ * exposes its send and receive buffers and sends the handles to every peer (one FIFO message
+ * each), maps what the peers sent, and tells every peer whether it could map them all (a second
+ * message). Only if every rank could do the planner run the peer steps; otherwise every rank
+ * runs another algorithm, so the answer is the same everywhere whatever each rank's memory.
+ *
+ * Words: each rank publishes two words through its transport (PEER_WORD_PROGRESS, _DONE) that
+ * only grow: progress = call << 40 | elements of its PEER_REDUCE final so far, done = calls
+ * finished. Every rank numbers the communicator's peer-memory calls alike (op_ctx.peer_seq), so
+ * no word is ever reset. All waiting, failure checks and timeouts are the engine's: a blocked
+ * peer step sets l->wait_peer as any step does.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "copy.h"
+#include "engine.h"
+#include "memreg.h"
+
+#define PEER_SEQ_SHIFT 40
+#define PEER_PIECE_BYTES (64 * 1024) /* progress is published every piece */
+#define PEER_BLOCK_BYTES (16 * 1024) /* multi-input reductions run block by block, in L1 */
+#define PEER_MSG_MAGIC 0x70656572u   /* "peer" */
+
+typedef struct agree_msg { /* where one rank's buffers are, for one call */
+  uint32_t magic;
+  int32_t exposed[2]; /* send, receive */
+  peer_handle_t h[2];
+} agree_msg_t;
+
+/* The transport that reaches `rank`'s words and buffers from here (this rank's own: through any
+ * peer's, they are all the same on one host). */
+static const transport_t *peer_transport(ncclComm_t comm, int rank) {
+  int p = rank == comm->rank ? (rank + 1) % comm->nranks : rank;
+  return comm->send_conn[p].transport;
+}
+
+static volatile uint64_t *peer_word(ncclComm_t comm, int rank, int which) {
+  const transport_t *t = peer_transport(comm, rank);
+  return t->mem_word ? t->mem_word(comm, rank, which) : NULL;
+}
+
+static void *tls_buffer(size_t bytes) {
+  static TUTTI_TLS void *buf;
+  static TUTTI_TLS size_t cap;
+  if (bytes > cap) {
+    void *p = realloc(buf, bytes);
+    if (!p) return NULL;
+    buf = p, cap = bytes;
+  }
+  return buf;
+}
+
+/* Maps peer p's buffers described by m into o->peer_buf; 0 when some cannot be mapped. */
+static int map_peer(ncclComm_t comm, const op_ctx_t *o, int p, const agree_msg_t *m) {
+  const transport_t *t = peer_transport(comm, p);
+  for (int b = 0; b < 2; b++) {
+    const char *addr = NULL;
+    if (!m->exposed[b] || !t->mem_map) return 0;
+    if (t->mem_map(comm, p, &m->h[b], &addr) != ncclSuccess) {
+      tutti_clear_error(); /* logged; the call runs another algorithm */
+      return 0;
+    }
+    if (!addr) return 0;
+    o->peer_buf[b][p] = addr;
+  }
+  return 1;
+}
+
+/* This rank's message: its buffers, exposed where its transport can. */
+static void expose(const op_ctx_t *o, const size_t bytes[2], agree_msg_t *m) {
+  ncclComm_t comm = o->comm;
+  const transport_t *t = peer_transport(comm, comm->rank);
+  memset(m, 0, sizeof(*m));
+  m->magic = PEER_MSG_MAGIC;
+  for (int b = 0; b < 2; b++) {
+    const char *buf = o->buf[b == 0 ? BUF_SEND : BUF_RECV];
+    o->peer_buf[b][comm->rank] = buf;
+    m->exposed[b] = t->mem_expose && t->mem_expose(comm, buf, bytes[b], &m->h[b]);
+  }
+}
+
+/* 1 when every peer's buffers could be mapped here; an error when a peer sent no handshake. */
+static ncclResult_t map_all(const op_ctx_t *o, const agree_msg_t *all, uint32_t *could) {
+  ncclComm_t comm = o->comm;
+  *could = 1;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (p == comm->rank) continue;
+    if (all[p].magic != PEER_MSG_MAGIC)
+      return TUTTI_ERR(ncclInvalidUsage, "rank %d: rank %d sent no peer-memory handshake in nccl%s "
+                       "(op #%llu): ranks called different collectives", comm->rank, p,
+                       coll_name(o->coll), (unsigned long long)o->seq);
+    *could &= (uint32_t)map_peer(comm, o, p, &all[p]);
+  }
+  return ncclSuccess;
+}
+
+/* Per call i, at offset off[i] of the buffer: n messages, n acks, this rank's ack. */
+ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], int *ok, int k) {
+  size_t total = 0;
+  for (int i = 0; i < k; i++)
+    total += (size_t)(ops[i]->comm->nranks + 1) * (sizeof(agree_msg_t) + sizeof(uint32_t));
+  char *buf = tls_buffer(total + (size_t)k * sizeof(exchange_t));
+  if (!buf) return TUTTI_ERR(ncclSystemError, "out of memory for the peer-memory handshake");
+  exchange_t *x = (exchange_t *)(buf + total);
+  agree_msg_t *mine[k > 0 ? k : 1], *all[k > 0 ? k : 1];
+  uint32_t *could[k > 0 ? k : 1], *acks[k > 0 ? k : 1];
+  size_t off = 0;
+  for (int i = 0; i < k; i++) {
+    int n = ops[i]->comm->nranks;
+    all[i] = (agree_msg_t *)(buf + off), mine[i] = all[i] + n;
+    acks[i] = (uint32_t *)(mine[i] + 1), could[i] = acks[i] + n;
+    off += (size_t)(n + 1) * (sizeof(agree_msg_t) + sizeof(uint32_t));
+    expose(ops[i], bytes[i], mine[i]);
+    x[i] = (exchange_t){ops[i]->comm, mine[i], all[i], sizeof(agree_msg_t)};
+  }
+  TUTTI_CHECK(engine_exchange(x, k));
+  for (int i = 0; i < k; i++) {
+    TUTTI_CHECK(map_all(ops[i], all[i], could[i]));
+    x[i] = (exchange_t){ops[i]->comm, could[i], acks[i], sizeof(uint32_t)};
+  }
+  TUTTI_CHECK(engine_exchange(x, k));
+  for (int i = 0; i < k; i++) {
+    ok[i] = (int)*could[i];
+    for (int p = 0; p < ops[i]->comm->nranks; p++) ok[i] &= p == ops[i]->comm->rank || acks[i][p] != 0;
+  }
+  return ncclSuccess;
+}
+
+static int block(lane_t *l, int peer) {
+  l->wait_peer = peer, l->wait_send = 0;
+  return 0;
+}
+
+/* dst = x(f) (+) x(f+1) (+) ... (+) x(f-1) over `len` elements at element offset `at` of every
+ * rank's src buffer. Partial sums stay in an L1 block until the last operand, so dst may be
+ * any of the inputs (in place). */
+static void reduce_from_all(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
+                            char *dst) {
+  static TUTTI_TLS uint64_t acc[PEER_BLOCK_BYTES / 8];
+  int n = o->comm->nranks, f = st->recv_peer;
+  const char *const *in = o->peer_buf[st->src_buf == BUF_SEND ? 0 : 1];
+  size_t es = o->esize, blk = TUTTI_MAX(PEER_BLOCK_BYTES / es, 1);
+  int post = (st->flags & STEP_POST) && o->rop.postdiv ? REDUCE_POST : 0;
+  for (size_t i = 0; i < len; i += blk) {
+    size_t m = TUTTI_MIN(blk, len - i), off = (at + i) * es;
+    if (n == 1) {
+      reduce_copy(&o->rop, dst + i * es, in[f] + off, m, post);
+      continue;
+    }
+    const char *a = in[f] + off;
+    for (int k = 1; k < n - 1; k++) {
+      reduce_combine(&o->rop, acc, a, in[sched_mod(f + k, n)] + off, m, 0);
+      a = (const char *)acc;
+    }
+    reduce_combine(&o->rop, dst + i * es, a, in[sched_mod(f + n - 1, n)] + off, m, post);
+  }
+}
+
+static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
+  volatile uint64_t *prog = peer_word(l->comm, l->comm->rank, PEER_WORD_PROGRESS);
+  size_t es = o->esize, piece = TUTTI_MAX(PEER_PIECE_BYTES / es, 1);
+  char *dst = o->buf[st->dst_buf] + st->dst_off * es;
+  uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT;
+  for (size_t at = 0; at < st->count; at += piece) {
+    size_t len = TUTTI_MIN(piece, st->count - at);
+    reduce_from_all(o, st, st->src_off + at, len, dst + at * es);
+    if (prog) __atomic_store_n(prog, seq | (at + len), __ATOMIC_RELEASE);
+  }
+  *moved = 1;
+  return 1;
+}
+
+static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
+  int q = st->recv_peer;
+  size_t es = o->esize, ready = st->count;
+  if (st->flags & STEP_AFTER_PROGRESS) {
+    volatile uint64_t *prog = peer_word(l->comm, q, PEER_WORD_PROGRESS);
+    uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT, avail = prog ? __atomic_load_n(prog, __ATOMIC_ACQUIRE) : 0;
+    ready = avail < seq ? 0 : avail >= seq + (1ull << PEER_SEQ_SHIFT) ? st->count : (size_t)(avail - seq);
+  }
+  if (ready > l->pos) {
+    const char *src = o->peer_buf[st->src_buf == BUF_SEND ? 0 : 1][q] + (st->src_off + l->pos) * es;
+    char *to = o->buf[st->dst_buf] + (st->dst_off + l->pos) * es;
+    if (o->stream) copy_stream(to, src, (ready - l->pos) * es);
+    else memcpy(to, src, (ready - l->pos) * es);
+    l->pos = ready, *moved = 1;
+  }
+  return l->pos < st->count ? block(l, q) : 1;
+}
+
+/* l->pos: 0 before this rank said it is done, then 1 + the peers found done so far. */
+static int step_done(lane_t *l, const op_ctx_t *o, int *moved) {
+  ncclComm_t comm = l->comm;
+  int n = comm->nranks, r = comm->rank;
+  if (l->pos == 0) {
+    volatile uint64_t *done = peer_word(comm, r, PEER_WORD_DONE);
+    if (done) __atomic_store_n(done, o->peer_seq + 1, __ATOMIC_RELEASE);
+    l->pos = 1, *moved = 1;
+  }
+  while (l->pos < (size_t)n) {
+    int k = sched_mod(r + (int)l->pos, n);
+    volatile uint64_t *done = peer_word(comm, k, PEER_WORD_DONE);
+    if (done && __atomic_load_n(done, __ATOMIC_ACQUIRE) < o->peer_seq + 1) return block(l, k);
+    l->pos++;
+  }
+  return 1;
+}
+
+int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
+  int rc = st->kind == STEP_PEER_REDUCE ? step_reduce(l, o, st, moved)
+           : st->kind == STEP_PEER_COPY ? step_copy(l, o, st, moved)
+           : st->kind == STEP_PEER_DONE ? step_done(l, o, moved)
+                                        : -1;
+  if (rc < 0)
+    TUTTI_ERR(ncclInternalError, "rank %d: unknown step kind %d in nccl%s", l->comm->rank,
+              (int)st->kind, coll_name(o->coll));
+  if (rc == 1) l->cur++, l->pos = 0;
+  return rc;
+}
+
+void engine_peer_free(ncclComm_t comm) {
+  memreg_comm_free(comm);
+}

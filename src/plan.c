@@ -1,0 +1,325 @@
+/* The planning layer (plan.h): choose -> build -> cache, once per call, in one place.
+ *
+ * Choose: send/recv are the p2p algorithm; a collective asks the tuner for the cheapest
+ * registered algorithm that TUTTI_ALGO allows and whose preconditions hold (the tuner sees the
+ * same topology on every rank, so every rank chooses alike). When TUTTI_ALGO allows nothing that
+ * can run the call, the tuner chooses among all, with an INFO line. An algorithm with peer steps
+ * (ALGO_NEEDS_PEER_MEMORY) then needs every rank's buffers mapped by every other rank: the
+ * engine's handshake (engine_peer_agree) tells every rank the same answer, and when it is no,
+ * the call runs the tuner's best algorithm without peer memory instead. That fallback is
+ * decided here and nowhere else, and it holds when ranks' memory differs (heap on one rank,
+ * ncclMemAlloc on another): the handshake's answer is collective.
+ * Build: the registry's builder for the collective, with scratch from the communicator or a
+ * temporary. Cache: the last call's steps per communicator (comm->plan), reused by a call with
+ * the same key (collective, count, element size, root, in place), which skips the tuner and the
+ * builder on the small-message path. Calls with peer steps are rebuilt every time (their
+ * handshake runs every time: the peers' buffers may have moved).
+ */
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
+TUTTI_PARAM(Direct, "DIRECT", 1)
+TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 256 * 1024)
+
+/* ---- temporaries of the running group ---- */
+
+static TUTTI_TLS void **temps;
+static TUTTI_TLS size_t ntemps, temps_cap;
+
+void *plan_temp_alloc(size_t bytes) {
+  if (ntemps == temps_cap) {
+    size_t cap = temps_cap ? 2 * temps_cap : 8;
+    void **p = realloc(temps, cap * sizeof(*p));
+    if (!p) return NULL;
+    temps = p, temps_cap = cap;
+  }
+  void *p = malloc(bytes ? bytes : 1);
+  if (p) temps[ntemps++] = p;
+  return p;
+}
+
+void plan_release(void) {
+  for (size_t i = 0; i < ntemps; i++) free(temps[i]);
+  ntemps = 0;
+}
+
+void plan_free(ncclComm_t comm) {
+  sched_free(&comm->plan.steps);
+  comm->plan.valid = 0;
+}
+
+/* ---- choose ---- */
+
+/* TUNING lines once per distinct (communicator, collective, size), not on every call. */
+static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
+  static TUTTI_TLS struct { const void *comm; size_t bytes; int coll; } seen[64];
+  static TUTTI_TLS unsigned next;
+  if (!tutti_log_enabled(LOG_INFO, SUB_TUNING)) return 0;
+  for (int i = 0; i < 64; i++)
+    if (seen[i].comm == comm && seen[i].bytes == bytes && seen[i].coll == (int)c) return 0;
+  unsigned i = next++ % 64;
+  seen[i].comm = comm, seen[i].bytes = bytes, seen[i].coll = (int)c;
+  return 1;
+}
+
+static tuner_topo_t plan_topo(ncclComm_t comm) {
+  return (tuner_topo_t){.nranks = comm->nranks, .nhosts = comm->nhosts,
+                        .local_size = comm->max_local_size, .hier_ok = comm->hier_ok,
+                        .machine_ranks = comm->tuner_machine_ranks, .ncpu = comm->tuner_ncpu,
+                        .host_blocks = comm->host_blocks,
+                        .peer_mem = comm->peer_mem && tutti_param_Direct(),
+                        .slot_bytes = comm->slot_bytes, .chunk_bytes = comm->chunk_bytes,
+                        .scratch_bytes = comm->scratch_bytes,
+                        .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes),
+                        .peer_min_bytes = (size_t)tutti_param_DirectMinBytes()};
+}
+
+/* Algorithms (bits) whose `needs` include any of `needs`. */
+static uint32_t algos_needing(unsigned needs) {
+  uint32_t bits = 0;
+  for (int a = 0; a < ALGO_NUM; a++)
+    if (algo_get((algo_t)a)->needs & needs) bits |= 1u << a;
+  return bits;
+}
+
+static tuner_choice_t choose(ncclComm_t comm, const pending_t *p, uint32_t exclude) {
+  coll_t c = p->args.coll;
+  size_t bytes = p->args.count * p->ctx.esize;
+  if (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER) bytes *= (size_t)comm->nranks;
+  tuner_topo_t t = plan_topo(comm);
+  int log = tuning_log_first(comm, c, bytes);
+  tuner_choice_t ch = tuner_choose(&comm->tuner, &t, c, bytes, comm->algo_mask[c] & ~exclude, log);
+  if (ch.algo == ALGO_NUM) {
+    if (log)
+      INFO(SUB_TUNING, "tuner: no algorithm allowed by TUTTI_ALGO can run this %s; choosing among all",
+           coll_name(c));
+    ch = tuner_choose(&comm->tuner, &t, c, bytes, TUNER_ALL_ALGOS & ~exclude, log);
+  }
+  return ch;
+}
+
+static void set_chunk(ncclComm_t comm, pending_t *p, size_t chunk_bytes) {
+  size_t es = p->ctx.esize;
+  p->args.chunk = chunk_bytes >= es ? chunk_bytes / es : 1;
+  if (comm->slot_bytes >= es) p->args.chunk -= p->args.chunk % (comm->slot_bytes / es);
+  if (p->args.chunk == 0) p->args.chunk = 1;
+}
+
+static int plan_matches(ncclComm_t comm, const pending_t *p) {
+  return comm->plan.valid && comm->plan.coll == p->args.coll && comm->plan.count == p->args.count &&
+         comm->plan.esize == p->ctx.esize && comm->plan.root == p->args.root &&
+         comm->plan.in_place == p->args.in_place;
+}
+
+/* Sets p->ctx.algo and p->args.chunk. *cached: the steps of comm->plan apply as they are. */
+static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
+  *cached = 0;
+  if (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) {
+    p->ctx.algo = ALGO_P2P;
+    set_chunk(comm, p, comm->chunk_bytes);
+    return ncclSuccess;
+  }
+  uint32_t exclude = p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0;
+  if (plan_matches(comm, p)) {
+    p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
+    *cached = comm->plan.steps_valid;
+  } else {
+    tuner_choice_t ch = choose(comm, p, exclude);
+    if (ch.algo == ALGO_NUM)
+      return TUTTI_ERR(ncclInvalidUsage, "nccl%s: no algorithm can run this call",
+                       coll_name(p->args.coll));
+    p->ctx.algo = ch.algo;
+    set_chunk(comm, p, ch.chunk_bytes);
+    comm->plan = (typeof(comm->plan)){.valid = 1, .coll = p->args.coll, .count = p->args.count,
+                                      .esize = p->ctx.esize, .root = p->args.root,
+                                      .in_place = p->args.in_place, .algo = ch.algo,
+                                      .chunk = p->args.chunk, .steps = comm->plan.steps};
+  }
+  return ncclSuccess;
+}
+
+static int needs_peer_memory(const pending_t *p) {
+  return (algo_get(p->ctx.algo)->needs & ALGO_NEEDS_PEER_MEMORY) != 0;
+}
+
+/* Send and receive to self are the group's copies (group.c): no steps. */
+static int self_p2p(const pending_t *p) {
+  return (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) && p->args.root == p->args.rank;
+}
+
+/* The buffers' extents of a peer-memory call: send, receive. */
+static void peer_extents(const pending_t *p, size_t bytes[2]) {
+  size_t small = p->args.count * p->ctx.esize, big = small * (size_t)p->args.nranks;
+  bytes[0] = p->args.coll == COLL_REDUCESCATTER ? big : small;
+  bytes[1] = p->args.coll == COLL_ALLGATHER ? big : small;
+}
+
+/* After the handshake: a call whose ranks could not all map each other's buffers runs the best
+ * algorithm without peer memory. */
+static ncclResult_t peer_outcome(pending_t *p, int ok, int *cached) {
+  ncclComm_t comm = p->ctx.comm;
+  INFO(SUB_COLL, "nccl%s (op #%llu): %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
+       ok ? "direct, the peers' buffers read in place"
+          : "some rank's buffers cannot be mapped by the others: another algorithm");
+  if (ok) {
+    p->ctx.peer_seq = comm->peer_calls++;
+    return ncclSuccess;
+  }
+  uint32_t exclude = algos_needing(ALGO_NEEDS_PEER_MEMORY) |
+                     (p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0);
+  tuner_choice_t ch = choose(comm, p, exclude);
+  if (ch.algo == ALGO_NUM)
+    return TUTTI_ERR(ncclInvalidUsage, "nccl%s: no algorithm without peer memory can run this call",
+                     coll_name(p->args.coll));
+  p->ctx.algo = ch.algo;
+  set_chunk(comm, p, ch.chunk_bytes);
+  *cached = 0;
+  return ncclSuccess;
+}
+
+/* The handshakes of all the group's peer-memory calls, run together. */
+static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
+  static TUTTI_TLS op_ctx_t **ctx;
+  static TUTTI_TLS size_t (*bytes)[2];
+  static TUTTI_TLS int *ok, *idx;
+  static TUTTI_TLS size_t cap;
+  int k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (self_p2p(&ops[i]) || !needs_peer_memory(&ops[i])) continue;
+    if ((size_t)k == cap) {
+      size_t c = cap ? 2 * cap : 8;
+      void *a = realloc(ctx, c * sizeof(*ctx)), *b = a ? realloc(bytes, c * sizeof(*bytes)) : NULL;
+      void *d = b ? realloc(ok, c * sizeof(int)) : NULL, *e = d ? realloc(idx, c * sizeof(int)) : NULL;
+      if (a) ctx = a;
+      if (b) bytes = b;
+      if (d) ok = d;
+      if (e) idx = e;
+      if (!e) return TUTTI_ERR(ncclSystemError, "out of memory planning peer-memory calls");
+      cap = c;
+    }
+    int nr = ops[i].args.nranks;
+    const char **tables = plan_temp_alloc(2 * (size_t)nr * sizeof(char *));
+    if (!tables) return TUTTI_ERR(ncclSystemError, "out of memory for peer buffer tables");
+    ops[i].ctx.peer_buf[0] = tables, ops[i].ctx.peer_buf[1] = tables + nr;
+    ctx[k] = &ops[i].ctx, idx[k] = (int)i;
+    peer_extents(&ops[i], bytes[k++]);
+  }
+  if (k == 0) return ncclSuccess;
+  TUTTI_CHECK(engine_peer_agree(ctx, (const size_t(*)[2])bytes, ok, k));
+  for (int j = 0; j < k; j++) TUTTI_CHECK(peer_outcome(&ops[idx[j]], ok[j], &cached[idx[j]]));
+  return ncclSuccess;
+}
+
+/* ---- build ---- */
+
+/* BUF_SCRATCH for this call: the communicator's, or a temporary when the schedule needs more. */
+static ncclResult_t provide_scratch(pending_t *p) {
+  size_t need = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
+  if (need <= p->ctx.comm->scratch_bytes) return ncclSuccess;
+  void *tmp = plan_temp_alloc(need);
+  if (!tmp)
+    return TUTTI_ERR(ncclSystemError, "out of memory for %zu bytes of %s scratch", need,
+                     algo_name(p->ctx.algo));
+  p->ctx.buf[BUF_SCRATCH] = tmp;
+  return ncclSuccess;
+}
+
+/* In-place all-to-all: receives land in blocks still to be sent, so it sends from a copy. */
+static ncclResult_t copy_alltoall_input(ncclComm_t comm, pending_t *p) {
+  size_t bytes = p->args.count * p->ctx.esize * (size_t)comm->nranks;
+  void *copy = plan_temp_alloc(bytes);
+  if (!copy) return TUTTI_ERR(ncclSystemError, "out of memory for an in-place all-to-all copy");
+  memcpy(copy, p->ctx.buf[BUF_SEND], bytes);
+  p->ctx.buf[BUF_SEND] = copy;
+  return ncclSuccess;
+}
+
+/* TUTTI_DUMP_SCHEDULE: this call's steps, with the algorithm and arguments in the title. */
+static void dump_call(const pending_t *p, const sched_t *col, size_t first) {
+  char title[160];
+  snprintf(title, sizeof(title), "nccl%s algo %s nranks %d count %zu root %d chunk %zu%s",
+           coll_name(p->args.coll), algo_name(p->ctx.algo), p->args.nranks, p->args.count,
+           p->args.root, p->args.chunk, p->args.in_place ? " in place" : "");
+  sched_dump_range(col, first, col->n, p->args.rank, title, NULL);
+}
+
+/* TUTTI_DUMP_SCHEDULE: the point-to-point lanes of every communicator of the group, once. */
+static void dump_lanes(const pending_t *ops, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ncclComm_t comm = ops[i].ctx.comm;
+    int first = 1;
+    for (size_t j = 0; j < i && first; j++) first = ops[j].ctx.comm != comm;
+    for (int p = 0; first && p < 2 * comm->nranks; p++)
+      if (comm->p2p_lanes[p].n)
+        sched_dump(&comm->p2p_lanes[p], comm->rank, p < comm->nranks ? "send lane" : "recv lane",
+                   NULL);
+  }
+}
+
+static void tag_steps(sched_t *s, uint16_t op) {
+  for (size_t i = s->tagged; i < s->n; i++) s->steps[i].op = op;
+  s->tagged = s->n;
+}
+
+/* Appends the steps: from the cache, or from the builder (and caches them). */
+static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *col) {
+  size_t first = col->n;
+  int rc = cached ? sched_append(col, comm->plan.steps.steps, comm->plan.steps.n)
+                  : sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, comm->p2p_lanes);
+  if (rc == -2)
+    return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
+                     coll_name(p->args.coll), algo_name(p->ctx.algo));
+  if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
+  int cacheable = !(algo_get(p->ctx.algo)->needs & (ALGO_NEEDS_PEER_MEMORY | ALGO_USES_LANES));
+  if (!cached && cacheable && plan_matches(comm, p) && comm->plan.algo == p->ctx.algo) {
+    sched_reset(&comm->plan.steps);
+    comm->plan.steps_valid = sched_append(&comm->plan.steps, col->steps + first, col->n - first) == 0;
+  }
+  if (tutti_param_DumpSchedule() && col->n > first) dump_call(p, col, first);
+  return ncclSuccess;
+}
+
+/* Everything after the choice: streaming stores, scratch, the log line, the steps. */
+static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
+  ncclComm_t comm = p->ctx.comm;
+  size_t es = p->ctx.esize;
+  p->ctx.stream = !p->args.in_place &&
+                  p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
+                      comm->nt_threshold;
+  TUTTI_CHECK(provide_scratch(p));
+  INFO(SUB_COLL, "nccl%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d "
+       "comm %p [nranks=%d] algo %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
+       (void *)p->ctx.buf[BUF_SEND], (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type,
+       (int)p->ctx.rop.base, p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
+  if (p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0)
+    TUTTI_CHECK(copy_alltoall_input(comm, p));
+  TUTTI_CHECK(build(comm, p, cached, &comm->sched_scratch));
+  tag_steps(&comm->sched_scratch, op_index);
+  for (int i = 0; i < 2 * comm->nranks; i++) tag_steps(&comm->p2p_lanes[i], op_index);
+  return ncclSuccess;
+}
+
+ncclResult_t plan_group(pending_t *ops, size_t n) {
+  static TUTTI_TLS int *cached;
+  static TUTTI_TLS size_t cap;
+  if (n > cap) {
+    int *c = realloc(cached, n * sizeof(int));
+    if (!c) return TUTTI_ERR(ncclSystemError, "out of memory planning a group");
+    cached = c, cap = n;
+  }
+  for (size_t i = 0; i < n; i++) {
+    cached[i] = 0;
+    if (self_p2p(&ops[i])) continue;
+    ops[i].ctx.seq = ops[i].ctx.comm->op_count++;
+    TUTTI_CHECK(plan_choose(ops[i].ctx.comm, &ops[i], &cached[i]));
+  }
+  TUTTI_CHECK(agree_all(ops, n, cached));
+  for (size_t i = 0; i < n; i++)
+    if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], cached[i], (uint16_t)i));
+  if (tutti_param_DumpSchedule()) dump_lanes(ops, n);
+  return ncclSuccess;
+}

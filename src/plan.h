@@ -1,0 +1,30 @@
+/* The planning layer: for every call, choose (the tuner, the plan cache, the peer-memory
+ * agreement) -> build (the registry's builder) -> cache, and append the steps to the
+ * communicator's lanes for the engine. The one place that decides which algorithm a call uses.
+ * A call flows one way: API (enqueue.c) -> group (group.c) -> plan -> engine -> transport.
+ */
+#ifndef TUTTI_PLAN_H_
+#define TUTTI_PLAN_H_
+
+#include "engine.h"
+
+typedef struct pending { /* one validated call waiting for its group to end */
+  op_ctx_t ctx;
+  sched_args_t args; /* args.root is the peer for send/recv */
+} pending_t;
+
+/* Plans the calls of one group (the communicators locked, their lanes empty): chooses each
+ * call's algorithm and appends its steps, tagged with the call's index in ops, to its
+ * communicator's lanes (comm->sched_scratch for collectives, comm->p2p_lanes for point-to-point
+ * algorithms). Sends and receives to self get no steps (the group copies them). The group's
+ * peer-memory handshakes run together through the engine: collective, every rank plans the
+ * same calls in the same order. */
+ncclResult_t plan_group(pending_t *ops, size_t n);
+/* Memory that lives until plan_release (scratch beyond the communicator's, copies, peer
+ * address tables): released once the group's engine run is over. */
+void *plan_temp_alloc(size_t bytes);
+void plan_release(void);
+/* Frees the communicator's plan cache. */
+void plan_free(ncclComm_t comm);
+
+#endif
