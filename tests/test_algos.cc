@@ -1,7 +1,7 @@
-// The tree, halving-doubling and recursive-doubling schedules (src/algos/tree.c, rhd.c) run by
-// an interpreter that behaves like the engine: steps cut into pieces of one slot, bounded FIFOs
-// (two chunks each, the least the engine guarantees), a sender blocks on a full FIFO, a piece
-// of the wrong size is an error. So a schedule that could deadlock, read a buffer it does not
+// The tree, halving-doubling, recursive-doubling and direct schedules (src/algos/tree.c, rhd.c,
+// direct.c) run by the reference interpreter of steps (src/algos/interp.c), as the engine runs
+// them: steps cut into pieces of one slot, bounded FIFOs (two chunks each, the least the engine
+// guarantees), a sender blocks on a full FIFO, a piece of the wrong size is an error. So a schedule that could deadlock, read a buffer it does not
 // own, or apply PreMulSum / Avg twice fails here. Values are int64: PRE multiplies a rank's own
 // input by 3, POST adds 2^40 (so "exactly once" is visible), the results are closed forms.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "algos/interp.h"
 #include "algos/registry.h"
 
 namespace {
@@ -27,89 +28,30 @@ struct Rank {
   std::vector<int64_t> send_store, recv_store, scratch;
   View buf[4];
   sched_t s{};
-  size_t cur = 0, pos = 0;
 };
 
-struct Net {
-  size_t slot, cap;  // elements per piece, pieces per FIFO
-  std::map<std::pair<int, int>, std::deque<std::vector<int64_t>>> fifo;
-};
-
-// Advances one rank like lane_advance; returns true if it moved. Sets *err on a protocol error.
-bool advance(Net &net, std::vector<Rank> &ranks, int me, std::string *err) {
-  Rank &rk = ranks[me];
-  bool moved = false;
-  while (rk.cur < rk.s.n) {
-    const step_t &st = rk.s.steps[rk.cur];
-    size_t left = st.count - rk.pos;
-    if (left == 0) {
-      rk.cur++, rk.pos = 0;
-      continue;
+// Runs every rank to completion on the reference interpreter (src/algos/interp.c) with pieces
+// of `slot` elements and FIFOs of `depth` pieces; returns "" or what went wrong.
+std::string run(size_t slot, size_t depth, std::vector<Rank> &ranks, bool plain) {
+  std::vector<interp_rank_t> ir(ranks.size());
+  for (size_t r = 0; r < ranks.size(); r++) {
+    for (int b = 0; b < 4; b++) {
+      View &v = ranks[r].buf[b];
+      ir[r].buf[b] = v.v && v.base <= v.v->size() ? v.v->data() + v.base : nullptr;
+      ir[r].len[b] = ir[r].buf[b] ? v.v->size() - v.base : 0;
     }
-    bool peer = st.recv_peer >= 0 || st.send_peer >= 0;
-    size_t n = peer ? std::min(left, net.slot) : left;
-    auto *in_q = st.recv_peer >= 0 ? &net.fifo[{st.recv_peer, me}] : nullptr;
-    auto *out_q = st.send_peer >= 0 ? &net.fifo[{me, st.send_peer}] : nullptr;
-    if (in_q && in_q->empty()) return moved;
-    if (out_q && out_q->size() >= net.cap) return moved;
-    std::vector<int64_t> in, out(n);
-    if (in_q) {
-      in = in_q->front();
-      in_q->pop_front();
-      if (in.size() != n) {
-        *err = "rank " + std::to_string(me) + " got a piece of the wrong size";
-        return false;
-      }
-    }
-    View src = rk.buf[st.src_buf], dst = rk.buf[st.dst_buf];
-    size_t so = st.src_off + rk.pos, d = st.dst_off + rk.pos;
-    auto pre = [&](size_t i) {
-      return (st.flags & STEP_PRE) ? kPre * src.at(so + i) : src.at(so + i);
-    };
-    int64_t post = (st.flags & STEP_POST) ? kPost : 0;
-    for (size_t i = 0; i < n; i++) {
-      int64_t v, stored;
-      if (in_q && (st.flags & STEP_REDUCE))
-        v = stored = pre(i) + in[i] + post;
-      else if (in_q)
-        v = in[i], stored = in[i] + post;
-      else if (!out_q && (st.flags & STEP_REDUCE))
-        v = stored = pre(i) + dst.at(d + i) + post;
-      else
-        v = stored = pre(i) + post;
-      out[i] = v;
-      if (st.flags & STEP_STORE) dst.at(d + i) = stored;
-    }
-    if (out_q) out_q->push_back(out);
-    rk.pos += n;
-    moved = true;
+    ir[r].lanes = &ranks[r].s, ir[r].nlanes = 1;
   }
-  return moved;
-}
-
-// Runs every rank to completion; returns "" or what went wrong (deadlock, bad piece, leftovers).
-std::string run(Net &net, std::vector<Rank> &ranks) {
-  std::string err;
-  for (bool progress = true; progress && err.empty();) {
-    progress = false;
-    for (size_t r = 0; r < ranks.size() && err.empty(); r++)
-      progress |= advance(net, ranks, (int)r, &err);
-  }
-  if (!err.empty()) return err;
-  for (size_t r = 0; r < ranks.size(); r++)
-    if (ranks[r].cur < ranks[r].s.n)
-      return "deadlock: rank " + std::to_string(r) + " stuck at step " +
-             std::to_string(ranks[r].cur);
-  for (auto &kv : net.fifo)
-    if (!kv.second.empty()) return "unconsumed message";
-  return "";
+  interp_opts_t o = {slot, depth, plain ? 1 : kPre, kPost};
+  char err[200];
+  return interp_run(ir.data(), (int)ir.size(), &o, err, sizeof err) == 0 ? "" : err;
 }
 
 int64_t input(int rank, size_t j) {
   return (int64_t)j * 1000 + rank + 1;
 }
-int64_t pre_sum(int n, size_t j) {  // sum over ranks of PRE(input)
-  return kPre * ((int64_t)j * 1000 * n + (int64_t)n * (n + 1) / 2);
+int64_t pre_sum(int n, size_t j, int64_t pre = kPre) {  // sum over ranks of PRE(input)
+  return pre * ((int64_t)j * 1000 * n + (int64_t)n * (n + 1) / 2);
 }
 
 struct Setup {
@@ -119,6 +61,7 @@ struct Setup {
   size_t count, chunk;
   bool in_place;
   const int *hosts = nullptr;  // host_of_rank for sched_build (nullptr: none)
+  bool plain = false;          // an algorithm without PreMulSum (ALGO_NEEDS_PLAIN_OP): no PRE
 };
 
 // Buffers per NCCL's layout for the collective (sizes: non-roots get none where NCCL allows NULL).
@@ -170,9 +113,9 @@ int64_t expected(const Setup &u, int r, size_t j) {
   switch (u.coll) {
     case COLL_ALLREDUCE:
     case COLL_REDUCE:
-      return pre_sum(u.n, j) + kPost;
+      return pre_sum(u.n, j, u.plain ? 1 : kPre) + kPost;
     case COLL_REDUCESCATTER:
-      return pre_sum(u.n, (size_t)r * u.count + j) + kPost;
+      return pre_sum(u.n, (size_t)r * u.count + j, u.plain ? 1 : kPre) + kPost;
     case COLL_ALLGATHER:
       return input((int)(j / u.count), j % u.count);
     default:
@@ -187,10 +130,8 @@ void check(const Setup &u) {
   ASSERT_EQ(rc, 0);
   for (size_t slot : {(size_t)1, std::max<size_t>(u.chunk / 2, 1), u.chunk}) {
     if (u.chunk % slot) continue;
-    for (auto &rk : ranks) rk.cur = rk.pos = 0;
     for (int r = 0; r < u.n; r++) layout(u, r, ranks[r]);  // fresh buffers
-    Net net{slot, 2 * (u.chunk / slot)};
-    ASSERT_EQ(run(net, ranks), "") << "slot " << slot;
+    ASSERT_EQ(run(slot, 2 * (u.chunk / slot), ranks, u.plain), "") << "slot " << slot;
     for (int r = 0; r < u.n; r++) {
       if (u.coll == COLL_REDUCE && r != u.root) continue;
       size_t outs = u.coll == COLL_ALLGATHER ? u.count * u.n : u.count;
@@ -210,6 +151,19 @@ TEST(Algos, AllReduceTreeRhdRd) {
       for (size_t c : kCounts)
         for (size_t chunk : kChunks)
           for (bool ip : {false, true}) check({COLL_ALLREDUCE, algo, n, 0, c, chunk, ip});
+}
+
+// Direct reads the other ranks' buffers in place (peer steps): all-reduce, reduce-scatter and
+// all-gather, any number of ranks, in place or not, the same closed forms without PreMulSum.
+TEST(Algos, DirectPeerSteps) {
+  for (coll_t coll : {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER})
+    for (int n = 1; n <= 8; n++)
+      for (size_t c : kCounts)
+        for (bool ip : {false, true}) {
+          ::Setup u{coll, ALGO_DIRECT, n, 0, c, 4, ip};
+          u.plain = true;
+          check(u);
+        }
 }
 
 // rd across hosts folds each host into its first rank: hosts in blocks, interleaved, uneven,

@@ -1,5 +1,5 @@
-// Schedules checked without a network: every rank's step list is executed by a tiny in-memory
-// interpreter (unbounded FIFOs, whole steps as messages, int64 sums), and the results are
+// Schedules checked without a network: every rank's step list is executed by the reference
+// interpreter of steps (src/algos/interp.c; unbounded FIFOs, whole steps as messages, int64 sums), and the results are
 // compared with closed-form values. Also checks the invariants the engine relies on.
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "algos/interp.h"
 #include "algos/registry.h"
 
 namespace {
@@ -14,57 +15,21 @@ namespace {
 struct Rank {
   std::vector<int64_t> send, recv, scratch;
   std::vector<sched_t> lanes;  // lane 0: collective; or p2p lanes
-  std::vector<size_t> cur;
 };
 
-using Fifo = std::deque<std::vector<int64_t>>;
-
-// Executes one step if its input is available. Returns true if it ran.
-bool run_step(Rank &rk, int me, const step_t &st, std::map<std::pair<int, int>, Fifo> &fifo) {
-  std::vector<int64_t> in;
-  if (st.recv_peer >= 0) {
-    Fifo &f = fifo[{st.recv_peer, me}];
-    if (f.empty()) return false;
-    in = f.front();
-    f.pop_front();
-    EXPECT_EQ(in.size(), st.count) << "rank " << me << " got a message of the wrong size";
-    if (in.size() != st.count) return true;
-  }
-  auto buf = [&](int b) -> std::vector<int64_t> * {
-    return b == BUF_SEND ? &rk.send : b == BUF_RECV ? &rk.recv : b == BUF_SCRATCH ? &rk.scratch : nullptr;
-  };
-  std::vector<int64_t> *src = buf(st.src_buf), *dst = buf(st.dst_buf);
-  std::vector<int64_t> out(st.count);
-  for (size_t i = 0; i < st.count; i++) {
-    if (st.recv_peer >= 0) {
-      out[i] = (st.flags & STEP_REDUCE) ? (*src)[st.src_off + i] + in[i] : in[i];
-    } else if (st.send_peer < 0 && (st.flags & STEP_REDUCE)) {
-      out[i] = (*src)[st.src_off + i] + (*dst)[st.dst_off + i];
-    } else {
-      out[i] = (*src)[st.src_off + i];
-    }
-  }
-  if (st.flags & STEP_STORE)
-    for (size_t i = 0; i < st.count; i++) (*dst)[st.dst_off + i] = out[i];
-  if (st.send_peer >= 0) fifo[{me, st.send_peer}].push_back(out);
-  return true;
-}
-
-// Runs all ranks to completion; fails the test on a deadlock.
+// Runs all ranks to completion on the reference interpreter (src/algos/interp.c) with whole
+// steps as messages and unbounded FIFOs; fails the test on a deadlock or a bad message.
 void run_all(std::vector<Rank> &ranks) {
-  std::map<std::pair<int, int>, Fifo> fifo;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (size_t r = 0; r < ranks.size(); r++)
-      for (size_t l = 0; l < ranks[r].lanes.size(); l++)
-        while (ranks[r].cur[l] < ranks[r].lanes[l].n &&
-               run_step(ranks[r], (int)r, ranks[r].lanes[l].steps[ranks[r].cur[l]], fifo))
-          ranks[r].cur[l]++, progress = true;
+  std::vector<interp_rank_t> ir(ranks.size());
+  for (size_t r = 0; r < ranks.size(); r++) {
+    Rank &rk = ranks[r];
+    ir[r] = interp_rank_t{{rk.send.data(), rk.recv.data(), nullptr, rk.scratch.data()},
+                          {rk.send.size(), rk.recv.size(), 0, rk.scratch.size()},
+                          rk.lanes.data(), (int)rk.lanes.size()};
   }
-  for (size_t r = 0; r < ranks.size(); r++)
-    for (size_t l = 0; l < ranks[r].lanes.size(); l++)
-      ASSERT_EQ(ranks[r].cur[l], ranks[r].lanes[l].n) << "rank " << r << " lane " << l << " stuck";
-  for (auto &kv : fifo) ASSERT_TRUE(kv.second.empty()) << "unconsumed message";
+  interp_opts_t o = {0, 0, 1, 0};
+  char err[200];
+  ASSERT_EQ(interp_run(ir.data(), (int)ir.size(), &o, err, sizeof err), 0) << err;
 }
 
 int64_t input(int rank, size_t j) { return (int64_t)j * 1000 + rank + 1; }
@@ -80,7 +45,6 @@ std::vector<Rank> make(coll_t coll, int n, size_t count, size_t chunk, int root,
     rk.recv.assign(recv_elems, -7);
     rk.scratch.assign(count + 1, 0);
     rk.lanes.assign(lanes, sched_t{});
-    rk.cur.assign(lanes, 0);
     sched_args_t a = {coll, r, n, root, count, chunk, in_place};
     EXPECT_EQ(fn(&a, rk.lanes.data()), 0);
   }
