@@ -235,8 +235,8 @@ static void spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
  * sleep, growing to 1 ms, so that an idle rank costs no CPU; where the connection waited for
  * can wake us (tcp always, shm on oversubscribed machines) the sleep is its wait. Without
  * oversubscription such a rank sleeps at once (the kernel wakes it); with it, it yields first:
- * a rank that sleeps must be woken, and on the 2-CPU test bed (8 ranks) the wake-ups cost more
- * than the yields (rd 8 B 66 -> 35-50 us, ring 8 B 113-136 -> 80-100 us). */
+ * a rank that sleeps must be woken, and with more ranks than CPUs the wake-ups cost more than
+ * the yields (docs/perf.md, "Waiting where ranks outnumber CPUs"). */
 static void backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend) {
   uint64_t max_ns = (uint64_t)tutti_param_SpinUs() * 1000;
   if (spin_limit_ns > max_ns) spin_limit_ns = max_ns;
