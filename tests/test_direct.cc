@@ -1,11 +1,12 @@
 // ncclMemAlloc / ncclCommRegister and the direct all-reduce, reduce-scatter and all-gather
-// (src/direct.c, src/memreg.c):
+// (src/algos/direct.c, src/engine_peer.c, src/memreg.c):
 // argument checks, exact results with buffers every rank can map (processes and threads, in
 // and out of place, every type and op, counts around the segment and piece edges), proof that
 // peers' buffers really were mapped, the fallback when one rank's buffers cannot be shared,
 // and a rank killed inside a direct all-reduce.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -202,6 +203,56 @@ TEST(Direct, ManyCallsOnTheSameBuffers) {
     ncclMemFree(in);
     ncclMemFree(out);
   });
+}
+
+// One thread drives every rank (ncclCommInitAll) through one group of two all-reduces per rank:
+// the peer-memory handshakes of all communicators run together, so none waits for a rank the
+// thread has not reached yet. Run in a child process whose log (TUTTI_DEBUG_FILE) shows that
+// every call went direct; results exact.
+int one_thread_group(const char *log) {
+  setenv("TUTTI_DEBUG", "INFO", 1);
+  setenv("TUTTI_DEBUG_SUBSYS", "COLL", 1);
+  setenv("TUTTI_DEBUG_FILE", log, 1);
+  setenv("TUTTI_TIMEOUT", "20", 1);
+  const int n = 3;
+  const size_t count = 100000;  // 400 KB: above TUTTI_DIRECT_MIN_BYTES
+  ncclComm_t comms[n];
+  if (ncclCommInitAll(comms, n, nullptr) != ncclSuccess) return 2;
+  std::vector<std::vector<float>> in(n, std::vector<float>(count)), sum(n, in[0]), max(n, in[0]);
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < count; i++) in[r][i] = static_cast<float>(i % 100 + r);
+  ncclGroupStart();
+  for (int r = 0; r < n; r++) {
+    ncclAllReduce(in[r].data(), sum[r].data(), count, ncclFloat32, ncclSum, comms[r], nullptr);
+    ncclAllReduce(in[r].data(), max[r].data(), count, ncclFloat32, ncclMax, comms[r], nullptr);
+  }
+  if (ncclGroupEnd() != ncclSuccess) return 3;
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < count; i++)
+      if (sum[r][i] != static_cast<float>(3 * (i % 100) + 3) ||
+          max[r][i] != static_cast<float>(i % 100 + 2))
+        return 4;
+  for (int r = 0; r < n; r++) ncclCommDestroy(comms[r]);
+  return 0;
+}
+
+TEST(Direct, OneThreadDrivesEveryRankInAGroup) {
+  char log[] = "/tmp/tutti-direct-group-XXXXXX";
+  int fd = mkstemp(log);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  pid_t pid = fork();
+  if (pid == 0) _exit(one_thread_group(log));
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: init, 3: group failed, 4: wrong values";
+  std::ifstream f(log);
+  std::string line;
+  int direct = 0;
+  while (std::getline(f, line)) direct += line.find("direct, the peers' buffers read in place") != std::string::npos;
+  EXPECT_EQ(direct, 6) << "3 ranks x 2 all-reduces should each go direct";
+  unlink(log);
 }
 
 }  // namespace
