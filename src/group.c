@@ -11,7 +11,7 @@
 
 #include "group.h"
 
-#define API __attribute__((visibility("default")))
+#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
 
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 

@@ -88,6 +88,10 @@ typedef enum {
   COLL_NUM
 } coll_t;
 const char *coll_name(coll_t c);
+/* The collective a tool's --coll names, in any of the spellings users bring: nccl-tests'
+ * "all_reduce", "allreduce", NCCL's "AllReduce" or "ncclAllReduce" (case, '_' and '-' ignored).
+ * Send and Recv are not collectives a tool can pick: -1 for them and for unknown names. */
+int coll_parse(const char *name);
 
 /* Names (algo_name) are what TUTTI_ALGO / NCCL_ALGO take: ring, oneshot, chain, p2p, hier, tree
  * (double binary tree), rhd (recursive halving-doubling), rd (recursive doubling). */
