@@ -250,8 +250,8 @@ static void bench_apply(int c, const char *arg, const char *prog, bench_opts_t *
       break;
     case 'G':
       if (bench_int_arg(prog, "-G", arg, 0) != 0) {
-        fprintf(stderr, "%s: -G %s: CUDA graphs capture GPU work, and these buffers are not on "
-                "device memory (host memory): run without -G\n", prog, arg);
+        fprintf(stderr, "%s: -G %s: CUDA graphs are not on host memory: these buffers are host "
+                "memory, so there is no GPU work to capture; run without -G (or -G 0)\n", prog, arg);
         exit(2);
       }
       break;

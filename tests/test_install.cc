@@ -26,23 +26,31 @@ static std::string run(const std::string &cmd, int *status) {
   return out;
 }
 
+// The install is made once, by the first test that needs it; every test asserts that it
+// worked (a failed install fails every test, it does not skip them).
 class Install : public ::testing::Test {
  protected:
   static std::string prefix;  // the moved install
   static std::string tmp;
+  static std::string install_log;
+  static int install_status;
 
-  static void SetUpTestSuite() {
+  static void install_once() {
+    if (install_status >= 0) return;
     char tmpl[] = "/tmp/tutti-install-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    if (!mkdtemp(tmpl)) {
+      install_status = 1, install_log = "mkdtemp failed";
+      return;
+    }
     tmp = tmpl;
-    int st;
-    std::string out = run(std::string(CMAKE_COMMAND) + " --install " + BUILD_DIR + " --prefix " +
-                              tmp + "/first > /dev/null",
-                          &st);
-    ASSERT_EQ(st, 0) << out;
-    out = run("mv " + tmp + "/first " + tmp + "/moved", &st);
-    ASSERT_EQ(st, 0) << out;
+    install_log = run(std::string(CMAKE_COMMAND) + " --install " + BUILD_DIR + " --prefix " + tmp +
+                          "/first && mv " + tmp + "/first " + tmp + "/moved",
+                      &install_status);
     prefix = tmp + "/moved";
+  }
+  void SetUp() override {
+    install_once();
+    ASSERT_EQ(install_status, 0) << install_log;
   }
   static void TearDownTestSuite() {
     int st;
@@ -53,7 +61,8 @@ class Install : public ::testing::Test {
     return run("cd " + prefix + " && env -u LD_LIBRARY_PATH -u TUTTI_RANK -u RANK " + cmd, status);
   }
 };
-std::string Install::prefix, Install::tmp;
+std::string Install::prefix, Install::tmp, Install::install_log;
+int Install::install_status = -1;
 
 TEST_F(Install, LayoutKeepsNcclHeaderAside) {
   EXPECT_EQ(access((prefix + "/include/tutti-nccl/nccl.h").c_str(), R_OK), 0);

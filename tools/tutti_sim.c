@@ -276,7 +276,7 @@ static void json_row(out_t *out, const opts_t *o, size_t bytes, size_t count, in
 
 static void json_open(out_t *out, const opts_t *o) {
   out->doc = cJSON_CreateObject();
-  if (!out->doc) die("out of memory");
+  if (!out->doc) die("%s", "out of memory");
   cJSON_AddStringToObject(out->doc, "tool", "tutti-sim");
   cJSON_AddStringToObject(out->doc, "collective", perf_name(o->coll));
   cJSON_AddStringToObject(out->doc, "library", "tutti-sim");
