@@ -400,7 +400,7 @@ static void progress(trainer_t *t) {
   int every = t->opt.log_every;
   int64_t steps = t->global_step - t->prog_step;
   int due = every > 0 ? t->global_step % every == 0 : every < 0 && now - t->prog_t >= 5.0;
-  if (t->rank != 0 || !due || steps <= 0) return;
+  if (t->rank != 0 || !due || steps <= 0 || t->step_in_epoch >= t->steps_per_epoch) return;
   double comm, cpu, wait;
   ddp_times(t->ddp, &comm, &cpu, &wait);
   double dt = now - t->prog_t, rate = steps / dt;
