@@ -12,13 +12,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Version of the NCCL API we implement, and tutti's own version. */
+/* Version of the NCCL API we implement (every function of NCCL 2.28's nccl.h is exported; see
+ * the notes on ncclCommWindowRegister and ncclGroupSimulateEnd for what tutti cannot do), and
+ * tutti's own version. */
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 19
-#define NCCL_PATCH 3
+#define NCCL_MINOR 28
+#define NCCL_PATCH 0
 #define NCCL_SUFFIX ""
 #define NCCL_VERSION(X, Y, Z) \
-  (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
+  (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
 #define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
 
 #define TUTTI_VERSION_MAJOR 0
@@ -38,6 +40,7 @@ extern "C" {
 #endif
 
 typedef struct ncclComm *ncclComm_t;
+typedef struct ncclWindow_vidmem *ncclWindow_t;
 #define NCCL_COMM_NULL NULL
 
 #define NCCL_UNIQUE_ID_BYTES 128
@@ -60,9 +63,23 @@ typedef enum {
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
 #define NCCL_CONFIG_UNDEF_PTR NULL
 #define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_UNDEF_FLOAT -1.0f
 
-/* Communicator configuration; fields after `version` are read only up to config->size. */
-typedef struct ncclConfig_v21700 {
+/* Window registration flags, CTA policies, shrink and revoke flags (NCCL 2.28). */
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
+#define NCCL_CTA_POLICY_DEFAULT 0x00
+#define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
+#define NCCL_SHRINK_DEFAULT 0x00
+#define NCCL_SHRINK_ABORT 0x01
+#define NCCL_REVOKE_DEFAULT 0x00
+
+/* Communicator configuration (NCCL 2.28's layout). tutti reads only size and magic: a config
+ * from an older NCCL header (a smaller size) is accepted too. The GPU tuning fields (CTAs,
+ * traffic class, collnet, NVLS) have no meaning on host memory and are ignored. */
+typedef struct ncclConfig_v22800 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -72,13 +89,38 @@ typedef struct ncclConfig_v21700 {
   int maxCTAs;
   const char *netName;
   int splitShare;
+  int trafficClass;
+  const char *commName;
+  int collnetEnable;
+  int CTAPolicy;
+  int shrinkShare;
+  int nvlsCTAs;
+  int nChannelsPerNetPeer;
+  int nvlinkCentricSched;
 } ncclConfig_t;
 
-#define NCCL_CONFIG_INITIALIZER                                                             \
-  {                                                                                         \
-    sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH),     \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT                 \
+#define NCCL_CONFIG_INITIALIZER                                                         \
+  {                                                                                     \
+    sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT                                    \
+  }
+
+/* Filled by ncclGroupSimulateEnd. */
+typedef struct ncclSimInfo_v22200 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  float estimatedTime;
+} ncclSimInfo_t;
+
+#define NCCL_SIM_INFO_INITIALIZER                                                        \
+  {                                                                                      \
+    sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
+        NCCL_UNDEF_FLOAT                                                                 \
   }
 
 typedef enum {
@@ -135,6 +177,20 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 
+/* NCCL 2.28 lifecycle additions (src/api_compat.c).
+ * ncclCommInitRankScalable bootstraps from commIds[0]; rank k (0 < k < nId) also consumes the
+ * bootstrap root of commIds[k], so no root is left waiting. ncclCommShrink builds the new
+ * communicator over the parent's point-to-point links (the parent must still be healthy).
+ * ncclCommRevoke releases every operation waiting on the communicator; afterwards only
+ * ncclCommDestroy / ncclCommAbort are accepted. */
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                      ncclUniqueId *commIds, ncclConfig_t *config);
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                            ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+/* Re-reads NCCL_DEBUG / TUTTI_DEBUG and the other logging settings (deprecated in NCCL). */
+void ncclResetDebugInit(void);
+
 /* Reduction operators. */
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
                                       ncclScalarResidence_t residence, ncclComm_t comm);
@@ -151,16 +207,19 @@ ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
+/* Symmetric memory windows need device memory mapped into every rank's address space by the
+ * CUDA driver; tutti has none, so both return ncclInvalidUsage with a message. */
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+                                    int winFlags);
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 
 /* Collectives. */
-ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
-                        ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
-                        cudaStream_t stream);
-ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
-                       ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream);
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm,
-                           cudaStream_t stream);
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream);
@@ -171,8 +230,8 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
-                        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 
@@ -185,6 +244,76 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 /* Groups. */
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
+/* tutti cannot simulate a group (NCCL's GPU timing model does not apply): returns
+ * ncclInvalidUsage and leaves the group open, so ncclGroupEnd still runs or ends it. */
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+
+/* Profiling interface (as MPI's PMPI_*): every nccl* function also answers to pnccl*. In the
+ * shared libraries nccl* are weak and pnccl* are aliases of the same code, so a tool that
+ * defines ncclAllReduce (LD_PRELOAD or linked first) can call pncclAllReduce to reach tutti.
+ * Not in libtutti.a. */
+ncclResult_t pncclGetVersion(int *version);
+ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
+const char *pncclGetErrorString(ncclResult_t result);
+const char *pncclGetLastError(ncclComm_t comm);
+ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                     ncclConfig_t *config);
+ncclResult_t pncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                            ncclConfig_t *config);
+ncclResult_t pncclCommFinalize(ncclComm_t comm);
+ncclResult_t pncclCommDestroy(ncclComm_t comm);
+ncclResult_t pncclCommAbort(ncclComm_t comm);
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+ncclResult_t pncclCommCount(const ncclComm_t comm, int *count);
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device);
+ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank);
+ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                       ncclUniqueId *commIds, ncclConfig_t *config);
+ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                             ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
+void pncclResetDebugInit(void);
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                       ncclScalarResidence_t residence, ncclComm_t comm);
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+ncclResult_t pncclMemAlloc(void **ptr, size_t size);
+ncclResult_t pncclMemFree(void *ptr);
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle);
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+                                     int winFlags);
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                         cudaStream_t stream);
+ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                            ncclDataType_t datatype, int root, ncclComm_t comm,
+                            cudaStream_t stream);
+ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                            cudaStream_t stream);
+ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                cudaStream_t stream);
+ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclGroupStart(void);
+ncclResult_t pncclGroupEnd(void);
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
 /* ---- tutti extensions ---- */
 

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tutti.h" /* TUTTI_VERSION_STRING only: mpi_perf does not link tutti */
+
 static void bench_usage(const char *prog, int status) {
   FILE *f = status ? stderr : stdout;
   fprintf(f,
@@ -38,6 +40,12 @@ static void bench_usage(const char *prog, int status) {
           "  -t, --nthreads <n>       threads per process: only 1 (one rank per process)\n"
           "  -g, --ngpus <n>          GPUs per thread: only 1\n"
           "  -z, --blocking <0|1>     accepted for nccl-tests compatibility; host calls block\n"
+          "  -p, --parallel_init <0|1>  accepted for nccl-tests compatibility (one rank per\n"
+          "                           process initialises alone)\n"
+          "  -C, --report_cputime <0|1>  1: report the process's CPU time per call instead of\n"
+          "                           wall time (0)\n"
+          "  -N, --run_cycles <n>     run the whole sweep n times, 0 = until stopped (1)\n"
+          "  -G, --cudagraph <n>      CUDA graph launches: only 0 (buffers are on host memory)\n"
           "  -R, --local_register <0|1>  1: send and receive buffers from ncclMemAlloc,\n"
           "                           registered with ncclCommRegister, which same-host ranks\n"
           "                           read in place (tutti's programs only; 0)\n"
@@ -46,7 +54,9 @@ static void bench_usage(const char *prog, int status) {
           "      --warmup-bytes <n>   tutti extension: before each size, warmup-bytes/size\n"
           "                           untimed calls (1 to 200): steady state at every size,\n"
           "                           e.g. behind a token-bucket rate limit\n"
-          "  -h, --help               this text\n",
+          "  -h, --help               this text\n"
+          "      --version            tutti's version\n"
+          "Run without a launcher, the program is one rank (as nccl-tests' binaries are).\n",
           prog, BENCH_MIN_SCALED_ITERS);
   exit(status);
 }
@@ -112,9 +122,10 @@ static void bench_defaults(bench_opts_t *o) {
   o->ngpus = 1;
   o->type_arg = "float";
   o->op_arg = "sum";
+  o->cycles = 1;
 }
 
-enum { BENCH_OPT_ITER_BYTES = 1000, BENCH_OPT_COLL, BENCH_OPT_WARMUP_BYTES };
+enum { BENCH_OPT_ITER_BYTES = 1000, BENCH_OPT_COLL, BENCH_OPT_WARMUP_BYTES, BENCH_OPT_VERSION };
 
 static const struct option bench_long_opts[] = {
     {"minbytes", required_argument, NULL, 'b'},
@@ -135,7 +146,12 @@ static const struct option bench_long_opts[] = {
     {"ngpus", required_argument, NULL, 'g'},
     {"blocking", required_argument, NULL, 'z'},
     {"local_register", required_argument, NULL, 'R'},
+    {"parallel_init", required_argument, NULL, 'p'},
+    {"report_cputime", required_argument, NULL, 'C'},
+    {"run_cycles", required_argument, NULL, 'N'},
+    {"cudagraph", required_argument, NULL, 'G'},
     {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, BENCH_OPT_VERSION},
     {"iter-bytes", required_argument, NULL, BENCH_OPT_ITER_BYTES},
     {"warmup-bytes", required_argument, NULL, BENCH_OPT_WARMUP_BYTES},
     {"coll", required_argument, NULL, BENCH_OPT_COLL},
@@ -223,6 +239,25 @@ static void bench_apply(int c, const char *arg, const char *prog, bench_opts_t *
     case BENCH_OPT_COLL:
       o->coll_arg = arg;
       break;
+    case 'p':
+      o->parallel_init = bench_int_arg(prog, "-p", arg, 0);
+      break;
+    case 'C':
+      o->cputime = bench_int_arg(prog, "-C", arg, 0) != 0;
+      break;
+    case 'N':
+      o->cycles = bench_int_arg(prog, "-N", arg, 0);
+      break;
+    case 'G':
+      if (bench_int_arg(prog, "-G", arg, 0) != 0) {
+        fprintf(stderr, "%s: -G %s: CUDA graphs are not on host memory: these buffers are host "
+                "memory, so there is no GPU work to capture; run without -G (or -G 0)\n", prog, arg);
+        exit(2);
+      }
+      break;
+    case BENCH_OPT_VERSION:
+      printf("%s (tutti) %s\n", prog, TUTTI_VERSION_STRING);
+      exit(0);
     case 'h':
       bench_usage(prog, 0);
       break;
@@ -252,7 +287,7 @@ static void bench_check_threads(const char *prog, const bench_opts_t *o) {
 void bench_parse(int argc, char **argv, const char *prog, bench_opts_t *o) {
   bench_defaults(o);
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:o:d:r:a:T:J:t:g:z:R:h", bench_long_opts,
+  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:o:d:r:a:T:J:t:g:z:R:p:C:N:G:h", bench_long_opts,
                           NULL)) != -1)
     bench_apply(c, optarg, prog, o);
   if (optind < argc) {
@@ -299,6 +334,13 @@ int bench_warmup_iters_for(const bench_opts_t *o, size_t bytes) {
   if (o->warmup_bytes == 0) return 0;
   size_t n = bytes ? o->warmup_bytes / bytes : BENCH_MAX_WARMUP_ITERS;
   return (int)(n < 1 ? 1 : n > BENCH_MAX_WARMUP_ITERS ? BENCH_MAX_WARMUP_ITERS : n);
+}
+
+double bench_clock(const bench_opts_t *o) {
+  if (!o->cputime) return bench_now();
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 double bench_now(void) {
@@ -352,6 +394,7 @@ void bench_print_header(const bench_opts_t *o) {
     printf("# untimed calls before each size: min(%d, max(1, %zu / size))\n",
            BENCH_MAX_WARMUP_ITERS, o->warmup_bytes);
   printf("# time across ranks: %s (-a %d)\n", bench_average_name(o->average), o->average);
+  if (o->cputime) printf("# time: the process's CPU time per call (-C 1), not wall time\n");
   printf("#\n# Using devices\n");
 }
 
@@ -404,122 +447,4 @@ void bench_print_footer(int results_wrong, double avg_busbw) {
   printf("# Out of bounds values : %d %s\n", results_wrong, results_wrong > 0 ? "FAILED" : "OK");
   printf("# Avg bus bandwidth    : %g \n#\n", avg_busbw);
   fflush(stdout);
-}
-
-/* ---- JSON ---- */
-
-struct bench_json {
-  FILE *f;
-  int rows;
-};
-
-/* Writes s as a JSON string (the names written here are plain ASCII; anything else escaped). */
-static void bench_json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; s && *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20 || ch >= 0x7f)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
-static void bench_json_options(FILE *f, const bench_opts_t *o) {
-  fprintf(f,
-          "  \"options\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
-          "\"stepfactor\": %d, \"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, "
-          "\"check\": %d, \"average\": %d, \"timeout\": %d, \"iter_bytes\": %zu, \"datatype\": ",
-          o->min_bytes, o->max_bytes, o->step_bytes, o->step_factor, o->iters, o->warmup,
-          o->agg_iters, o->check, o->average, o->timeout_s, o->iter_bytes);
-  bench_json_str(f, o->type_arg);
-  fprintf(f, ", \"op\": ");
-  bench_json_str(f, o->op_arg);
-  if (o->root == BENCH_ROOT_ALL)
-    fprintf(f, ", \"root\": \"all\"},\n");
-  else
-    fprintf(f, ", \"root\": %d},\n", o->root);
-}
-
-static void bench_json_env(FILE *f) {
-  char load[128] = "";
-  FILE *l = fopen("/proc/loadavg", "r");
-  if (l) {
-    if (!fgets(load, sizeof(load), l)) load[0] = '\0';
-    fclose(l);
-  }
-  load[strcspn(load, "\n")] = '\0';
-  char when[64] = "";
-  time_t now = time(NULL);
-  struct tm tm;
-  if (gmtime_r(&now, &tm)) strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  fprintf(f, "  \"loadavg\": ");
-  bench_json_str(f, load);
-  fprintf(f, ",\n  \"started\": ");
-  bench_json_str(f, when);
-  fprintf(f, ",\n  \"cpus\": %ld,\n", sysconf(_SC_NPROCESSORS_ONLN));
-}
-
-bench_json_t *bench_json_open(const bench_opts_t *o, const char *tool, const char *collective,
-                              const char *library, int nranks, const char *const *hosts) {
-  bench_json_t *j = calloc(1, sizeof(*j));
-  if (!j || !(j->f = fopen(o->json_path, "w"))) {
-    fprintf(stderr, "%s: cannot write the JSON results to '%s'\n", tool, o->json_path);
-    exit(2);
-  }
-  FILE *f = j->f;
-  fprintf(f, "{\n  \"tool\": ");
-  bench_json_str(f, tool);
-  fprintf(f, ",\n  \"collective\": ");
-  bench_json_str(f, collective);
-  fprintf(f, ",\n  \"library\": ");
-  bench_json_str(f, library);
-  fprintf(f, ",\n  \"nranks\": %d,\n  \"hosts\": [", nranks);
-  for (int r = 0; r < nranks; r++) {
-    if (r) fputs(", ", f);
-    bench_json_str(f, hosts[r]);
-  }
-  fprintf(f, "],\n");
-  bench_json_env(f);
-  bench_json_options(f, o);
-  fprintf(f, "  \"results\": [");
-  fflush(f);
-  return j;
-}
-
-static void bench_json_half(FILE *f, const char *name, const bench_result_t *r) {
-  fprintf(f, "\"%s\": {\"time_us\": %.6g, \"algbw\": %.6g, \"busbw\": %.6g, \"wrong\": ", name,
-          r->time_us, r->algbw, r->busbw);
-  if (r->wrong < 0)
-    fputs("null}", f);
-  else
-    fprintf(f, "%.0f}", r->wrong);
-}
-
-void bench_json_row(bench_json_t *j, size_t bytes, size_t count, const char *type, const char *op,
-                    int root, const bench_result_t *out_of_place, const bench_result_t *in_place) {
-  if (!j) return;
-  FILE *f = j->f;
-  fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": ", j->rows++ ? "," : "", bytes,
-          count);
-  bench_json_str(f, type);
-  fprintf(f, ", \"redop\": ");
-  bench_json_str(f, op);
-  fprintf(f, ", \"root\": %d, ", root);
-  bench_json_half(f, "out_of_place", out_of_place);
-  fputs(", ", f);
-  bench_json_half(f, "in_place", in_place);
-  fputc('}', f);
-  fflush(f);
-}
-
-void bench_json_close(bench_json_t *j, int results_wrong, double avg_busbw) {
-  if (!j) return;
-  fprintf(j->f, "\n  ],\n  \"results_wrong\": %d,\n  \"avg_busbw\": %.6g\n}\n", results_wrong,
-          avg_busbw);
-  fclose(j->f);
-  free(j);
 }

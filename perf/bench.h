@@ -32,6 +32,9 @@ typedef struct bench_opts {
   const char *coll_arg;  /* --coll: which collective a peer program (MPI, Gloo) measures */
   size_t iter_bytes;     /* --iter-bytes (tutti extension): 0 = -n at every size */
   size_t warmup_bytes;   /* --warmup-bytes (tutti extension): untimed calls at every size */
+  int parallel_init;     /* -p: accepted; one rank per process initialises alone */
+  int cputime;           /* -C 1: time is the process's CPU time, not wall time */
+  int cycles;            /* -N: run the whole sweep this many times (0: until stopped) */
 } bench_opts_t;
 
 /* Parses argv into *o (defaults as in nccl-tests). Prints usage and exits on -h or on an error;
@@ -61,6 +64,8 @@ int bench_warmup_iters_for(const bench_opts_t *o, size_t bytes);
 
 /* Monotonic clock in seconds. */
 double bench_now(void);
+/* The clock of the timed loops: bench_now(), or the process's CPU time with -C 1. */
+double bench_clock(const bench_opts_t *o);
 
 /* Page-aligned anonymous memory, every page touched once so that timing never sees a fault.
  * Exits on failure. bench_free takes the same length. */

@@ -314,9 +314,9 @@ static bench_result_t perf_measure(perf_state_t *st, perf_case_t *c, int in_plac
   int iters = bench_iters_for(&st->opts, perf_size_bytes(c));
   if (st->opts.check) perf_prepare(st, c);
   perf_barrier(st);
-  double t0 = bench_now();
+  double t0 = bench_clock(&st->opts);
   perf_run_iters(st, c, iters);
-  double seconds = (bench_now() - t0) / ((double)iters * st->opts.agg_iters);
+  double seconds = (bench_clock(&st->opts) - t0) / ((double)iters * st->opts.agg_iters);
   double wrong = -1;
   if (st->opts.check && !(in_place && st->coll->in_place_unchecked)) {
     wrong = 0;
@@ -458,8 +458,21 @@ static void perf_print_ranks(perf_state_t *st) {
   free(all);
 }
 
+/* Started by hand, without a launcher (as nccl-tests' binaries are): one rank. */
+static int perf_under_launcher(void) {
+  static const char *const vars[] = {"TUTTI_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                                     "PMIX_RANK", "PMI_RANK"};
+  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+    if (getenv(vars[i]) && *getenv(vars[i])) return 1;
+  return 0;
+}
+
 static void perf_init_comm(perf_state_t *st) {
-  PERF_WATCHED(NULL, "tuttiCommInitFromEnv", tuttiCommInitFromEnv(&st->comm));
+  if (perf_under_launcher()) {
+    PERF_WATCHED(NULL, "tuttiCommInitFromEnv", tuttiCommInitFromEnv(&st->comm));
+  } else {
+    PERF_WATCHED(NULL, "ncclCommInitAll (one rank, no launcher)", ncclCommInitAll(&st->comm, 1, NULL));
+  }
   PERF_NCCL(st->comm, ncclCommUserRank(st->comm, &st->rank));
   PERF_NCCL(st->comm, ncclCommCount(st->comm, &st->nranks));
   perf_my_rank = st->rank;
@@ -521,10 +534,11 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv) {
   if (coll->supported && !coll->supported(st.nranks, why, sizeof(why))) {
     if (st.rank == 0) printf("# %s, skipping\n", why);
   } else {
-    for (int t = t0; t < t0 + nt; t++)
-      for (int o = o0; o < o0 + no; o++)
-        for (int root = r0; root <= r1; root++)
-          perf_sweep(&st, &perf_types[t], coll->reduces ? &perf_ops[o] : &perf_no_op, root);
+    for (int cycle = 0; st.opts.cycles == 0 || cycle < st.opts.cycles; cycle++)
+      for (int t = t0; t < t0 + nt; t++)
+        for (int o = o0; o < o0 + no; o++)
+          for (int root = r0; root <= r1; root++)
+            perf_sweep(&st, &perf_types[t], coll->reduces ? &perf_ops[o] : &perf_no_op, root);
   }
   int failed = st.results_wrong > 0;
   perf_finish(&st);

@@ -26,6 +26,7 @@
  * (the name compare_allreduce.sh runs).
  */
 #include <mpi.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,10 +350,21 @@ static void mpi_usage_exit(const mpi_perf_t *p, const char *msg) {
   exit(2);
 }
 
+/* Collective names as the other tools take them: "all_reduce", "allreduce", "AllReduce" (case
+ * and '_' ignored, as coll_parse in src/algos/schedule.c). */
+static int mpi_same_coll(const char *a, const char *b) {
+  for (;; a++, b++) {
+    while (*a == '_' || *a == '-') a++;
+    while (*b == '_' || *b == '-') b++;
+    if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
+    if (!*a) return 1;
+  }
+}
+
 static void mpi_check_args(mpi_perf_t *p) {
   const char *name = p->opts.coll_arg ? p->opts.coll_arg : MPI_PERF_DEFAULT_COLL;
   for (int i = 0; name && i < MPI_NUM_COLLS; i++)
-    if (strcmp(name, mpi_colls[i].name) == 0) p->coll = &mpi_colls[i];
+    if (mpi_same_coll(name, mpi_colls[i].name)) p->coll = &mpi_colls[i];
   if (!p->coll)
     mpi_usage_exit(p,
                    "--coll all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|"

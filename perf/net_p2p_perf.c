@@ -39,6 +39,12 @@ static size_t parse_bytes(const char *s) {
   } while (0)
 
 int main(int argc, char **argv) {
+  if (argc > 1 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "--help"))) {
+    printf(strcmp(argv[1], "--help") ? "net_p2p_perf (tutti) %s\n"
+                                     : "usage: net_p2p_perf [bytes [iters [warmup]]] (tutti %s)\n",
+           TUTTI_VERSION_STRING);
+    return 0;
+  }
   size_t bytes = argc > 1 ? parse_bytes(argv[1]) : 64u << 20;
   int iters = argc > 2 ? atoi(argv[2]) : 20, warmup = argc > 3 ? atoi(argv[3]) : 3;
   size_t count = bytes / sizeof(float);

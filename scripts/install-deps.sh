@@ -12,6 +12,8 @@ PACKAGES=(
   libopenblas-dev zlib1g-dev              # the reference trainer
   dataset-fashion-mnist                   # the trainer's data set
   gnuplot-nox                             # plots
+  libcjson-dev                            # JSON output of the perf programs and tutti-sim
+  libpmix-dev                             # PMIx bootstrap under mpirun / srun (optional at run time)
   iproute2 iperf3 netcat-openbsd procps   # multi-host test bed in network namespaces
   python3                                 # Debian's /usr/bin/python3 for the comparison scripts
 )

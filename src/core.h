@@ -36,6 +36,10 @@ void tutti_log(log_level_t level, unsigned subsys, const char *file, int line, c
 int tutti_log_enabled(log_level_t level, unsigned subsys);
 /* Rank printed in every log line of this thread ("[rank]"), -1 for none. */
 void tutti_log_set_rank(int rank);
+/* Re-reads the logging settings (ncclResetDebugInit). */
+void tutti_log_reinit(void);
+/* Prints the version banner once per process when TUTTI_DEBUG / NCCL_DEBUG is VERSION or more. */
+void tutti_log_version(void);
 
 #define WARN(...) tutti_log(LOG_WARN, SUB_ALL, __FILE__, __LINE__, __VA_ARGS__)
 #define INFO(sub, ...)                                                         \

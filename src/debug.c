@@ -18,7 +18,12 @@
 
 #include "core.h"
 
+#ifndef TUTTI_BUILD_INFO /* optional parts that ranks need not agree on, e.g. "pmix=dlopen" */
+#define TUTTI_BUILD_INFO ""
+#endif
+
 int tutti_log_level = -1;
+static int log_level_explicit; /* TUTTI_DEBUG / NCCL_DEBUG was set */
 static unsigned log_subsys = SUB_ALL;
 static FILE *log_file;
 static char log_host[64];
@@ -70,6 +75,7 @@ static void log_init(void) {
   if (dot) *dot = '\0';
   const char *lvl = tutti_getenv("DEBUG");
   int level = LOG_WARN; /* WARN prints unless TUTTI_DEBUG=NONE */
+  log_level_explicit = lvl != NULL;
   if (lvl) {
     if (strcasecmp(lvl, "NONE") == 0) level = LOG_NONE;
     else if (strcasecmp(lvl, "VERSION") == 0) level = LOG_VERSION;
@@ -91,6 +97,29 @@ int tutti_log_enabled(log_level_t level, unsigned subsys) {
 }
 
 void tutti_log_set_rank(int rank) { log_rank = rank; }
+
+void tutti_log_reinit(void) {
+  pthread_once(&log_once, log_init);
+  pthread_mutex_lock(&log_lock);
+  FILE *old = log_file;
+  log_file = NULL;
+  if (old) fclose(old);
+  pthread_mutex_unlock(&log_lock);
+  log_init();
+}
+
+/* The first line NCCL users look for. Printed once per process, at the first communicator's
+ * init, when TUTTI_DEBUG / NCCL_DEBUG asks for VERSION or more; not at the default level. */
+void tutti_log_version(void) {
+  static int printed;
+  pthread_once(&log_once, log_init);
+  if (!log_level_explicit || tutti_log_level < LOG_VERSION) return;
+  if (__atomic_exchange_n(&printed, 1, __ATOMIC_ACQ_REL)) return;
+  tutti_log(LOG_VERSION, SUB_ALL, __FILE__, __LINE__,
+            "tutti version %s, NCCL API %d.%d.%d (code %d), build %s %s", TUTTI_VERSION_STRING,
+            NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE, tutti_build_options(),
+            TUTTI_BUILD_INFO);
+}
 
 static void vlog(log_level_t level, const char *file, int line, const char *fmt, va_list ap) {
   char msg[1536];

@@ -12,7 +12,7 @@
 #include "plan.h"
 #include "topology/topo.h"
 
-#define API __attribute__((visibility("default")))
+#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
 
 TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
 /* Out-of-place calls from 16 MiB up write their results with streaming stores: measured on
@@ -289,6 +289,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   ncclResult_t res;
   uint64_t t0 = tutti_time_ns();
   tutti_log_set_rank(rank);
+  tutti_log_version();
   tutti_log_settings();
   TUTTI_CHECK(comm_alloc(&c, nranks, rank));
   snprintf(c->peers[rank].settings, sizeof(c->peers[rank].settings), "shm=%s/%s direct=%s/%s",

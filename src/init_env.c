@@ -6,8 +6,10 @@
  *              taken by its store, so tutti uses MASTER_PORT + 1 when TORCHELASTIC_RUN_ID is set)
  *   Open MPI   OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK     Slurm  SLURM_PROCID/NTASKS/LOCALID
  * Open MPI and Slurm give no root address: with MASTER_ADDR/MASTER_PORT (or TUTTI_ROOT_ADDR)
- * set it is used; else, if all ranks are on one host, rank 0 publishes its address in a file
- * /tmp/tutti-rdv-<job id> that the others read (removed once everyone joined).
+ * set it is used; else, under a PMIx server (mpirun, srun --mpi=pmix), rank 0 publishes a unique
+ * id through PMIx (pmix_boot.c), across hosts; else, if all ranks are on one host, rank 0
+ * publishes its address in a file /tmp/tutti-rdv-<job id> that the others read (removed once
+ * everyone joined).
  * The job secret is TUTTI_SECRET when given, else derived from the job id and root address.
  */
 #include <errno.h>
@@ -17,13 +19,15 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "pmix_boot.h"
 
-#define API __attribute__((visibility("default")))
+#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
 
 typedef struct launch {
   const char *launcher;
   int rank, nranks, local_size;
-  char root[300]; /* "host:port", empty: file rendezvous */
+  char root[300]; /* "host:port", empty: PMIx or file rendezvous */
+  int multi_host; /* ranks on several hosts and no root address: only PMIx can help */
   char job[320];  /* job identity for the rendezvous file and the derived secret */
   int root_fd;
 } launch_t;
@@ -80,9 +84,7 @@ static ncclResult_t detect(launch_t *l) {
     int port = atoi(mport) + (getenv("TORCHELASTIC_RUN_ID") ? 1 : 0);
     snprintf(l->root, sizeof(l->root), strchr(maddr, ':') ? "[%s]:%d" : "%s:%d", maddr, port);
   } else if (l->local_size != l->nranks) {
-    return TUTTI_ERR(ncclInvalidUsage, "tuttiCommInitFromEnv (%s): ranks span several hosts but "
-                     "MASTER_ADDR and MASTER_PORT (or TUTTI_ROOT_ADDR) are not set: set them to "
-                     "an address and free port of rank 0's host", l->launcher);
+    l->multi_host = 1;
   }
   if (l->rank < 0 || l->rank >= l->nranks)
     return TUTTI_ERR(ncclInvalidUsage, "tuttiCommInitFromEnv (%s): rank %d is outside [0, %d)",
@@ -185,6 +187,17 @@ API ncclResult_t tuttiCommInitFromEnv(ncclComm_t *comm) {
   launch_t l;
   sock_addr_t addr;
   TUTTI_CHECK(detect(&l));
+  if (!l.root[0]) {
+    int used = 0;
+    ncclUniqueId id;
+    TUTTI_CHECK(pmix_boot_id(l.rank, l.nranks, &id, &used));
+    if (used) return ncclCommInitRank(comm, l.nranks, id, l.rank);
+    if (l.multi_host)
+      return TUTTI_ERR(ncclInvalidUsage, "tuttiCommInitFromEnv (%s): ranks span several hosts, "
+                       "no PMIx server answers and MASTER_ADDR and MASTER_PORT (or "
+                       "TUTTI_ROOT_ADDR) are not set: set them to an address and free port of "
+                       "rank 0's host", l.launcher);
+  }
   if (l.root[0]) TUTTI_CHECK(sock_addr_parse(l.root, &addr));
   else {
     memset(&addr, 0, sizeof(addr));

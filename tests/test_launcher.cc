@@ -416,7 +416,9 @@ TEST(Launcher, UsageErrorsExit2) {
   EXPECT_EQ(run_launcher({"-n", "0", "true"}).exit_code, 2);     // too few
   EXPECT_EQ(run_launcher({"-n", "1025", "true"}).exit_code, 2);  // too many
   EXPECT_EQ(run_launcher({"-n", "2"}).exit_code, 2);             // no program
-  EXPECT_EQ(run_launcher({"-n", "2", "-x", "NOEQUALS", "true"}).exit_code, 2);
+  EXPECT_EQ(run_launcher({"-n", "2", "-x", "=VALUE", "true"}).exit_code, 2);
+  EXPECT_EQ(run_launcher({"-n", "2", "-x", "BAD NAME", "true"}).exit_code, 2);
+  EXPECT_EQ(run_launcher({"-np"}).exit_code, 2);  // -np without its value
   EXPECT_EQ(run_launcher({"-n", "2", "--timeout", "soon", "true"}).exit_code, 2);
 }
 
@@ -460,6 +462,29 @@ TEST(Launcher, HelpAndVersion) {
   launch_t version = run_launcher({"--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_TRUE(contains(version.out, "tutti-run")) << version.out;
+}
+
+// mpirun's spellings: -np N, -x VAR (this environment's value) next to -x VAR=VALUE,
+// --bind-to, and --oversubscribe, which runs more ranks than CPUs unbound instead of refusing.
+TEST(Launcher, MpirunSpellings) {
+  launch_t l = run_launcher({"-np", "2", "-x", "LAUNCHER_TEST_PASSED", "-x", "LAUNCHER_B=2",
+                             "--bind-to", "none", "sh", "-c",
+                             "echo $TUTTI_RANK/$TUTTI_NRANKS $LAUNCHER_TEST_PASSED $LAUNCHER_B"},
+                            {"LAUNCHER_TEST_PASSED=yes"});
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  EXPECT_EQ(sorted_lines(l.out), (std::vector<std::string>{"0/2 yes 2", "1/2 yes 2"})) << l.out;
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::string many = std::to_string(CPU_COUNT(&set) + 1);
+  launch_t over = run_launcher({"-np", many, "--bind-to", "core", "--oversubscribe", "nproc"});
+  ASSERT_EQ(over.exit_code, 0) << over.err;
+  EXPECT_TRUE(contains(over.err, "--oversubscribe: " + many + " ranks")) << over.err;
+  std::vector<std::string> lines = sorted_lines(over.out);
+  EXPECT_EQ(lines.size(), static_cast<size_t>(CPU_COUNT(&set) + 1)) << over.out;
+  for (const std::string &n : lines) EXPECT_EQ(n, std::to_string(CPU_COUNT(&set))) << "unbound";
+  launch_t no_ns = run_launcher({"-H", "nosuchhost:1", "-np", "1", "--netns-prefix",
+                                 "surface16-none-", "true"});
+  EXPECT_NE(no_ns.exit_code, 0) << "-H names a host of the namespace bed";
 }
 
 TEST(Launcher, ProgramArgumentsAreNotParsedAsOptions) {

@@ -343,6 +343,28 @@ TEST_F(MultiHost, OpenMpiLaunchesAcrossHostsThroughTheRshAgent) {
   expect_clean(p.out);
 }
 
+// The same launch with no MASTER_ADDR / MASTER_PORT: the ranks find each other through
+// mpirun's PMIx servers (rank 0 publishes the unique id, src/pmix_boot.c), across hosts. The
+// BOOTSTRAP log line says PMIx was the way, so a fallback cannot make this pass.
+TEST_F(MultiHost, OpenMpiAcrossHostsBootstrapsThroughPmix) {
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  bed_up(2);
+  Proc p;
+  p.start({kCluster, "exec", "h1", "mpirun", "--allow-run-as-root", "--mca", "plm_rsh_agent",
+           std::string(TUTTI_SOURCE_DIR) + "/scripts/netns-rsh", "--mca", "oob_tcp_if_include",
+           "eth0", "--mca", "btl_tcp_if_include", "eth0", "-x", "TUTTI_NETNS_PREFIX", "-x",
+           "TUTTI_MH_HELPER", "-x", "TUTTI_TIMEOUT", "-x", "TUTTI_DEBUG", "-x",
+           "TUTTI_DEBUG_SUBSYS", "--host", "h1:1,h2:1", "-np", "2", self_exe()},
+          {"TUTTI_NETNS_PREFIX=" + prefix, "TUTTI_MH_HELPER=collectives", "TUTTI_TIMEOUT=30",
+           "TUTTI_DEBUG=INFO", "TUTTI_DEBUG_SUBSYS=BOOTSTRAP", "MASTER_ADDR=", "MASTER_PORT="});
+  int st = p.wait(now_s() + 280);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
+  EXPECT_EQ(count(p.out, "every collective exact"), 2) << p.out;
+  EXPECT_EQ(count(p.out, "got the unique id through tutti.uid."), 2) << p.out;
+  EXPECT_EQ(count(p.out, "on host h1"), 1) << p.out;
+  EXPECT_EQ(count(p.out, "on host h2"), 1) << p.out;
+}
+
 // Strangers on the data ports while collectives run: garbage, a truncated hello, a port scan.
 TEST_F(MultiHost, StrangersOnDataPortsAreLoggedAndIgnored) {
   bed_up(3);

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -306,6 +307,26 @@ TEST_F(TrainerDdpQuick, ResumeRefusesOtherSettingsAndCorruptFiles) {
   RunResult corrupt = run(trainer(2, base + " --resume"));
   EXPECT_NE(corrupt.status, 0);
   EXPECT_NE(corrupt.output.find("checksum"), std::string::npos) << corrupt.output;
+}
+
+// --log-every N: a progress line every N steps inside an epoch (not at its last step, where the
+// epoch line follows), from rank 0 only; the epoch line shows the mean lr of the epoch, which
+// is above 0 even in the last epoch of a cosine schedule that ends at 0.
+TEST_F(TrainerDdpQuick, LogEveryPrintsProgressAndTheEpochsMeanLr) {
+  // 1024 images / (2 ranks x 16) = 32 steps per epoch: lines at steps 8, 16 and 24 of each.
+  RunResult r = run(trainer(2,
+                            "--model mlp --epochs 2 --batch 16 --train-limit 1024 "
+                            "--test-limit 100 --log-every 8"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::regex line(
+      R"(  epoch [12]/2 step (8|16|24)/32 \| [0-9.]+ steps/s \| loss [0-9.]+ \| comm [0-9]+% \| ETA [0-9]+m[0-9]+s)");
+  auto begin = std::sregex_iterator(r.output.begin(), r.output.end(), line);
+  EXPECT_EQ(std::distance(begin, std::sregex_iterator()), 6) << r.output;
+  std::smatch last;
+  ASSERT_TRUE(
+      std::regex_search(r.output, last, std::regex(R"(epoch  2/2 .*lr\(avg\) ([0-9.e+-]+))")))
+      << r.output;
+  EXPECT_GT(std::stod(last[1]), 0.0) << r.output;
 }
 
 TEST_F(TrainerDdpQuick, MissingDataSaysHowToInstallIt) {

@@ -35,6 +35,7 @@ typedef struct {
   const char *netns_prefix;
   int print_settings;
   int bind, bind_set;      /* --bind core; bind_set: given on the command line */
+  int oversubscribe;       /* --oversubscribe: more ranks than CPUs unbinds */
   int cpus[RUN_MAX_CPUS];  /* --bind core: rank r runs on cpus[r] */
   int ncpus;
   double timeout_s; /* 0: no timeout */

@@ -28,6 +28,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <ifaddrs.h>
 #include <limits.h>
 #include <math.h>
@@ -79,7 +80,10 @@ void write_all(int fd, const char *p, size_t n) {
 
 /* ---------------------------------------------------------------- command line */
 
-static const char run_usage[] = "Usage: tutti-run -n N [options] [--] prog [args...]\n";
+static const char run_usage[] =
+    "Usage: tutti-run -n N [options] [--] prog [args...]\n"
+    "       (mpirun's spellings work too: -np N, -x VAR, -H h1:2,h2:2,\n"
+    "       --bind-to core|none, --oversubscribe)\n";
 
 static const char run_help[] =
     "Starts N ranks of prog on this host and waits for them. Each rank gets TUTTI_RANK,\n"
@@ -88,15 +92,18 @@ static const char run_help[] =
     "others get SIGTERM and, TUTTI_RUN_KILL_GRACE seconds later (default 3), SIGKILL.\n"
     "\n"
     "Options:\n"
-    "  -n N              number of ranks, 1 to 1024 (required)\n"
+    "  -n N, -np N       number of ranks, 1 to 1024 (required unless -H gives counts)\n"
     "  --prefix          prefix each output line of rank r with \"[r] \"\n"
     "  --timeout SEC     stop the job after SEC seconds (exit status 124)\n"
-    "  -x VAR=VALUE      add VAR=VALUE to the ranks' environment (repeatable)\n"
-    "  --bind core|none  core: pin rank r to the r-th CPU the launcher may run on (like\n"
-    "                    mpirun --bind-to core); refused when there are more ranks than CPUs.\n"
+    "  -x VAR=VALUE      add VAR=VALUE to the ranks' environment (repeatable); -x VAR passes\n"
+    "                    this environment's VAR (the ranks inherit the environment anyway)\n"
+    "  --bind core|none  core: pin rank r to the r-th CPU the launcher may run on (also\n"
+    "  --bind-to ...     spelled --bind-to); refused when there are more ranks than CPUs.\n"
     "                    Default none (or $TUTTI_RUN_BIND): concurrent jobs would pile on CPU 0\n"
+    "  --oversubscribe   more ranks than CPUs with --bind core: run them unbound instead of\n"
+    "                    refusing (tutti-run never refuses unbound oversubscription)\n"
     "  --print-settings  print the TUTTI_* and NCCL_* variables passed to the ranks\n"
-    "  --hosts LIST      run on the hosts of the namespace test bed (scripts/netns-cluster.sh):\n"
+    "  -H, --hosts LIST  run on the hosts of the namespace test bed (scripts/netns-cluster.sh):\n"
     "                    \"h1:2,h2:2\" (ranks per host), \"h1,h2\" (one each) or \"h1,h2\" with\n"
     "                    -n N (split evenly); ranks are placed in blocks, rank 0 on the\n"
     "                    first host\n"
@@ -120,29 +127,6 @@ static void usage_error(const char *fmt, ...) {
   exit(RUN_EXIT_USAGE);
 }
 
-/* Matches argv[*i] against option `name`. The value comes attached ("--timeout=5", "-n4")
- * or as the next argument; *i is advanced past what was consumed. */
-static int match_option(int argc, char **argv, int *i, const char *name, int takes_value,
-                        const char **value) {
-  const char *arg = argv[*i];
-  size_t len = strlen(name);
-  if (strncmp(arg, name, len) != 0) return 0;
-  if (!takes_value) return arg[len] == '\0';
-  int is_long = name[1] == '-';
-  if (arg[len] == '=' && is_long) {
-    *value = arg + len + 1;
-    return 1;
-  }
-  if (arg[len] != '\0') {
-    if (is_long) return 0; /* "--prefixes" is not "--prefix" */
-    *value = arg + len;
-    return 1;
-  }
-  if (*i + 1 >= argc) usage_error("option '%s' needs a value", name);
-  *value = argv[++*i];
-  return 1;
-}
-
 static int parse_nranks(const char *s) {
   char *end;
   errno = 0;
@@ -162,10 +146,20 @@ static double parse_seconds(const char *s, const char *what) {
 }
 
 /* -x VAR=VALUE goes straight into our environment, which the ranks inherit; the protocol
- * variables are set later and win. putenv keeps the argv string itself, which lives on. */
+ * variables are set later and win. putenv keeps the argv string itself, which lives on.
+ * -x VAR (mpirun's form) passes this environment's VAR, which the ranks inherit anyway. */
 static void add_extra_env(char *assignment) {
   const char *eq = strchr(assignment, '=');
-  if (eq == NULL || eq == assignment) usage_error("-x expects VAR=VALUE, got '%s'", assignment);
+  if (eq == NULL && assignment[0] &&
+      strspn(assignment,
+             "abcdefghijklmnopqrstuvwxyz"
+             "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") == strlen(assignment)) {
+    if (!getenv(assignment))
+      fprintf(stderr, "tutti-run: -x %s: not set here, so not passed\n", assignment);
+    return;
+  }
+  if (eq == NULL || eq == assignment)
+    usage_error("-x expects VAR or VAR=VALUE, got '%s'", assignment);
   if (putenv(assignment) != 0) die("putenv: %s", strerror(errno));
 }
 
@@ -248,8 +242,16 @@ static void plan_binding(run_options_t *o) {
   o->ncpus = 0;
   for (int c = 0; c < CPU_SETSIZE && o->ncpus < RUN_MAX_CPUS; c++)
     if (CPU_ISSET(c, &set)) o->cpus[o->ncpus++] = c;
-  if (o->nranks > o->ncpus)
-    usage_error("--bind core: %d ranks but only %d CPUs to bind them to", o->nranks, o->ncpus);
+  if (o->nranks > o->ncpus && o->oversubscribe) {
+    fprintf(stderr, "tutti-run: --oversubscribe: %d ranks on %d CPUs, not binding\n", o->nranks,
+            o->ncpus);
+    o->bind = 0;
+  } else if (o->nranks > o->ncpus) {
+    usage_error(
+        "--bind core: %d ranks but only %d CPUs to bind them to (add --oversubscribe "
+        "to run them unbound)",
+        o->nranks, o->ncpus);
+  }
 }
 
 static void bind_rank(const run_options_t *o, int rank) {
@@ -262,51 +264,88 @@ static void bind_rank(const run_options_t *o, int rank) {
             strerror(errno));
 }
 
-static int parse_option(int argc, char **argv, int *i, run_options_t *o) {
-  const char *v = NULL;
-  if (match_option(argc, argv, i, "-n", 1, &v)) {
-    o->nranks = parse_nranks(v);
-  } else if (match_option(argc, argv, i, "--timeout", 1, &v)) {
-    o->timeout_s = parse_seconds(v, "--timeout");
-  } else if (match_option(argc, argv, i, "-x", 1, &v)) {
-    add_extra_env((char *)v);
-  } else if (match_option(argc, argv, i, "--prefix", 0, &v)) {
-    o->prefix = 1;
-  } else if (match_option(argc, argv, i, "--bind", 1, &v)) {
-    o->bind = parse_bind(v), o->bind_set = 1;
-  } else if (match_option(argc, argv, i, "--print-settings", 0, &v)) {
-    o->print_settings = 1;
-  } else if (match_option(argc, argv, i, "--hosts", 1, &v)) {
-    parse_hosts(v, o);
-  } else if (match_option(argc, argv, i, "--netns-prefix", 1, &v)) {
-    o->netns_prefix = v;
-  } else if (match_option(argc, argv, i, "--keep-going", 0, &v)) {
-    o->keep_going = 1;
-  } else if (match_option(argc, argv, i, "-h", 0, &v) ||
-             match_option(argc, argv, i, "--help", 0, &v)) {
-    printf("%s%s", run_usage, run_help);
-    exit(0);
-  } else if (match_option(argc, argv, i, "--version", 0, &v)) {
-    printf("tutti-run (tutti) %s\n", TUTTI_RUN_VERSION);
-    exit(0);
-  } else {
-    return 0;
+/* Long options; getopt_long_only also takes them after one dash, as mpirun does ("-np 4",
+ * "-oversubscribe"), while "-n4" and "-x A=1" stay short options. */
+enum {
+  OPT_TIMEOUT = 256,
+  OPT_PREFIX,
+  OPT_BIND,
+  OPT_PRINT,
+  OPT_NETNS,
+  OPT_KEEP,
+  OPT_VERSION,
+  OPT_OVERSUB
+};
+static const struct option run_long_options[] = {
+    {"np", required_argument, NULL, 'n'},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"prefix", no_argument, NULL, OPT_PREFIX},
+    {"bind", required_argument, NULL, OPT_BIND},
+    {"bind-to", required_argument, NULL, OPT_BIND},
+    {"oversubscribe", no_argument, NULL, OPT_OVERSUB},
+    {"print-settings", no_argument, NULL, OPT_PRINT},
+    {"hosts", required_argument, NULL, 'H'},
+    {"host", required_argument, NULL, 'H'},
+    {"netns-prefix", required_argument, NULL, OPT_NETNS},
+    {"keep-going", no_argument, NULL, OPT_KEEP},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0}};
+
+static void parse_option(int c, char *v, run_options_t *o) {
+  switch (c) {
+    case 'n':
+      o->nranks = parse_nranks(v);
+      break;
+    case OPT_TIMEOUT:
+      o->timeout_s = parse_seconds(v, "--timeout");
+      break;
+    case 'x':
+      add_extra_env(v);
+      break;
+    case OPT_PREFIX:
+      o->prefix = 1;
+      break;
+    case OPT_BIND:
+      o->bind = parse_bind(v), o->bind_set = 1;
+      break;
+    case OPT_OVERSUB:
+      o->oversubscribe = 1;
+      break;
+    case OPT_PRINT:
+      o->print_settings = 1;
+      break;
+    case 'H':
+      parse_hosts(v, o);
+      break;
+    case OPT_NETNS:
+      o->netns_prefix = v;
+      break;
+    case OPT_KEEP:
+      o->keep_going = 1;
+      break;
+    case 'h':
+      printf("%s%s", run_usage, run_help);
+      exit(0);
+    case OPT_VERSION:
+      printf("tutti-run (tutti) %s\n", TUTTI_RUN_VERSION);
+      exit(0);
+    default:
+      usage_error("unknown option '%s'", v ? v : "?");
   }
-  return 1;
 }
 
 static void parse_args(int argc, char **argv, run_options_t *o) {
-  int i = 1;
-  for (; i < argc; i++) {
-    if (strcmp(argv[i], "--") == 0) {
-      i++;
-      break;
-    }
-    if (argv[i][0] != '-' || argv[i][1] == '\0') break; /* the program */
-    if (!parse_option(argc, argv, &i, o)) usage_error("unknown option '%s'", argv[i]);
+  int c, idx;
+  opterr = 0; /* our own messages, with the usage line */
+  while ((c = getopt_long_only(argc, argv, "+:n:x:H:h", run_long_options, &idx)) != -1) {
+    if (c == '?' || c == ':')
+      usage_error(c == ':' ? "option '%s' needs a value" : "unknown option '%s'", argv[optind - 1]);
+    parse_option(c, optarg, o);
   }
+  int i = optind;
   if (o->hosts) place_ranks(o);
-  if (o->nranks == 0) usage_error("the rank count -n N is required");
+  if (o->nranks == 0) usage_error("the rank count -n N (or -np N) is required");
   const char *bind = getenv("TUTTI_RUN_BIND");
   if (!o->bind_set && bind && *bind) o->bind = parse_bind(bind);
   plan_binding(o);

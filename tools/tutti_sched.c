@@ -1,18 +1,19 @@
 /* tutti-sched: prints a collective's schedule for every rank (or one) without running anything.
  *
- *   tutti-sched --coll allreduce --algo tree --nranks 5 --count 1000 [--rank r] [--hosts 2]
+ *   tutti-sched --coll all_reduce --algo tree --nranks 5 --count 1000 [--rank r] [--hosts 2]
  *               [--root r] [--chunk elements] [--in-place]
  *
  * --algo auto (the default) asks the tuner, with its default model (TUTTI_TUNER_* apply), for
  * 4-byte elements and 128 KiB slots. --hosts h puts the ranks on h hosts in blocks (needed by
  * hier). Each step is printed as in TUTTI_DUMP_SCHEDULE (see src/algos/schedule.c).
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "algos/registry.h"
+#include "algos/schedule.h"
 #include "algos/tuner.h"
 
 typedef struct opts {
@@ -27,9 +28,10 @@ static void usage(const char *why) {
       stderr,
       "usage: tutti-sched --coll C --nranks N --count K [--algo A|auto] [--rank R] [--hosts H]\n"
       "                   [--root R] [--chunk ELEMS] [--in-place]\n"
-      "       tutti-sched --list   (the registered algorithms)\n"
-      "  C: allreduce broadcast reduce allgather reducescatter alltoall gather scatter\n"
-      "  A: a registered algorithm's name (--list), or auto\n");
+      "  C: all_reduce broadcast reduce all_gather reduce_scatter alltoall gather scatter\n"
+      "     (nccl-tests' names; allreduce, AllReduce, ncclAllReduce work too)\n"
+      "  A: a registered algorithm's name (--list), or auto\n"
+      "       tutti-sched --list   (the registered algorithms)\n");
   exit(2);
 }
 
@@ -56,56 +58,83 @@ static long num(const char *flag, const char *v) {
 }
 
 static opts_t parse(int argc, char **argv) {
-  opts_t o = {.coll = NULL,
-              .algo = "auto",
-              .nranks = 0,
-              .rank = -1,
-              .hosts = 1,
-              .root = 0,
-              .count = 0,
-              .chunk = 32768};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--in-place")) {
-      o.in_place = 1;
-      continue;
+  enum {
+    OPT_COLL = 256,
+    OPT_ALGO,
+    OPT_NRANKS,
+    OPT_RANK,
+    OPT_HOSTS,
+    OPT_ROOT,
+    OPT_COUNT,
+    OPT_CHUNK,
+    OPT_INPLACE,
+    OPT_VERSION,
+    OPT_LIST
+  };
+  static const struct option lo[] = {{"coll", required_argument, NULL, OPT_COLL},
+                                     {"algo", required_argument, NULL, OPT_ALGO},
+                                     {"nranks", required_argument, NULL, OPT_NRANKS},
+                                     {"rank", required_argument, NULL, OPT_RANK},
+                                     {"hosts", required_argument, NULL, OPT_HOSTS},
+                                     {"root", required_argument, NULL, OPT_ROOT},
+                                     {"count", required_argument, NULL, OPT_COUNT},
+                                     {"chunk", required_argument, NULL, OPT_CHUNK},
+                                     {"in-place", no_argument, NULL, OPT_INPLACE},
+                                     {"help", no_argument, NULL, 'h'},
+                                     {"version", no_argument, NULL, OPT_VERSION},
+                                     {"list", no_argument, NULL, OPT_LIST},
+                                     {NULL, 0, NULL, 0}};
+  opts_t o = {.coll = NULL, .algo = "auto", .rank = -1, .hosts = 1, .chunk = 32768};
+  int c;
+  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    const char *v = optarg;
+    switch (c) {
+      case OPT_COLL:
+        o.coll = v;
+        break;
+      case OPT_ALGO:
+        o.algo = v;
+        break;
+      case OPT_NRANKS:
+        o.nranks = (int)num("--nranks", v);
+        break;
+      case OPT_RANK:
+        o.rank = (int)num("--rank", v);
+        break;
+      case OPT_HOSTS:
+        o.hosts = (int)num("--hosts", v);
+        break;
+      case OPT_ROOT:
+        o.root = (int)num("--root", v);
+        break;
+      case OPT_COUNT:
+        o.count = (size_t)num("--count", v);
+        break;
+      case OPT_CHUNK:
+        o.chunk = (size_t)num("--chunk", v);
+        break;
+      case OPT_INPLACE:
+        o.in_place = 1;
+        break;
+      case OPT_VERSION:
+        printf("tutti-sched (tutti) %s\n", TUTTI_VERSION_STRING);
+        exit(0);
+      case OPT_LIST:
+        list_algos();
+        break;
+      case 'h':
+        usage(NULL);
+        break;
+      default:
+        usage("unknown option or missing value");
     }
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(NULL);
-    if (!strcmp(a, "--list")) list_algos();
-    if (!strcmp(a, "--coll"))
-      o.coll = v;
-    else if (!strcmp(a, "--algo"))
-      o.algo = v;
-    else if (!strcmp(a, "--nranks"))
-      o.nranks = (int)num(a, v);
-    else if (!strcmp(a, "--rank"))
-      o.rank = (int)num(a, v);
-    else if (!strcmp(a, "--hosts"))
-      o.hosts = (int)num(a, v);
-    else if (!strcmp(a, "--root"))
-      o.root = (int)num(a, v);
-    else if (!strcmp(a, "--count"))
-      o.count = (size_t)num(a, v);
-    else if (!strcmp(a, "--chunk"))
-      o.chunk = (size_t)num(a, v);
-    else
-      usage("unknown option");
-    if (!v) usage("missing value");
-    i++;
   }
+  if (optind < argc) usage("unexpected argument");
   if (!o.coll || o.nranks < 1) usage("--coll and --nranks are required");
   if (o.rank >= o.nranks || o.root >= o.nranks) usage("--rank and --root must be < --nranks");
   if (o.hosts < 1 || o.hosts > o.nranks) usage("--hosts must be in [1, nranks]");
   if (o.chunk == 0) usage("--chunk must be >= 1");
   return o;
-}
-
-static int coll_from(const char *s) {
-  static const char *keys[] = {"allreduce",     "broadcast", "reduce", "allgather",
-                               "reducescatter", "alltoall",  "gather", "scatter"};
-  for (int c = 0; c < 8; c++)
-    if (!strcasecmp(s, keys[c])) return c;
-  return -1;
 }
 
 /* The tuner's pick for this call with the default model (4-byte elements, one host per block). */
@@ -132,7 +161,6 @@ static int algo_from(const char *s) {
   algo_t a = algo_by_name(s);
   return a == ALGO_NUM ? -1 : (int)a;
 }
-
 
 /* Builds and prints rank r's schedule; returns 0, or 1 after a message. */
 static int print_rank(const opts_t *o, int c, int algo, int r, const int *host, sched_t *col,
@@ -162,7 +190,7 @@ static int print_rank(const opts_t *o, int c, int algo, int r, const int *host, 
 
 int main(int argc, char **argv) {
   opts_t o = parse(argc, argv);
-  int c = coll_from(o.coll), n = o.nranks, rc = 0;
+  int c = coll_parse(o.coll), n = o.nranks, rc = 0;
   if (c < 0) usage("unknown collective");
   int *host = calloc((size_t)n, sizeof(int)), per = (n + o.hosts - 1) / o.hosts;
   sched_t col = {0}, *lanes = calloc(2 * (size_t)n, sizeof(sched_t));

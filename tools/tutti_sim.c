@@ -12,6 +12,7 @@
  * for the model and is what lets a 65,536-rank ring all-reduce finish in seconds. -J writes the
  * rows in the JSON of the perf programs' -J, with an "algo" per row, for perf/plot.
  */
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,24 +86,12 @@ static size_t parse_bytes(const char *s) {
 }
 
 static coll_t parse_coll(const char *s) {
-  static const struct {
-    const char *name;
-    coll_t c;
-  } t[] = {{"all_reduce", COLL_ALLREDUCE},
-           {"allreduce", COLL_ALLREDUCE},
-           {"all_gather", COLL_ALLGATHER},
-           {"allgather", COLL_ALLGATHER},
-           {"reduce_scatter", COLL_REDUCESCATTER},
-           {"reducescatter", COLL_REDUCESCATTER},
-           {"broadcast", COLL_BROADCAST},
-           {"reduce", COLL_REDUCE},
-           {"alltoall", COLL_ALLTOALL},
-           {"gather", COLL_GATHER},
-           {"scatter", COLL_SCATTER}};
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    if (!strcmp(s, t[i].name)) return t[i].c;
-  die("unknown collective '%s'", s);
-  return COLL_ALLREDUCE;
+  int c = coll_parse(s);
+  if (c < 0)
+    die("unknown collective '%s' (all_reduce, all_gather, reduce_scatter, broadcast, "
+        "reduce, alltoall, gather, scatter)",
+        s);
+  return (coll_t)c;
 }
 
 static const char *perf_name(coll_t c) {
@@ -147,7 +136,7 @@ static const char *CLUSTER_KEYS[] = {
     "overhead-us",   "slot-intra",  "slot-inter",      "fifo-intra",   "fifo-inter", "cpus",
     "machine-nodes", "msg-cpu-us",  "intra-msg-cpu-us"};
 #define NKEYS (int)(sizeof CLUSTER_KEYS / sizeof CLUSTER_KEYS[0])
-enum { OPT_CLUSTER = 900, OPT_METHOD, OPT_SCALE, OPT_MAXSTEPS, OPT_KEY = 1000 };
+enum { OPT_CLUSTER = 900, OPT_METHOD, OPT_SCALE, OPT_MAXSTEPS, OPT_VERSION, OPT_KEY = 1000 };
 
 static void long_options(struct option *lo) {
   static const struct option fixed[] = {{"cluster", 1, 0, OPT_CLUSTER},
@@ -161,6 +150,7 @@ static void long_options(struct option *lo) {
                                         {"stepfactor", 1, 0, 'f'},
                                         {"datatype", 1, 0, 'd'},
                                         {"help", 0, 0, 'h'},
+                                        {"version", 0, 0, OPT_VERSION},
                                         {0, 0, 0, 0}};
   for (int i = 0; i < NKEYS; i++) lo[i] = (struct option){CLUSTER_KEYS[i], 1, 0, OPT_KEY + i};
   memcpy(lo + NKEYS, fixed, sizeof fixed);
@@ -211,13 +201,15 @@ static void apply_option(opts_t *o, int ch, const char *arg) {
       break;
     case 'h':
       fputs(HELP, stdout), exit(0);
+    case OPT_VERSION:
+      printf("tutti-sim (tutti) %s\n", TUTTI_VERSION_STRING), exit(0);
     default:
       die("%s", "bad option");
   }
 }
 
 static void parse_args(int argc, char **argv, opts_t *o) {
-  struct option lo[NKEYS + 12];
+  struct option lo[NKEYS + 13];
   long_options(lo);
   int ch;
   char err[256];
@@ -236,9 +228,10 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* JSON results (-J), in the perf programs' schema plus nranks/algo/chosen/method per row; built
+ * with cJSON and written at the end. */
 typedef struct out {
-  FILE *json;
-  int rows;
+  cJSON *doc, *results;
 } out_t;
 
 static const char *algo_label(int a) {
@@ -254,18 +247,51 @@ static void print_header(const opts_t *o) {
          "", "(us)", "(GB/s)", "(GB/s)", "", "(s)");
 }
 
+static cJSON *json_half(const sim_result_t *r, double algbw, double busbw) {
+  cJSON *h = cJSON_CreateObject();
+  cJSON_AddNumberToObject(h, "time_us", r->time * 1e6);
+  cJSON_AddNumberToObject(h, "algbw", algbw);
+  cJSON_AddNumberToObject(h, "busbw", busbw);
+  cJSON_AddNumberToObject(h, "wrong", 0);
+  return h;
+}
+
 static void json_row(out_t *out, const opts_t *o, size_t bytes, size_t count, int n, int algo,
                      const sim_result_t *r, double algbw, double busbw) {
-  if (!out->json) return;
-  char half[160];
-  snprintf(half, sizeof half, "{\"time_us\": %.6g, \"algbw\": %.6g, \"busbw\": %.6g, \"wrong\": 0}",
-           r->time * 1e6, algbw, busbw);
-  fprintf(out->json,
-          "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"sum\", "
-          "\"root\": -1, \"nranks\": %d, \"algo\": \"%s\", \"chosen\": \"%s\", \"method\": \"%s\", "
-          "\"out_of_place\": %s, \"in_place\": %s}",
-          out->rows++ ? "," : "", bytes, count, o->type, n, algo_label(algo), algo_name(r->algo),
-          r->method, half, half);
+  if (!out->doc) return;
+  cJSON *row = cJSON_CreateObject();
+  cJSON_AddNumberToObject(row, "size", (double)bytes);
+  cJSON_AddNumberToObject(row, "count", (double)count);
+  cJSON_AddStringToObject(row, "type", o->type);
+  cJSON_AddStringToObject(row, "redop", "sum");
+  cJSON_AddNumberToObject(row, "root", -1);
+  cJSON_AddNumberToObject(row, "nranks", n);
+  cJSON_AddStringToObject(row, "algo", algo_label(algo));
+  cJSON_AddStringToObject(row, "chosen", algo_name(r->algo));
+  cJSON_AddStringToObject(row, "method", r->method);
+  cJSON_AddItemToObject(row, "out_of_place", json_half(r, algbw, busbw));
+  cJSON_AddItemToObject(row, "in_place", json_half(r, algbw, busbw));
+  cJSON_AddItemToArray(out->results, row);
+}
+
+static void json_open(out_t *out, const opts_t *o) {
+  out->doc = cJSON_CreateObject();
+  if (!out->doc) die("%s", "out of memory");
+  cJSON_AddStringToObject(out->doc, "tool", "tutti-sim");
+  cJSON_AddStringToObject(out->doc, "collective", perf_name(o->coll));
+  cJSON_AddStringToObject(out->doc, "library", "tutti-sim");
+  cJSON_AddNumberToObject(out->doc, "nranks", sim_nranks(&o->cl));
+  cJSON_AddStringToObject(out->doc, "xaxis", o->scale_to ? "nranks" : "size");
+  out->results = cJSON_AddArrayToObject(out->doc, "results");
+}
+
+static void json_write(out_t *out, const char *path) {
+  char *text = cJSON_Print(out->doc);
+  FILE *f = text ? fopen(path, "w") : NULL;
+  if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF || fclose(f) != 0)
+    die("cannot write '%s'", path);
+  cJSON_free(text);
+  cJSON_Delete(out->doc);
 }
 
 /* One size on one cluster: a row per algorithm that implements the collective. */
@@ -310,14 +336,9 @@ int main(int argc, char **argv) {
   parse_algos(&o, "all");
   parse_args(argc, argv, &o);
   out_t out = {0};
-  if (o.json && !(out.json = fopen(o.json, "w"))) die("cannot write '%s'", o.json);
+  if (o.json) json_open(&out, &o);
   print_header(&o);
   int failed = 0, first_nodes = o.cl.nodes;
-  if (out.json)
-    fprintf(out.json,
-            "{\n  \"tool\": \"tutti-sim\",\n  \"collective\": \"%s\",\n  \"library\": "
-            "\"tutti-sim\",\n  \"nranks\": %d,\n  \"xaxis\": \"%s\",\n  \"results\": [",
-            perf_name(o.coll), sim_nranks(&o.cl), o.scale_to ? "nranks" : "size");
   if (o.scale_to) {
     sim_cluster_t cl = o.cl;
     for (cl.nodes = first_nodes; cl.nodes <= o.scale_to; cl.nodes *= 2)
@@ -325,6 +346,6 @@ int main(int argc, char **argv) {
   } else {
     for (size_t b = o.minb; b <= o.maxb; b *= o.factor) failed |= run_size(&o, &o.cl, b, &out);
   }
-  if (out.json) fprintf(out.json, "\n  ]\n}\n"), fclose(out.json);
+  if (o.json) json_write(&out, o.json);
   return failed;
 }

@@ -75,13 +75,11 @@ static int time_discovery(int runs) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"ranks", required_argument, 0, 'n'},
-                                       {"xml", required_argument, 0, 'x'},
-                                       {"dump", required_argument, 0, 'd'},
-                                       {"time", required_argument, 0, 't'},
-                                       {"quiet", no_argument, 0, 'q'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"ranks", required_argument, 0, 'n'}, {"xml", required_argument, 0, 'x'},
+      {"dump", required_argument, 0, 'd'},  {"time", required_argument, 0, 't'},
+      {"quiet", no_argument, 0, 'q'},       {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},     {0, 0, 0, 0}};
   const char *xml = NULL, *dump = NULL;
   int nranks = 0, runs = 0, quiet = 0, c;
   while ((c = getopt_long(argc, argv, "n:x:d:t:qh", opts, NULL)) != -1) {
@@ -103,6 +101,9 @@ int main(int argc, char **argv) {
         break;
       case 'h':
         usage(stdout);
+        return 0;
+      case 'V':
+        printf("tutti-topo (tutti) %s\n", TUTTI_VERSION_STRING);
         return 0;
       default:
         usage(stderr);

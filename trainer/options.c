@@ -1,6 +1,8 @@
 /* Command-line options of tutti-train, their defaults and the learning-rate scaling rule. */
 #include "options.h"
 
+#include "tutti.h"
+
 #include <getopt.h>
 #include <math.h>
 #include <stddef.h>
@@ -41,6 +43,8 @@ static const char usage_text[] =
     "  --checkpoint-every N   also every N optimizer steps\n"
     "  --resume               continue from --checkpoint FILE if it exists\n"
     "  --max-steps N          stop after N optimizer steps in all (checkpoint written)\n"
+    "  --log-every N          progress line every N steps (steps/s, loss, comm share, ETA);\n"
+    "                         0: off; default: one every 5 s, so only long epochs print\n"
     "  --log FILE.csv         one CSV row per epoch (rank 0)\n"
     "  --no-eval              skip the test-set evaluation (benchmarks)\n"
     "  --profile              at the end, each rank prints its ms per step by phase (data,\n"
@@ -84,6 +88,7 @@ static void set_defaults(options_t *o) {
   o->warmup_epochs = 0.5f, o->final_lr_frac = 0.0f;
   o->seed = 1, o->bucket_mb = 25.0;
   o->data_dir = DATA_DEFAULT_DIR;
+  o->log_every = -1;
 }
 
 /* Fills what depends on other options: per-optimizer and per-model defaults. */
@@ -126,6 +131,11 @@ static int no_compress(const char *v, options_t *o) {
 static int help(const char *v, options_t *o) {
   usage(0);
   return 0;
+}
+
+static int version(const char *v, options_t *o) {
+  printf("tutti-train (tutti) %s\n", TUTTI_VERSION_STRING);
+  exit(0);
 }
 
 typedef enum {
@@ -176,6 +186,7 @@ static const option_spec_t specs[] = {
     {"checkpoint-every", ARG_INT, FIELD(checkpoint_every), 0, 1 << 30},
     {"resume", ARG_FLAG, FIELD(resume)},
     {"max-steps", ARG_I64, FIELD(max_steps), 1, 1e12},
+    {"log-every", ARG_INT, FIELD(log_every), 0, 1 << 30},
     {"log", ARG_STRING, FIELD(log_path)},
     {"no-eval", ARG_FLAG, FIELD(no_eval)},
     {"profile", ARG_FLAG, FIELD(profile)},
@@ -185,6 +196,7 @@ static const option_spec_t specs[] = {
     {"compress", ARG_ACTION, 0, 0, 0, no_compress},
     {"blas-info", ARG_FLAG, FIELD(blas_info)},
     {"help", ARG_ACTION, 0, 0, 0, help},
+    {"version", ARG_ACTION, 0, 0, 0, version},
 };
 #define NSPECS ((int)(sizeof(specs) / sizeof(specs[0])))
 

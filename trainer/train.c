@@ -61,6 +61,9 @@ typedef struct {
   double mark_wait_s;              /* ddp's wait time at mark_s */
   double steady_comm[3];           /* ddp_times at steady_t0 */
   FILE *log, *trace;
+  /* progress lines (--log-every): state at the last line */
+  double prog_t, prog_comm, prog_loss, prog_samples;
+  int64_t prog_step;
 } trainer_t;
 
 static double clock_s(clockid_t clock) {
@@ -316,6 +319,7 @@ static void train_step(trainer_t *t) {
     int correct;
     model_score(m, t->y, o->batch, &loss, &correct);
     t->sums[0] += loss, t->sums[1] += correct, t->sums[2] += o->batch;
+    t->prog_loss += loss, t->prog_samples += o->batch;
     phase_end(t, PH_FORWARD);
     ddp_begin_backward(t->ddp, micro == o->accum - 1); /* communicate on the last one only */
     model_backward(m, t->y, o->batch, 1.0f / (float)(o->batch * o->accum));
@@ -360,16 +364,18 @@ static void evaluate(trainer_t *t, double *loss, double *acc) {
 typedef struct {
   double train_loss, train_acc, test_loss, test_acc, samples_per_s;
   double compute_s, comm_s, comm_cpu_s, wait_s, epoch_s;
-  float lr;
+  float lr;      /* at the epoch's last step (the CSV log's column) */
+  double lr_avg; /* mean over the epoch's steps (the printed line: the cosine schedule ends at
+                  * final_lr_frac * lr, 0 by default, so the last step's value says little) */
 } epoch_stats_t;
 
 static void log_epoch(trainer_t *t, const epoch_stats_t *s) {
   if (t->rank != 0) return;
   printf(
-      "epoch %2lld/%d | loss %.4f | train %6.2f%% | test %6.2f%% loss %.4f | lr %.2e | "
+      "epoch %2lld/%d | loss %.4f | train %6.2f%% | test %6.2f%% loss %.4f | lr(avg) %.2e | "
       "%7.0f samples/s | compute %6.1fs comm %5.1fs (cpu %4.1fs, exposed %4.1fs) | %.1fs\n",
       (long long)t->epoch + 1, t->opt.epochs, s->train_loss, 100 * s->train_acc, 100 * s->test_acc,
-      s->test_loss, (double)s->lr, s->samples_per_s, s->compute_s, s->comm_s, s->comm_cpu_s,
+      s->test_loss, s->lr_avg, s->samples_per_s, s->compute_s, s->comm_s, s->comm_cpu_s,
       s->wait_s, s->epoch_s);
   fflush(stdout);
   if (!t->log) return;
@@ -378,6 +384,43 @@ static void log_epoch(trainer_t *t, const epoch_stats_t *s) {
           s->test_loss, s->test_acc, (double)s->lr, s->samples_per_s, s->compute_s, s->comm_s,
           s->comm_cpu_s, s->wait_s, t->elapsed_s);
   fflush(t->log);
+}
+
+static void format_eta(double s, char *out, size_t len) {
+  long v = (long)(s + 0.5);
+  if (v >= 3600) snprintf(out, len, "%ldh%02ldm", v / 3600, v / 60 % 60);
+  else snprintf(out, len, "%ldm%02lds", v / 60, v % 60);
+}
+
+/* A progress line on rank 0 every --log-every steps (default: every 5 s): steps/s, this rank's
+ * mean training loss, the share of wall time spent communicating, and the time left for the
+ * remaining steps at the current rate (evaluation not included). */
+static void progress(trainer_t *t) {
+  double now = now_s();
+  int every = t->opt.log_every;
+  int64_t steps = t->global_step - t->prog_step;
+  int due = every > 0 ? t->global_step % every == 0 : every < 0 && now - t->prog_t >= 5.0;
+  if (t->rank != 0 || !due || steps <= 0 || t->step_in_epoch >= t->steps_per_epoch) return;
+  double comm, cpu, wait;
+  ddp_times(t->ddp, &comm, &cpu, &wait);
+  double dt = now - t->prog_t, rate = steps / dt;
+  int64_t end = t->opt.max_steps && t->opt.max_steps < t->total_steps ? t->opt.max_steps
+                                                                       : t->total_steps;
+  char eta[32];
+  format_eta((double)(end - t->global_step) / rate, eta, sizeof(eta));
+  printf("  epoch %lld/%d step %lld/%d | %.2f steps/s | loss %.4f | comm %.0f%% | ETA %s\n",
+         (long long)t->epoch + 1, t->opt.epochs, (long long)t->step_in_epoch, t->steps_per_epoch,
+         rate, t->prog_loss / t->prog_samples, 100.0 * (comm - t->prog_comm) / dt, eta);
+  fflush(stdout);
+  t->prog_t = now, t->prog_comm = comm, t->prog_step = t->global_step;
+  t->prog_loss = t->prog_samples = 0;
+}
+
+static void progress_reset(trainer_t *t) {
+  double cpu, wait;
+  ddp_times(t->ddp, &t->prog_comm, &cpu, &wait);
+  t->prog_t = now_s(), t->prog_step = t->global_step;
+  t->prog_loss = t->prog_samples = 0;
 }
 
 static int should_stop(const trainer_t *t) {
@@ -391,6 +434,7 @@ static int run_epoch(trainer_t *t) {
   int64_t first_step = t->step_in_epoch;
   ddp_times(t->ddp, &comm0, &cpu0, &wait0);
   sampler_set_epoch(&t->sampler, (int)t->epoch);
+  progress_reset(t);
   while (t->step_in_epoch < t->steps_per_epoch) {
     if (should_stop(t)) { /* mid-epoch: a checkpoint to resume from, no epoch line */
       if (t->opt.checkpoint) save_checkpoint(t, t->elapsed_s + now_s() - t0);
@@ -398,6 +442,7 @@ static int run_epoch(trainer_t *t) {
       return 1;
     }
     train_step(t);
+    progress(t);
     if (t->opt.checkpoint_every && t->global_step % t->opt.checkpoint_every == 0)
       if (t->opt.checkpoint) save_checkpoint(t, t->elapsed_s + now_s() - t0);
   }
@@ -408,6 +453,10 @@ static int run_epoch(trainer_t *t) {
   s.samples_per_s = (double)(t->step_in_epoch - first_step) * t->global_batch / s.epoch_s;
   t->elapsed_s += s.epoch_s;
   s.lr = lr_at(t->global_step - 1, t->total_steps, t->warmup_steps, t->lr, t->opt.final_lr_frac);
+  int64_t nsteps = t->step_in_epoch - first_step;
+  for (int64_t k = t->global_step - nsteps; k < t->global_step; k++)
+    s.lr_avg += lr_at(k, t->total_steps, t->warmup_steps, t->lr, t->opt.final_lr_frac);
+  s.lr_avg /= nsteps > 0 ? (double)nsteps : 1.0;
   ddp_allreduce_sum(t->ddp, t->sums, 3, ncclDouble);
   s.train_loss = t->sums[0] / t->sums[2], s.train_acc = t->sums[1] / t->sums[2];
   s.test_loss = s.test_acc = NAN;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "algos/schedule.h"
 
@@ -87,4 +88,16 @@ const char *coll_name(coll_t c) {
                                         "Gather",    "Scatter",       "Send",
                                         "Recv"};
   return (unsigned)c < COLL_NUM ? names[c] : "?";
+}
+int coll_parse(const char *name) {
+  char key[32];
+  size_t n = 0;
+  if (!name) return -1;
+  if (strncasecmp(name, "nccl", 4) == 0) name += 4;
+  for (; *name && n + 1 < sizeof(key); name++)
+    if (*name != '_' && *name != '-') key[n++] = *name;
+  key[n] = '\0';
+  for (int c = 0; c < COLL_SEND; c++)
+    if (strcasecmp(key, coll_name((coll_t)c)) == 0) return c;
+  return -1;
 }

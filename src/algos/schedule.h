@@ -101,6 +101,10 @@ typedef enum {
   COLL_NUM
 } coll_t;
 const char *coll_name(coll_t c);
+/* The collective a tool's --coll names, in any of the spellings users bring: nccl-tests'
+ * "all_reduce", "allreduce", NCCL's "AllReduce" or "ncclAllReduce" (case, '_' and '-' ignored).
+ * Send and Recv are not collectives a tool can pick: -1 for them and for unknown names. */
+int coll_parse(const char *name);
 
 /* Everything an algorithm needs to know: ranks, counts, root. Counts are in elements. */
 typedef struct sched_args {
