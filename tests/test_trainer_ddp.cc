@@ -145,7 +145,7 @@ void expect_ranks_identical(const std::string &prefix, int ranks, size_t steps) 
 // direction); elements that cancel further are covered by rounding's typical size, sqrt(m) * u
 // rather than m * u (a factor sqrt(1580) = 40 for the MLP). A bug in the data parallelism (a rank's
 // gradient missing or counted twice, another sample, another dropout mask, a micro-batch lost)
-// changes the update by O(1), 25x above the bound for the MLP.
+// changes the update by O(1), 80x above the bound for the MLP.
 double update_bound(const model_t &m, int global_batch) {
   const double u = std::ldexp(1.0, -24), kappa = 32;
   double n = global_batch;
