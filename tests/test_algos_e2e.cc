@@ -1,7 +1,7 @@
 // The tree, rhd and rd algorithms end to end through the public API, each forced with
 // TUTTI_ALGO ("<collective>:<algo>"), on ranks that are processes and threads, checked by the
 // harness's closed forms (every element, guards, inputs unchanged). Every run also asserts, from
-// the INFO COLL lines its calls log (TUTTI_DEBUG_FILE, one file per process), that each call ran
+// the INFO COLL lines its calls log (log_capture.h), that each call ran
 // the forced algorithm.
 //
 // This file builds two programs:
@@ -23,12 +23,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "harness.h"
+#include "log_capture.h"
 
 namespace {
 
@@ -70,63 +69,23 @@ struct ForceAlgo {
   ~ForceAlgo() { unsetenv("TUTTI_ALGO"); }
 };
 
-// Every call this program makes logs its COLL line ("ncclAllReduce: opCount ... algo tree") to
-// a file per process in a private directory: set before main, so that the logger (configured
-// once per process) of this process and of every forked rank sees it.
-std::string init_log_dir() {
-  char tmpl[] = "/tmp/tutti-algos-log-XXXXXX";
-  std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
-  setenv("TUTTI_DEBUG", "INFO", 1);
-  setenv("TUTTI_DEBUG_SUBSYS", "COLL", 1);
-  setenv("TUTTI_DEBUG_FILE", (dir + "/log.%p").c_str(), 1);
-  return dir;
-}
-const std::string g_log_dir = init_log_dir();
-const pid_t g_log_owner = getpid();
-
-std::vector<std::string> log_files() {
-  std::vector<std::string> out;
-  if (DIR *d = opendir(g_log_dir.c_str())) {
-    while (struct dirent *e = readdir(d))
-      if (e->d_name[0] != '.') out.push_back(g_log_dir + "/" + e->d_name);
-    closedir(d);
-  }
-  return out;
-}
-
-// Removes the directory when the test program (not a forked rank) exits.
-struct LogDirCleanup {
-  ~LogDirCleanup() {
-    if (getpid() != g_log_owner) return;
-    for (const std::string &f : log_files()) unlink(f.c_str());
-    rmdir(g_log_dir.c_str());
-  }
-} g_log_cleanup;
-
-// Empties the logs (this process keeps its file open in append mode; children's are new).
-void clear_logs() {
-  for (const std::string &f : log_files()) std::ofstream(f, std::ios::trunc);
-}
-
-// Every COLL line of the pair's collective logged since clear_logs() names the forced algorithm,
-// and there are at least `min_lines` of them: a silent fallback to another algorithm fails here.
+// Every COLL line of the pair's collective logged since log_capture::clear() names the forced
+// algorithm, and there are at least `min_lines` of them: a silent fallback to another algorithm
+// fails here.
 void expect_algo_ran(const std::string &fn_name, const char *algo, int min_lines) {
   const std::string fn = "nccl" + fn_name + ": opCount", want = std::string(" algo ") + algo;
   int lines = 0;
-  for (const std::string &f : log_files()) {
-    std::ifstream in(f);
-    for (std::string line; std::getline(in, line);) {
-      if (line.find(fn) == std::string::npos) continue;
-      lines++;
-      bool ok = line.size() >= want.size() &&
-                line.compare(line.size() - want.size(), want.size(), want) == 0;
-      if (!ok) {
-        ADD_FAILURE() << "forced " << algo << ", ran: " << line;
-        return;
-      }
+  for (const std::string &line : log_capture::lines()) {
+    if (line.find(fn) == std::string::npos) continue;
+    lines++;
+    bool ok = line.size() >= want.size() &&
+              line.compare(line.size() - want.size(), want.size(), want) == 0;
+    if (!ok) {
+      ADD_FAILURE() << "forced " << algo << ", ran: " << line;
+      return;
     }
   }
-  EXPECT_GE(lines, min_lines) << "too few COLL lines of " << fn << " in " << g_log_dir;
+  EXPECT_GE(lines, min_lines) << "too few COLL lines of " << fn << " in " << log_capture::g_dir;
   printf("  %d calls of nccl%s logged, every one with algo %s\n", lines, fn_name.c_str(), algo);
 }
 
@@ -161,7 +120,7 @@ void run_pair(const Pair &p, Mode mode, int n, const std::vector<ncclDataType_t>
   ForceAlgo force(p);
   th::Options opt;
   opt.timeout_s = 300;
-  clear_logs();
+  log_capture::clear();
   th::run_ranks_ok(
       mode, n,
       [&](RankCtx &ctx) {
@@ -223,7 +182,7 @@ TEST_P(AlgoPair, FloatResultsAreBitwiseIdenticalEverywhereAndEveryRun) {
   ASSERT_NE(hs, nullptr);
   ForceAlgo force(p);
   for (int run = 0; run < 3; run++) {
-    clear_logs();
+    log_capture::clear();
     th::run_ranks_ok(run == 1 ? Mode::kProcs : Mode::kThreads, n, [&](RankCtx &ctx) {
       std::vector<float> in(k * n), out(k * n, 0.f);
       for (size_t i = 0; i < in.size(); i++) in[i] = (float)std::sin(i * 0.37 + ctx.rank * 1.3);
