@@ -187,6 +187,32 @@ TEST(Direct, OneRankWithHeapBuffersFallsBack) {
   EXPECT_GE(log_capture::count("ncclAllReduce: opCount"), 8);  // 4 calls x 2 ranks were logged
 }
 
+// TUTTI_DIRECT=0 turns the direct path off: the same calls as CountsAndRanksProcs (buffers
+// from ncclMemAlloc, DIRECT_MIN_BYTES=1) all go through the FIFOs (no call logs the direct line,
+// no rank maps a peer's buffer) and stay exact.
+TEST(Direct, DirectZeroTurnsTheDirectPathOff) {
+  th::case_buffers_from_memalloc(true);
+  th::Options opt;
+  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_DIRECT", "0"}};
+  log_capture::clear();
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [&](RankCtx &ctx) {
+        int seq = 0;
+        for (Coll coll : kDirectColls)
+          for (const Case &c : coll_cases(coll, ncclFloat32, Op::kSum, {1023, 70001}, 3, &seq)) {
+            bool broken = false;
+            th::run_case(ctx, c, &broken);
+            if (broken) return;
+          }
+        RCHECK(ctx, peer_region_mappings() == 0, "rank %d mapped a peer's buffer", ctx.rank);
+      },
+      opt, "TUTTI_DIRECT=0");
+  th::case_buffers_from_memalloc(false);
+  EXPECT_EQ(log_capture::count(kDirectLine), 0);
+  EXPECT_GE(log_capture::count(": opCount"), 3 * 4 * 3) << "3 collectives x 4 cases x 3 ranks";
+}
+
 // Repeated direct calls on the same buffers reuse the mappings; results stay exact and every
 // rank ends with the same bits.
 TEST(Direct, ManyCallsOnTheSameBuffers) {
