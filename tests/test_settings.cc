@@ -249,17 +249,21 @@ Waited *wait_run(Waited *w, const std::vector<std::pair<std::string, std::string
   return w;
 }
 
-// A rank waiting 1 s for its peer: with SPIN_US = YIELD_US = 0 it sleeps at once (CPU time a
-// small fraction of the wait); with SPIN_US = 10 s it spins, with YIELD_US = 10 s it yields in
-// a loop, and either way it uses several times the CPU of the sleeper (on a loaded machine the
-// spinner gets only its share of a CPU, so the test compares, it does not expect 1 s).
-TEST(Settings, SpinAndYieldDecideHowAWaitingRankUsesItsCpu) {
+// A rank waiting 1 s for its peer (2 ranks on this machine's CPUs: not oversubscribed, so the
+// engine spins, then yields, then sleeps). With SPIN_US = YIELD_US = 0 it sleeps at once: its
+// CPU time is the wake-ups' (at most one per ms), a few percent of the wait. With SPIN_US = 10 s
+// it spins through the whole wait, with YIELD_US = 10 s it yields through it: it is runnable the
+// whole second and uses what CPU the machine gives it. On an idle machine that is the whole
+// second; on a loaded one its share (4-10x the sleeper's at a load of 8 per CPU), so the test
+// asks for twice the sleeper's CPU time, not for 1 s. (Voluntary context switches would say
+// "blocked or not" exactly, but sandboxed kernels such as gVisor report none.)
+TEST(Settings, SpinAndYieldDecideHowAWaitingRankWaits) {
   Waited *w = static_cast<Waited *>(th::shared_alloc(sizeof(Waited)));
   ASSERT_NE(w, nullptr);
   wait_run(w, {{"TUTTI_SPIN_US", "0"}, {"TUTTI_YIELD_US", "0"}}, 1.0);
   const double sleep_cpu = w->cpu[0];
-  EXPECT_GE(w->wall[0], 0.5);
   EXPECT_EQ(w->rc[0], ncclSuccess) << w->msg[0];
+  EXPECT_GE(w->wall[0], 0.5);
   EXPECT_LT(sleep_cpu, 0.1 * w->wall[0]) << "the sleeping rank used " << sleep_cpu << " s of CPU";
   for (const char *var : {"TUTTI_SPIN_US", "TUTTI_YIELD_US"}) {
     wait_run(w,
@@ -270,7 +274,7 @@ TEST(Settings, SpinAndYieldDecideHowAWaitingRankUsesItsCpu) {
     EXPECT_GE(w->wall[0], 0.5);
     printf("  %s=10 s: %.3f s of CPU in a %.3f s wait (sleeping: %.3f s)\n", var, w->cpu[0],
            w->wall[0], sleep_cpu);
-    EXPECT_GT(w->cpu[0], 5 * sleep_cpu + 0.02) << var;
+    EXPECT_GT(w->cpu[0], 2 * sleep_cpu) << var << ": the rank slept instead";
   }
   th::shared_free(w, sizeof(Waited));
 }
