@@ -1,6 +1,8 @@
 // The tree, rhd and rd algorithms end to end through the public API, each forced with
 // TUTTI_ALGO ("<collective>:<algo>"), on ranks that are processes and threads, checked by the
-// harness's closed forms (every element, guards, inputs unchanged).
+// harness's closed forms (every element, guards, inputs unchanged). Every run also asserts, from
+// the INFO COLL lines its calls log (log_capture.h), that each call ran
+// the forced algorithm.
 //
 // This file builds two programs:
 //   test_algos_quick   (label "quick")  every (algorithm, collective) pair on threads at 3 or 4
@@ -13,7 +15,10 @@
 //               nranks 3 and 4 (threads) and 5 (processes)
 // The halving-doubling reduce-scatter and all-gather need a power of two: they run at
 // nranks {1,2,4,8} only (elsewhere the tuner would run the ring instead).
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "log_capture.h"
 
 namespace {
 
@@ -63,6 +69,26 @@ struct ForceAlgo {
   ~ForceAlgo() { unsetenv("TUTTI_ALGO"); }
 };
 
+// Every COLL line of the pair's collective logged since log_capture::clear() names the forced
+// algorithm, and there are at least `min_lines` of them: a silent fallback to another algorithm
+// fails here.
+void expect_algo_ran(const std::string &fn_name, const char *algo, int min_lines) {
+  const std::string fn = "nccl" + fn_name + ": opCount", want = std::string(" algo ") + algo;
+  int lines = 0;
+  for (const std::string &line : log_capture::lines()) {
+    if (line.find(fn) == std::string::npos) continue;
+    lines++;
+    bool ok = line.size() >= want.size() &&
+              line.compare(line.size() - want.size(), want.size(), want) == 0;
+    if (!ok) {
+      ADD_FAILURE() << "forced " << algo << ", ran: " << line;
+      return;
+    }
+  }
+  EXPECT_GE(lines, min_lines) << "too few COLL lines of " << fn << " in " << log_capture::g_dir;
+  printf("  %d calls of nccl%s logged, every one with algo %s\n", lines, fn_name.c_str(), algo);
+}
+
 std::vector<Case> cases_for(const Pair &p, ncclDataType_t type, Op op, int nranks,
                             const std::vector<size_t> &counts, int *seq) {
   std::vector<Case> out;
@@ -94,6 +120,7 @@ void run_pair(const Pair &p, Mode mode, int n, const std::vector<ncclDataType_t>
   ForceAlgo force(p);
   th::Options opt;
   opt.timeout_s = 300;
+  log_capture::clear();
   th::run_ranks_ok(
       mode, n,
       [&](RankCtx &ctx) {
@@ -102,6 +129,7 @@ void run_pair(const Pair &p, Mode mode, int n, const std::vector<ncclDataType_t>
           for (Op op : ops_of(p.coll, ops)) run_cases(ctx, cases_for(p, t, op, n, counts, &seq));
       },
       opt, pair_name(p) + " nranks " + std::to_string(n));
+  expect_algo_ran(th::coll_name(p.coll), p.algo, n);
 }
 
 class AlgoPair : public ::testing::TestWithParam<int> {};
@@ -117,9 +145,10 @@ std::string param_name(const ::testing::TestParamInfo<int> &i) {
 // algorithm; the TUNING lines list the candidates and the choice.
 TEST_P(AlgoPair, ForcedAlgorithmIsTheOneThatRuns) {
   const Pair &p = kPairs[GetParam()];
-  std::string cmd = std::string(TUTTI_RUN_PATH) + " -n 4 -x TUTTI_ALGO=" + p.coll_key + ":" +
-                    p.algo + " -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL,TUNING " + PERF_DIR +
-                    "/" + p.perf + " -b 4K -e 4K -n 1 -w 0 2>&1";
+  std::string cmd = std::string("env -u TUTTI_DEBUG_FILE ") + TUTTI_RUN_PATH +
+                    " -n 4 -x TUTTI_ALGO=" + p.coll_key + ":" + p.algo +
+                    " -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL,TUNING " + PERF_DIR + "/" +
+                    p.perf + " -b 4K -e 4K -n 1 -w 0 2>&1";
   FILE *f = popen(cmd.c_str(), "r");
   ASSERT_NE(f, nullptr);
   std::string out;
@@ -153,6 +182,7 @@ TEST_P(AlgoPair, FloatResultsAreBitwiseIdenticalEverywhereAndEveryRun) {
   ASSERT_NE(hs, nullptr);
   ForceAlgo force(p);
   for (int run = 0; run < 3; run++) {
+    log_capture::clear();
     th::run_ranks_ok(run == 1 ? Mode::kProcs : Mode::kThreads, n, [&](RankCtx &ctx) {
       std::vector<float> in(k * n), out(k * n, 0.f);
       for (size_t i = 0; i < in.size(); i++) in[i] = (float)std::sin(i * 0.37 + ctx.rank * 1.3);
@@ -172,6 +202,7 @@ TEST_P(AlgoPair, FloatResultsAreBitwiseIdenticalEverywhereAndEveryRun) {
         NCCL_OK(ctx, ncclBroadcast(in.data(), out.data(), k, ncclFloat32, 1, ctx.comm, nullptr));
       hs->h[run][ctx.rank] = th::hash_bytes(out.data(), outs * sizeof(float));
     });
+    expect_algo_ran(th::coll_name(p.coll), p.algo, n);
   }
   // Reduce: only the root has a result; reduce-scatter: each rank its own block.
   bool same_everywhere = p.coll != Coll::kReduce && p.coll != Coll::kReduceScatter;

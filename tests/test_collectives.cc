@@ -493,7 +493,9 @@ void determinism_body(RankCtx &ctx, uint64_t (*hash)[kPrintCases]) {
         }
       }
       NCCL_OK(ctx, ncclAllReduce(in.data(), out.data(), count, t, ncclSum, ctx.comm, nullptr));
-      // n - 1 additions of values <= n in magnitude, each rounded by at most half an ulp.
+      // n - 1 additions whose results are <= n in magnitude (inputs in [-1, 1]), each rounded
+      // by at most u n (u = 2^-24 for fp32; 2^-8 for bf16, whose partial sums are stored as
+      // bf16 between hops): (n - 1) n u, below the bound 2 n^2 u.
       double eps = t == ncclFloat32 ? 0x1p-24 : 0x1p-8, bound = ctx.nranks * ctx.nranks * eps * 2;
       for (size_t j = 0; j < count; j++) {
         double got = th::decode_float(t, &out[j * es]);
@@ -509,6 +511,16 @@ void determinism_body(RankCtx &ctx, uint64_t (*hash)[kPrintCases]) {
     in[i] = static_cast<float>(std::sin(i * 0.37 + ctx.rank * 1.3));
   NCCL_OK(ctx,
           ncclReduceScatter(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm, nullptr));
+  // The sum of the n ranks' floats (each |x| <= 1) at this rank's block, exact in double; the
+  // library's n - 1 float additions each round by at most u |partial sum| <= u n (u = 2^-24).
+  const double bound = (ctx.nranks - 1) * ctx.nranks * 0x1p-24;
+  for (size_t j = 0; j < k; j++) {
+    size_t i = ctx.rank * k + j;
+    double want = 0;
+    for (int p = 0; p < ctx.nranks; p++) want += static_cast<float>(std::sin(i * 0.37 + p * 1.3));
+    RCHECK(ctx, std::fabs(out[j] - want) <= bound, "reduce-scatter: [%zu] = %.9g, sum is %.9g", j,
+           out[j], want);
+  }
   hash[ctx.rank][slot++] = th::hash_bytes(out.data(), k * 4);
 }
 

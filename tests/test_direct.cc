@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "log_capture.h"
 
 namespace {
 
@@ -98,18 +99,23 @@ std::vector<Case> coll_cases(Coll coll, ncclDataType_t type, Op op,
   return out;
 }
 
+// What src/direct.c logs (INFO COLL) for each call it runs.
+const char *const kDirectLine = "direct, the peers' buffers read in place";
+
 const Coll kDirectColls[] = {Coll::kAllReduce, Coll::kReduceScatter, Coll::kAllGather};
 
 // Every case of the collectives that can go direct (all-reduce, reduce-scatter, all-gather)
 // with buffers from ncclMemAlloc; TUTTI_DIRECT_MIN_BYTES=1 so that every non-empty one except
-// PreMulSum goes direct. With processes, every rank must also have mapped its peers' buffers
-// (so the direct path really ran).
+// PreMulSum goes direct. The direct path must have run: every rank logs its INFO COLL line
+// "direct, the peers' buffers read in place" (log_capture.h) at least once per collective and
+// type, and with processes every rank has also mapped its peers' buffers.
 void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
                 const std::vector<Op> &ops, const std::vector<size_t> &counts) {
   th::case_buffers_from_memalloc(true);
   th::Options opt;
   opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}};
   if (mode == Mode::kThreads) setenv("TUTTI_DIRECT_MIN_BYTES", "1", 1);
+  log_capture::clear();
   th::run_ranks_ok(
       mode, n,
       [&](RankCtx &ctx) {
@@ -128,6 +134,9 @@ void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
           RCHECK(ctx, peer_region_mappings() > 0, "rank %d never mapped a peer's buffer", ctx.rank);
       },
       opt, "direct collectives, nranks " + std::to_string(n));
+  const int direct = log_capture::count(kDirectLine), want = 3 * (int)types.size() * n;
+  EXPECT_GE(direct, want) << "calls logged as direct, at least one per collective, type and rank";
+  printf("  nranks %d: %d calls went direct\n", n, direct);
   if (mode == Mode::kThreads) unsetenv("TUTTI_DIRECT_MIN_BYTES");
   th::case_buffers_from_memalloc(false);
 }
@@ -161,6 +170,7 @@ TEST(Direct, LargeCountProcs) {
 TEST(Direct, OneRankWithHeapBuffersFallsBack) {
   th::Options opt;
   opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}};
+  log_capture::clear();
   th::run_ranks_ok(
       Mode::kProcs, 2,
       [&](RankCtx &ctx) {
@@ -174,6 +184,34 @@ TEST(Direct, OneRankWithHeapBuffersFallsBack) {
           RCHECK(ctx, peer_region_mappings() == 0, "rank 1 mapped rank 0's heap buffer?");
       },
       opt, "mixed heap and ncclMemAlloc buffers");
+  EXPECT_EQ(log_capture::count(kDirectLine), 0) << "a call went direct with a heap buffer";
+  EXPECT_GE(log_capture::count("ncclAllReduce: opCount"), 8);  // 4 calls x 2 ranks were logged
+}
+
+// TUTTI_DIRECT=0 turns the direct path off: the same calls as CountsAndRanksProcs (buffers
+// from ncclMemAlloc, DIRECT_MIN_BYTES=1) all go through the FIFOs (no call logs the direct line,
+// no rank maps a peer's buffer) and stay exact.
+TEST(Direct, DirectZeroTurnsTheDirectPathOff) {
+  th::case_buffers_from_memalloc(true);
+  th::Options opt;
+  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_DIRECT", "0"}};
+  log_capture::clear();
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [&](RankCtx &ctx) {
+        int seq = 0;
+        for (Coll coll : kDirectColls)
+          for (const Case &c : coll_cases(coll, ncclFloat32, Op::kSum, {1023, 70001}, 3, &seq)) {
+            bool broken = false;
+            th::run_case(ctx, c, &broken);
+            if (broken) return;
+          }
+        RCHECK(ctx, peer_region_mappings() == 0, "rank %d mapped a peer's buffer", ctx.rank);
+      },
+      opt, "TUTTI_DIRECT=0");
+  th::case_buffers_from_memalloc(false);
+  EXPECT_EQ(log_capture::count(kDirectLine), 0);
+  EXPECT_GE(log_capture::count(": opCount"), 3 * 4 * 3) << "3 collectives x 4 cases x 3 ranks";
 }
 
 // Repeated direct calls on the same buffers reuse the mappings; results stay exact and every

@@ -6,7 +6,8 @@
 // down afterwards, also when the test fails; test beds of test processes that died are removed
 // at start. The ranks are this very binary, launched by tutti-run --hosts: with TUTTI_MH_HELPER
 // set it acts as a rank (helper_main) and exits before gtest's main.
-// Needs root (network namespaces); skipped otherwise.
+// Needs root (network namespaces); skipped only where namespaces cannot be made (not root, or
+// root without the capability).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -155,10 +156,16 @@ class MultiHost : public ::testing::Test {
   int nhosts = 0;
 
   void SetUp() override {
+    // Only a machine that cannot make namespaces skips: not root, or root without the
+    // capability (an unprivileged container). As root, a missing `ip` is a failure.
     if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
-    if (system("ip netns list >/dev/null 2>&1") != 0) GTEST_SKIP() << "no `ip netns`";
-    remove_stale_beds();
+    ASSERT_EQ(system("ip netns list >/dev/null 2>&1"), 0) << "root without `ip netns` (iproute2)";
     prefix = "tmh" + std::to_string(getpid()) + "-";
+    std::string probe = prefix + "probe";
+    if (system(("ip netns add " + probe + " 2>/dev/null").c_str()) != 0)
+      GTEST_SKIP() << "root, but this machine cannot create network namespaces";
+    ASSERT_EQ(system(("ip netns del " + probe).c_str()), 0);
+    remove_stale_beds();
   }
   void TearDown() override { down(); }
 
@@ -301,7 +308,8 @@ TEST_F(MultiHost, CutLinkIsNamedByEveryRank) {
 
 // Open MPI's mpirun, started on h1, launches on h2 through scripts/netns-rsh (its rsh agent).
 TEST_F(MultiHost, OpenMpiLaunchesAcrossHostsThroughTheRshAgent) {
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  // Open MPI is a dependency (scripts/install-deps.sh): its absence is a failure, not a skip.
+  ASSERT_EQ(system("command -v mpirun >/dev/null 2>&1"), 0) << "no mpirun";
   bed_up(2);
   Proc p;
   p.start({kCluster,

@@ -50,6 +50,20 @@ double dot(const Vec &a, const Vec &b) {
 // Compares an analytic gradient with central differences of loss() over the coordinates of
 // `x` (all of them, or those listed); prints the first values and the max error.
 // Error of a coordinate: |analytic - numeric| / max(floor, |numeric|).
+//   Where the bounds come from (u = 2^-24): L = sum(out * R) is linear in each coordinate for
+// linear, conv and dropout, and (away from the kinks, which the inputs keep clear of) for ReLU
+// and max-pool, so central differences have no truncation error, at any step eps that stays
+// clear of a kink; only rounding remains. The two probes differ only in the k outputs that read
+// the probed coordinate (the others are the same bits), each a float dot product of K terms
+// with sum|terms| <= S, off by at most gamma_K S, so the numeric derivative is off by at most
+// k gamma_K S / eps (|R| <= 1). Linear and conv have no kink: they are probed with eps = 0.5,
+// which divides the rounding by 50 against a step of 1e-2. Linear (k = OUT = 5, K = IN + 1 = 8,
+// S <= 8): 3.8e-5. ReLU, dropout and max-pool copy or scale one value (k = 1, K = 1), eps 1e-2:
+// 1e-5. Conv's worst case (conv2's shape: k = 25 OC = 100, K = 25 C = 800, S <= 801) is no
+// useful bound; rounding errors of random sign add like a random walk, u sqrt(k K) s with s the
+// typical partial sum (~ sqrt(K) / 3 = 9.4 for uniform inputs): 1.6e-4 / (2 eps) = 1.6e-4,
+// a sixth of the bound 1e-3. A wrong gradient (a missing term, a transposed index) is off by
+// O(1).
 void check_grad(const char *name, Vec &x, const Vec &analytic, const std::function<double()> &loss,
                 float eps, double tol, std::vector<size_t> coords = {}, double floor = 1.0) {
   ASSERT_EQ(x.size(), analytic.size());
@@ -93,9 +107,9 @@ TEST(TrainerGradCheck, Linear) {
   Vec dx(B * IN), dw(OUT * IN, 0.0f), db(OUT, 0.0f);
   loss();
   linear_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), B, IN, OUT, 1);
-  check_grad("linear dinp", x, dx, loss, 1e-2f, 1e-3);
-  check_grad("linear dw", w, dw, loss, 1e-2f, 1e-3);
-  check_grad("linear db", b, db, loss, 1e-2f, 1e-3);
+  check_grad("linear dinp", x, dx, loss, 0.5f, 1e-3);  // eps and bound: see check_grad
+  check_grad("linear dw", w, dw, loss, 0.5f, 1e-3);
+  check_grad("linear db", b, db, loss, 0.5f, 1e-3);
 }
 
 TEST(TrainerGradCheck, LinearBackwardAccumulatesParameterGradients) {
@@ -133,7 +147,9 @@ TEST(TrainerGradCheck, LinearGradientFromFactors) {
     linear_grad_from_factors(g.data(), R.data(), x.data(), K, IN, OUT, r[0], r[1], 0.5f);
     for (size_t i = 0; i < (size_t)N; i++) {
       bool in = i >= r[0] && i < r[1];
-      EXPECT_NEAR(g[i], in ? 0.5f * ref[i] : 123.0f, 1e-6)
+      // both sum the same K products (|x|, |R| <= 1), maybe in another order: each within
+      // gamma_K K of the exact sum, so within 2 gamma_K K * 0.5 = K^2 u (2.1e-6) of each other
+      EXPECT_NEAR(g[i], in ? 0.5f * ref[i] : 123.0f, K * K * std::ldexp(1.0, -24))
           << "range " << r[0] << ".." << r[1] << ", entry " << i;
     }
   }
@@ -205,9 +221,9 @@ void conv_check(conv_shape_t s, unsigned seed, size_t probes = 0) {
   };
   printf("  conv2d B=%d %dx%dx%d -> %d, K=%d: tiles of %d image(s)\n", s.B, s.H, s.W, s.C, s.OC,
          s.K, conv2d_tile_images(s));
-  check_grad("conv2d dinp", x, dx, loss, 1e-2f, 1e-3, pick(x.size()));
-  check_grad("conv2d dw", w, dw, loss, 1e-2f, 1e-3, pick(w.size()));
-  check_grad("conv2d db", b, db, loss, 1e-2f, 1e-3);
+  check_grad("conv2d dinp", x, dx, loss, 0.5f, 1e-3, pick(x.size()));  // see check_grad
+  check_grad("conv2d dw", w, dw, loss, 0.5f, 1e-3, pick(w.size()));
+  check_grad("conv2d db", b, db, loss, 0.5f, 1e-3);
 }
 
 TEST(TrainerGradCheck, Conv2dK3) {
@@ -259,7 +275,11 @@ TEST(TrainerGradCheck, SoftmaxCrossEntropy) {
   loss();
   softmax_xent_backward(dz.data(), probs.data(), y, B, V, scale);
   check_grad("xent dlogits", z, dz, loss, 1e-3f, 2e-3);
-  for (int b = 0; b < B; b++) {  // probabilities sum to one, losses are -log p[target]
+  // Probabilities sum to one, losses are -log p[target]. Each float probability is exp (within
+  // an ulp) over a float sum of V exps (gamma_V) rounded once more by the division: relative
+  // error <= (V + 3) u = 7.7e-7 < 1e-6, so their sum is within 1e-6 of 1 and -log p within
+  // 1e-6 (plus the loss's own rounding, u * 10) of the loss: bound 1e-5.
+  for (int b = 0; b < B; b++) {
     double s = 0;
     for (int v = 0; v < V; v++) s += probs[b * V + v];
     EXPECT_NEAR(s, 1.0, 1e-6);
@@ -370,8 +390,12 @@ struct Reference {
 
 // Whole models: the float forward against the reference, then per parameter tensor the 4
 // coordinates with the largest |dL/dp| and 3 random ones: backward's gradient against central
-// differences of the reference loss. Errors are relative to max(|numeric|, 1e-4); they are
-// ~1e-6 (float backward against a double reference), the bound is 1e-4.
+// differences of the reference loss. Errors are relative to max(|numeric|, 1e-4). The numeric
+// side is double (rounding ~1e-16 / eps = 1e-11; truncation eps^2 |d3L| / 6 ~ 1e-10), so the
+// error is backward's float rounding: a chain of dot products whose lengths add up to the sum of
+// the fan-ins, m = 784 + 512 + 256 (MLP) or 25 + 800 + 3136 + 512 (CNN). The worst case m u
+// (2.7e-4 for the CNN) has every rounding in the same direction; rounding errors of random sign
+// give sqrt(m) u = 4e-6, and the bound 1e-4 is 25 times that.
 void model_check(model_kind_t kind, float dropout) {
   const int B = 2;
   model_t m;

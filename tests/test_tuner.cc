@@ -1,6 +1,10 @@
 // The tuner (src/algos/tuner.c): NCCL_ALGO parsing and the cost model's choices, checked
 // against the formulas in tuner.c's opening comment with a fixed model.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
 
 #include "algos/tuner.h"
 
@@ -36,6 +40,34 @@ TEST(TunerParse, BadTokensAreReportedAndIgnored) {
   EXPECT_EQ(m[COLL_ALLREDUCE], bit(ALGO_RING));
   EXPECT_EQ(tuner_parse_algo("allreduse:tree", m), -1);  // bad collective: the entry is dropped
   EXPECT_EQ(m[COLL_ALLREDUCE], TUNER_ALL_ALGOS);
+}
+
+// Every TUTTI_TUNER_* variable sets its field of the model, and a value that is not a positive
+// number leaves the default.
+TEST(TunerModel, ReadsEveryVariableFromTheEnvironment) {
+  const char *const vars[] = {"SHM_LAT_US", "SHM_GBPS",   "NET_LAT_US",
+                              "NET_GBPS",   "MSG_CPU_US", "SHM_MSG_CPU_US"};
+  tuner_model_t dflt, m;
+  tuner_model_from_env(&dflt);
+  auto fields = [](tuner_model_t &x) {
+    return std::vector<double *>{&x.shm.lat_us, &x.shm.gbps,   &x.net.lat_us,
+                                 &x.net.gbps,   &x.msg_cpu_us, &x.shm_msg_cpu_us};
+  };
+  for (int i = 0; i < 6; i++) {
+    std::string var = std::string("TUTTI_TUNER_") + vars[i];
+    double value = 1000.0 + i;  // no default is 1000 + i
+    setenv(var.c_str(), std::to_string(value).c_str(), 1);
+    tuner_model_from_env(&m);
+    for (int j = 0; j < 6; j++)
+      EXPECT_EQ(*fields(m)[j], j == i ? value : *fields(dflt)[j]) << var << ", field " << j;
+    setenv(var.c_str(), "-3", 1);
+    tuner_model_from_env(&m);
+    EXPECT_EQ(*fields(m)[i], *fields(dflt)[i]) << var << "=-3 is not positive";
+    setenv(var.c_str(), "fast", 1);
+    tuner_model_from_env(&m);
+    EXPECT_EQ(*fields(m)[i], *fields(dflt)[i]) << var << "=fast is not a number";
+    unsetenv(var.c_str());
+  }
 }
 
 tuner_model_t model() {

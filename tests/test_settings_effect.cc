@@ -1,0 +1,329 @@
+// Settings (TUTTI_* environment variables) that change what the library does, each shown to
+// have its documented effect by a run with and without it: a test here fails if the setting
+// were ignored. Runs are real: env_allreduce.c (two all-reduces with closed-form sums and an
+// all-gather) under tutti-run as separate processes, reading INFO lines from their output; or
+// the harness's ranks (processes) where a rank's own measurements are needed.
+//   DEBUG_FILE, DUMP_SCHEDULE, ONESHOT_MAX_BYTES, SHM_NSLOTS, SHM_SLOT_BYTES, TUNER_SHM_LAT_US
+//   (the other TUNER_* in test_tuner.cc), HOSTID, SPIN_US, TIMEOUT=0, and a valid
+//   ncclCommInitRankConfig. DIRECT=0 is in test_direct.cc.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+#if !defined(ENV_ALLREDUCE_PATH) || !defined(TUTTI_RUN_PATH)
+#error "build with ENV_ALLREDUCE_PATH and TUTTI_RUN_PATH defined"
+#endif
+
+namespace {
+
+using th::Mode;
+using th::RankCtx;
+
+struct Out {
+  int status;
+  std::string text;  // stdout and stderr
+};
+
+// env_allreduce on 2 ranks under tutti-run with `env` ("VAR=value ..."), nothing else of the
+// caller's logging settings. `wrap` runs before the program in each rank (e.g. "sh -c '...'").
+Out launch(const std::string &env, const std::string &prog = ENV_ALLREDUCE_PATH) {
+  std::string cmd = "env -u TUTTI_DEBUG -u TUTTI_DEBUG_SUBSYS -u TUTTI_DEBUG_FILE -u NCCL_DEBUG " +
+                    env + " " + TUTTI_RUN_PATH + " -n 2 --timeout 120 " + prog + " 2>&1";
+  Out o{-1, ""};
+  FILE *p = popen(cmd.c_str(), "r");
+  if (!p) return o;
+  char buf[4096];
+  for (size_t k; (k = fread(buf, 1, sizeof buf, p)) > 0;) o.text.append(buf, k);
+  int st = pclose(p);
+  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return o;
+}
+
+int count(const std::string &text, const std::string &what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+  return n;
+}
+
+// The run worked: both ranks printed their "ok" line (exact sums) and the job exited 0.
+void expect_ok(const Out &o) {
+  EXPECT_EQ(o.status, 0) << o.text;
+  EXPECT_EQ(count(o.text, " of 2 ok"), 2) << o.text;
+}
+
+// The line of the call with `count` elements ("ncclAllReduce: opCount ... count 10 ..."), per rank.
+std::vector<std::string> coll_lines(const std::string &text, const std::string &count_field) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l.find("ncclAllReduce: opCount") != std::string::npos &&
+        l.find(" " + count_field + " ") != std::string::npos)
+      out.push_back(l);
+  return out;
+}
+
+// ------------------------------------------------------------------ logging and dumps
+
+TEST(Settings, DebugFileWritesEachProcessLogToItsOwnFile) {
+  char tmpl[] = "/tmp/tutti-settings-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  Out plain = launch("TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=INIT");
+  expect_ok(plain);
+  EXPECT_EQ(count(plain.text, "init done"), 2) << "without DEBUG_FILE INFO goes to stderr";
+  Out o = launch("TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=INIT TUTTI_DEBUG_FILE=" + dir + "/log.%h.%p");
+  expect_ok(o);
+  EXPECT_EQ(count(o.text, " INFO "), 0) << o.text;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string h = host;
+  h = h.substr(0, h.find('.'));
+  std::smatch m;
+  std::string rest = o.text;
+  int files = 0;
+  for (std::regex re("rank ([01]) of 2 ok pid=([0-9]+)"); std::regex_search(rest, m, re);
+       rest = m.suffix()) {
+    std::string path = dir + "/log." + h + "." + m[2].str();
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    EXPECT_EQ(count(ss.str(), "init done"), 1) << path << ":\n" << ss.str();
+    EXPECT_NE(ss.str().find("[" + m[1].str() + "] TUTTI INFO"), std::string::npos) << path;
+    files++;
+    unlink(path.c_str());
+  }
+  EXPECT_EQ(files, 2) << o.text;
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << "files other than one per rank in " << dir;
+}
+
+// Every call's steps, titled with its algorithm, on every rank; nothing without the setting.
+TEST(Settings, DumpSchedulePrintsEveryCallsSteps) {
+  Out o = launch("TUTTI_DUMP_SCHEDULE=1");
+  expect_ok(o);
+  for (const char *r : {"0", "1"}) {
+    std::string rank = std::string("# rank ") + r + ": ";
+    EXPECT_EQ(count(o.text, rank + "ncclAllReduce algo oneshot nranks 2 count 10 "), 1) << o.text;
+    EXPECT_EQ(count(o.text, rank + "ncclAllReduce algo ring nranks 2 count 100000 "), 1);
+    EXPECT_EQ(count(o.text, rank + "ncclAllGather algo "), 1);
+  }
+  Out plain = launch("");
+  expect_ok(plain);
+  EXPECT_EQ(count(plain.text, "# rank "), 0) << plain.text;
+}
+
+// ------------------------------------------------------------------ algorithm choice
+
+// 40 bytes on 2 ranks run one-shot by default (ONESHOT_MAX_BYTES = 16384); with a limit below
+// 40 bytes the tuner must choose another algorithm, and the sums stay exact.
+TEST(Settings, OneshotMaxBytesLimitsTheOneShot) {
+  const std::string log = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=COLL ";
+  for (const char *limit : {"", "TUTTI_ONESHOT_MAX_BYTES=39", "TUTTI_ONESHOT_MAX_BYTES=40"}) {
+    Out o = launch(log + limit);
+    expect_ok(o);
+    auto lines = coll_lines(o.text, "count 10");
+    ASSERT_EQ(lines.size(), 2u) << o.text;
+    bool want_oneshot = std::string(limit) != "TUTTI_ONESHOT_MAX_BYTES=39";
+    for (const std::string &l : lines)
+      EXPECT_EQ(l.size() >= 12 && l.substr(l.size() - 12) == "algo oneshot", want_oneshot)
+          << limit << ": " << l;
+  }
+}
+
+// The tuner's model reads TUTTI_TUNER_SHM_LAT_US: with a 1000 us latency every candidate's
+// estimate for 40 bytes on one host is at least 1000 us (by default every one is below 100 us).
+// The other TUNER_* variables: TunerModel.ReadsEveryVariableFromTheEnvironment (test_tuner.cc).
+TEST(Settings, TunerShmLatencyFromTheEnvironment) {
+  const std::string log = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=TUNING ";
+  for (bool slow : {false, true}) {
+    Out o = launch(log + (slow ? "TUTTI_TUNER_SHM_LAT_US=1000" : ""));
+    expect_ok(o);
+    std::regex re("tuner: AllReduce 40 bytes nranks 2 hosts 1: [a-z]+ ([0-9.]+) us");
+    int n = 0;
+    std::string rest = o.text;
+    for (std::smatch m; std::regex_search(rest, m, re); rest = m.suffix(), n++) {
+      double us = std::stod(m[1].str());
+      if (slow)
+        EXPECT_GE(us, 1000.0) << m[0];
+      else
+        EXPECT_LT(us, 100.0) << m[0];
+    }
+    EXPECT_GE(n, 4) << o.text;
+  }
+}
+
+// ------------------------------------------------------------------ shared memory
+
+// The ring's chunk (elements) in the schedule dump of the 100000-float all-reduce, per rank.
+std::vector<long> ring_chunks(const std::string &text) {
+  std::vector<long> out;
+  std::regex re("algo ring nranks 2 count 100000 root 0 chunk ([0-9]+) ");
+  std::string rest = text;
+  for (std::smatch m; std::regex_search(rest, m, re); rest = m.suffix())
+    out.push_back(std::stol(m[1].str()));
+  return out;
+}
+
+// The segment's FIFOs take SHM_NSLOTS slots of SHM_SLOT_BYTES (INFO SHM line), and the pipeline
+// chunk follows the slot: a whole number of slots, 131072 floats with the default 128 KiB slots,
+// a multiple of 3072 floats below that with slots of 12288 bytes. The sums stay exact through the
+// smaller FIFO.
+TEST(Settings, ShmSlotsAndSlotBytesShapeTheFifos) {
+  const std::string base = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM TUTTI_DUMP_SCHEDULE=1 ";
+  Out dflt = launch(base);
+  expect_ok(dflt);
+  EXPECT_EQ(count(dflt.text, "2 local ranks x 8 slots x 131072 bytes"), 2) << dflt.text;
+  EXPECT_EQ(ring_chunks(dflt.text), std::vector<long>(2, 131072)) << dflt.text;
+  Out o = launch(base + "TUTTI_SHM_NSLOTS=3 TUTTI_SHM_SLOT_BYTES=12288");
+  expect_ok(o);
+  EXPECT_EQ(count(o.text, "2 local ranks x 3 slots x 12288 bytes"), 2) << o.text;
+  auto chunks = ring_chunks(o.text);
+  ASSERT_EQ(chunks.size(), 2u) << o.text;
+  for (long c : chunks) {
+    EXPECT_EQ(c % 3072, 0) << c;
+    EXPECT_LT(c, 131072) << c;
+  }
+}
+
+// ------------------------------------------------------------------ host identity
+
+// Two ranks of one machine with different TUTTI_HOSTID are two hosts: they connect over TCP
+// (INFO INIT "via tcp") instead of shared memory, and the sums stay exact.
+TEST(Settings, HostIdMakesRanksDifferentHosts) {
+  const std::string log = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=INIT ";
+  Out same = launch(log);
+  expect_ok(same);
+  EXPECT_EQ(count(same.text, "via shm"), 2) << same.text;
+  Out o = launch(
+      log, std::string("sh -c 'TUTTI_HOSTID=fakehost$TUTTI_RANK exec ") + ENV_ALLREDUCE_PATH + "'");
+  expect_ok(o);
+  EXPECT_EQ(count(o.text, "via tcp"), 2) << o.text;
+  EXPECT_EQ(count(o.text, "via shm"), 0) << o.text;
+}
+
+// ------------------------------------------------------------------ waiting
+
+double cpu_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct Waited {
+  double cpu[2], wall[2];
+  int rc[2];
+  char msg[2][512];
+};
+
+// Rank 1 enters the all-reduce `late_s` after rank 0; rank 0 records the CPU time and wall time
+// its call took, and both their result codes.
+Waited *wait_run(Waited *w, const std::vector<std::pair<std::string, std::string>> &env,
+                 double late_s) {
+  memset(w, 0, sizeof *w);
+  th::Options opt;
+  opt.env = env;
+  th::run_ranks(
+      Mode::kProcs, 2,
+      [&](RankCtx &ctx) {
+        std::vector<float> in(1000, 1.0f), out(1000);
+        if (ctx.rank == 1) usleep((useconds_t)(late_s * 1e6));
+        double c0 = cpu_s(), t0 = th::now_s();
+        ncclResult_t rc =
+            ncclAllReduce(in.data(), out.data(), 1000, ncclFloat32, ncclSum, ctx.comm, nullptr);
+        w->cpu[ctx.rank] = cpu_s() - c0, w->wall[ctx.rank] = th::now_s() - t0;
+        w->rc[ctx.rank] = rc;
+        snprintf(w->msg[ctx.rank], sizeof w->msg[0], "%s", ncclGetLastError(ctx.comm));
+      },
+      opt);
+  return w;
+}
+
+// A rank waiting 1 s for its peer (2 ranks on this machine's CPUs: not oversubscribed, so the
+// engine spins, then yields, then sleeps). With SPIN_US = YIELD_US = 0 it sleeps at once: its
+// CPU time is the wake-ups' (at most one per ms), a few percent of the wait. With SPIN_US = 10 s
+// it spins through the whole wait and never gives its CPU up: on an idle machine it uses the
+// whole second, on a loaded one at least its fair share (10x the sleeper's with ctest -j2 next to
+// other jobs), so the test asks for twice the sleeper's CPU time, not for 1 s. YIELD_US is not
+// checked this way: a yielding rank hands its CPU to whoever waits, so on a loaded machine it
+// uses as little CPU as a sleeping one (voluntary context switches would tell them apart, but
+// sandboxed kernels such as gVisor report none).
+TEST(Settings, SpinUsMakesAWaitingRankSpin) {
+  Waited *w = static_cast<Waited *>(th::shared_alloc(sizeof(Waited)));
+  ASSERT_NE(w, nullptr);
+  wait_run(w, {{"TUTTI_SPIN_US", "0"}, {"TUTTI_YIELD_US", "0"}}, 1.0);
+  const double sleep_cpu = w->cpu[0];
+  EXPECT_EQ(w->rc[0], ncclSuccess) << w->msg[0];
+  EXPECT_GE(w->wall[0], 0.5);
+  EXPECT_LT(sleep_cpu, 0.1 * w->wall[0]) << "the sleeping rank used " << sleep_cpu << " s of CPU";
+  wait_run(w, {{"TUTTI_SPIN_US", "10000000"}, {"TUTTI_YIELD_US", "0"}}, 1.0);
+  EXPECT_EQ(w->rc[0], ncclSuccess) << w->msg[0];
+  EXPECT_GE(w->wall[0], 0.5);
+  printf("  TUTTI_SPIN_US=10 s: %.3f s of CPU in a %.3f s wait (sleeping: %.3f s)\n", w->cpu[0],
+         w->wall[0], sleep_cpu);
+  EXPECT_GT(w->cpu[0], 2 * sleep_cpu) << "the rank slept instead of spinning";
+  th::shared_free(w, sizeof(Waited));
+}
+
+// TIMEOUT bounds a wait (a peer 3 s late fails the call after 1 s, naming the setting);
+// TIMEOUT=0 removes the bound (the same wait completes).
+TEST(Settings, TimeoutZeroWaitsWithoutLimit) {
+  Waited *w = static_cast<Waited *>(th::shared_alloc(sizeof(Waited)));
+  ASSERT_NE(w, nullptr);
+  wait_run(w, {{"TUTTI_TIMEOUT", "1"}}, 3.0);
+  EXPECT_NE(w->rc[0], ncclSuccess);
+  EXPECT_NE(std::string(w->msg[0]).find("TUTTI_TIMEOUT"), std::string::npos) << w->msg[0];
+  EXPECT_LT(w->wall[0], 2.9) << "gave up only when the peer came";
+  wait_run(w, {{"TUTTI_TIMEOUT", "0"}}, 3.0);
+  EXPECT_EQ(w->rc[0], ncclSuccess) << w->msg[0];
+  EXPECT_EQ(w->rc[1], ncclSuccess) << w->msg[1];
+  EXPECT_GE(w->wall[0], 2.5);
+  th::shared_free(w, sizeof(Waited));
+}
+
+// ------------------------------------------------------------------ ncclCommInitRankConfig
+
+// A config from NCCL_CONFIG_INITIALIZER (blocking and non-blocking, a CTA count set) makes a
+// communicator that works: exact sums, no asynchronous error, the right rank and size.
+TEST(Settings, InitRankConfigWithAValidConfig) {
+  for (int blocking : {1, 0}) {
+    th::Options opt;
+    opt.init = false;
+    th::run_ranks_ok(
+        Mode::kProcs, 3,
+        [&](RankCtx &ctx) {
+          ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+          config.blocking = blocking;
+          config.minCTAs = 2;
+          ncclComm_t comm = nullptr;
+          NCCL_OK(ctx, ncclCommInitRankConfig(&comm, ctx.nranks, ctx.id, ctx.rank, &config));
+          ncclResult_t async = ncclInProgress;
+          NCCL_OK(ctx, ncclCommGetAsyncError(comm, &async));
+          RCHECK(ctx, async == ncclSuccess, "async error %d after init", (int)async);
+          int n = -1, r = -1;
+          NCCL_OK(ctx, ncclCommCount(comm, &n));
+          NCCL_OK(ctx, ncclCommUserRank(comm, &r));
+          RCHECK(ctx, n == ctx.nranks && r == ctx.rank, "rank %d of %d", r, n);
+          std::vector<int32_t> in(1001), out(1001);
+          for (size_t j = 0; j < in.size(); j++) in[j] = (int32_t)j + ctx.rank;
+          NCCL_OK(ctx, ncclAllReduce(in.data(), out.data(), in.size(), ncclInt32, ncclSum, comm,
+                                     nullptr));
+          for (size_t j = 0; j < out.size(); j++)
+            RCHECK(ctx, out[j] == 3 * (int32_t)j + 3, "out[%zu] = %d", j, out[j]);
+          NCCL_OK(ctx, ncclCommDestroy(comm));
+        },
+        opt, "blocking " + std::to_string(blocking));
+  }
+}
+
+}  // namespace
