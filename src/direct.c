@@ -67,10 +67,6 @@ struct direct_state {
   desc_t mine;            /* this call's own descriptor, sent to every peer */
 };
 
-static int mod(int a, int n) {
-  return ((a % n) + n) % n;
-}
-
 /* The call's geometry: element ranges in the n-segment vector of `total` elements. For the
  * all-reduce the segments split the buffer (block_start); for reduce-scatter and all-gather
  * they are the count-element blocks of the big buffer (the send buffer of a reduce-scatter,
@@ -173,12 +169,12 @@ static void reduce_segment(const op_ctx_t *o, const struct direct_state *s, int 
   int post = o->rop.postdiv ? REDUCE_POST : 0;
   for (size_t i = 0; i < len; i += blk) {
     size_t m = TUTTI_MIN(blk, len - i), at = (from + i) * es;
-    const char *a = s->in[mod(f, n)] + at;
+    const char *a = s->in[tutti_mod(f, n)] + at;
     for (int k = 1; k < n - 1; k++) {
-      reduce_combine(&o->rop, acc, a, s->in[mod(f + k, n)] + at, m, 0);
+      reduce_combine(&o->rop, acc, a, s->in[tutti_mod(f + k, n)] + at, m, 0);
       a = (const char *)acc;
     }
-    reduce_combine(&o->rop, dst + i * es, a, s->in[mod(f + n - 1, n)] + at, m, post);
+    reduce_combine(&o->rop, dst + i * es, a, s->in[tutti_mod(f + n - 1, n)] + at, m, post);
   }
 }
 
@@ -186,7 +182,7 @@ static int handshake(lane_t *l, const op_ctx_t *o, const step_t *st, struct dire
   ncclComm_t comm = l->comm;
   int n = comm->nranks, r = comm->rank;
   while (s->phase <= D_RECV_ACK) {
-    int p = mod(r + 1 + s->next, n), rc;
+    int p = tutti_mod(r + 1 + s->next, n), rc;
     if (s->next == n - 1) { /* every peer done in this phase */
       s->phase++, s->next = 0;
       continue;
@@ -290,7 +286,7 @@ int direct_advance(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   while (s->phase == D_GATHER && s->next < n - 1) {
     /* all-reduce: segment k of rank k's result, as far as its progress says; all-gather:
      * rank k's send buffer, all there from the start */
-    int k = mod(r + 1 + s->next, n);
+    int k = tutti_mod(r + 1 + s->next, n);
     if (shm_direct_words(comm, k, &prog, &done) != 0) return -1;
     size_t kb = seg_start(c, st->count, n, k), ke = seg_start(c, st->count, n, k + 1),
            ready = ke - kb;
@@ -320,7 +316,7 @@ int direct_advance(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
     s->phase = D_WAIT_DONE, s->next = 0, *moved = 1;
   }
   while (s->next < n - 1) {
-    int k = mod(r + 1 + s->next, n);
+    int k = tutti_mod(r + 1 + s->next, n);
     if (shm_direct_words(comm, k, &prog, &done) != 0) return -1;
     if (__atomic_load_n(done, __ATOMIC_ACQUIRE) < s->calls + 1) return block(l, k, 0);
     s->next++;

@@ -7,8 +7,6 @@
 #include "direct.h"
 #include "group.h"
 
-#define API __attribute__((visibility("default")))
-
 typedef struct call {
   const char *fn;
   coll_t coll;

@@ -11,8 +11,6 @@
 
 #include "group.h"
 
-#define API __attribute__((visibility("default")))
-
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 
 typedef struct group_state {

@@ -18,8 +18,6 @@
 
 #include "bootstrap.h"
 
-#define API __attribute__((visibility("default")))
-
 typedef struct launch {
   const char *launcher;
   int rank, nranks, local_size;

@@ -8,8 +8,6 @@
 
 #include "comm.h"
 
-#define API __attribute__((visibility("default")))
-
 typedef struct member {
   int32_t color, key, rank;
 } member_t;

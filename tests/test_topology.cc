@@ -481,16 +481,16 @@ TEST_F(Topo, NvlinkFromNvml) {
 // ---------------------------------------------------------------- pure helpers
 
 TEST(TopoHelpers, NameMatching) {
-  EXPECT_TRUE(topo_name_matches("mlx5", "mlx5_3"));
-  EXPECT_TRUE(topo_name_matches("eth,ib", "ib0"));
-  EXPECT_FALSE(topo_name_matches("eth,ib", "ens5"));
-  EXPECT_FALSE(topo_name_matches("^docker,lo", "docker0"));
-  EXPECT_TRUE(topo_name_matches("^docker,lo", "eth0"));
-  EXPECT_TRUE(topo_name_matches("=eth0", "eth0"));
-  EXPECT_FALSE(topo_name_matches("=eth0", "eth01"));
-  EXPECT_TRUE(topo_name_matches("=mlx5_0:1,mlx5_1:1", "mlx5_1"));
-  EXPECT_FALSE(topo_name_matches("^=mlx5_0", "mlx5_0"));
-  EXPECT_TRUE(topo_name_matches("^=mlx5_0", "mlx5_01"));
+  EXPECT_TRUE(tutti_name_list_matches("mlx5", "mlx5_3"));
+  EXPECT_TRUE(tutti_name_list_matches("eth,ib", "ib0"));
+  EXPECT_FALSE(tutti_name_list_matches("eth,ib", "ens5"));
+  EXPECT_FALSE(tutti_name_list_matches("^docker,lo", "docker0"));
+  EXPECT_TRUE(tutti_name_list_matches("^docker,lo", "eth0"));
+  EXPECT_TRUE(tutti_name_list_matches("=eth0", "eth0"));
+  EXPECT_FALSE(tutti_name_list_matches("=eth0", "eth01"));
+  EXPECT_TRUE(tutti_name_list_matches("=mlx5_0:1,mlx5_1:1", "mlx5_1"));
+  EXPECT_FALSE(tutti_name_list_matches("^=mlx5_0", "mlx5_0"));
+  EXPECT_TRUE(tutti_name_list_matches("^=mlx5_0", "mlx5_01"));
 }
 
 TEST(TopoHelpers, PathNames) {

@@ -144,6 +144,14 @@ typedef struct topo_binding {
  * Without a GPU the launcher's binding is kept; memory follows it when it lies in one node. */
 void topo_choose_binding(const topo_t *t, int gpu, const char *current, topo_binding_t *out);
 
+/* The binding of local rank local_rank of local_size on this host: for a rank with a GPU,
+ * topo_choose_binding's; for one without, when the launcher left it unbound (its CPUs are all
+ * the allowed ones), its share of the machine: local_size sets spread by hwloc_distrib over
+ * packages, NUMA nodes and cores, so that the host's ranks do not share CPUs while there are
+ * enough; a launcher's binding is kept. Always of the calling thread's current binding. */
+void topo_choose_binding_local(const topo_t *t, int gpu, int local_rank, int local_size,
+                               topo_binding_t *out);
+
 typedef struct topo_saved_binding {
   int has_cpu, has_mem, mem_policy;
   char cpuset[TOPO_SET_CHARS], nodeset[TOPO_SET_CHARS];
