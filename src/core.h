@@ -1,8 +1,14 @@
 /* Internal foundation shared by every file of the library: error checks, logging, settings.
  *
- * Errors are values with a trail: every internal function returns ncclResult_t and
- * TUTTI_CHECK(call) returns on failure, logging "file:line -> code" at INFO so that a failure
- * leaves a breadcrumb trail. tutti_set_error() records the message ncclGetLastError returns.
+ * Errors are values with a trail: every internal function that can fail returns ncclResult_t
+ * and TUTTI_CHECK(call) returns on failure, logging "file:line -> code" at INFO so that a failure
+ * leaves a breadcrumb trail. TUTTI_ERR() records the message ncclGetLastError returns.
+ * The exceptions, each said at its declaration: functions that cannot fail return their value
+ * or void (pure helpers, counts, the data-path calls of a transport, which report through the
+ * connection's state); decisions that never fail (topo_choose_*) return void with the reason in
+ * their output; parsers return NULL or why the text is refused (tutti_parse_int), so the caller
+ * names the setting in the error; schedule builders (src/algos/) return 0, or a negative
+ * number on failure, and log nothing.
  */
 #ifndef TUTTI_CORE_H_
 #define TUTTI_CORE_H_

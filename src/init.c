@@ -32,21 +32,21 @@ static uint64_t registry_gen;
 static TUTTI_TLS ncclComm_t registry_seen;
 static TUTTI_TLS uint64_t registry_seen_gen;
 
-static int registry_add(ncclComm_t c) {
+static ncclResult_t registry_add(ncclComm_t c) {
   pthread_rwlock_wrlock(&registry_lock);
   if (registry_n == registry_cap) {
     size_t cap = registry_cap ? registry_cap * 2 : 16;
     ncclComm_t *p = realloc(registry, cap * sizeof(*p));
     if (!p) {
       pthread_rwlock_unlock(&registry_lock);
-      return -1;
+      return TUTTI_ERR(ncclSystemError, "out of memory for the communicator registry");
     }
     registry = p, registry_cap = cap;
   }
   registry[registry_n++] = c;
   __atomic_add_fetch(&registry_gen, 1, __ATOMIC_RELEASE);
   pthread_rwlock_unlock(&registry_lock);
-  return 0;
+  return ncclSuccess;
 }
 
 static void registry_remove(ncclComm_t c) {
@@ -334,10 +334,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
     goto fail;
   }
   bootstrap_close(c, 1);
-  if (registry_add(c) != 0) {
-    res = TUTTI_ERR(ncclSystemError, "out of memory");
-    goto fail;
-  }
+  TUTTI_CHECK_GOTO(registry_add(c), res, fail);
   INFO(SUB_INIT,
        "comm %p rank %d nranks %d local %d/%d host %s pid %d (%d ranks on %d CPUs%s): init done "
        "in %.1f ms",

@@ -186,6 +186,15 @@ ncclResult_t topo_ring_order(const topo_t *t, int n, const topo_rank_loc_t *locs
  * host's ranks in their local ring position (local_pos[r] = position of rank r in its host's
  * local ring). Pure; each host is entered and left once. */
 void topo_ring_hosts(int nranks, const uint64_t *host_hash, const int *local_pos, int *order);
+/* The global ring of nranks ranks: each host's ranks (equal host_hash) in the order
+ * topo_ring_order gives for their locations, the hosts in the order of their lowest rank
+ * (topo_ring_hosts). Pure: ranks that pass the same host_hash and locs get the same order. A
+ * rank without a GPU is placed by its NUMA node alone, so for CPU-only ranks t may be NULL and
+ * every rank agrees whatever its machine; with GPUs every rank must pass the same t (identical
+ * hosts). Fails only for more than 256 ranks on one host. Not applied yet: the ring algorithms
+ * (src/algos/ring.c) walk ranks in rank order. */
+ncclResult_t topo_ring_global(const topo_t *t, int nranks, const uint64_t *host_hash,
+                              const topo_rank_loc_t *locs, int *order);
 
 /* ---- output ---- */
 /* Readable tree: packages, NUMA nodes, caches, cores, the PCI tree with GPUs and NICs, then
