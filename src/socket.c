@@ -50,9 +50,9 @@ ncclResult_t sock_addr_parse(const char *text, sock_addr_t *addr) {
     host[n] = '\0';
     if (colon && strchr(text, ':') == colon) port = colon + 1;
   }
-  int portnum = port ? atoi(port) : 0;
-  if (portnum < 0 || portnum > 65535)
-    return TUTTI_ERR(ncclInvalidArgument, "bad port in address \"%s\"", text);
+  int64_t portnum = 0;
+  if (port && (tutti_parse_int(port, &portnum) || portnum < 0 || portnum > 65535))
+    return TUTTI_ERR(ncclInvalidArgument, "bad port in address \"%s\": not a number 0-65535", text);
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -61,8 +61,8 @@ ncclResult_t sock_addr_parse(const char *text, sock_addr_t *addr) {
     return TUTTI_ERR(ncclInvalidArgument, "cannot resolve host \"%s\": %s", host, gai_strerror(rc));
   memcpy(addr, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
-  if (addr->sa.sa_family == AF_INET6) addr->sin6.sin6_port = htons(portnum);
-  else addr->sin.sin_port = htons(portnum);
+  if (addr->sa.sa_family == AF_INET6) addr->sin6.sin6_port = htons((uint16_t)portnum);
+  else addr->sin.sin_port = htons((uint16_t)portnum);
   return ncclSuccess;
 }
 

@@ -363,15 +363,15 @@ topo_path_t topo_p2p_level(char *reason, size_t len) {
     return TOPO_PATH_LOC;
   }
   const char *s = tutti_getenv_which("P2P_LEVEL", which, sizeof(which));
+  int64_t old = -1;
   if (s && topo_path_parse(s, &level) == 0) {
     if (reason) snprintf(reason, len, "%s=%s", which, s);
-  } else if (s && s[0] >= '0' && s[0] <= '9') {
-    int old = atoi(s);
+  } else if (s && !tutti_parse_int(s, &old) && old >= 0) {
     level = legacy_levels[old > 4 ? 4 : old];
     if (reason)
       snprintf(reason, len, "%s=%s (legacy number) = %s", which, s, topo_path_name(level));
   } else {
-    if (s) WARN("%s=%s is not one of LOC, NVL, PIX, PXB, PHB, SYS: using PXB", which, s);
+    if (s) WARN("%s=%s is not one of LOC, NVL, PIX, PXB, PHB, SYS or 0-5: using PXB", which, s);
     level = TOPO_PATH_PXB;
     if (reason) snprintf(reason, len, "default level PXB");
   }
