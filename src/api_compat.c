@@ -21,7 +21,6 @@
 #include "comm.h"
 #include "transport/transport.h"
 
-#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
 
 #define SIM_INFO_MAGIC 0x74685283u
 

@@ -1,8 +1,14 @@
 /* Internal foundation shared by every file of the library: error checks, logging, settings.
  *
- * Errors are values with a trail: every internal function returns ncclResult_t and
- * TUTTI_CHECK(call) returns on failure, logging "file:line -> code" at INFO so that a failure
- * leaves a breadcrumb trail. tutti_set_error() records the message ncclGetLastError returns.
+ * Errors are values with a trail: every internal function that can fail returns ncclResult_t
+ * and TUTTI_CHECK(call) returns on failure, logging "file:line -> code" at INFO so that a failure
+ * leaves a breadcrumb trail. TUTTI_ERR() records the message ncclGetLastError returns.
+ * The exceptions, each said at its declaration: functions that cannot fail return their value
+ * or void (pure helpers, counts, the data-path calls of a transport, which report through the
+ * connection's state); decisions that never fail (topo_choose_*) return void with the reason in
+ * their output; parsers return NULL or why the text is refused (tutti_parse_int), so the caller
+ * names the setting in the error; schedule builders (src/algos/) return 0, or a negative
+ * number on failure, and log nothing.
  */
 #ifndef TUTTI_CORE_H_
 #define TUTTI_CORE_H_
@@ -87,9 +93,17 @@ const char *tutti_last_error(void);
   } while (0)
 
 /* ---- settings ----
- * TUTTI_PARAM(Name, "ENV", default) defines int64_t tutti_param_Name(void), reading
- * TUTTI_ENV, else NCCL_ENV, once; a non-default value is logged at INFO (ENV subsystem).
- * Values accept K/M/G suffixes (powers of 1024). */
+ * The one reader of settings (param.c). A setting NAME is TUTTI_NAME, else NCCL_NAME (an empty
+ * variable counts as unset). Syntax, everywhere:
+ *   integers  "123", "-1", "0x40", with an optional K, M or G (powers of 1024) and B: "64K",
+ *             "2MB"; garbage, trailing text and values beyond 64 bits are errors, never a prefix
+ *   numbers   strtod syntax ("0.6", "1e3"), the whole text
+ *   lists     comma separated, blanks around entries ignored (tutti_list_next)
+ *   names     NCCL's interface / HCA lists: "eth,ib" prefixes, "^" excludes, "=" exact,
+ *             ":port" ignored (tutti_name_list_matches)
+ * TUTTI_PARAM(Name, "ENV", default) defines int64_t tutti_param_Name(void), read once and
+ * cached; a non-default value is logged at INFO (ENV subsystem), a bad one is a WARN naming
+ * the variable and keeps the default. */
 typedef struct tutti_param {
   const char *env;
   int64_t dflt;
@@ -97,19 +111,39 @@ typedef struct tutti_param {
   int state; /* 0 unread, 1 reading, 2 ready */
 } tutti_param_t;
 int64_t tutti_param_load(tutti_param_t *p);
-#define TUTTI_PARAM(name, env, dflt)                                 \
-  int64_t tutti_param_##name(void) {                                 \
-    static tutti_param_t p_ = {env, dflt, 0, 0};                     \
+#define TUTTI_PARAM(name, env, dflt)                                        \
+  int64_t tutti_param_##name(void) {                                        \
+    static tutti_param_t p_ = {env, dflt, 0, 0};                            \
     if (__atomic_load_n(&p_.state, __ATOMIC_ACQUIRE) == 2) return p_.value; \
-    return tutti_param_load(&p_);                                    \
+    return tutti_param_load(&p_);                                           \
   }
 #define TUTTI_PARAM_DECL(name) int64_t tutti_param_##name(void)
 /* String settings: TUTTI_env, else NCCL_env, else NULL. Not cached (read at init only). */
 const char *tutti_getenv(const char *env);
+/* The same; which (may be NULL) receives the variable's full name ("NCCL_SOCKET_IFNAME"), or
+ * "TUTTI_<env>" when neither is set, for messages. */
+const char *tutti_getenv_which(const char *env, char *which, size_t len);
+/* Parse a whole text; NULL on success, else why not ("is not an integer", "has trailing
+ * text ...", "is out of range ..."), to follow the variable and its value in a message. */
+const char *tutti_parse_int(const char *text, int64_t *out);
+const char *tutti_parse_double(const char *text, double *out);
+/* An integer setting read now (not cached): dflt when unset; ncclInvalidUsage naming the
+ * variable when it is not an integer or lies outside [lo, hi]. */
+ncclResult_t tutti_setting_int(const char *env, int64_t dflt, int64_t lo, int64_t hi, int64_t *out);
+/* A number setting read now: dflt when unset; a bad value or one outside [lo, hi] is a WARN
+ * naming the variable and gives dflt. */
+double tutti_setting_double(const char *env, double dflt, double lo, double hi);
+/* Next entry of a comma list into tok (truncated to len); advances *cursor; 0 at the end. */
+int tutti_list_next(const char **cursor, char *tok, size_t len);
+/* 1 when name matches a NCCL-style name list (see above), e.g. "^docker,lo" or "=eth0". */
+int tutti_name_list_matches(const char *spec, const char *name);
 /* Logs every TUTTI_* / NCCL_* variable of the environment at INFO (once per process). */
 void tutti_log_settings(void);
 
 /* ---- small helpers ---- */
+/* Marks a function of the public API: the library is built with -fvisibility=hidden, so only
+ * these are exported. */
+#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
 /* Thread-locals on hot paths: initial-exec avoids a __tls_get_addr call per access. */
 #define TUTTI_TLS __thread __attribute__((tls_model("initial-exec")))
 uint64_t tutti_time_ns(void); /* CLOCK_MONOTONIC */
@@ -118,6 +152,10 @@ uint64_t tutti_time_ns(void); /* CLOCK_MONOTONIC */
 #define TUTTI_DIV_UP(a, b) (((a) + (b)-1) / (b))
 #define TUTTI_ALIGN_UP(a, b) (TUTTI_DIV_UP((a), (b)) * (b))
 #define TUTTI_CACHELINE 64
+/* a mod n in [0, n) also for negative a (ring positions: r - k). */
+static inline int tutti_mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 /* Build options every rank must agree on (checked at bootstrap). */
 const char *tutti_build_options(void);

@@ -42,10 +42,8 @@ static const struct {
 static unsigned parse_subsys(const char *s) {
   int exclude = (s[0] == '^');
   unsigned mask = 0;
-  char buf[256];
-  snprintf(buf, sizeof(buf), "%s", s + exclude);
-  char *save = NULL;
-  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+  char tok[64];
+  for (s += exclude; tutti_list_next(&s, tok, sizeof(tok));) {
     for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
       if (strcasecmp(tok, subsys_names[i].name) == 0) mask |= subsys_names[i].bit;
   }

@@ -153,10 +153,10 @@ static void reduce_from_all(const op_ctx_t *o, const step_t *st, size_t at, size
     }
     const char *a = in[f] + off;
     for (int k = 1; k < n - 1; k++) {
-      reduce_combine(&o->rop, acc, a, in[sched_mod(f + k, n)] + off, m, 0);
+      reduce_combine(&o->rop, acc, a, in[tutti_mod(f + k, n)] + off, m, 0);
       a = (const char *)acc;
     }
-    reduce_combine(&o->rop, dst + i * es, a, in[sched_mod(f + n - 1, n)] + off, m, post);
+    reduce_combine(&o->rop, dst + i * es, a, in[tutti_mod(f + n - 1, n)] + off, m, post);
   }
 }
 
@@ -202,7 +202,7 @@ static int step_done(lane_t *l, const op_ctx_t *o, int *moved) {
     l->pos = 1, *moved = 1;
   }
   while (l->pos < (size_t)n) {
-    int k = sched_mod(r + (int)l->pos, n);
+    int k = tutti_mod(r + (int)l->pos, n);
     volatile uint64_t *done = peer_word(comm, k, PEER_WORD_DONE);
     if (done && __atomic_load_n(done, __ATOMIC_ACQUIRE) < o->peer_seq + 1) return block(l, k);
     l->pos++;

@@ -7,8 +7,6 @@
 
 #include "group.h"
 
-#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
-
 typedef struct call {
   const char *fn;
   coll_t coll;

@@ -11,7 +11,6 @@
 
 #include "group.h"
 
-#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
 
 typedef struct group_state {
   int depth;

@@ -9,15 +9,14 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "net_addr.h"
 #include "plan.h"
 #include "topology/topo.h"
 
-#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
-
 TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
-/* Out-of-place calls from 16 MiB up write their results with streaming stores: measured on
- * 2 ranks (perf/, interleaved A/B, medians of 7) +29% busbw at 16 MiB and +37% at 32 MiB, neutral
- * at 4-8 MiB, where the buffers of both ranks still fit the caches. */
+/* Out-of-place calls from 16 MiB up write their results with streaming stores: below, the
+ * buffers of both ranks still fit the caches and normal stores are as fast (docs/perf.md,
+ * "Figures behind the code"). */
 TUTTI_PARAM(NtThreshold, "NT_THRESHOLD", 16 << 20)
 TUTTI_PARAM_DECL(Timeout);
 
@@ -33,21 +32,21 @@ static uint64_t registry_gen;
 static TUTTI_TLS ncclComm_t registry_seen;
 static TUTTI_TLS uint64_t registry_seen_gen;
 
-static int registry_add(ncclComm_t c) {
+static ncclResult_t registry_add(ncclComm_t c) {
   pthread_rwlock_wrlock(&registry_lock);
   if (registry_n == registry_cap) {
     size_t cap = registry_cap ? registry_cap * 2 : 16;
     ncclComm_t *p = realloc(registry, cap * sizeof(*p));
     if (!p) {
       pthread_rwlock_unlock(&registry_lock);
-      return -1;
+      return TUTTI_ERR(ncclSystemError, "out of memory for the communicator registry");
     }
     registry = p, registry_cap = cap;
   }
   registry[registry_n++] = c;
   __atomic_add_fetch(&registry_gen, 1, __ATOMIC_RELEASE);
   pthread_rwlock_unlock(&registry_lock);
-  return 0;
+  return ncclSuccess;
 }
 
 static void registry_remove(ncclComm_t c) {
@@ -122,17 +121,12 @@ API const char *tuttiVersionString(void) {
   return buf;
 }
 
-API size_t tuttiTypeSize(ncclDataType_t t) {
-  static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  return (unsigned)t < ncclNumTypes ? sizes[t] : 0;
-}
-
 API ncclResult_t ncclGetUniqueId(ncclUniqueId *out) {
   if (!out) return TUTTI_ERR(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
   sock_addr_t addr;
   char ifname[64];
   int fd;
-  TUTTI_CHECK(sock_pick_local_addr(&addr, ifname, sizeof(ifname)));
+  TUTTI_CHECK(net_local_addr(&addr, ifname, sizeof(ifname)));
   TUTTI_CHECK(sock_listen(&addr, &fd));
   bootstrap_make_id(&addr, NULL, out);
   ncclResult_t res = bootstrap_root_start(fd, out);
@@ -186,7 +180,7 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   me->machine_hash = machine_identity();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   me->ncpu = ncpu > 0 ? (int32_t)ncpu : 0;
-  const char *fake = getenv("TUTTI_TEST_FAKE_VERSION"); /* test hook for the mismatch check */
+  const char *fake = tutti_getenv("TEST_FAKE_VERSION"); /* test hook for the mismatch check */
   snprintf(me->version, sizeof(me->version), "%s", fake ? fake : TUTTI_VERSION_STRING);
   snprintf(me->build, sizeof(me->build), "%s", tutti_build_options());
   me->cuda_dev = -1;
@@ -264,29 +258,55 @@ static void comm_topology(ncclComm_t c) {
   c->id_hash = h;
 }
 
-/* Topology decisions for this rank (hwloc, once per process), printed at INFO with reasons.
- * Host-memory ranks have no GPU: the NIC is the closest to the rank's CPU set and the binding
- * keeps the launcher's (never narrower than what the user gave). */
-static void comm_topology_decisions(ncclComm_t c) {
+/* TUTTI_BIND: "none" (the default: the thread keeps the launcher's binding, or none) or
+ * "auto" (the binding topo_choose_binding_local decides is applied to the thread creating the
+ * communicator, and so to the threads it starts later; the engine runs in the caller's thread).
+ * "none" is the default because binding is the launcher's job (mpirun --bind-to, srun
+ * --cpu-bind, tutti-run --bind) and a library that moves its caller's threads surprises the
+ * programs that place their own. */
+static ncclResult_t bind_setting(int *apply) {
+  char which[64];
+  const char *v = tutti_getenv_which("BIND", which, sizeof(which));
+  *apply = 0;
+  if (!v || strcasecmp(v, "none") == 0) return ncclSuccess;
+  if (strcasecmp(v, "auto") == 0) return *apply = 1, ncclSuccess;
+  return TUTTI_ERR(ncclInvalidUsage, "setting %s=\"%s\" is not \"none\" or \"auto\"", which, v);
+}
+
+/* This rank's place among the ranks sharing its machine's CPUs (all its hosts). */
+static int comm_machine_index(ncclComm_t c) {
+  int i = 0;
+  for (int q = 0; q < c->rank; q++) i += c->peers[q].machine_hash == c->peers[c->rank].machine_hash;
+  return i;
+}
+
+/* Topology decisions for this rank (hwloc, once per process), printed at INFO with reasons;
+ * the binding is applied with TUTTI_BIND=auto. Host-memory ranks have no GPU: a rank the
+ * launcher left unbound takes its share of the machine's CPUs, a bound one keeps its binding.
+ * (The socket address, the other decision, is made where it is used: net_addr.c.) */
+static void comm_topology_decisions(ncclComm_t c, int apply) {
   const topo_t *t = NULL;
   if (topo_get_process(&t) != ncclSuccess || !t) {
     INFO(SUB_INIT, "topology: not available (%s); no placement decisions", tutti_last_error());
     tutti_clear_error();
     return;
   }
-  topo_nic_choice_t nic;
   topo_binding_t bind;
-  topo_choose_nic(t, TOPO_NIC_SOCKET, -1, NULL, &nic);
-  topo_choose_binding(t, -1, NULL, &bind);
-  INFO(SUB_INIT, "topology (%s, %.1f ms): socket NIC %s (%s): %s", topo_source(t), topo_load_ms(t),
-       nic.name[0] ? nic.name : "none", topo_path_name(nic.path), nic.reason);
-  INFO(SUB_INIT, "topology: rank %d binding numa %d cpuset %s: %s", c->rank, bind.numa,
-       bind.cpuset[0] ? bind.cpuset : "-", bind.reason);
+  topo_choose_binding_local(t, -1, comm_machine_index(c), c->machine_size, &bind);
+  INFO(SUB_INIT, "topology (%s, %.1f ms): rank %d binding numa %d cpuset %s: %s", topo_source(t),
+       topo_load_ms(t), c->rank, bind.numa, bind.cpuset[0] ? bind.cpuset : "-", bind.reason);
+  if (!apply)
+    INFO(SUB_INIT, "topology: binding not applied (TUTTI_BIND=none, the default; auto applies it)");
+  else if (!bind.cpubind && !bind.membind)
+    INFO(SUB_INIT, "topology: TUTTI_BIND=auto: this thread's binding is already the chosen one");
+  else
+    topo_bind_thread(t, &bind, NULL);
 }
 
 static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank) {
   ncclComm_t c = NULL;
   ncclResult_t res;
+  int bind = 0;
   uint64_t t0 = tutti_time_ns();
   tutti_log_set_rank(rank);
   tutti_log_version();
@@ -302,9 +322,10 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   tuner_parse_algo(tutti_getenv("ALGO"), c->algo_mask);
   tuner_model_from_env(&c->tuner);
   c->nt_threshold = (size_t)tutti_param_NtThreshold();
+  TUTTI_CHECK_GOTO(bind_setting(&bind), res, fail);
   TUTTI_CHECK_GOTO(bootstrap_join(c, id), res, fail);
   comm_topology(c);
-  comm_topology_decisions(c);
+  comm_topology_decisions(c, bind);
   TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);
   c->peer_mem = c->nhosts == 1 && c->nranks > 1;
   for (int p = 0; p < nranks; p++)
@@ -317,10 +338,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
     goto fail;
   }
   bootstrap_close(c, 1);
-  if (registry_add(c) != 0) {
-    res = TUTTI_ERR(ncclSystemError, "out of memory");
-    goto fail;
-  }
+  TUTTI_CHECK_GOTO(registry_add(c), res, fail);
   INFO(SUB_INIT,
        "comm %p rank %d nranks %d local %d/%d host %s pid %d (%d ranks on %d CPUs%s): init done "
        "in %.1f ms",

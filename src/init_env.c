@@ -21,8 +21,6 @@
 #include "bootstrap.h"
 #include "pmix_boot.h"
 
-#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
-
 typedef struct launch {
   const char *launcher;
   int rank, nranks, local_size;
@@ -81,8 +79,13 @@ static ncclResult_t detect(launch_t *l) {
       return TUTTI_ERR(ncclInvalidUsage, "tuttiCommInitFromEnv (%s): %s is set but %s is missing",
                        l->launcher, maddr && *maddr ? "MASTER_ADDR" : "MASTER_PORT",
                        maddr && *maddr ? "MASTER_PORT" : "MASTER_ADDR");
-    int port = atoi(mport) + (getenv("TORCHELASTIC_RUN_ID") ? 1 : 0);
-    snprintf(l->root, sizeof(l->root), strchr(maddr, ':') ? "[%s]:%d" : "%s:%d", maddr, port);
+    int64_t port = 0;
+    if (tutti_parse_int(mport, &port) || port < 1 || port > 65535)
+      return TUTTI_ERR(ncclInvalidUsage,
+                       "tuttiCommInitFromEnv (%s): MASTER_PORT=\"%s\" is not a port (1-65535)",
+                       l->launcher, mport);
+    port += getenv("TORCHELASTIC_RUN_ID") ? 1 : 0;
+    snprintf(l->root, sizeof(l->root), strchr(maddr, ':') ? "[%s]:%d" : "%s:%d", maddr, (int)port);
   } else if (l->local_size != l->nranks) {
     l->multi_host = 1;
   }

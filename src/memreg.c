@@ -32,7 +32,6 @@
 
 #include "comm.h"
 
-#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
 #define PEER_MAP_CACHE 32
 
 typedef struct region {

@@ -1,6 +1,14 @@
-/* Settings: TUTTI_<NAME>, else NCCL_<NAME>, read once and cached.
- * A value that differs from its default is logged at INFO (ENV subsystem) when first read. */
+/* Settings: the one reader of TUTTI_<NAME> / NCCL_<NAME> (see core.h for the syntax).
+ *
+ * Strings come from tutti_getenv; numbers go through parse_int / parse_double, which reject
+ * garbage, trailing text and values that do not fit instead of reading a prefix; lists (comma
+ * separated) through tutti_list_next, and interface / HCA lists through tutti_name_list_matches.
+ * TUTTI_PARAM settings are read once and cached; a value that differs from its default is
+ * logged at INFO (ENV subsystem) when first read, a bad one is a WARN and keeps the default.
+ */
 #include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,32 +18,98 @@
 
 extern char **environ;
 
-const char *tutti_getenv(const char *env) {
-  char name[128];
-  snprintf(name, sizeof(name), "TUTTI_%s", env);
-  const char *v = getenv(name);
-  if (v && *v) return v;
-  snprintf(name, sizeof(name), "NCCL_%s", env);
-  v = getenv(name);
-  return (v && *v) ? v : NULL;
+const char *tutti_getenv_which(const char *env, char *which, size_t len) {
+  const char *prefixes[2] = {"TUTTI_", "NCCL_"};
+  for (int i = 0; i < 2; i++) {
+    char name[128];
+    snprintf(name, sizeof(name), "%s%s", prefixes[i], env);
+    const char *v = getenv(name);
+    if (v && *v) {
+      if (which && len) snprintf(which, len, "%s", name);
+      return v;
+    }
+  }
+  if (which && len) snprintf(which, len, "TUTTI_%s", env);
+  return NULL;
 }
 
-/* Parses "123", "-1", "64K", "2M", "1G" (powers of 1024). Returns 0 on success. */
-static int parse_int(const char *s, int64_t *out) {
+const char *tutti_getenv(const char *env) {
+  return tutti_getenv_which(env, NULL, 0);
+}
+
+/* ---- numbers ---- */
+
+static int suffix_shift(char c) {
+  switch (toupper((unsigned char)c)) {
+    case 'K':
+      return 10;
+    case 'M':
+      return 20;
+    case 'G':
+      return 30;
+    default:
+      return 0;
+  }
+}
+
+const char *tutti_parse_int(const char *s, int64_t *out) {
   char *end = NULL;
+  errno = 0;
   long long v = strtoll(s, &end, 0);
-  if (end == s) return -1;
-  while (isspace((unsigned char)*end)) end++;
-  switch (toupper((unsigned char)*end)) {
-    case 'K': v <<= 10; end++; break;
-    case 'M': v <<= 20; end++; break;
-    case 'G': v <<= 30; end++; break;
-    default: break;
+  if (end == s || isspace((unsigned char)*s)) return "is not an integer";
+  if (errno == ERANGE) return "is out of range (more than 64 bits)";
+  int shift = suffix_shift(*end);
+  if (shift) {
+    end++;
+    if (v > (INT64_MAX >> shift) || v < (INT64_MIN >> shift))
+      return "is out of range (more than 64 bits with its suffix)";
+    v = (long long)((uint64_t)v << shift); /* exact: |v| << shift fits, checked above */
   }
   if (*end == 'B' || *end == 'b') end++;
-  if (*end != '\0') return -1;
+  if (*end != '\0') return "has trailing text (allowed: a number, then K, M or G, then B)";
   *out = v;
-  return 0;
+  return NULL;
+}
+
+const char *tutti_parse_double(const char *s, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || isspace((unsigned char)*s)) return "is not a number";
+  if (*end != '\0') return "has trailing text";
+  if (errno == ERANGE || isinf(v)) return "is out of range";
+  if (isnan(v)) return "is not a number";
+  *out = v;
+  return NULL;
+}
+
+ncclResult_t tutti_setting_int(const char *env, int64_t dflt, int64_t lo, int64_t hi,
+                               int64_t *out) {
+  char which[128];
+  const char *s = tutti_getenv_which(env, which, sizeof(which));
+  int64_t v = dflt;
+  const char *why = s ? tutti_parse_int(s, &v) : NULL;
+  if (!why && (v < lo || v > hi)) why = "is outside the allowed range";
+  if (why)
+    return TUTTI_ERR(ncclInvalidUsage, "setting %s=\"%s\" %s: expected an integer in [%lld, %lld]",
+                     which, s, why, (long long)lo, (long long)hi);
+  *out = v;
+  return ncclSuccess;
+}
+
+double tutti_setting_double(const char *env, double dflt, double lo, double hi) {
+  char which[128];
+  const char *s = tutti_getenv_which(env, which, sizeof(which));
+  double v = dflt;
+  const char *why = s ? tutti_parse_double(s, &v) : NULL;
+  if (!why && !(v >= lo && v <= hi)) why = "is outside the allowed range";
+  if (why) {
+    WARN("setting %s=\"%s\" %s (expected a number in [%g, %g]); using the default %g", which, s,
+         why, lo, hi, dflt);
+    return dflt;
+  }
+  if (s && v != dflt) INFO(SUB_ENV, "setting %s=%g (default %g)", which, v, dflt);
+  return v;
 }
 
 static pthread_mutex_t param_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,16 +118,15 @@ int64_t tutti_param_load(tutti_param_t *p) {
   if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == 2) return p->value;
   pthread_mutex_lock(&param_lock);
   if (p->state != 2) {
+    char which[128];
+    const char *s = tutti_getenv_which(p->env, which, sizeof(which));
     int64_t v = p->dflt;
-    const char *s = tutti_getenv(p->env);
-    if (s) {
-      if (parse_int(s, &v) != 0) {
-        WARN("setting %s=\"%s\" is not a number; using the default %lld", p->env, s,
-             (long long)p->dflt);
-        v = p->dflt;
-      } else if (v != p->dflt) {
-        INFO(SUB_ENV, "setting %s=%lld (default %lld)", p->env, (long long)v, (long long)p->dflt);
-      }
+    const char *why = s ? tutti_parse_int(s, &v) : NULL;
+    if (why) {
+      WARN("setting %s=\"%s\" %s; using the default %lld", which, s, why, (long long)p->dflt);
+      v = p->dflt;
+    } else if (v != p->dflt) {
+      INFO(SUB_ENV, "setting %s=%lld (default %lld)", which, (long long)v, (long long)p->dflt);
     }
     p->value = v;
     __atomic_store_n(&p->state, 2, __ATOMIC_RELEASE);
@@ -61,6 +134,40 @@ int64_t tutti_param_load(tutti_param_t *p) {
   pthread_mutex_unlock(&param_lock);
   return p->value;
 }
+
+/* ---- lists ---- */
+
+int tutti_list_next(const char **cursor, char *tok, size_t len) {
+  const char *s = *cursor;
+  while (*s == ',' || *s == ' ' || *s == '\t') s++;
+  if (*s == '\0') return 0;
+  size_t n = strcspn(s, ",");
+  *cursor = s + n;
+  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+  snprintf(tok, len, "%.*s", (int)n, s);
+  return 1;
+}
+
+/* One entry of a list against a name: "mlx5_0:1" compares "mlx5_0" (the port is for the ib
+ * transport), exactly with "=", else as a prefix. */
+static int entry_matches(const char *entry, const char *name, int exact) {
+  size_t elen = strcspn(entry, ":");
+  if (elen == 0) return 0;
+  if (exact) return strlen(name) == elen && strncmp(entry, name, elen) == 0;
+  return strncmp(entry, name, elen) == 0;
+}
+
+int tutti_name_list_matches(const char *spec, const char *name) {
+  int exclude = 0, exact = 0, hit = 0;
+  char entry[256];
+  if (*spec == '^') exclude = 1, spec++;
+  if (*spec == '=') exact = 1, spec++;
+  while (!hit && tutti_list_next(&spec, entry, sizeof(entry)))
+    hit = entry_matches(entry, name, exact);
+  return exclude ? !hit : hit;
+}
+
+/* ---- the environment at INFO ---- */
 
 static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 
@@ -73,4 +180,6 @@ static void log_settings_once(void) {
   }
 }
 
-void tutti_log_settings(void) { pthread_once(&settings_once, log_settings_once); }
+void tutti_log_settings(void) {
+  pthread_once(&settings_once, log_settings_once);
+}

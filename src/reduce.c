@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "reduce_impl.h"
 
 #if defined(__x86_64__)
@@ -172,27 +173,16 @@ uint8_t tutti_float_to_fp8e5m2(float f) {
 
 /* ---- types ---- */
 
-size_t reduce_type_size(ncclDataType_t type) {
-  switch (type) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    case ncclInt64:
-    case ncclUint64:
-    case ncclFloat64:
-      return 8;
-    default:
-      return 0;
-  }
+/* The one table of element sizes; tuttiTypeSize (tutti.h) is how the rest of the library and
+ * its users read it. */
+static const size_t type_sizes[ncclNumTypes] = {
+    [ncclInt8] = 1,    [ncclUint8] = 1,    [ncclInt32] = 4,      [ncclUint32] = 4,
+    [ncclInt64] = 8,   [ncclUint64] = 8,   [ncclFloat16] = 2,    [ncclFloat32] = 4,
+    [ncclFloat64] = 8, [ncclBfloat16] = 2, [ncclFloat8e4m3] = 1, [ncclFloat8e5m2] = 1,
+};
+
+API size_t tuttiTypeSize(ncclDataType_t type) {
+  return (unsigned)type < ncclNumTypes ? type_sizes[type] : 0;
 }
 
 /* ---- scalar kernels: types computed in fp32 (fp32, fp16, bf16, fp8) ---- */
@@ -378,7 +368,7 @@ REDUCE_INLINE uint64_t int_load(const void *p, size_t i, ncclDataType_t type) {
 }
 
 REDUCE_INLINE void int_store(void *p, size_t i, ncclDataType_t type, uint64_t v) {
-  switch (reduce_type_size(type)) {
+  switch (tuttiTypeSize(type)) {
     case 1:
       ((uint8_t *)p)[i] = (uint8_t)v;
       break;
@@ -444,7 +434,7 @@ static const reduce_kernel_t scalar_kernels[ncclNumTypes] = {
 void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b, size_t from,
                         size_t count, const reduce_args_t *args) {
   if (from >= count) return;
-  size_t off = from * reduce_type_size(type);
+  size_t off = from * tuttiTypeSize(type);
   scalar_kernels[type]((char *)dst + off, (const char *)a + off, b ? (const char *)b + off : NULL,
                        count - from, args);
 }
@@ -508,7 +498,10 @@ static void isa_init(void) {
   isa_tables[ISA_AVX512] = isa_tables[ISA_AVX2];
   if (isa_best >= ISA_AVX512) reduce_simd_fill_avx512(&isa_tables[ISA_AVX512], have_dq);
   int pick = isa_best;
-  int cap = isa_lookup(getenv("TUTTI_REDUCE_ISA"));
+  const char *want = tutti_getenv("REDUCE_ISA");
+  int cap = isa_lookup(want);
+  if (want && cap < 0)
+    WARN("setting REDUCE_ISA=\"%s\" is not scalar, avx2 or avx512; ignored", want);
   if (cap >= 0 && cap < pick) pick = cap;
   atomic_store(&isa_current, pick);
 }
@@ -571,7 +564,7 @@ void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count
   reduce_args_t args;
   if (count == 0 || !args_decode(op, flags, &args)) return;
   if (!args.pre && !args.post) {
-    if (dst != src) memcpy(dst, src, count * reduce_type_size(op->type));
+    if (dst != src) memcpy(dst, src, count * tuttiTypeSize(op->type));
     return;
   }
   kernel_for(&args, op->type)(dst, src, NULL, count, &args);

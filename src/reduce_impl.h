@@ -40,9 +40,6 @@ typedef struct reduce_table {
   reduce_kernel_t fn[ncclNumTypes][REDUCE_NUM_BASE_OPS][REDUCE_NUM_VARIANTS];
 } reduce_table_t;
 
-/* Size in bytes of one element of `type`. */
-size_t reduce_type_size(ncclDataType_t type);
-
 /* Runs the scalar kernel on elements [from, count) of a call: the tail of a SIMD loop. */
 void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b, size_t from,
                         size_t count, const reduce_args_t *args);

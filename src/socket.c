@@ -50,9 +50,9 @@ ncclResult_t sock_addr_parse(const char *text, sock_addr_t *addr) {
     host[n] = '\0';
     if (colon && strchr(text, ':') == colon) port = colon + 1;
   }
-  int portnum = port ? atoi(port) : 0;
-  if (portnum < 0 || portnum > 65535)
-    return TUTTI_ERR(ncclInvalidArgument, "bad port in address \"%s\"", text);
+  int64_t portnum = 0;
+  if (port && (tutti_parse_int(port, &portnum) || portnum < 0 || portnum > 65535))
+    return TUTTI_ERR(ncclInvalidArgument, "bad port in address \"%s\": not a number 0-65535", text);
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -61,62 +61,45 @@ ncclResult_t sock_addr_parse(const char *text, sock_addr_t *addr) {
     return TUTTI_ERR(ncclInvalidArgument, "cannot resolve host \"%s\": %s", host, gai_strerror(rc));
   memcpy(addr, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
-  if (addr->sa.sa_family == AF_INET6) addr->sin6.sin6_port = htons(portnum);
-  else addr->sin.sin_port = htons(portnum);
+  if (addr->sa.sa_family == AF_INET6) addr->sin6.sin6_port = htons((uint16_t)portnum);
+  else addr->sin.sin_port = htons((uint16_t)portnum);
   return ncclSuccess;
-}
-
-/* NCCL_SOCKET_IFNAME semantics: "eth,ib" prefixes; "^docker" excludes; "=eth0" exact. */
-static int ifname_matches(const char *spec, const char *name) {
-  int exclude = 0, exact = 0;
-  if (*spec == '^') exclude = 1, spec++;
-  if (*spec == '=') exact = 1, spec++;
-  char buf[256];
-  snprintf(buf, sizeof(buf), "%s", spec);
-  int hit = 0;
-  char *save = NULL;
-  for (char *tok = strtok_r(buf, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save))
-    hit = exact ? strcmp(tok, name) == 0 : strncmp(tok, name, strlen(tok)) == 0;
-  return exclude ? !hit : hit;
 }
 
 static int ifaddr_usable(const struct ifaddrs *ifa, const char *spec, int family) {
   if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != family) return 0;
   if (!(ifa->ifa_flags & IFF_UP)) return 0;
-  if (spec) return ifname_matches(spec, ifa->ifa_name);
-  if (strncmp(ifa->ifa_name, "lo", 2) == 0 || strncmp(ifa->ifa_name, "docker", 6) == 0) return 0;
   if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr))
     return 0;
-  return 1;
+  if (spec) return tutti_name_list_matches(spec, ifa->ifa_name);
+  return strncmp(ifa->ifa_name, "lo", 2) != 0 && strncmp(ifa->ifa_name, "docker", 6) != 0;
 }
 
-ncclResult_t sock_pick_local_addr(sock_addr_t *addr, char *ifname, size_t ifname_len) {
-  const char *spec = tutti_getenv("SOCKET_IFNAME");
+ncclResult_t sock_find_addr(const char *spec, sock_addr_t *addr, char *ifname, size_t ifname_len,
+                            int *found) {
   struct ifaddrs *list = NULL;
+  *found = 0;
   if (getifaddrs(&list) != 0)
     return TUTTI_ERR(ncclSystemError, "getifaddrs failed: %s", strerror(errno));
-  int found = 0;
   int families[2] = {AF_INET, AF_INET6};
-  for (int f = 0; f < 2 && !found; f++) {
-    for (struct ifaddrs *ifa = list; ifa && !found; ifa = ifa->ifa_next) {
+  for (int f = 0; f < 2 && !*found; f++) {
+    for (struct ifaddrs *ifa = list; ifa && !*found; ifa = ifa->ifa_next) {
       if (!ifaddr_usable(ifa, spec, families[f])) continue;
       memset(addr, 0, sizeof(*addr));
       memcpy(addr, ifa->ifa_addr, families[f] == AF_INET ? sizeof(struct sockaddr_in)
                                                         : sizeof(struct sockaddr_in6));
       snprintf(ifname, ifname_len, "%s", ifa->ifa_name);
-      found = 1;
+      *found = 1;
     }
   }
   freeifaddrs(list);
-  if (found) return ncclSuccess;
-  if (spec)
-    return TUTTI_ERR(ncclInvalidUsage,
-                     "no network interface matches SOCKET_IFNAME=\"%s\" (see `ip addr`)", spec);
+  return ncclSuccess;
+}
+
+void sock_loopback_addr(sock_addr_t *addr) {
   memset(addr, 0, sizeof(*addr));
   addr->sin.sin_family = AF_INET;
   addr->sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  snprintf(ifname, ifname_len, "lo");
-  return ncclSuccess;
 }
 
 ncclResult_t sock_listen(sock_addr_t *addr, int *fd) {

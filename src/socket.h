@@ -7,6 +7,10 @@
 
 #include "core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef union {
   struct sockaddr sa;
   struct sockaddr_in sin;
@@ -17,9 +21,13 @@ typedef union {
 ncclResult_t sock_addr_parse(const char *text, sock_addr_t *addr);
 const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len);
 socklen_t sock_addr_len(const sock_addr_t *addr);
-/* The address to advertise: first interface matching TUTTI_SOCKET_IFNAME (prefix list, ^ to
- * exclude, = exact), else the first non-loopback, non-docker IPv4 then IPv6, else loopback. */
-ncclResult_t sock_pick_local_addr(sock_addr_t *addr, char *ifname, size_t ifname_len);
+/* The first address of an interface that is up, IPv4 before IPv6 (never a link-local IPv6):
+ * of an interface matching the name list spec (tutti_name_list_matches: "eth", "^docker",
+ * "=eth0"), or for spec NULL of any interface but loopback and docker. *found = 0 when none.
+ * Which address a process offers is decided in net_addr.c. */
+ncclResult_t sock_find_addr(const char *spec, sock_addr_t *addr, char *ifname, size_t ifname_len,
+                            int *found);
+void sock_loopback_addr(sock_addr_t *addr); /* 127.0.0.1, port 0 */
 
 ncclResult_t sock_listen(sock_addr_t *addr, int *fd); /* binds addr (port 0 = any); updates it */
 ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd);
@@ -49,4 +57,7 @@ void sock_acceptor_stop(sock_acceptor_t *a);
 ncclResult_t sock_send_all(int fd, const void *buf, size_t len, int timeout_ms);
 ncclResult_t sock_recv_all(int fd, void *buf, size_t len, int timeout_ms);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -8,8 +8,6 @@
 
 #include "comm.h"
 
-#define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
-
 typedef struct member {
   int32_t color, key, rank;
 } member_t;

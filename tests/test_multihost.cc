@@ -451,7 +451,8 @@ TEST(TcpOneHost, AnInterfaceThatDoesNotExistIsReportedAtInit) {
           {"TUTTI_MH_HELPER=collectives", "TUTTI_SHM_DISABLE=1", "TUTTI_SOCKET_IFNAME==nosuchif0"});
   int st = p.wait(now_s() + 110);
   EXPECT_FALSE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
-  EXPECT_NE(p.out.find("no network interface matches SOCKET_IFNAME=\"=nosuchif0\""),
+  EXPECT_NE(p.out.find("no network interface that is up with an address matches "
+                       "TUTTI_SOCKET_IFNAME=\"=nosuchif0\""),
             std::string::npos)
       << p.out;
 }

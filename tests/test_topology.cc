@@ -481,16 +481,16 @@ TEST_F(Topo, NvlinkFromNvml) {
 // ---------------------------------------------------------------- pure helpers
 
 TEST(TopoHelpers, NameMatching) {
-  EXPECT_TRUE(topo_name_matches("mlx5", "mlx5_3"));
-  EXPECT_TRUE(topo_name_matches("eth,ib", "ib0"));
-  EXPECT_FALSE(topo_name_matches("eth,ib", "ens5"));
-  EXPECT_FALSE(topo_name_matches("^docker,lo", "docker0"));
-  EXPECT_TRUE(topo_name_matches("^docker,lo", "eth0"));
-  EXPECT_TRUE(topo_name_matches("=eth0", "eth0"));
-  EXPECT_FALSE(topo_name_matches("=eth0", "eth01"));
-  EXPECT_TRUE(topo_name_matches("=mlx5_0:1,mlx5_1:1", "mlx5_1"));
-  EXPECT_FALSE(topo_name_matches("^=mlx5_0", "mlx5_0"));
-  EXPECT_TRUE(topo_name_matches("^=mlx5_0", "mlx5_01"));
+  EXPECT_TRUE(tutti_name_list_matches("mlx5", "mlx5_3"));
+  EXPECT_TRUE(tutti_name_list_matches("eth,ib", "ib0"));
+  EXPECT_FALSE(tutti_name_list_matches("eth,ib", "ens5"));
+  EXPECT_FALSE(tutti_name_list_matches("^docker,lo", "docker0"));
+  EXPECT_TRUE(tutti_name_list_matches("^docker,lo", "eth0"));
+  EXPECT_TRUE(tutti_name_list_matches("=eth0", "eth0"));
+  EXPECT_FALSE(tutti_name_list_matches("=eth0", "eth01"));
+  EXPECT_TRUE(tutti_name_list_matches("=mlx5_0:1,mlx5_1:1", "mlx5_1"));
+  EXPECT_FALSE(tutti_name_list_matches("^=mlx5_0", "mlx5_0"));
+  EXPECT_TRUE(tutti_name_list_matches("^=mlx5_0", "mlx5_01"));
 }
 
 TEST(TopoHelpers, PathNames) {
@@ -511,6 +511,36 @@ TEST(TopoHelpers, RingHosts) {
   int order[6];
   topo_ring_hosts(6, host, pos, order);
   EXPECT_EQ(std::vector<int>(order, order + 6), (std::vector<int>{2, 0, 5, 1, 3, 4}));
+}
+
+// Two hosts of 4 CPU-only ranks, no topology needed (NUMA nodes alone place them). Host A
+// (ranks 0 2 4 6 on NUMA 0 1 0 1): rings from local rank 0 with 2 SYS edges are the cheapest
+// (the identity has 4); the lexicographically first is local 0 1 3 2 = ranks 0 2 6 4. Host B
+// (1 3 5 7, all on NUMA 0): every ring is 4 PHB edges, the identity. Host A first (rank 0).
+TEST(TopoHelpers, RingGlobal) {
+  const uint64_t host[8] = {11, 22, 11, 22, 11, 22, 11, 22};
+  const topo_rank_loc_t locs[8] = {{-1, 0}, {-1, 0}, {-1, 1}, {-1, 0},
+                                   {-1, 0}, {-1, 0}, {-1, 1}, {-1, 0}};
+  int order[8];
+  ASSERT_EQ(topo_ring_global(nullptr, 8, host, locs, order), ncclSuccess) << tutti_last_error();
+  EXPECT_EQ(std::vector<int>(order, order + 8), (std::vector<int>{0, 2, 6, 4, 1, 3, 5, 7}));
+  // One host, one rank: itself.
+  ASSERT_EQ(topo_ring_global(nullptr, 1, host, locs, order), ncclSuccess);
+  EXPECT_EQ(order[0], 0);
+}
+
+// GPU ranks on the 2-socket PCIe machine (GPUs 0 1 on one socket, 2 3 on the other), two
+// identical hosts of 4: host A's ranks 0 2 4 6 on GPUs 0 2 1 3 ring as local 0 1 3 2 (as
+// Pcie4Decisions: 2 SYS edges instead of 4) = ranks 0 2 6 4; host B's 1 3 5 7 on GPUs 0 1 2 3
+// keep their order. Host A first.
+TEST_F(Topo, Pcie4RingGlobal) {
+  load("pcie-4gpu-2socket.xml");
+  const uint64_t host[8] = {1, 2, 1, 2, 1, 2, 1, 2};
+  const topo_rank_loc_t locs[8] = {{0, -1}, {0, -1}, {2, -1}, {1, -1},
+                                   {1, -1}, {2, -1}, {3, -1}, {3, -1}};
+  int order[8];
+  ASSERT_EQ(topo_ring_global(t_, 8, host, locs, order), ncclSuccess) << tutti_last_error();
+  EXPECT_EQ(std::vector<int>(order, order + 8), (std::vector<int>{0, 2, 6, 4, 1, 3, 5, 7}));
 }
 
 // ---------------------------------------------------------------- this machine, env, dump

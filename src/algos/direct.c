@@ -24,6 +24,7 @@
  * buffer only in segment k, which r overwrites only after k's progress says it is final.
  */
 #include "algos/registry.h"
+#include "core.h"
 
 static int direct_done(sched_t *s) {
   SCHED_PUSH(.kind = STEP_PEER_DONE, .recv_peer = -1, .send_peer = -1, .src_buf = BUF_NONE,
@@ -38,7 +39,7 @@ static int direct_allreduce(const sched_args_t *a, sched_t *s) {
              .dst_buf = BUF_RECV, .flags = STEP_STORE | STEP_POST, .src_off = b, .dst_off = b,
              .count = block_start(c, n, r + 1) - b);
   for (int k = 1; k < n; k++) {
-    int q = sched_mod(r + k, n);
+    int q = tutti_mod(r + k, n);
     size_t qb = block_start(c, n, q);
     SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = q, .send_peer = -1, .src_buf = BUF_RECV,
                .dst_buf = BUF_RECV, .flags = STEP_STORE | STEP_AFTER_PROGRESS, .src_off = qb,
@@ -49,7 +50,7 @@ static int direct_allreduce(const sched_args_t *a, sched_t *s) {
 
 static int direct_reducescatter(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
-  SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = sched_mod(r + 1, n), .send_peer = -1,
+  SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = tutti_mod(r + 1, n), .send_peer = -1,
              .src_buf = BUF_SEND, .dst_buf = BUF_RECV, .flags = STEP_STORE | STEP_POST,
              .src_off = (size_t)r * a->count, .dst_off = 0, .count = a->count);
   return direct_done(s);
@@ -61,7 +62,7 @@ static int direct_allgather(const sched_args_t *a, sched_t *s) {
   SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
              .flags = STEP_STORE, .dst_off = (size_t)r * c, .count = c);
   for (int k = 1; k < n; k++) {
-    int q = sched_mod(r + k, n);
+    int q = tutti_mod(r + k, n);
     SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = q, .send_peer = -1, .src_buf = BUF_SEND,
                .dst_buf = BUF_RECV, .flags = STEP_STORE, .dst_off = (size_t)q * c, .count = c);
   }

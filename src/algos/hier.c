@@ -27,6 +27,7 @@
 #include <stdlib.h>
 
 #include "algos/registry.h"
+#include "core.h"
 
 typedef struct ring { /* participants in ring order and my position among them */
   int *ranks;
@@ -34,7 +35,7 @@ typedef struct ring { /* participants in ring order and my position among them *
 } ring_t;
 
 static int ring_peer(const ring_t *r, int d) {
-  return r->ranks[sched_mod(r->pos + d, r->n)];
+  return r->ranks[tutti_mod(r->pos + d, r->n)];
 }
 
 /* Round j of [start, end): its sub-range. */
@@ -55,9 +56,9 @@ static size_t rounds_for(size_t len, int n, size_t chunk) {
   return (seg_max + chunk - 1) / chunk;
 }
 
-#define SEG(q)                                          \
-  round_range(seg_start(base, len, r->n, sched_mod(q, r->n)), \
-              seg_start(base, len, r->n, sched_mod(q, r->n) + 1), j, chunk, &off, &cnt)
+#define SEG(q)                                                \
+  round_range(seg_start(base, len, r->n, tutti_mod(q, r->n)), \
+              seg_start(base, len, r->n, tutti_mod(q, r->n) + 1), j, chunk, &off, &cnt)
 
 /* Round j of a ring all-gather after this rank sent segment pos + 1: receive the other n - 1
  * segments into BUF_RECV, forwarding all but the last. */
@@ -192,8 +193,8 @@ int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
   int m = local.n;
   size_t chunk = a->chunk ? a->chunk : 1;
   /* my block after phase 1: the one a ring reduce-scatter leaves at position pos */
-  size_t bo = m > 1 ? block_start(a->count, m, sched_mod(local.pos + 1, m)) : 0;
-  size_t blen = (m > 1 ? block_start(a->count, m, sched_mod(local.pos + 1, m) + 1) : a->count) - bo;
+  size_t bo = m > 1 ? block_start(a->count, m, tutti_mod(local.pos + 1, m)) : 0;
+  size_t blen = (m > 1 ? block_start(a->count, m, tutti_mod(local.pos + 1, m) + 1) : a->count) - bo;
   if (m > 1 && local_reduce_scatter(&local, 0, a->count, chunk, s) != 0) goto out;
   if (cross_allreduce(&cross, bo, blen, chunk, m > 1 ? BUF_RECV : BUF_SEND, s) != 0) goto out;
   if (m > 1 && local_all_gather(&local, 0, a->count, chunk, s) != 0) goto out;
@@ -203,7 +204,6 @@ out:
   free(cross.ranks);
   return rc;
 }
-
 /* Cost: 2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + 2(H-1)/H (S/m)/b_net, with H hosts of
  * m ranks each (hier_ok: the same number on every host). */
 static double hier_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {

@@ -21,6 +21,7 @@
  * exactly `count` elements and NCCL's in-place layouts (the own segment inside the big buffer).
  */
 #include "algos/registry.h"
+#include "core.h"
 
 /* Round j of a segment [start, end): its sub-range [*off, *off + *len). */
 static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t *off, size_t *len) {
@@ -37,7 +38,7 @@ static int single_rank_copy(sched_t *s, size_t src_off, size_t count, uint8_t fl
 }
 
 int ring_allreduce(const sched_args_t *a, sched_t *s) {
-  int n = a->nranks, r = a->rank, prev = sched_mod(r - 1, n), next = sched_mod(r + 1, n);
+  int n = a->nranks, r = a->rank, prev = tutti_mod(r - 1, n), next = tutti_mod(r + 1, n);
   if (n == 1) return single_rank_copy(s, 0, a->count, STEP_PRE | STEP_POST);
   size_t seg_max = a->count / n + (a->count % n != 0);
   size_t rounds = (seg_max + a->chunk - 1) / a->chunk;
@@ -49,20 +50,20 @@ int ring_allreduce(const sched_args_t *a, sched_t *s) {
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
          .flags = STEP_PRE, .src_off = off, .count = len);
     for (int k = 1; k <= n - 2; k++) {
-      SEG(sched_mod(r - k, n));
+      SEG(tutti_mod(r - k, n));
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
            .flags = STEP_REDUCE | STEP_PRE, .src_off = off, .count = len);
     }
-    SEG(sched_mod(r + 1, n));
+    SEG(tutti_mod(r + 1, n));
     SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = off, .dst_off = off,
          .count = len);
     for (int k = 1; k <= n - 2; k++) {
-      SEG(sched_mod(r + 1 - k, n));
+      SEG(tutti_mod(r + 1 - k, n));
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
            .flags = STEP_STORE, .dst_off = off, .count = len);
     }
-    SEG(sched_mod(r + 2, n));
+    SEG(tutti_mod(r + 2, n));
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
          .flags = STEP_STORE, .dst_off = off, .count = len);
 #undef SEG
@@ -71,7 +72,7 @@ int ring_allreduce(const sched_args_t *a, sched_t *s) {
 }
 
 int ring_reducescatter(const sched_args_t *a, sched_t *s) {
-  int n = a->nranks, r = a->rank, prev = sched_mod(r - 1, n), next = sched_mod(r + 1, n);
+  int n = a->nranks, r = a->rank, prev = tutti_mod(r - 1, n), next = tutti_mod(r + 1, n);
   size_t c = a->count;
   if (n == 1) return single_rank_copy(s, 0, c, STEP_PRE | STEP_POST);
   size_t rounds = (c + a->chunk - 1) / a->chunk;
@@ -79,11 +80,11 @@ int ring_reducescatter(const sched_args_t *a, sched_t *s) {
     size_t off, len;
     round_range(0, c, j, a->chunk, &off, &len);
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_PRE, .src_off = (size_t)sched_mod(r - 1, n) * c + off, .count = len);
+               .flags = STEP_PRE, .src_off = (size_t)tutti_mod(r - 1, n) * c + off, .count = len);
     for (int k = 1; k <= n - 2; k++)
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-           .flags = STEP_REDUCE | STEP_PRE, .src_off = (size_t)sched_mod(r - 1 - k, n) * c + off,
-           .count = len);
+                 .flags = STEP_REDUCE | STEP_PRE,
+                 .src_off = (size_t)tutti_mod(r - 1 - k, n) * c + off, .count = len);
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
          .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = (size_t)r * c + off,
          .dst_off = off, .count = len);
@@ -92,7 +93,7 @@ int ring_reducescatter(const sched_args_t *a, sched_t *s) {
 }
 
 int ring_allgather(const sched_args_t *a, sched_t *s) {
-  int n = a->nranks, r = a->rank, prev = sched_mod(r - 1, n), next = sched_mod(r + 1, n);
+  int n = a->nranks, r = a->rank, prev = tutti_mod(r - 1, n), next = tutti_mod(r + 1, n);
   size_t c = a->count;
   if (n == 1) {
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
@@ -107,13 +108,13 @@ int ring_allgather(const sched_args_t *a, sched_t *s) {
          .flags = STEP_STORE, .src_off = off, .dst_off = (size_t)r * c + off, .count = len);
     for (int k = 1; k <= n - 2; k++)
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-           .flags = STEP_STORE, .dst_off = (size_t)sched_mod(r - k, n) * c + off, .count = len);
+                 .flags = STEP_STORE, .dst_off = (size_t)tutti_mod(r - k, n) * c + off,
+                 .count = len);
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .dst_off = (size_t)sched_mod(r + 1, n) * c + off, .count = len);
+               .flags = STEP_STORE, .dst_off = (size_t)tutti_mod(r + 1, n) * c + off, .count = len);
   }
   return 0;
 }
-
 /* Cost: all-reduce 2(n-1) a + 2(n-1)/n S/b; all-gather and reduce-scatter (S = all n blocks)
  * (n-1) a + (n-1)/n S/b; each rank sends to its neighbour (cost_ring_net_share). */
 static double ring_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {

@@ -116,11 +116,6 @@ typedef struct sched_args {
   const int *host_of_rank; /* [nranks]: host label of each rank (NULL: unknown) */
 } sched_args_t;
 
-/* a mod n in [0, n), also for negative a. */
-static inline int sched_mod(int a, int n) {
-  return ((a % n) + n) % n;
-}
-
 /* Start of block k when `count` elements are split into n nearly equal blocks. */
 static inline size_t block_start(size_t count, int n, int k) {
   size_t base = count / (size_t)n, rem = count % (size_t)n;

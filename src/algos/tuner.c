@@ -27,15 +27,9 @@
 #define TUNER_PEER_LAT_US 10.0
 #define TUNER_PEER_GBPS 10.0
 
+/* A positive number setting (param.c; a bad one warns and keeps the default). */
 static double env_double(const char *name, double dflt) {
-  const char *v = tutti_getenv(name);
-  char *end = NULL;
-  double x = v ? strtod(v, &end) : dflt;
-  if (v && (end == v || *end != '\0' || !(x > 0))) {
-    WARN("TUTTI_%s=%s is not a positive number; using %g", name, v, dflt);
-    return dflt;
-  }
-  return x;
+  return tutti_setting_double(name, dflt, 1e-9, 1e12);
 }
 
 void tuner_model_from_env(tuner_model_t *m) {

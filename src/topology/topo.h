@@ -144,6 +144,14 @@ typedef struct topo_binding {
  * Without a GPU the launcher's binding is kept; memory follows it when it lies in one node. */
 void topo_choose_binding(const topo_t *t, int gpu, const char *current, topo_binding_t *out);
 
+/* The binding of local rank local_rank of local_size on this host: for a rank with a GPU,
+ * topo_choose_binding's; for one without, when the launcher left it unbound (its CPUs are all
+ * the allowed ones), its share of the machine: local_size sets spread by hwloc_distrib over
+ * packages, NUMA nodes and cores, so that the host's ranks do not share CPUs while there are
+ * enough; a launcher's binding is kept. Always of the calling thread's current binding. */
+void topo_choose_binding_local(const topo_t *t, int gpu, int local_rank, int local_size,
+                               topo_binding_t *out);
+
 typedef struct topo_saved_binding {
   int has_cpu, has_mem, mem_policy;
   char cpuset[TOPO_SET_CHARS], nodeset[TOPO_SET_CHARS];
@@ -178,6 +186,15 @@ ncclResult_t topo_ring_order(const topo_t *t, int n, const topo_rank_loc_t *locs
  * host's ranks in their local ring position (local_pos[r] = position of rank r in its host's
  * local ring). Pure; each host is entered and left once. */
 void topo_ring_hosts(int nranks, const uint64_t *host_hash, const int *local_pos, int *order);
+/* The global ring of nranks ranks: each host's ranks (equal host_hash) in the order
+ * topo_ring_order gives for their locations, the hosts in the order of their lowest rank
+ * (topo_ring_hosts). Pure: ranks that pass the same host_hash and locs get the same order. A
+ * rank without a GPU is placed by its NUMA node alone, so for CPU-only ranks t may be NULL and
+ * every rank agrees whatever its machine; with GPUs every rank must pass the same t (identical
+ * hosts). Fails only for more than 256 ranks on one host. Not applied yet: the ring algorithms
+ * (src/algos/ring.c) walk ranks in rank order. */
+ncclResult_t topo_ring_global(const topo_t *t, int nranks, const uint64_t *host_hash,
+                              const topo_rank_loc_t *locs, int *order);
 
 /* ---- output ---- */
 /* Readable tree: packages, NUMA nodes, caches, cores, the PCI tree with GPUs and NICs, then

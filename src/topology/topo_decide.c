@@ -2,46 +2,21 @@
  * whether two GPUs may use P2P. Each comes with a reason for the INFO log. Rings: topo_ring.c.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "topology/topo_internal.h"
 
-const char *topo_env(const char *name, char *which, size_t len) {
-  const char *prefixes[2] = {"TUTTI_", "NCCL_"};
-  for (int i = 0; i < 2; i++) {
-    char var[128];
-    snprintf(var, sizeof(var), "%s%s", prefixes[i], name);
-    const char *v = getenv(var);
-    if (v && *v) {
-      if (which) snprintf(which, len, "%s", var);
-      return v;
-    }
-  }
-  return NULL;
-}
-
-/* One entry of a list against a name: "mlx5_0:1" compares "mlx5_0" (the port is for the ib
- * transport), exactly with "=", else as a prefix. */
-static int entry_matches(const char *entry, size_t elen, const char *name, int exact) {
-  const char *colon = memchr(entry, ':', elen);
-  if (colon) elen = (size_t)(colon - entry);
-  if (elen == 0) return 0;
-  if (exact) return strlen(name) == elen && strncmp(entry, name, elen) == 0;
-  return strncmp(entry, name, elen) == 0;
-}
-
-int topo_name_matches(const char *spec, const char *name) {
-  int exclude = 0, exact = 0, hit = 0;
-  if (*spec == '^') exclude = 1, spec++;
-  if (*spec == '=') exact = 1, spec++;
-  while (*spec && !hit) {
-    size_t len = strcspn(spec, ",");
-    hit = entry_matches(spec, len, name, exact);
-    spec += len + (spec[len] == ',');
-  }
-  return exclude ? !hit : hit;
+/* A 0/1 setting (IGNORE_CPU_AFFINITY, P2P_DISABLE): 1 only for the integer 1; garbage is a
+ * WARN and counts as 0. */
+static int flag_setting(const char *name, char *which, size_t len) {
+  const char *s = tutti_getenv_which(name, which, len);
+  int64_t v = 0;
+  const char *why = s ? tutti_parse_int(s, &v) : NULL;
+  if (why) WARN("setting %s=\"%s\" %s; taken as 0", which, s, why);
+  return !why && v == 1;
 }
 
 hwloc_bitmap_t topo_current_cpuset(const topo_t *t) {
@@ -117,7 +92,7 @@ static void candidates(const topo_t *t, topo_nic_kind_t kind, const char *spec, 
     if (n->kind != kind) continue;
     (*of_kind)++;
     if (!n->active) continue;
-    if (spec && !topo_name_matches(spec, n->name)) continue;
+    if (spec && !tutti_name_list_matches(spec, n->name)) continue;
     cand->nic[cand->n++] = i;
   }
 }
@@ -140,7 +115,7 @@ void topo_choose_nic(const topo_t *t, topo_nic_kind_t kind, int gpu, const char 
   char which[64] = "", from[TOPO_SET_CHARS + 16], filter[TOPO_SET_CHARS + 96] = "";
   const char *what = kind == TOPO_NIC_IB ? "InfiniBand/RoCE HCAs" : "network interfaces";
   const char *spec =
-      topo_env(kind == TOPO_NIC_IB ? "IB_HCA" : "SOCKET_IFNAME", which, sizeof(which));
+      tutti_getenv_which(kind == TOPO_NIC_IB ? "IB_HCA" : "SOCKET_IFNAME", which, sizeof(which));
   char cur[TOPO_SET_CHARS];
   nic_set_t cand, best;
   int of_kind, sharing = 1, turn = 0;
@@ -206,8 +181,7 @@ static void bind_with_gpu(const topo_t *t, int gpu, hwloc_const_cpuset_t cur, hw
   hwloc_obj_t side = hwloc_get_non_io_ancestor_obj(t->hw, t->gpu_obj[gpu]);
   int nnuma = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_NUMANODE);
   char which[64], local[TOPO_SET_CHARS] = "?";
-  const char *ignore = topo_env("IGNORE_CPU_AFFINITY", which, sizeof(which));
-  int ignored = ignore && atoi(ignore) == 1;
+  int ignored = flag_setting("IGNORE_CPU_AFFINITY", which, sizeof(which));
   set_to_list(side->cpuset, local, sizeof(local));
   if (ignored)
     hwloc_bitmap_copy(target, side->cpuset);
@@ -264,6 +238,58 @@ done:
   if (out->cpuset[0] == '\0') out->cpubind = out->membind = 0;
   hwloc_bitmap_free(cur);
   hwloc_bitmap_free(target);
+}
+
+/* Local rank i of m takes set i of hwloc_distrib over the allowed CPUs: m sets spread over
+ * packages, NUMA nodes, caches and cores in turn, each as large as the split allows (2 ranks on
+ * 2 packages: a package each; more ranks than CPUs: ranks share). */
+static int distrib_share(const topo_t *t, int local_rank, int local_size, hwloc_bitmap_t out) {
+  hwloc_bitmap_t *sets = calloc((size_t)local_size, sizeof(*sets));
+  hwloc_obj_t root = hwloc_get_root_obj(t->hw);
+  int ok = 0;
+  if (!sets) return 0;
+  if (hwloc_distrib(t->hw, &root, 1, sets, (unsigned)local_size, INT_MAX, 0) == 0) {
+    hwloc_bitmap_and(out, sets[local_rank], hwloc_topology_get_allowed_cpuset(t->hw));
+    ok = !hwloc_bitmap_iszero(out);
+  }
+  for (int i = 0; i < local_size; i++) hwloc_bitmap_free(sets[i]);
+  free(sets);
+  return ok;
+}
+
+void topo_choose_binding_local(const topo_t *t, int gpu, int local_rank, int local_size,
+                               topo_binding_t *out) {
+  topo_choose_binding(t, gpu, NULL, out);
+  if ((gpu >= 0 && gpu < t->ngpus) || local_size <= 1 || local_rank < 0 ||
+      local_rank >= local_size || out->cpuset[0] == '\0')
+    return;
+  hwloc_bitmap_t cur = hwloc_bitmap_alloc(), share = hwloc_bitmap_alloc();
+  int nnuma = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_NUMANODE);
+  char launcher[TOPO_SET_CHARS];
+  snprintf(launcher, sizeof(launcher), "%s", out->cpuset);
+  if (!cur || !share || hwloc_bitmap_list_sscanf(cur, launcher) != 0) goto done;
+  if (!hwloc_bitmap_isequal(cur, hwloc_topology_get_allowed_cpuset(t->hw))) {
+    snprintf(out->reason, sizeof(out->reason),
+             "no GPU; the launcher bound this rank to CPUs %s: kept (NUMA %d%s)", launcher,
+             out->numa, out->membind ? ", memory there" : "");
+    goto done;
+  }
+  if (!distrib_share(t, local_rank, local_size, share) ||
+      !set_to_list(share, out->cpuset, sizeof(out->cpuset))) {
+    snprintf(out->cpuset, sizeof(out->cpuset), "%s", launcher);
+    goto done;
+  }
+  out->numa = numa_of_cpus(t, share);
+  out->cpubind = !hwloc_bitmap_isequal(share, cur);
+  out->membind = out->numa >= 0 && nnuma > 1;
+  snprintf(out->reason, sizeof(out->reason),
+           "no GPU, launcher's CPUs %s unbound: local rank %d of %d takes its share %s "
+           "(hwloc_distrib over packages, NUMA nodes, cores)%s",
+           launcher, local_rank, local_size, out->cpuset,
+           out->membind ? ", memory on its node" : "");
+done:
+  hwloc_bitmap_free(cur);
+  hwloc_bitmap_free(share);
 }
 
 static void save_binding(const topo_t *t, topo_saved_binding_t *saved) {
@@ -332,21 +358,20 @@ static const topo_path_t legacy_levels[] = {TOPO_PATH_LOC, TOPO_PATH_PIX, TOPO_P
 topo_path_t topo_p2p_level(char *reason, size_t len) {
   char which[64];
   topo_path_t level = TOPO_PATH_PXB;
-  const char *disable = topo_env("P2P_DISABLE", which, sizeof(which));
-  if (disable && atoi(disable) == 1) {
+  if (flag_setting("P2P_DISABLE", which, sizeof(which))) {
     if (reason) snprintf(reason, len, "%s=1: P2P only within a GPU (LOC)", which);
     return TOPO_PATH_LOC;
   }
-  const char *s = topo_env("P2P_LEVEL", which, sizeof(which));
+  const char *s = tutti_getenv_which("P2P_LEVEL", which, sizeof(which));
+  int64_t old = -1;
   if (s && topo_path_parse(s, &level) == 0) {
     if (reason) snprintf(reason, len, "%s=%s", which, s);
-  } else if (s && s[0] >= '0' && s[0] <= '9') {
-    int old = atoi(s);
+  } else if (s && !tutti_parse_int(s, &old) && old >= 0) {
     level = legacy_levels[old > 4 ? 4 : old];
     if (reason)
       snprintf(reason, len, "%s=%s (legacy number) = %s", which, s, topo_path_name(level));
   } else {
-    if (s) WARN("%s=%s is not one of LOC, NVL, PIX, PXB, PHB, SYS: using PXB", which, s);
+    if (s) WARN("%s=%s is not one of LOC, NVL, PIX, PXB, PHB, SYS or 0-5: using PXB", which, s);
     level = TOPO_PATH_PXB;
     if (reason) snprintf(reason, len, "default level PXB");
   }

@@ -48,10 +48,6 @@ int topo_obj_numa(const topo_t *t, hwloc_obj_t o);
 int topo_obj_package(const topo_t *t, hwloc_obj_t o);
 
 /* topo_decide.c */
-/* NCCL_IB_HCA / NCCL_SOCKET_IFNAME syntax: "a,b" prefixes, "^" excludes, "=" exact, ":port". */
-int topo_name_matches(const char *spec, const char *name);
-/* TUTTI_<name>, else NCCL_<name>; *which receives the variable's full name. */
-const char *topo_env(const char *name, char *which, size_t len);
 /* cpuset of the calling thread (live) or the whole machine (file), as a new bitmap. */
 hwloc_bitmap_t topo_current_cpuset(const topo_t *t);
 

@@ -276,7 +276,7 @@ static void expand_path(const char *in, char *out, size_t len) {
 
 static void dump_from_env(const topo_t *t) {
   char which[64], path[1024];
-  const char *spec = topo_env("TOPO_DUMP_FILE", which, sizeof(which));
+  const char *spec = tutti_getenv_which("TOPO_DUMP_FILE", which, sizeof(which));
   if (!spec) return;
   expand_path(spec, path, sizeof(path));
   if (topo_export_xml(t, path) == ncclSuccess)
@@ -285,7 +285,7 @@ static void dump_from_env(const topo_t *t) {
 
 ncclResult_t topo_load(topo_t **out) {
   char which[64];
-  const char *file = topo_env("TOPO_FILE", which, sizeof(which));
+  const char *file = tutti_getenv_which("TOPO_FILE", which, sizeof(which));
   if (file && strncmp(which, "NCCL_", 5) == 0 && is_nccl_topo_file(file)) {
     WARN("%s=%s is an NCCL topology file, not hwloc XML: ignored, discovering the machine", which,
          file);

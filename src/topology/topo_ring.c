@@ -25,13 +25,17 @@ static uint64_t class_cost(topo_path_t p) {
   return 1ull << (9 * (unsigned)p);
 }
 
+static const topo_gpu_info_t *rank_gpu(const topo_t *t, const topo_rank_loc_t *l) {
+  return t ? topo_gpu(t, l->gpu) : NULL;
+}
+
 static int rank_numa(const topo_t *t, const topo_rank_loc_t *l) {
-  const topo_gpu_info_t *g = topo_gpu(t, l->gpu);
+  const topo_gpu_info_t *g = rank_gpu(t, l);
   return g ? g->numa : l->numa;
 }
 
 static topo_path_t rank_path(const topo_t *t, const topo_rank_loc_t *a, const topo_rank_loc_t *b) {
-  if (topo_gpu(t, a->gpu) && topo_gpu(t, b->gpu)) return topo_path_gpu_gpu(t, a->gpu, b->gpu);
+  if (rank_gpu(t, a) && rank_gpu(t, b)) return topo_path_gpu_gpu(t, a->gpu, b->gpu);
   int na = rank_numa(t, a), nb = rank_numa(t, b);
   return (na < 0 || nb < 0 || na == nb) ? TOPO_PATH_PHB : TOPO_PATH_SYS;
 }
@@ -159,4 +163,30 @@ void topo_ring_hosts(int nranks, const uint64_t *host, const int *local_pos, int
       order[i] = q;
     }
   }
+}
+
+/* Each host's local ring (topo_ring_order on its ranks, in rank order), then the hosts. */
+ncclResult_t topo_ring_global(const topo_t *t, int nranks, const uint64_t *host_hash,
+                              const topo_rank_loc_t *locs, int *order) {
+  ncclResult_t res = ncclSuccess;
+  int *members = malloc(sizeof(int) * (size_t)nranks), *pos = malloc(sizeof(int) * (size_t)nranks);
+  int *local = malloc(sizeof(int) * (size_t)nranks);
+  topo_rank_loc_t *hl = malloc(sizeof(*hl) * (size_t)nranks);
+  if (!members || !pos || !local || !hl) {
+    res = TUTTI_ERR(ncclSystemError, "out of memory");
+    goto out;
+  }
+  for (int r = 0; r < nranks; r++) {
+    int first = 1, m = 0;
+    for (int q = 0; q < r && first; q++) first = host_hash[q] != host_hash[r];
+    if (!first) continue;
+    for (int q = r; q < nranks; q++)
+      if (host_hash[q] == host_hash[r]) members[m] = q, hl[m++] = locs[q];
+    TUTTI_CHECK_GOTO(topo_ring_order(t, m, hl, local, NULL, 0), res, out);
+    for (int i = 0; i < m; i++) pos[members[local[i]]] = i;
+  }
+  topo_ring_hosts(nranks, host_hash, pos, order);
+out:
+  free(members), free(pos), free(local), free(hl);
+  return res;
 }

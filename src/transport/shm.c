@@ -13,11 +13,11 @@
  * sender keeps a cached copy of tail and rereads it only when the FIFO looks full.
  * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
  * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
- * than yielding on (a long wait's yields keep the CPU from the ranks with work: on the 2-CPU
- * test bed, host-folded rd at 8 B took 128 us with 8 ranks yielding for 10 ms, 70 us with the 4
- * leaders alone): the waiter raises a flag next to the word it waits for (the slot's seq, or
- * tail), rechecks, and sleeps in futex(2) on that word's low 32 bits; the other end, after
- * publishing the word, fences and wakes it if the flag is up (one cache line it writes anyway).
+ * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
+ * docs/perf.md, "Figures behind the code"): the waiter raises a flag next to the word it waits
+ * for (the slot's seq, or tail), rechecks, and sleeps in futex(2) on that word's low 32 bits; the
+ * other end, after publishing the word, fences and wakes it if the flag is up (one cache line it
+ * writes anyway).
  * Elsewhere nobody sleeps and the flags are never looked at.
  * The segment is created with MAP_POPULATE (page faults once, at init) and unlinked as soon as
  * every peer has mapped it, so nothing remains in /dev/shm even after kill -9. Segments left by

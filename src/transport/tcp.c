@@ -126,11 +126,11 @@ static void *tcp_send_slot(conn_t *conn) {
 }
 
 /* A piece's last bytes must not wait. The kernel's autocorking holds back a write's last,
- * partial segment while earlier ones of the socket are still queued below TCP (a busy NIC, or
- * the test bed's tc tbf, which holds a 64 KiB segment for 1 ms at 500 Mbit/s), so the receiver
- * waits for those bytes: on the bed rd at 64 KiB took 3.9-4.6 ms instead of 2.2. Setting
- * TCP_NODELAY again sends what is queued at once. Pieces below TCP_PUSH_BYTES are one segment
- * that leaves whole, where the extra system call would only cost. */
+ * partial segment while earlier ones of the socket are still queued below TCP (a busy NIC, or a
+ * rate-limited link such as the test bed's tc tbf), so the receiver would wait for those bytes
+ * until the queue drains (docs/perf.md, "Figures behind the code"). Setting TCP_NODELAY again
+ * sends what is queued at once. Pieces below TCP_PUSH_BYTES are one segment that leaves whole,
+ * where the extra system call would only cost. */
 #define TCP_PUSH_BYTES (16 * 1024)
 static void push_tail(int fd) {
   int one = 1;

@@ -1,6 +1,6 @@
 /* TCP transport, connection setup (the data path and the vtable are in tcp.c).
  *
- * setup: listen on the interface sock_pick_local_addr picks (TUTTI_SOCKET_IFNAME) and start an
+ * setup: listen on the address net_local_addr chooses (net_addr.h) and start an
  * accept thread (sock_acceptor) that answers the port for the communicator's life; the blob
  * carries address and geometry. connect: allocate both connections with a peer and open the
  * send sockets, or where the pair shares its sockets (pair_shares) the lower rank opens them
@@ -18,10 +18,12 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "net_addr.h"
 #include "tcp.h"
 
 TUTTI_PARAM(SocketNthreads, "SOCKET_NTHREADS", 1)
-TUTTI_PARAM(NsocksPerThread, "NSOCKS_PERTHREAD", 1)     /* TUTTI_NSOCKS is the short name */
+TUTTI_PARAM(NsocksPerThread, "NSOCKS_PERTHREAD", 1)
+TUTTI_PARAM(Nsocks, "NSOCKS", 0) /* the short name of NSOCKS_PERTHREAD; 0: not given */
 TUTTI_PARAM(TcpSlotBytes, "TCP_SLOT_BYTES", 256 * 1024) /* smaller: the piece stays in cache */
 TUTTI_PARAM(TcpSlots, "TCP_NSLOTS", 16)
 /* SO_SNDBUF and SO_RCVBUF. The kernel's buffers are the FIFO of a connection (the engine sends
@@ -166,13 +168,12 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
     st->npeers += p != comm->rank && comm->send_conn[p].transport == &tcp_transport;
   if (st->npeers == 0) return ncclSuccess; /* empty blob: nobody connects to us */
   st->nthreads = (int)TUTTI_MIN(TUTTI_MAX(tutti_param_SocketNthreads(), 1), TCP_MAX_THREADS);
-  const char *nsocks = getenv("TUTTI_NSOCKS");
-  int64_t per = nsocks && *nsocks ? atoll(nsocks) : tutti_param_NsocksPerThread();
+  int64_t per = tutti_param_Nsocks() > 0 ? tutti_param_Nsocks() : tutti_param_NsocksPerThread();
   st->per_thread = (int)TUTTI_MIN(TUTTI_MAX(per, 1), TCP_MAX_SOCKS / st->nthreads);
   st->nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlots(), 2), TCP_MAX_SLOTS);
   st->slot_bytes =
       TUTTI_ALIGN_UP((size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlotBytes(), 4096), 1 << 30), 4096);
-  TUTTI_CHECK(sock_pick_local_addr(&st->addr, st->ifname, sizeof(st->ifname)));
+  TUTTI_CHECK(net_local_addr(&st->addr, st->ifname, sizeof(st->ifname)));
   fit_kernel_fifo(st);
   int loopback = st->addr.sa.sa_family == AF_INET6
                      ? IN6_IS_ADDR_LOOPBACK(&st->addr.sin6.sin6_addr)
@@ -186,10 +187,6 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
           comm->rank, tcp_host_of(st, comm->rank), st->ifname, p, tcp_host_of(st, p));
       break;
     }
-  if (st->addr.sa.sa_family == AF_INET6)
-    st->addr.sin6.sin6_port = 0;
-  else
-    st->addr.sin.sin_port = 0;
   TUTTI_CHECK(sock_listen(&st->addr, &st->listen_fd));
   TUTTI_CHECK(sock_acceptor_start(st->listen_fd, sizeof(tcp_hello_t), TCP_HELLO_MS, port_hello,
                                   port_drop, st, comm->rank, &st->acceptor));
@@ -217,10 +214,8 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
  * bottleneck, yes: a reply then carries the acknowledgement of what it answers, where a socket
  * per direction makes the kernel send a pure ACK packet for every small piece (a receiver that
  * drains a small segment on a one-way socket acknowledges it at once): half of all packets of
- * an exchange; on the 2-CPU test bed (8 ranks) rd at 8 B took 45-64 us instead of 78-94, the
- * tree 113-158 instead of 149-205. Elsewhere, no: the two ends' sends and receives then contend
- * for one socket's lock (2 hosts x 1 rank on idle CPUs: 1-16 KiB all-reduce 13-23 us instead of
- * 10-15). */
+ * an exchange. Elsewhere, no: the two ends' sends and receives then contend for one socket's
+ * lock. Both effects are measured in docs/perf.md, "Figures behind the code". */
 static int pair_shares(struct ncclComm *comm, int peer) {
   return comm_machine_oversubscribed(comm, comm->rank) || comm_machine_oversubscribed(comm, peer);
 }

@@ -1,0 +1,198 @@
+// The one settings reader (param.c): integers with K/M/G suffixes, numbers, lists, NCCL-style
+// name lists, TUTTI_ before NCCL_, and clear errors on garbage and overflow.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "core.h"
+
+namespace {
+
+class Env {  // one variable, removed at the end of the scope
+ public:
+  Env(const char *name, const char *value) : name_(name) { setenv(name, value, 1); }
+  ~Env() { unsetenv(name_.c_str()); }
+
+ private:
+  std::string name_;
+};
+
+int64_t parse_ok(const char *text) {
+  int64_t v = -12345;
+  const char *why = tutti_parse_int(text, &v);
+  EXPECT_EQ(why, nullptr) << text << ": " << (why ? why : "");
+  return v;
+}
+
+std::string parse_error(const char *text) {
+  int64_t v = -12345;
+  const char *why = tutti_parse_int(text, &v);
+  EXPECT_EQ(v, -12345) << text << " must leave the output alone";
+  return why ? why : "";
+}
+
+TEST(Settings, IntegersAndSuffixes) {
+  EXPECT_EQ(parse_ok("123"), 123);
+  EXPECT_EQ(parse_ok("-1"), -1);
+  EXPECT_EQ(parse_ok("0x40"), 64);
+  EXPECT_EQ(parse_ok("64K"), 64 * 1024);
+  EXPECT_EQ(parse_ok("64k"), 64 * 1024);
+  EXPECT_EQ(parse_ok("2M"), 2 * 1024 * 1024);
+  EXPECT_EQ(parse_ok("2MB"), 2 * 1024 * 1024);
+  EXPECT_EQ(parse_ok("1G"), int64_t(1) << 30);
+  EXPECT_EQ(parse_ok("-3K"), -3 * 1024);
+  EXPECT_EQ(parse_ok("100B"), 100);
+  EXPECT_EQ(parse_ok("9223372036854775807"), INT64_MAX);
+  EXPECT_EQ(parse_ok("8589934591G"), int64_t(8589934591) << 30);  // the largest that fits
+}
+
+TEST(Settings, IntegerGarbageAndOverflowAreErrors) {
+  EXPECT_EQ(parse_error(""), "is not an integer");
+  EXPECT_EQ(parse_error("abc"), "is not an integer");
+  EXPECT_EQ(parse_error(" 5"), "is not an integer");
+  EXPECT_NE(parse_error("12abc").find("trailing text"), std::string::npos);
+  EXPECT_NE(parse_error("64KK").find("trailing text"), std::string::npos);
+  EXPECT_NE(parse_error("1.5").find("trailing text"), std::string::npos);
+  EXPECT_NE(parse_error("9223372036854775808").find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error("-9223372036854775809").find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error("8589934592G").find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error("9007199254740992K").find("out of range"), std::string::npos);
+}
+
+TEST(Settings, Doubles) {
+  double v = -1;
+  EXPECT_EQ(tutti_parse_double("0.6", &v), nullptr);
+  EXPECT_EQ(v, 0.6);
+  EXPECT_EQ(tutti_parse_double("1e3", &v), nullptr);
+  EXPECT_EQ(v, 1000.0);
+  v = -1;
+  EXPECT_NE(tutti_parse_double("abc", &v), nullptr);
+  EXPECT_NE(tutti_parse_double("1.5x", &v), nullptr);
+  EXPECT_NE(tutti_parse_double("1e999", &v), nullptr);
+  EXPECT_NE(tutti_parse_double("nan", &v), nullptr);
+  EXPECT_EQ(v, -1);
+}
+
+TEST(Settings, TuttiBeforeNcclAndEmptyIsUnset) {
+  char which[64];
+  EXPECT_EQ(tutti_getenv("SETTINGS_TEST_A"), nullptr);
+  EXPECT_EQ(tutti_getenv_which("SETTINGS_TEST_A", which, sizeof(which)), nullptr);
+  EXPECT_STREQ(which, "TUTTI_SETTINGS_TEST_A");
+  Env nccl("NCCL_SETTINGS_TEST_A", "nccl");
+  EXPECT_STREQ(tutti_getenv_which("SETTINGS_TEST_A", which, sizeof(which)), "nccl");
+  EXPECT_STREQ(which, "NCCL_SETTINGS_TEST_A");
+  {
+    Env empty("TUTTI_SETTINGS_TEST_A", "");
+    EXPECT_STREQ(tutti_getenv("SETTINGS_TEST_A"), "nccl");
+  }
+  Env tutti("TUTTI_SETTINGS_TEST_A", "tutti");
+  EXPECT_STREQ(tutti_getenv_which("SETTINGS_TEST_A", which, sizeof(which)), "tutti");
+  EXPECT_STREQ(which, "TUTTI_SETTINGS_TEST_A");
+}
+
+TEST(Settings, IntegerSettingNamesTheVariableOnError) {
+  int64_t v = 0;
+  EXPECT_EQ(tutti_setting_int("SETTINGS_TEST_B", 7, 0, 100, &v), ncclSuccess);
+  EXPECT_EQ(v, 7);
+  {
+    Env e("NCCL_SETTINGS_TEST_B", "64");
+    EXPECT_EQ(tutti_setting_int("SETTINGS_TEST_B", 7, 0, 100, &v), ncclSuccess);
+    EXPECT_EQ(v, 64);
+  }
+  {
+    Env e("NCCL_SETTINGS_TEST_B", "1K");  // 1024 > 100
+    v = 5;
+    EXPECT_EQ(tutti_setting_int("SETTINGS_TEST_B", 7, 0, 100, &v), ncclInvalidUsage);
+    EXPECT_EQ(v, 5);
+    std::string msg = tutti_last_error();
+    EXPECT_NE(msg.find("NCCL_SETTINGS_TEST_B=\"1K\""), std::string::npos) << msg;
+    EXPECT_NE(msg.find("outside the allowed range"), std::string::npos) << msg;
+  }
+  Env e("TUTTI_SETTINGS_TEST_B", "12abc");
+  EXPECT_EQ(tutti_setting_int("SETTINGS_TEST_B", 7, 0, 100, &v), ncclInvalidUsage);
+  std::string msg = tutti_last_error();
+  EXPECT_NE(msg.find("TUTTI_SETTINGS_TEST_B=\"12abc\" has trailing text"), std::string::npos)
+      << msg;
+}
+
+TEST(Settings, DoubleSettingKeepsTheDefaultOnGarbage) {
+  EXPECT_EQ(tutti_setting_double("SETTINGS_TEST_C", 0.6, 1e-9, 1e12), 0.6);
+  {
+    Env e("TUTTI_SETTINGS_TEST_C", "2.5");
+    EXPECT_EQ(tutti_setting_double("SETTINGS_TEST_C", 0.6, 1e-9, 1e12), 2.5);
+  }
+  {
+    Env e("TUTTI_SETTINGS_TEST_C", "fast");
+    EXPECT_EQ(tutti_setting_double("SETTINGS_TEST_C", 0.6, 1e-9, 1e12), 0.6);
+  }
+  Env e("TUTTI_SETTINGS_TEST_C", "-1");  // below the range
+  EXPECT_EQ(tutti_setting_double("SETTINGS_TEST_C", 0.6, 1e-9, 1e12), 0.6);
+}
+
+TUTTI_PARAM(SettingsTestGood, "SETTINGS_TEST_GOOD", 3)
+TUTTI_PARAM(SettingsTestBad, "SETTINGS_TEST_BAD", 3)
+
+TEST(Settings, CachedParamsReadOnceAndKeepTheDefaultOnGarbage) {
+  {
+    Env good("TUTTI_SETTINGS_TEST_GOOD", "16K");
+    Env bad("TUTTI_SETTINGS_TEST_BAD", "16Q");
+    EXPECT_EQ(tutti_param_SettingsTestGood(), 16 * 1024);
+    EXPECT_EQ(tutti_param_SettingsTestBad(), 3);
+  }
+  Env later("TUTTI_SETTINGS_TEST_GOOD", "1");  // cached: read once
+  EXPECT_EQ(tutti_param_SettingsTestGood(), 16 * 1024);
+}
+
+std::vector<std::string> list(const char *text) {
+  std::vector<std::string> out;
+  char tok[8];
+  for (const char *c = text; tutti_list_next(&c, tok, sizeof(tok));) out.push_back(tok);
+  return out;
+}
+
+TEST(Settings, Lists) {
+  EXPECT_EQ(list(""), std::vector<std::string>{});
+  EXPECT_EQ(list(" , ,"), std::vector<std::string>{});
+  EXPECT_EQ(list("ring"), std::vector<std::string>{"ring"});
+  EXPECT_EQ(list("a, b ,,c\t"), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(list("toolongentry,x"), (std::vector<std::string>{"toolong", "x"}));  // truncated
+}
+
+// NCCL_SOCKET_IFNAME / NCCL_IB_HCA syntax; the same parser serves the socket address
+// (net_addr.c, socket.c) and the topology's NIC choice (topo_decide.c).
+TEST(Settings, NameLists) {
+  EXPECT_TRUE(tutti_name_list_matches("eth", "eth0"));
+  EXPECT_TRUE(tutti_name_list_matches("eth,ib", "ib0"));
+  EXPECT_TRUE(tutti_name_list_matches("eth, ib", "ib0"));
+  EXPECT_FALSE(tutti_name_list_matches("eth,ib", "ens5"));
+  EXPECT_FALSE(tutti_name_list_matches("^docker,lo", "docker0"));
+  EXPECT_FALSE(tutti_name_list_matches("^docker,lo", "lo"));
+  EXPECT_TRUE(tutti_name_list_matches("^docker,lo", "eth0"));
+  EXPECT_TRUE(tutti_name_list_matches("=eth0", "eth0"));
+  EXPECT_FALSE(tutti_name_list_matches("=eth0", "eth01"));
+  EXPECT_TRUE(tutti_name_list_matches("=mlx5_0:1,mlx5_1:1", "mlx5_1"));
+  EXPECT_TRUE(tutti_name_list_matches("^=eth0", "eth01"));
+  EXPECT_FALSE(tutti_name_list_matches("^=eth0", "eth0"));
+  EXPECT_FALSE(tutti_name_list_matches("", "eth0"));
+  EXPECT_TRUE(tutti_name_list_matches("^", "eth0"));
+}
+
+TEST(Settings, OneDatatypeTable) {
+  // The sizes NCCL defines for its types, in enum order.
+  const size_t want[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  for (int t = 0; t < ncclNumTypes; t++)
+    EXPECT_EQ(tuttiTypeSize(static_cast<ncclDataType_t>(t)), want[t]) << t;
+  EXPECT_EQ(tuttiTypeSize(ncclNumTypes), 0u);
+  EXPECT_EQ(tuttiTypeSize(static_cast<ncclDataType_t>(-1)), 0u);
+}
+
+TEST(Settings, Mod) {
+  EXPECT_EQ(tutti_mod(-1, 5), 4);
+  EXPECT_EQ(tutti_mod(-6, 5), 4);
+  EXPECT_EQ(tutti_mod(7, 5), 2);
+  EXPECT_EQ(tutti_mod(0, 1), 0);
+}
+
+}  // namespace
