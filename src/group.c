@@ -167,7 +167,17 @@ ncclResult_t group_enqueue(const pending_t *p) {
   if (grow((void **)&grp.ops, &grp.cap, grp.n + 1, sizeof(pending_t)))
     return TUTTI_ERR(ncclSystemError, "out of memory");
   grp.ops[grp.n++] = *p;
+  __atomic_add_fetch(&p->ctx.comm->queued, 1, __ATOMIC_ACQ_REL); /* destroy refuses until the end */
   return ncclSuccess;
+}
+
+/* The group's calls no longer hold their communicators (they ran, or never will). */
+static void group_release(pending_t *ops, size_t n) {
+  for (size_t i = 0; i < n; i++) __atomic_sub_fetch(&ops[i].ctx.comm->queued, 1, __ATOMIC_ACQ_REL);
+}
+
+int group_depth(void) {
+  return grp.depth;
 }
 
 API ncclResult_t ncclGroupStart(void) {
@@ -184,10 +194,13 @@ API ncclResult_t ncclGroupEnd(void) {
   if (res != ncclSuccess) {
     char why[512];
     snprintf(why, sizeof(why), "%s", tutti_last_error());
+    group_jobs_run(0);
     TUTTI_ERR(res, "ncclGroupEnd: the group contained an invalid call (%s); nothing was run", why);
-  } else if (grp.n > 0) {
-    res = group_run(grp.ops, grp.n);
+  } else {
+    res = group_jobs_run(1); /* deferred inits and splits first: the calls may use them */
+    if (res == ncclSuccess && grp.n > 0) res = group_run(grp.ops, grp.n);
   }
+  group_release(grp.ops, grp.n);
   grp.n = 0;
   grp.error = ncclSuccess;
   return res;

@@ -15,6 +15,17 @@ ncclResult_t group_enqueue(const pending_t *p);
 void group_fail(ncclResult_t res);
 /* Memory that lives until the running group ends (freed by group_run). */
 void *group_temp_alloc(size_t bytes);
+/* Depth of the thread's open groups (0: none). */
+int group_depth(void);
+
+/* Blocking calls made inside a group (ncclCommInitRank, ncclCommSplit) are deferred to the
+ * outermost ncclGroupEnd, where they run concurrently, one thread each, so that one thread may
+ * create several ranks of one communicator in a group as NCCL allows (group_jobs.c). run(arg)
+ * does the call; drop(arg) releases arg when the group fails and nothing runs; both free arg. */
+ncclResult_t group_defer(ncclResult_t (*run)(void *), void (*drop)(void *), void *arg);
+/* Runs (run=1) or drops (run=0) the thread's deferred calls; the first error wins. */
+ncclResult_t group_jobs_run(int run);
+
 /* Chooses the algorithm and appends the call's steps to its communicator's lanes. */
 ncclResult_t enqueue_schedule(pending_t *p, uint16_t op_index);
 
