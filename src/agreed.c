@@ -26,6 +26,7 @@ static const char *const agreed_names[] = {
     "SHM_NSLOTS",
     "DIRECT", /* the direct all-reduce path */
     "DIRECT_MIN_BYTES",
+    "CHECK_COLL", /* an extra exchange before each group's collectives */
 };
 #define AGREED_N (sizeof(agreed_names) / sizeof(agreed_names[0]))
 

@@ -140,13 +140,23 @@ typedef struct root_gather {
   char last_drop[160];
 } root_gather_t;
 
+static void root_on_drop(void *arg, const sock_addr_t *from, const char *why);
+
 static const char *root_on_hello(void *arg, int fd, const void *bytes) {
   root_gather_t *g = arg;
   root_t *r = g->r;
   hello_t h;
   memcpy(&h, bytes, sizeof(h));
-  if (h.magic != HELLO_MAGIC || memcmp(h.secret, r->id.secret, 16) != 0)
-    return "it did not present the job secret";
+  if (h.magic != HELLO_MAGIC) return "it did not present a tutti hello";
+  if (memcmp(h.secret, r->id.secret, 16) != 0) { /* a rank of another job, or a forger */
+    sock_addr_t from;
+    socklen_t sl = sizeof(from);
+    if (getpeername(fd, &from.sa, &sl) != 0) memset(&from, 0, sizeof(from));
+    root_on_drop(g, &from, "it presented a different job secret");
+    reply_error(fd, "the root refused this rank: its job secret differs from the job's (was the "
+                    "unique id changed on the way, or TUTTI_SECRET set differently on this rank?)");
+    return NULL; /* reply_error closed fd */
+  }
   h.info.hostname[HOST_NAME_BYTES - 1] = h.info.version[31] = h.info.build[63] = '\0';
   h.info.settings[sizeof(h.info.settings) - 1] = '\0';
   pthread_mutex_lock(&g->lock);

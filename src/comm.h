@@ -73,6 +73,7 @@ struct ncclComm {
   char error_msg[512];
   int finalized;
   uint64_t op_count;          /* operations run so far (for messages) */
+  uint64_t collcheck_seq;     /* groups checked by TUTTI_CHECK_COLL (collcheck.c) */
   user_op_t user_ops[MAX_USER_OPS];
 
   /* Reused between calls (no allocation on the hot path). */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collcheck.h"
 #include "group.h"
 
 #define API __attribute__((visibility("default")))
@@ -158,10 +159,24 @@ out:
   return res;
 }
 
+/* group_run after the collective check (TUTTI_CHECK_COLL), which runs a group of its own
+ * with the thread's group state set aside. */
+static ncclResult_t group_run_checked(pending_t *ops, size_t n) {
+  if (collcheck_wanted(ops, n)) {
+    group_state_t saved = grp;
+    memset(&grp, 0, sizeof(grp));
+    ncclResult_t res = collcheck_run(ops, n);
+    free(grp.ops), free(grp.ctxs), free(grp.lanes), free(grp.comms), free(grp.temps);
+    grp = saved;
+    if (res != ncclSuccess) return res;
+  }
+  return group_run(ops, n);
+}
+
 ncclResult_t group_enqueue(const pending_t *p) {
   if (grp.depth == 0) {
     pending_t one = *p;
-    return group_run(&one, 1);
+    return group_run_checked(&one, 1);
   }
   if (grp.n >= 65535) return TUTTI_ERR(ncclInvalidUsage, "more than 65535 calls in one group");
   if (grow((void **)&grp.ops, &grp.cap, grp.n + 1, sizeof(pending_t)))
@@ -198,7 +213,7 @@ API ncclResult_t ncclGroupEnd(void) {
     TUTTI_ERR(res, "ncclGroupEnd: the group contained an invalid call (%s); nothing was run", why);
   } else {
     res = group_jobs_run(1); /* deferred inits and splits first: the calls may use them */
-    if (res == ncclSuccess && grp.n > 0) res = group_run(grp.ops, grp.n);
+    if (res == ncclSuccess && grp.n > 0) res = group_run_checked(grp.ops, grp.n);
   }
   group_release(grp.ops, grp.n);
   grp.n = 0;

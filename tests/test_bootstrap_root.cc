@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -88,6 +89,37 @@ TEST(BootstrapRoot, IdleAndTricklingConnectionsDoNotStallInit) {
     if (comms[r]) {
       EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
     }
+}
+
+// A rank whose id has a flipped secret byte was dropped without a word and reported "lost the
+// bootstrap root during init". It is now told that its secret differs; the job goes on.
+TEST(BootstrapRoot, FlippedSecretIsNamedAndTheJobGoesOn) {
+  setenv("TUTTI_INIT_TIMEOUT", "30", 1);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclUniqueId bad = id;
+  id_layout b;
+  memcpy(&b, bad.internal, sizeof(b));
+  b.secret[7] ^= 0x10;
+  memcpy(bad.internal, &b, sizeof(b));
+  ncclComm_t stray = nullptr;
+  double t0 = now_s();
+  EXPECT_NE(ncclCommInitRank(&stray, 2, bad, 1), ncclSuccess);
+  std::string msg = ncclGetLastError(nullptr);
+  EXPECT_NE(msg.find("job secret differs"), std::string::npos) << msg;
+  EXPECT_LT(now_s() - t0, 10.0);
+  std::vector<ncclComm_t> comms(2, nullptr);
+  std::vector<ncclResult_t> rc(2, ncclInternalError);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; r++)
+    ranks.emplace_back([&, r] { rc[r] = ncclCommInitRank(&comms[r], 2, id, r); });
+  for (auto &t : ranks) t.join();
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(rc[r], ncclSuccess) << "rank " << r;
+    if (comms[r]) {
+      EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+    }
+  }
 }
 
 }  // namespace
