@@ -39,6 +39,8 @@ struct bootstrap {
   int fd;
 };
 
+struct root_gather;
+
 typedef struct root {
   int listen_fd;
   bootstrap_id_t id;
@@ -46,6 +48,9 @@ typedef struct root {
   int *fds;           /* [nranks], by rank */
   peer_info_t *peers; /* [nranks] */
   uint64_t deadline;
+  struct root_gather *g; /* hellos: the acceptor's callbacks and the root thread share it */
+  struct sock_acceptor *acc;
+  char msg[1024]; /* why init failed, for every rank */
 } root_t;
 
 int64_t bootstrap_init_timeout_ms(void) { return tutti_param_InitTimeout() * 1000; }
@@ -148,7 +153,9 @@ static const char *root_on_hello(void *arg, int fd, const void *bytes) {
   hello_t h;
   memcpy(&h, bytes, sizeof(h));
   if (h.magic != HELLO_MAGIC) return "it did not present a tutti hello";
-  if (memcmp(h.secret, r->id.secret, 16) != 0) { /* a rank of another job, or a forger */
+  unsigned char diff = 0; /* compared in constant time */
+  for (int i = 0; i < 16; i++) diff |= h.secret[i] ^ r->id.secret[i];
+  if (diff) { /* a rank of another job, or a forger */
     sock_addr_t from;
     socklen_t sl = sizeof(from);
     if (getpeername(fd, &from.sa, &sl) != 0) memset(&from, 0, sizeof(from));
@@ -196,38 +203,58 @@ static void root_on_drop(void *arg, const sock_addr_t *from, const char *why) {
   pthread_mutex_unlock(&g->lock);
 }
 
-static int root_gather_hellos(root_t *r, char *msg, size_t len) {
-  root_gather_t g = {.r = r, .msg = msg, .len = len};
-  pthread_mutex_init(&g.lock, NULL);
-  pthread_cond_init(&g.cond, NULL);
-  sock_acceptor_t *acc = NULL;
-  if (sock_acceptor_start(r->listen_fd, sizeof(hello_t), ROOT_HELLO_MS, root_on_hello, root_on_drop,
-                          &g, -1, &acc) != ncclSuccess) {
-    snprintf(msg, len, "%s", tutti_last_error());
-    return -1;
+/* Starts taking hellos (in the caller: ncclGetUniqueId returns with both root threads idle,
+ * so a process that forks its ranks right after never forks in the middle of an allocation). */
+static ncclResult_t root_gather_start(root_t *r) {
+  root_gather_t *g = calloc(1, sizeof(*g));
+  if (!g) return TUTTI_ERR(ncclSystemError, "out of memory");
+  *g = (root_gather_t){.r = r, .msg = r->msg, .len = sizeof(r->msg)};
+  pthread_mutex_init(&g->lock, NULL);
+  pthread_cond_init(&g->cond, NULL);
+  r->g = g;
+  ncclResult_t res = sock_acceptor_start(r->listen_fd, sizeof(hello_t), ROOT_HELLO_MS,
+                                         root_on_hello, root_on_drop, g, -1, &r->acc);
+  if (res != ncclSuccess) {
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+    r->g = NULL;
   }
-  pthread_mutex_lock(&g.lock);
-  while ((r->nranks == 0 || g.arrived < r->nranks) && ms_left(r->deadline) > 0) {
+  return res;
+}
+
+/* Waits until every rank presented a hello (or the deadline), then stops the acceptor. */
+static int root_gather_hellos(root_t *r) {
+  root_gather_t *g = r->g;
+  pthread_mutex_lock(&g->lock);
+  while ((r->nranks == 0 || g->arrived < r->nranks) && ms_left(r->deadline) > 0) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     int wait_ms = TUTTI_MIN(ms_left(r->deadline), 1000);
     ts.tv_sec += wait_ms / 1000, ts.tv_nsec += (long)(wait_ms % 1000) * 1000000l;
     if (ts.tv_nsec >= 1000000000l) ts.tv_sec++, ts.tv_nsec -= 1000000000l;
-    pthread_cond_timedwait(&g.cond, &g.lock, &ts);
+    pthread_cond_timedwait(&g->cond, &g->lock, &ts);
   }
-  pthread_mutex_unlock(&g.lock);
-  sock_acceptor_stop(acc); /* after this no callback runs: g is ours alone */
-  int complete = r->nranks > 0 && g.arrived >= r->nranks;
-  if (!complete && !g.failed) {
-    int n = snprintf(msg, len, "only %d of %d ranks joined within TUTTI_INIT_TIMEOUT=%llds",
-                     g.joined, r->nranks, (long long)tutti_param_InitTimeout());
-    if (g.dropped && n > 0 && (size_t)n < len)
-      snprintf(msg + n, len - (size_t)n, " (the root dropped %d connection(s); the last from %s)",
-               g.dropped, g.last_drop);
+  pthread_mutex_unlock(&g->lock);
+  sock_acceptor_stop(r->acc); /* after this no callback runs: g is ours alone */
+  r->acc = NULL;
+  int complete = r->nranks > 0 && g->arrived >= r->nranks, failed = g->failed;
+  if (!complete && !failed) {
+    int n = snprintf(r->msg, sizeof(r->msg),
+                     "only %d of %d ranks joined within "
+                     "TUTTI_INIT_TIMEOUT=%llds",
+                     g->joined, r->nranks, (long long)tutti_param_InitTimeout());
+    if (g->dropped && n > 0 && (size_t)n < sizeof(r->msg))
+      snprintf(r->msg + n, sizeof(r->msg) - (size_t)n,
+               " (the root dropped %d connection(s); "
+               "the last from %s)",
+               g->dropped, g->last_drop);
   }
-  pthread_cond_destroy(&g.cond);
-  pthread_mutex_destroy(&g.lock);
-  return complete && !g.failed ? 0 : -1;
+  pthread_cond_destroy(&g->cond);
+  pthread_mutex_destroy(&g->lock);
+  free(g);
+  r->g = NULL;
+  return complete && !failed ? 0 : -1;
 }
 
 static int root_reply_all(root_t *r, const void *data, uint32_t len) {
@@ -289,10 +316,10 @@ static int root_serve(root_t *r, char *msg, size_t len) {
 
 static void *root_main(void *arg) {
   root_t *r = arg;
-  char msg[1024] = "";
-  if (root_gather_hellos(r, msg, sizeof(msg)) == 0 &&
+  char *msg = r->msg;
+  if (root_gather_hellos(r) == 0 &&
       root_reply_all(r, r->peers, sizeof(peer_info_t) * (uint32_t)r->nranks) == 0 &&
-      root_serve(r, msg, sizeof(msg)) == 0) {
+      root_serve(r, msg, sizeof(r->msg)) == 0) {
     INFO(SUB_BOOTSTRAP, "bootstrap root: %d ranks initialised", r->nranks);
   } else if (msg[0]) {
     WARN("bootstrap root: %s", msg);
@@ -313,6 +340,14 @@ ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
   r->listen_fd = listen_fd;
   memcpy(&r->id, id->internal, sizeof(r->id));
   r->deadline = tutti_time_ns() + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
+  char buf[80];
+  INFO(SUB_BOOTSTRAP, "bootstrap root listening on %s",
+       sock_addr_str(&r->id.root, buf, sizeof(buf)));
+  ncclResult_t res = root_gather_start(r);
+  if (res != ncclSuccess) {
+    free(r);
+    return res;
+  }
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -320,11 +355,13 @@ ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
   int rc = pthread_create(&t, &attr, root_main, r);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
+    sock_acceptor_stop(r->acc);
+    pthread_cond_destroy(&r->g->cond);
+    pthread_mutex_destroy(&r->g->lock);
+    free(r->g);
     free(r);
     return TUTTI_ERR(ncclSystemError, "cannot start the bootstrap root thread: %s", strerror(rc));
   }
-  char buf[80];
-  INFO(SUB_BOOTSTRAP, "bootstrap root listening on %s", sock_addr_str(&r->id.root, buf, sizeof(buf)));
   return ncclSuccess;
 }
 

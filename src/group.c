@@ -5,12 +5,14 @@
  * is a group of one. A group containing an invalid call runs nothing and GroupEnd returns the
  * error (nothing is written to user buffers).
  */
+#include "group.h"
+
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collcheck.h"
-#include "group.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -32,8 +34,26 @@ typedef struct group_state {
 
 static TUTTI_TLS group_state_t grp;
 
+/* The thread's reused buffers are freed when it exits (a key destructor runs while its
+ * thread-local storage is still there). */
+static pthread_key_t grp_key;
+static pthread_once_t grp_key_once = PTHREAD_ONCE_INIT;
+
+static void grp_free(void *unused) {
+  free(grp.ops), free(grp.ctxs), free(grp.lanes), free(grp.comms), free(grp.temps);
+  memset(&grp, 0, sizeof(grp));
+}
+
+static void grp_key_make(void) {
+  pthread_key_create(&grp_key, grp_free);
+}
+
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
+  if (!*p) {
+    pthread_once(&grp_key_once, grp_key_make);
+    pthread_setspecific(grp_key, &grp);
+  }
   size_t c = *cap ? *cap : 8;
   while (c < need) c *= 2;
   void *q = realloc(*p, c * elem);
@@ -166,7 +186,7 @@ static ncclResult_t group_run_checked(pending_t *ops, size_t n) {
     group_state_t saved = grp;
     memset(&grp, 0, sizeof(grp));
     ncclResult_t res = collcheck_run(ops, n);
-    free(grp.ops), free(grp.ctxs), free(grp.lanes), free(grp.comms), free(grp.temps);
+    grp_free(NULL);
     grp = saved;
     if (res != ncclSuccess) return res;
   }

@@ -85,7 +85,7 @@ TEST_P(Group, DestroyWithACallQueuedInAGroupIsRefused) {
 
 // The same for the parent of a split still pending in the group.
 TEST(GroupSplit, DestroyOfTheParentOfAPendingSplitIsRefused) {
-  th::run_ranks_ok(Mode::kProcs, 2, [](RankCtx &ctx) {
+  th::run_ranks_ok(Mode::kThreads, 2, [](RankCtx &ctx) {
     ncclComm_t sub = nullptr;
     NCCL_OK(ctx, ncclGroupStart());
     NCCL_OK(ctx, ncclCommSplit(ctx.comm, 0, ctx.rank, &sub, nullptr));
