@@ -10,11 +10,11 @@
  * ranks need not all take part. The record carries up to COLLCHECK_CALLS calls in full and a
  * hash of all of them, so larger groups are still compared, with the first calls named.
  */
+#include "collcheck.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "collcheck.h"
 
 TUTTI_PARAM(CheckColl, "CHECK_COLL", 0)
 
@@ -118,7 +118,8 @@ static ncclResult_t rec_compare(ncclComm_t comm, const collcheck_rec_t *all) {
     char a[128], b[128];
     call_text(lo, i, a, sizeof(a));
     call_text(hi, i, b, sizeof(b));
-    return TUTTI_ERR(ncclInvalidUsage, "TUTTI_CHECK_COLL: collective mismatch at call %llu of "
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "TUTTI_CHECK_COLL: collective mismatch at call %llu of "
                      "the communicator (group position %d): rank %d called %s but rank %d "
                      "called %s (sequence %llu vs %llu); nothing was run",
                      (unsigned long long)all[comm->rank].seq, i + 1, lo->rank, a, hi->rank, b,

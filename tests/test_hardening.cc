@@ -360,12 +360,16 @@ struct Mismatch {
   const char *want_a, *want_b;  // texts the message must hold
 };
 const Mismatch kMismatches[] = {
-    {"Count", "count 100", "count 200"},     {"Collective", "AllReduce", "Broadcast"},
-    {"Datatype", "datatype 7", "datatype 2"}, {"Op", "sum", "max"},
+    {"Count", "count 100", "count 200"},
+    {"Collective", "AllReduce", "Broadcast"},
+    {"Datatype", "datatype 7", "datatype 2"},
+    {"Op", "sum", "max"},
     {"Root", "root 0", "root 1"},
 };
 
-void PrintTo(const Mismatch &m, std::ostream *os) { *os << m.name; }
+void PrintTo(const Mismatch &m, std::ostream *os) {
+  *os << m.name;
+}
 
 class CheckColl : public ::testing::TestWithParam<Mismatch> {};
 
@@ -382,7 +386,8 @@ ncclResult_t mismatched_call(const char *kind, int rank, ncclComm_t comm, std::v
     return ncclAllReduce(in.data(), out.data(), 100, odd ? ncclInt32 : ncclFloat32, ncclSum, comm,
                          nullptr);
   if (k == "Op")
-    return ncclAllReduce(in.data(), out.data(), 100, ncclInt32, odd ? ncclMax : ncclSum, comm, nullptr);
+    return ncclAllReduce(in.data(), out.data(), 100, ncclInt32, odd ? ncclMax : ncclSum, comm,
+                         nullptr);
   return ncclBroadcast(in.data(), out.data(), 100, ncclInt32, odd ? 1 : 0, comm, nullptr);
 }
 
@@ -391,18 +396,22 @@ TEST_P(CheckColl, MismatchIsAnErrorNamingBothCalls) {
   th::Options opt;
   opt.env = {{"TUTTI_CHECK_COLL", "1"}};
   opt.timeout_s = 60;
-  th::run_ranks_ok(Mode::kProcs, 3, [m](RankCtx &ctx) {
-    std::vector<int32_t> in(200, ctx.rank + 1), out(200, -7);
-    ncclResult_t rc = mismatched_call(m.name, ctx.rank, ctx.comm, in, out);
-    std::string msg = ncclGetLastError(ctx.comm);
-    RCHECK(ctx, rc == ncclInvalidUsage, "mismatch returned %d: %s", (int)rc, msg.c_str());
-    RCHECK(ctx, th::contains(msg, "collective mismatch") && th::contains(msg, m.want_a) &&
-                    th::contains(msg, m.want_b) && th::contains(msg, "rank 0") &&
-                    th::contains(msg, "rank 1"),
-           "message: %s", msg.c_str());
-    for (int i = 0; i < 200; i++) RCHECK(ctx, out[i] == -7, "element %d was written", i);
-    check_allreduce(ctx, ctx.comm, ctx.nranks, "after the mismatch");
-  }, opt);
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [m](RankCtx &ctx) {
+        std::vector<int32_t> in(200, ctx.rank + 1), out(200, -7);
+        ncclResult_t rc = mismatched_call(m.name, ctx.rank, ctx.comm, in, out);
+        std::string msg = ncclGetLastError(ctx.comm);
+        RCHECK(ctx, rc == ncclInvalidUsage, "mismatch returned %d: %s", (int)rc, msg.c_str());
+        RCHECK(ctx,
+               th::contains(msg, "collective mismatch") && th::contains(msg, m.want_a) &&
+                   th::contains(msg, m.want_b) && th::contains(msg, "rank 0") &&
+                   th::contains(msg, "rank 1"),
+               "message: %s", msg.c_str());
+        for (int i = 0; i < 200; i++) RCHECK(ctx, out[i] == -7, "element %d was written", i);
+        check_allreduce(ctx, ctx.comm, ctx.nranks, "after the mismatch");
+      },
+      opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(, CheckColl, ::testing::ValuesIn(kMismatches),
@@ -414,16 +423,20 @@ INSTANTIATE_TEST_SUITE_P(, CheckColl, ::testing::ValuesIn(kMismatches),
 TEST(CheckCollMatching, MatchingCallsAndGroupsRun) {
   th::Options opt;
   opt.env = {{"TUTTI_CHECK_COLL", "1"}};
-  th::run_ranks_ok(Mode::kProcs, 3, [](RankCtx &ctx) {
-    check_allreduce(ctx, ctx.comm, ctx.nranks, "single");
-    std::vector<int32_t> a(50, ctx.rank), b(50, -1), c(150, -1);
-    NCCL_OK(ctx, ncclGroupStart());
-    NCCL_OK(ctx, ncclAllReduce(a.data(), b.data(), 50, ncclInt32, ncclSum, ctx.comm, nullptr));
-    NCCL_OK(ctx, ncclAllGather(a.data(), c.data(), 50, ncclInt32, ctx.comm, nullptr));
-    NCCL_OK(ctx, ncclGroupEnd());
-    for (int i = 0; i < 50; i++) RCHECK(ctx, b[i] == 3, "sum element %d is %d", i, b[i]);
-    for (int i = 0; i < 150; i++) RCHECK(ctx, c[i] == i / 50, "gather element %d is %d", i, c[i]);
-  }, opt);
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [](RankCtx &ctx) {
+        check_allreduce(ctx, ctx.comm, ctx.nranks, "single");
+        std::vector<int32_t> a(50, ctx.rank), b(50, -1), c(150, -1);
+        NCCL_OK(ctx, ncclGroupStart());
+        NCCL_OK(ctx, ncclAllReduce(a.data(), b.data(), 50, ncclInt32, ncclSum, ctx.comm, nullptr));
+        NCCL_OK(ctx, ncclAllGather(a.data(), c.data(), 50, ncclInt32, ctx.comm, nullptr));
+        NCCL_OK(ctx, ncclGroupEnd());
+        for (int i = 0; i < 50; i++) RCHECK(ctx, b[i] == 3, "sum element %d is %d", i, b[i]);
+        for (int i = 0; i < 150; i++)
+          RCHECK(ctx, c[i] == i / 50, "gather element %d is %d", i, c[i]);
+      },
+      opt);
 }
 
 // ---------------------------------------------------------------- defect 6: abort vs destroy
