@@ -451,12 +451,14 @@ void race_end(bool abort_first, bool abort_second, int rounds) {
     std::atomic<int> go{0};
     ncclResult_t rc[2] = {ncclInternalError, ncclInternalError};
     auto end = [&](int i, bool abort) {
-      while (go.load() == 0) {
+      int n = 0;  // a first call makes the handle check a thread-local hit: a narrower window
+      ncclCommCount(comm, &n);
+      go.fetch_add(1);
+      while (go.load() < 2) {
       }
       rc[i] = abort ? ncclCommAbort(comm) : ncclCommDestroy(comm);
     };
     std::thread a(end, 0, abort_first), b(end, 1, abort_second);
-    go.store(1);
     a.join();
     b.join();
     int ok = (rc[0] == ncclSuccess) + (rc[1] == ncclSuccess);
