@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "agreed.h"
 
 TUTTI_PARAM(InitTimeout, "INIT_TIMEOUT", 120)
 
@@ -36,6 +39,8 @@ struct bootstrap {
   int fd;
 };
 
+struct root_gather;
+
 typedef struct root {
   int listen_fd;
   bootstrap_id_t id;
@@ -43,6 +48,9 @@ typedef struct root {
   int *fds;           /* [nranks], by rank */
   peer_info_t *peers; /* [nranks] */
   uint64_t deadline;
+  struct root_gather *g; /* hellos: the acceptor's callbacks and the root thread share it */
+  struct sock_acceptor *acc;
+  char msg[1024]; /* why init failed, for every rank */
 } root_t;
 
 int64_t bootstrap_init_timeout_ms(void) { return tutti_param_InitTimeout() * 1000; }
@@ -97,14 +105,17 @@ static int root_check_hello(root_t *r, const hello_t *h, char *msg, size_t len) 
   for (int i = 0; i < r->nranks; i++) {
     const peer_info_t *o = &r->peers[i];
     if (r->fds[i] < 0) continue;
-    if (strcmp(o->version, in->version) != 0 || strcmp(o->build, in->build) != 0 ||
-        strcmp(o->settings, in->settings) != 0) {
-      snprintf(msg, len, "version mismatch: rank %d on host %s runs tutti %s (%s; %s) but rank %d "
-               "on host %s runs tutti %s (%s; %s): install the same tutti build and settings on "
-               "every host", in->rank, in->hostname, in->version, in->build, in->settings, o->rank,
-               o->hostname, o->version, o->build, o->settings);
+    if (strcmp(o->version, in->version) != 0 || strcmp(o->build, in->build) != 0) {
+      snprintf(msg, len,
+               "version mismatch: rank %d on host %s runs tutti %s (%s) but rank %d "
+               "on host %s runs tutti %s (%s): install the same tutti build on every host",
+               in->rank, in->hostname, in->version, in->build, o->rank, o->hostname, o->version,
+               o->build);
       return -1;
     }
+    if (agreed_settings_explain(o->settings, o->rank, o->hostname, in->settings, in->rank,
+                                in->hostname, msg, len))
+      return -1;
     break;
   }
   return 0;
@@ -116,45 +127,134 @@ static void reply_error(int fd, const char *msg) {
   close(fd);
 }
 
-/* Accepts connections until every rank has presented a valid hello. After a bad hello (version
- * mismatch, duplicate rank, ...) it keeps answering the ranks still to come with the same error
- * until all nranks arrived or the deadline passed, so every rank learns what to fix. */
-static int root_gather_hellos(root_t *r, char *msg, size_t len) {
-  int joined = 0, arrived = 0, failed = 0;
-  while (r->nranks == 0 || arrived < r->nranks) {
-    int fd = -1, left = ms_left(r->deadline);
-    if (left == 0 || sock_accept(r->listen_fd, left, &fd) != ncclSuccess || fd < 0) {
-      if (!failed)
-        snprintf(msg, len, "only %d of %d ranks joined within TUTTI_INIT_TIMEOUT=%llds", joined,
-                 r->nranks, (long long)tutti_param_InitTimeout());
-      return -1;
+/* Hellos are gathered by an acceptor (socket.c): every joiner is served at once, each must
+ * present its whole hello within ROOT_HELLO_MS, and what is dropped (no secret, too slow,
+ * closed) is logged with its address, so that idle or trickling connections neither delay the
+ * ranks nor hide why an init failed. After a bad hello (version or settings mismatch, duplicate
+ * rank, ...) the root keeps answering the ranks still to come with the same error until all
+ * nranks arrived or the deadline passed, so every rank learns what to fix. */
+#define ROOT_HELLO_MS 5000
+
+typedef struct root_gather {
+  root_t *r;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int joined, arrived, failed, dropped;
+  char *msg;
+  size_t len;
+  char last_drop[160];
+} root_gather_t;
+
+static void root_on_drop(void *arg, const sock_addr_t *from, const char *why);
+
+static const char *root_on_hello(void *arg, int fd, const void *bytes) {
+  root_gather_t *g = arg;
+  root_t *r = g->r;
+  hello_t h;
+  memcpy(&h, bytes, sizeof(h));
+  if (h.magic != HELLO_MAGIC) return "it did not present a tutti hello";
+  unsigned char diff = 0; /* compared in constant time */
+  for (int i = 0; i < 16; i++) diff |= h.secret[i] ^ r->id.secret[i];
+  if (diff) { /* a rank of another job, or a forger */
+    sock_addr_t from;
+    socklen_t sl = sizeof(from);
+    if (getpeername(fd, &from.sa, &sl) != 0) memset(&from, 0, sizeof(from));
+    root_on_drop(g, &from, "it presented a different job secret");
+    reply_error(fd, "the root refused this rank: its job secret differs from the job's (was the "
+                    "unique id changed on the way, or TUTTI_SECRET set differently on this rank?)");
+    return NULL; /* reply_error closed fd */
+  }
+  h.info.hostname[HOST_NAME_BYTES - 1] = h.info.version[31] = h.info.build[63] = '\0';
+  h.info.settings[sizeof(h.info.settings) - 1] = '\0';
+  pthread_mutex_lock(&g->lock);
+  if (r->nranks == 0) {
+    int n = h.nranks > 0 ? h.nranks : 1;
+    r->fds = malloc(sizeof(int) * n);
+    r->peers = calloc(n, sizeof(peer_info_t));
+    if (!r->fds || !r->peers) {
+      pthread_mutex_unlock(&g->lock);
+      return "the root is out of memory";
     }
-    hello_t h;
-    if (sock_recv_all(fd, &h, sizeof(h), TUTTI_MIN(left, 5000)) != ncclSuccess ||
-        h.magic != HELLO_MAGIC || memcmp(h.secret, r->id.secret, 16) != 0) {
-      WARN("bootstrap: dropped a connection that did not present the job secret");
-      close(fd);
-      continue;
-    }
-    h.info.hostname[HOST_NAME_BYTES - 1] = h.info.version[31] = h.info.build[63] = '\0';
-    h.info.settings[63] = '\0';
-    if (r->nranks == 0) {
-      r->nranks = h.nranks > 0 ? h.nranks : 1;
-      r->fds = malloc(sizeof(int) * r->nranks);
-      r->peers = calloc(r->nranks, sizeof(peer_info_t));
-      for (int i = 0; i < r->nranks; i++) r->fds[i] = -1;
-    }
-    arrived++;
-    if (failed || root_check_hello(r, &h, msg, len) != 0) {
-      failed = 1;
-      reply_error(fd, msg);
-      continue;
-    }
+    for (int i = 0; i < n; i++) r->fds[i] = -1;
+    r->nranks = n;
+  }
+  g->arrived++;
+  if (g->failed || root_check_hello(r, &h, g->msg, g->len) != 0) {
+    g->failed = 1;
+    reply_error(fd, g->msg);
+  } else {
     r->fds[h.info.rank] = fd;
     r->peers[h.info.rank] = h.info;
-    joined++;
+    g->joined++;
   }
-  return failed ? -1 : 0;
+  pthread_cond_signal(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+  return NULL;
+}
+
+static void root_on_drop(void *arg, const sock_addr_t *from, const char *why) {
+  root_gather_t *g = arg;
+  char addr[80];
+  sock_addr_str(from, addr, sizeof(addr));
+  WARN("bootstrap root: dropped a connection from %s: %s", addr, why);
+  pthread_mutex_lock(&g->lock);
+  g->dropped++;
+  snprintf(g->last_drop, sizeof(g->last_drop), "%s: %s", addr, why);
+  pthread_mutex_unlock(&g->lock);
+}
+
+/* Starts taking hellos (in the caller: ncclGetUniqueId returns with both root threads idle,
+ * so a process that forks its ranks right after never forks in the middle of an allocation). */
+static ncclResult_t root_gather_start(root_t *r) {
+  root_gather_t *g = calloc(1, sizeof(*g));
+  if (!g) return TUTTI_ERR(ncclSystemError, "out of memory");
+  *g = (root_gather_t){.r = r, .msg = r->msg, .len = sizeof(r->msg)};
+  pthread_mutex_init(&g->lock, NULL);
+  pthread_cond_init(&g->cond, NULL);
+  r->g = g;
+  ncclResult_t res = sock_acceptor_start(r->listen_fd, sizeof(hello_t), ROOT_HELLO_MS,
+                                         root_on_hello, root_on_drop, g, -1, &r->acc);
+  if (res != ncclSuccess) {
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+    r->g = NULL;
+  }
+  return res;
+}
+
+/* Waits until every rank presented a hello (or the deadline), then stops the acceptor. */
+static int root_gather_hellos(root_t *r) {
+  root_gather_t *g = r->g;
+  pthread_mutex_lock(&g->lock);
+  while ((r->nranks == 0 || g->arrived < r->nranks) && ms_left(r->deadline) > 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int wait_ms = TUTTI_MIN(ms_left(r->deadline), 1000);
+    ts.tv_sec += wait_ms / 1000, ts.tv_nsec += (long)(wait_ms % 1000) * 1000000l;
+    if (ts.tv_nsec >= 1000000000l) ts.tv_sec++, ts.tv_nsec -= 1000000000l;
+    pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+  }
+  pthread_mutex_unlock(&g->lock);
+  sock_acceptor_stop(r->acc); /* after this no callback runs: g is ours alone */
+  r->acc = NULL;
+  int complete = r->nranks > 0 && g->arrived >= r->nranks, failed = g->failed;
+  if (!complete && !failed) {
+    int n = snprintf(r->msg, sizeof(r->msg),
+                     "only %d of %d ranks joined within "
+                     "TUTTI_INIT_TIMEOUT=%llds",
+                     g->joined, r->nranks, (long long)tutti_param_InitTimeout());
+    if (g->dropped && n > 0 && (size_t)n < sizeof(r->msg))
+      snprintf(r->msg + n, sizeof(r->msg) - (size_t)n,
+               " (the root dropped %d connection(s); "
+               "the last from %s)",
+               g->dropped, g->last_drop);
+  }
+  pthread_cond_destroy(&g->cond);
+  pthread_mutex_destroy(&g->lock);
+  free(g);
+  r->g = NULL;
+  return complete && !failed ? 0 : -1;
 }
 
 static int root_reply_all(root_t *r, const void *data, uint32_t len) {
@@ -216,10 +316,10 @@ static int root_serve(root_t *r, char *msg, size_t len) {
 
 static void *root_main(void *arg) {
   root_t *r = arg;
-  char msg[1024] = "";
-  if (root_gather_hellos(r, msg, sizeof(msg)) == 0 &&
+  char *msg = r->msg;
+  if (root_gather_hellos(r) == 0 &&
       root_reply_all(r, r->peers, sizeof(peer_info_t) * (uint32_t)r->nranks) == 0 &&
-      root_serve(r, msg, sizeof(msg)) == 0) {
+      root_serve(r, msg, sizeof(r->msg)) == 0) {
     INFO(SUB_BOOTSTRAP, "bootstrap root: %d ranks initialised", r->nranks);
   } else if (msg[0]) {
     WARN("bootstrap root: %s", msg);
@@ -240,6 +340,14 @@ ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
   r->listen_fd = listen_fd;
   memcpy(&r->id, id->internal, sizeof(r->id));
   r->deadline = tutti_time_ns() + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
+  char buf[80];
+  INFO(SUB_BOOTSTRAP, "bootstrap root listening on %s",
+       sock_addr_str(&r->id.root, buf, sizeof(buf)));
+  ncclResult_t res = root_gather_start(r);
+  if (res != ncclSuccess) {
+    free(r);
+    return res;
+  }
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -247,11 +355,13 @@ ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
   int rc = pthread_create(&t, &attr, root_main, r);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
+    sock_acceptor_stop(r->acc);
+    pthread_cond_destroy(&r->g->cond);
+    pthread_mutex_destroy(&r->g->lock);
+    free(r->g);
     free(r);
     return TUTTI_ERR(ncclSystemError, "cannot start the bootstrap root thread: %s", strerror(rc));
   }
-  char buf[80];
-  INFO(SUB_BOOTSTRAP, "bootstrap root listening on %s", sock_addr_str(&r->id.root, buf, sizeof(buf)));
   return ncclSuccess;
 }
 

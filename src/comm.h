@@ -24,7 +24,7 @@ typedef struct peer_info {
   char hostname[HOST_NAME_BYTES];
   char version[32];              /* tutti version string */
   char build[64];                /* build options */
-  char settings[64];             /* settings both ends of a connection must agree on */
+  char settings[512];            /* settings every rank must agree on (agreed.c) */
   int32_t cuda_dev;
 } peer_info_t;
 
@@ -67,11 +67,13 @@ struct ncclComm {
 
   pthread_mutex_t lock;       /* one operation at a time on this communicator */
   volatile int abort_flag;    /* set by ncclCommAbort (any thread) */
+  int queued;                 /* calls of open groups naming it (atomic): destroy waits for 0 */
   volatile int async_error;   /* ncclResult_t of the first fatal error (published last) */
   int error_claimed;          /* the first comm_set_error caller writes error_msg */
   char error_msg[512];
   int finalized;
   uint64_t op_count;          /* operations run so far (for messages) */
+  uint64_t collcheck_seq;     /* groups checked by TUTTI_CHECK_COLL (collcheck.c) */
   user_op_t user_ops[MAX_USER_OPS];
 
   /* Reused between calls (no allocation on the hot path). */

@@ -5,11 +5,14 @@
  * is a group of one. A group containing an invalid call runs nothing and GroupEnd returns the
  * error (nothing is written to user buffers).
  */
+#include "group.h"
+
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "group.h"
+#include "collcheck.h"
 
 
 typedef struct group_state {
@@ -26,8 +29,26 @@ typedef struct group_state {
 
 static TUTTI_TLS group_state_t grp;
 
+/* The thread's reused buffers are freed when it exits (a key destructor runs while its
+ * thread-local storage is still there). */
+static pthread_key_t grp_key;
+static pthread_once_t grp_key_once = PTHREAD_ONCE_INIT;
+
+static void grp_free(void *unused) {
+  free(grp.ops), free(grp.ctxs), free(grp.lanes), free(grp.comms);
+  memset(&grp, 0, sizeof(grp));
+}
+
+static void grp_key_make(void) {
+  pthread_key_create(&grp_key, grp_free);
+}
+
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
+  if (!*p) {
+    pthread_once(&grp_key_once, grp_key_make);
+    pthread_setspecific(grp_key, &grp);
+  }
   size_t c = *cap ? *cap : 8;
   while (c < need) c *= 2;
   void *q = realloc(*p, c * elem);
@@ -124,6 +145,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++) sched_reset(&grp.comms[locked]->p2p_lanes[p]);
   }
   TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
+  if (collcheck_wanted(ops, n)) TUTTI_CHECK_GOTO(collcheck_run(ops, n), res, out);
   TUTTI_CHECK_GOTO(plan_group(ops, n), res, out);
   for (size_t i = 0; i < n; i++) grp.ctxs[i] = ops[i].ctx;
   TUTTI_CHECK_GOTO(self_copies(ops, n, 1), res, out);
@@ -146,7 +168,17 @@ ncclResult_t group_enqueue(const pending_t *p) {
   if (grow((void **)&grp.ops, &grp.cap, grp.n + 1, sizeof(pending_t)))
     return TUTTI_ERR(ncclSystemError, "out of memory");
   grp.ops[grp.n++] = *p;
+  __atomic_add_fetch(&p->ctx.comm->queued, 1, __ATOMIC_ACQ_REL); /* destroy refuses until the end */
   return ncclSuccess;
+}
+
+/* The group's calls no longer hold their communicators (they ran, or never will). */
+static void group_release(pending_t *ops, size_t n) {
+  for (size_t i = 0; i < n; i++) __atomic_sub_fetch(&ops[i].ctx.comm->queued, 1, __ATOMIC_ACQ_REL);
+}
+
+int group_depth(void) {
+  return grp.depth;
 }
 
 API ncclResult_t ncclGroupStart(void) {
@@ -163,10 +195,13 @@ API ncclResult_t ncclGroupEnd(void) {
   if (res != ncclSuccess) {
     char why[512];
     snprintf(why, sizeof(why), "%s", tutti_last_error());
+    group_jobs_run(0);
     TUTTI_ERR(res, "ncclGroupEnd: the group contained an invalid call (%s); nothing was run", why);
-  } else if (grp.n > 0) {
-    res = group_run(grp.ops, grp.n);
+  } else {
+    res = group_jobs_run(1); /* deferred inits and splits first: the calls may use them */
+    if (res == ncclSuccess && grp.n > 0) res = group_run(grp.ops, grp.n);
   }
+  group_release(grp.ops, grp.n);
   grp.n = 0;
   grp.error = ncclSuccess;
   return res;

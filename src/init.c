@@ -7,8 +7,10 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "agreed.h"
 #include "bootstrap.h"
 #include "comm.h"
+#include "group.h"
 #include "net_addr.h"
 #include "plan.h"
 #include "topology/topo.h"
@@ -49,12 +51,26 @@ static ncclResult_t registry_add(ncclComm_t c) {
   return ncclSuccess;
 }
 
-static void registry_remove(ncclComm_t c) {
+enum { TAKE_GONE, TAKE_QUEUED, TAKE_OK };
+
+/* Takes c out of the registry for destroy or abort, in one step under the write lock, so that
+ * of two concurrent calls on one handle exactly one owns it (TAKE_OK) and the other sees a dead
+ * handle (TAKE_GONE) without touching its memory. A communicator with calls still queued in an
+ * open group (comm->queued) stays registered (TAKE_QUEUED): the group holds pointers to it.
+ * abort: the abort flag is raised while the handle is known to be alive. */
+static int registry_take(ncclComm_t c, int abort, int *queued) {
+  int state = TAKE_GONE;
   pthread_rwlock_wrlock(&registry_lock);
-  for (size_t i = 0; i < registry_n; i++)
-    if (registry[i] == c) registry[i] = registry[--registry_n];
+  for (size_t i = 0; i < registry_n && state == TAKE_GONE; i++) {
+    if (registry[i] != c) continue;
+    if (abort) __atomic_store_n(&c->abort_flag, 1, __ATOMIC_RELEASE);
+    *queued = __atomic_load_n(&c->queued, __ATOMIC_ACQUIRE);
+    state = *queued > 0 ? TAKE_QUEUED : TAKE_OK;
+    if (state == TAKE_OK) registry[i] = registry[--registry_n];
+  }
   __atomic_add_fetch(&registry_gen, 1, __ATOMIC_RELEASE);
   pthread_rwlock_unlock(&registry_lock);
+  return state;
 }
 
 static int registry_has(ncclComm_t c) {
@@ -312,11 +328,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   tutti_log_version();
   tutti_log_settings();
   TUTTI_CHECK(comm_alloc(&c, nranks, rank));
-  snprintf(c->peers[rank].settings, sizeof(c->peers[rank].settings), "shm=%s/%s direct=%s/%s",
-           tutti_getenv("SHM_SLOT_BYTES") ? tutti_getenv("SHM_SLOT_BYTES") : "default",
-           tutti_getenv("SHM_NSLOTS") ? tutti_getenv("SHM_NSLOTS") : "default",
-           tutti_getenv("DIRECT") ? tutti_getenv("DIRECT") : "default",
-           tutti_getenv("DIRECT_MIN_BYTES") ? tutti_getenv("DIRECT_MIN_BYTES") : "default");
+  agreed_settings_format(c->peers[rank].settings, sizeof(c->peers[rank].settings));
   c->timeout_ms = tutti_param_Timeout() * 1000;
   c->oneshot_max_bytes = (size_t)tutti_param_OneshotMaxBytes();
   tuner_parse_algo(tutti_getenv("ALGO"), c->algo_mask);
@@ -362,10 +374,33 @@ static ncclResult_t check_init_args(ncclComm_t *comm, int nranks, int rank, cons
   return ncclSuccess;
 }
 
+/* Inside a group, init runs at ncclGroupEnd (group_jobs.c); *comm is set then. */
+typedef struct init_job {
+  ncclComm_t *slot;
+  int nranks, rank;
+  ncclUniqueId id;
+} init_job_t;
+
+static ncclResult_t init_job_run(void *p) {
+  init_job_t *j = p;
+  ncclResult_t res = comm_init(j->slot, j->nranks, &j->id, j->rank);
+  free(j);
+  return res;
+}
+
+static ncclResult_t comm_init_or_defer(ncclComm_t *comm, int nranks, const ncclUniqueId *id,
+                                       int rank) {
+  if (group_depth() == 0) return comm_init(comm, nranks, id, rank);
+  init_job_t *j = malloc(sizeof(*j));
+  if (!j) return TUTTI_ERR(ncclSystemError, "out of memory");
+  *j = (init_job_t){.slot = comm, .nranks = nranks, .rank = rank, .id = *id};
+  return group_defer(init_job_run, free, j);
+}
+
 API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
   tutti_clear_error();
   TUTTI_CHECK(check_init_args(comm, nranks, rank, "ncclCommInitRank"));
-  return comm_init(comm, nranks, &id, rank);
+  return comm_init_or_defer(comm, nranks, &id, rank);
 }
 
 API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
@@ -375,8 +410,9 @@ API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUnique
   if (config && (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, blocking)))
     return TUTTI_ERR(ncclInvalidArgument, "ncclCommInitRankConfig: config was not initialised "
                                           "with NCCL_CONFIG_INITIALIZER");
-  /* blocking/CTA settings have no meaning on host memory: init always completes here. */
-  return comm_init(comm, nranks, &id, rank);
+  /* blocking/CTA settings have no meaning on host memory: init completes here, or at the
+   * ncclGroupEnd of an open group. */
+  return comm_init_or_defer(comm, nranks, &id, rank);
 }
 
 typedef struct init_all_arg {
@@ -439,22 +475,37 @@ API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
-  TUTTI_CHECK(comm_check_handle(comm, "ncclCommDestroy"));
-  registry_remove(comm);
-  pthread_mutex_lock(&comm->lock);
+/* Destroy and abort: the call that takes the handle out of the registry frees it; a second
+ * call (another thread, a watchdog) gets an error instead of a double free. */
+static ncclResult_t comm_end(ncclComm_t comm, int abort, const char *fn) {
+  int queued = 0, state = registry_take(comm, abort, &queued);
+  if (state == TAKE_GONE)
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "%s: comm %p is not a live communicator (destroyed or "
+                     "aborted already, being destroyed by another thread, or never created)",
+                     fn, (void *)comm);
+  if (abort) transport_mark_failed(comm); /* releases a blocked call and the peers waiting on us */
+  if (state == TAKE_QUEUED)
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "%s: rank %d still has %d call(s) queued in an open group "
+                     "(ncclGroupStart without ncclGroupEnd, or a pending ncclCommSplit); end the "
+                     "group first%s",
+                     fn, comm->rank, queued,
+                     abort ? " (the communicator is aborted: the group will fail)" : "");
+  pthread_mutex_lock(&comm->lock); /* waits for an operation running in another thread */
   pthread_mutex_unlock(&comm->lock);
   comm_free(comm);
   return ncclSuccess;
 }
 
+API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
+  return comm_end(comm, 0, "ncclCommDestroy");
+}
+
 API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
-  TUTTI_CHECK(comm_check_handle(comm, "ncclCommAbort"));
-  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE); /* releases a blocked call */
-  transport_mark_failed(comm);                                /* and the peers waiting on us */
-  return ncclCommDestroy(comm);
+  return comm_end(comm, 1, "ncclCommAbort");
 }
 
 API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err) {

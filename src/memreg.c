@@ -137,8 +137,28 @@ typedef struct reg_handle {
   ncclComm_t comm;
   void *buff;
   size_t size;
+  struct reg_handle *next; /* reg_live */
 } reg_handle_t;
 #define REG_MAGIC 0x7475747469726567ull /* "tuttireg" */
+
+/* Every live handle: ncclCommDeregister looks a handle up here before it reads it, so that a
+ * bogus pointer or a second deregister is an error, never a read of freed memory. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static reg_handle_t *reg_live;
+
+/* Unlinks h if it is live and belongs to comm; 1 if it did. */
+static int reg_take(reg_handle_t *h, ncclComm_t comm) {
+  int found = 0;
+  pthread_mutex_lock(&reg_lock);
+  for (reg_handle_t **p = &reg_live; *p && !found; p = &(*p)->next) {
+    if (*p != h || h->comm != comm) continue;
+    *p = h->next;
+    found = 1;
+    break;
+  }
+  pthread_mutex_unlock(&reg_lock);
+  return found;
+}
 
 API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
   tutti_clear_error();
@@ -160,6 +180,9 @@ API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size
          "ncclCommRegister: %p (%zu bytes) is not from ncclMemAlloc: other processes "
          "cannot map it, collectives on it copy through the FIFOs",
          buff, size);
+  pthread_mutex_lock(&reg_lock);
+  h->next = reg_live, reg_live = h;
+  pthread_mutex_unlock(&reg_lock);
   *handle = h;
   return ncclSuccess;
 }
@@ -168,7 +191,7 @@ API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
   tutti_clear_error();
   TUTTI_CHECK(comm_check_handle(comm, "ncclCommDeregister"));
   reg_handle_t *h = handle;
-  if (!h || h->magic != REG_MAGIC || h->comm != comm)
+  if (!h || !reg_take(h, comm))
     return TUTTI_ERR(ncclInvalidArgument,
                      "ncclCommDeregister: handle %p was not returned by "
                      "ncclCommRegister on this communicator (or was deregistered already)",

@@ -114,6 +114,31 @@ double tutti_setting_double(const char *env, double dflt, double lo, double hi) 
 
 static pthread_mutex_t param_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Integer settings with a range narrower than int64 (seconds become int milliseconds where they
+ * are used: at most 2147483 s). Outside its range a setting is refused with a warning naming the
+ * range, and the default applies. */
+static const struct {
+  const char *env;
+  int64_t lo, hi;
+  const char *unit;
+} param_ranges[] = {
+    {"INIT_TIMEOUT", 1, 2147483, "seconds"},
+    {"TIMEOUT", 0, 2147483, "seconds (0: no limit)"},
+};
+
+static int param_in_range(const char *which, const char *env, int64_t v, const char *raw,
+                          int64_t dflt) {
+  for (size_t i = 0; i < sizeof(param_ranges) / sizeof(param_ranges[0]); i++) {
+    if (strcmp(param_ranges[i].env, env) != 0) continue;
+    if (v >= param_ranges[i].lo && v <= param_ranges[i].hi) return 1;
+    WARN("setting %s=\"%s\" is outside [%lld, %lld] %s; using the default %lld", which, raw,
+         (long long)param_ranges[i].lo, (long long)param_ranges[i].hi, param_ranges[i].unit,
+         (long long)dflt);
+    return 0;
+  }
+  return 1;
+}
+
 int64_t tutti_param_load(tutti_param_t *p) {
   if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == 2) return p->value;
   pthread_mutex_lock(&param_lock);
@@ -124,6 +149,8 @@ int64_t tutti_param_load(tutti_param_t *p) {
     const char *why = s ? tutti_parse_int(s, &v) : NULL;
     if (why) {
       WARN("setting %s=\"%s\" %s; using the default %lld", which, s, why, (long long)p->dflt);
+      v = p->dflt;
+    } else if (s && !param_in_range(which, p->env, v, s, p->dflt)) {
       v = p->dflt;
     } else if (v != p->dflt) {
       INFO(SUB_ENV, "setting %s=%lld (default %lld)", which, (long long)v, (long long)p->dflt);

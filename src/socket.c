@@ -227,7 +227,7 @@ ncclResult_t sock_recv_all(int fd, void *buf, size_t len, int timeout_ms) {
 
 /* ---- acceptor: see socket.h ---- */
 
-#define SOCK_HELLO_MAX 256
+#define SOCK_HELLO_MAX 1024 /* the bootstrap hello: a peer_info_t and a header */
 
 typedef struct pending {
   int fd;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "group.h"
 
 typedef struct member {
   int32_t color, key, rank;
@@ -18,15 +19,8 @@ static int member_cmp(const void *a, const void *b) {
   return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
-API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                               ncclConfig_t *config) {
-  tutti_clear_error();
-  TUTTI_CHECK(comm_check(comm, "ncclCommSplit"));
-  if (!newcomm) return TUTTI_ERR(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-    return TUTTI_ERR(ncclInvalidArgument, "ncclCommSplit: color %d must be >= 0 or "
-                     "NCCL_SPLIT_NOCOLOR", color);
-  *newcomm = NULL;
+static ncclResult_t split_run(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                              ncclConfig_t *config) {
   int n = comm->nranks;
   ncclResult_t res = ncclSuccess;
   member_t *all = calloc(n, sizeof(member_t)), *mine = calloc(n, sizeof(member_t));
@@ -57,4 +51,48 @@ out:
   free(mine);
   free(ids);
   return res;
+}
+
+/* Inside a group the split runs at ncclGroupEnd (its all-gathers cannot wait in a queue of the
+ * group: they would write into buffers the split has freed). The job holds the parent (queued),
+ * so that ncclCommDestroy of the parent before the group ends is refused. */
+typedef struct split_job {
+  ncclComm_t comm, *newcomm;
+  int color, key;
+  ncclConfig_t *config;
+} split_job_t;
+
+static ncclResult_t split_job_run(void *p) {
+  split_job_t *j = p;
+  ncclResult_t res = comm_check(j->comm, "ncclCommSplit");
+  if (res == ncclSuccess) res = split_run(j->comm, j->color, j->key, j->newcomm, j->config);
+  __atomic_sub_fetch(&j->comm->queued, 1, __ATOMIC_ACQ_REL);
+  free(j);
+  return res;
+}
+
+static void split_job_drop(void *p) {
+  split_job_t *j = p;
+  __atomic_sub_fetch(&j->comm->queued, 1, __ATOMIC_ACQ_REL);
+  free(j);
+}
+
+API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                               ncclConfig_t *config) {
+  tutti_clear_error();
+  TUTTI_CHECK(comm_check(comm, "ncclCommSplit"));
+  if (!newcomm) return TUTTI_ERR(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "ncclCommSplit: color %d must be >= 0 or "
+                     "NCCL_SPLIT_NOCOLOR",
+                     color);
+  *newcomm = NULL;
+  if (group_depth() == 0) return split_run(comm, color, key, newcomm, config);
+  split_job_t *j = malloc(sizeof(*j));
+  if (!j) return TUTTI_ERR(ncclSystemError, "out of memory");
+  *j =
+      (split_job_t){.comm = comm, .newcomm = newcomm, .color = color, .key = key, .config = config};
+  __atomic_add_fetch(&comm->queued, 1, __ATOMIC_ACQ_REL);
+  return group_defer(split_job_run, split_job_drop, j);
 }

@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -152,6 +153,15 @@ void run_procs(int n, const Body &body, const Options &opt, RunResult *res) {
   fflush(stderr);
   std::vector<pid_t> pids;
   std::vector<int> fds;
+  // The children wait at this gate until all are forked: a rank that starts at once makes the
+  // parent's bootstrap root threads allocate while the next fork copies the process, and a
+  // child can inherit an allocator lock held by a thread that does not exist in it (seen with
+  // ASan's allocator, which has no fork handler here).
+  int gate[2];
+  if (pipe(gate) != 0) {
+    res->setup_error = "pipe failed";
+    return;
+  }
   for (int r = 0; r < n; r++) {
     int p[2];
     if (pipe(p) != 0) {
@@ -162,6 +172,11 @@ void run_procs(int n, const Body &body, const Options &opt, RunResult *res) {
     if (pid == 0) {
       close(p[0]);
       for (int fd : fds) close(fd);
+      close(gate[1]);
+      char go;
+      while (read(gate[0], &go, 1) < 0 && errno == EINTR) {
+      }
+      close(gate[0]);
       child_main(r, n, id, extra, body, opt, p[1]);
     }
     close(p[1]);
@@ -177,6 +192,8 @@ void run_procs(int n, const Body &body, const Options &opt, RunResult *res) {
     res->ranks.back().rank = r;
     res->ranks.back().pid = pid;
   }
+  close(gate[0]);
+  close(gate[1]);  // EOF at the gate: every child starts
   if (opt.while_running && res->setup_error.empty()) opt.while_running(pids);
   double deadline = now_s() + opt.timeout_s;
   size_t left = pids.size();

@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -539,8 +540,12 @@ static void print_settings(const run_job_t *job) {
 /* In the child: wire up stdio and the environment, then exec. On failure the errno goes back
  * through status_fd (closed by a successful exec) and the parent prints the error. */
 static void child_exec(const run_job_t *job, int rank, int out_fd, int err_fd, int status_fd,
-                       const sigset_t *old_mask) {
+                       const sigset_t *old_mask, pid_t launcher) {
   restore_child_signals(old_mask);
+  /* A rank dies with tutti-run, also when tutti-run is SIGKILLed and cannot forward anything:
+   * the kernel sends SIGKILL when the parent exits. If the parent is already gone (it died
+   * before this line), the rank never starts. */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) _exit(RUN_EXIT_NOEXEC);
   setpgid(0, job->pgid); /* pgid 0 for the first rank: a new group named by its pid */
   bind_rank(&job->opt, rank);
   if (job->opt.prefix) {
@@ -624,8 +629,9 @@ static int spawn_rank(run_job_t *job, int r) {
   sigset_t old;
   block_signals(&old);
   fflush(NULL);
+  pid_t launcher = getpid();
   pid_t pid = fork();
-  if (pid == 0) child_exec(job, r, out[1], err[1], status[1], &old);
+  if (pid == 0) child_exec(job, r, out[1], err[1], status[1], &old, launcher);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, NULL);
   close_fd(&out[1]);

@@ -229,10 +229,17 @@ ncclResult_t topo_load_xml(const char *path, topo_t **out) {
   *out = NULL;
   TUTTI_CHECK(topo_new(&t));
   snprintf(t->source, sizeof(t->source), "%s", path);
-  errno = 0;
-  if (hwloc_topology_set_xml(t->hw, path) != 0 || hwloc_topology_load(t->hw) != 0) {
+  if (access(path, R_OK) != 0) {
     res = TUTTI_ERR(ncclInvalidUsage, "cannot load the hwloc XML topology \"%s\": %s", path,
-                    errno ? strerror(errno) : "invalid file");
+                    strerror(errno));
+    goto fail;
+  }
+  if (hwloc_topology_set_xml(t->hw, path) != 0 || hwloc_topology_load(t->hw) != 0) {
+    res = TUTTI_ERR(ncclInvalidUsage,
+                    "cannot load the hwloc XML topology \"%s\": it is not a "
+                    "valid hwloc XML file (`lstopo --if xml --input FILE` shows what hwloc "
+                    "finds wrong)",
+                    path);
     goto fail;
   }
   TUTTI_CHECK_GOTO(topo_finish(t, t0), res, fail);

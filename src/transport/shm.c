@@ -144,10 +144,19 @@ static ncclResult_t map_segment(const char *name, size_t bytes, int create, char
   if (fd < 0)
     return TUTTI_ERR(ncclSystemError, "shm_open(%s) failed: %s (is /dev/shm full or missing?)",
                      name, strerror(errno));
-  if (create && ftruncate(fd, (off_t)bytes) != 0) {
-    int err = errno;
+  /* Reserve the pages now: a sparse segment on a full /dev/shm (Docker's default is 64 MiB)
+   * maps fine and kills the process with SIGBUS at the first write to a missing page. */
+  int err = create ? posix_fallocate(fd, 0, (off_t)bytes) : 0;
+  if (err != 0) {
     close(fd);
     shm_unlink(name);
+    if (err == ENOSPC || err == EFBIG)
+      return TUTTI_ERR(ncclSystemError,
+                       "/dev/shm has too little free space for the %zu bytes of "
+                       "%s (%s): give the job more shared memory (docker run --shm-size=1g, or a "
+                       "larger tmpfs), lower TUTTI_SHM_SLOT_BYTES / TUTTI_SHM_NSLOTS, or set "
+                       "TUTTI_SHM_DISABLE=1 to use sockets",
+                       bytes, name, strerror(err));
     return TUTTI_ERR(ncclSystemError, "cannot size shared memory %s to %zu bytes: %s", name, bytes,
                      strerror(err));
   }

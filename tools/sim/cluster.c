@@ -2,6 +2,7 @@
  * and nccl-tests' size conventions. Bandwidths are given in Gbit/s (the unit of tc and of NIC
  * data sheets), latencies in microseconds; the model stores bytes/s and seconds. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ static int parse_double(const char *s, double lo, double *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || end == s || *end || v < lo) return -1;
+  if (errno || end == s || *end || !isfinite(v) || v < lo) return -1; /* nan is not < lo */
   *out = v;
   return 0;
 }

@@ -1,0 +1,125 @@
+// The bootstrap root against careless and hostile clients (issue 13, defect 2): idle
+// connections and one that trickles a byte at a time used to be served one after another, each
+// byte restarting a 5 s wait, so a 3-rank job failed init with "lost the bootstrap root". The
+// root now serves every joiner at once and bounds each connection's whole hello.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include "socket.h"
+}
+#include "tutti.h"
+
+namespace {
+
+struct id_layout {  // bootstrap_id_t: what ncclUniqueId carries
+  char magic[8];
+  sock_addr_t root;
+  unsigned char secret[16];
+};
+
+double now_s() {
+  return tutti_time_ns() / 1e9;
+}
+
+int connect_to(const sock_addr_t &a) {
+  int fd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, &a.sa, sock_addr_len(&a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(BootstrapRoot, IdleAndTricklingConnectionsDoNotStallInit) {
+  setenv("TUTTI_INIT_TIMEOUT", "30", 1);  // read once per process: before the first id
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  id_layout b;
+  memcpy(&b, id.internal, sizeof(b));
+  std::vector<int> idle;
+  for (int i = 0; i < 10; i++) {
+    int fd = connect_to(b.root);
+    ASSERT_GE(fd, 0) << "connection " << i;
+    idle.push_back(fd);
+  }
+  // One byte every 200 ms until the root closes the connection.
+  std::atomic<double> trickle_closed_after{-1};
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    int fd = connect_to(b.root);
+    if (fd < 0) return;
+    double t = now_s();
+    while (!stop.load()) {
+      if (send(fd, "x", 1, MSG_NOSIGNAL) != 1) break;
+      usleep(200 * 1000);
+    }
+    if (!stop.load()) trickle_closed_after = now_s() - t;
+    close(fd);
+  });
+  const int n = 3;
+  std::vector<ncclComm_t> comms(n, nullptr);
+  std::vector<ncclResult_t> rc(n, ncclInternalError);
+  std::vector<std::thread> ranks;
+  double t0 = now_s();
+  for (int r = 0; r < n; r++)
+    ranks.emplace_back([&, r] { rc[r] = ncclCommInitRank(&comms[r], n, id, r); });
+  for (auto &t : ranks) t.join();
+  double init_s = now_s() - t0;
+  for (int r = 0; r < n; r++) EXPECT_EQ(rc[r], ncclSuccess) << "rank " << r;
+  EXPECT_LT(init_s, 10.0) << "init waited for the idle connections";
+  // The trickling connection is closed within its 5 s hello bound (or as soon as every rank
+  // joined), not served for as long as it keeps sending.
+  double t1 = now_s();
+  while (trickle_closed_after.load() < 0 && now_s() - t1 < 10) usleep(50 * 1000);
+  stop = true;
+  trickle.join();
+  EXPECT_GE(trickle_closed_after.load(), 0) << "the root kept the trickling connection";
+  EXPECT_LT(trickle_closed_after.load(), 8.0);
+  for (int fd : idle) close(fd);
+  for (int r = 0; r < n; r++)
+    if (comms[r]) {
+      EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+    }
+}
+
+// A rank whose id has a flipped secret byte was dropped without a word and reported "lost the
+// bootstrap root during init". It is now told that its secret differs; the job goes on.
+TEST(BootstrapRoot, FlippedSecretIsNamedAndTheJobGoesOn) {
+  setenv("TUTTI_INIT_TIMEOUT", "30", 1);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclUniqueId bad = id;
+  id_layout b;
+  memcpy(&b, bad.internal, sizeof(b));
+  b.secret[7] ^= 0x10;
+  memcpy(bad.internal, &b, sizeof(b));
+  ncclComm_t stray = nullptr;
+  double t0 = now_s();
+  EXPECT_NE(ncclCommInitRank(&stray, 2, bad, 1), ncclSuccess);
+  std::string msg = ncclGetLastError(nullptr);
+  EXPECT_NE(msg.find("job secret differs"), std::string::npos) << msg;
+  EXPECT_LT(now_s() - t0, 10.0);
+  std::vector<ncclComm_t> comms(2, nullptr);
+  std::vector<ncclResult_t> rc(2, ncclInternalError);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; r++)
+    ranks.emplace_back([&, r] { rc[r] = ncclCommInitRank(&comms[r], 2, id, r); });
+  for (auto &t : ranks) t.join();
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(rc[r], ncclSuccess) << "rank " << r;
+    if (comms[r]) {
+      EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+    }
+  }
+}
+
+}  // namespace
