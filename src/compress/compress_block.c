@@ -69,8 +69,10 @@ static const char *check_message(const struct tuttiCompressor *c, const uint8_t 
 }
 
 /* Phase 1 on receipt: this rank's block from every rank, in rank order, summed in fp32; then
- * the reduced block encoded into `out`. On a bad message, `out` is an ERROR message. */
-static ncclResult_t reduce_own_block(struct tuttiCompressor *c, int rank, uint8_t *out, int *bad) {
+ * the reduced block encoded into `out`. On a bad message, `out` is an ERROR message naming the
+ * sender, *bad its rank and the reason is returned (the error is raised after the all-gather,
+ * which every rank must still join). */
+static const char *reduce_own_block(struct tuttiCompressor *c, int rank, uint8_t *out, int *bad) {
   const compress_codec_t *codec = compress_codec_of(c->cfg.kind);
   size_t off, n;
   compress_block_range(c->count, c->nranks, rank, &off, &n);
@@ -79,10 +81,8 @@ static ncclResult_t reduce_own_block(struct tuttiCompressor *c, int rank, uint8_
         check_message(c, c->recvbuf + (size_t)src * c->slot, COMPRESS_PHASE_SCATTER, rank, n);
     if (why) {
       compress_error_message(out, (uint8_t)c->cfg.kind, src, ncclRemoteError);
-      *bad = 1;
-      return TUTTI_ERR(ncclRemoteError,
-                       "compressed all-reduce (%s): malformed message from rank %d: %s",
-                       codec->name, src, why);
+      *bad = src;
+      return why;
     }
   }
   memset(c->acc, 0, n * sizeof(float));
@@ -90,7 +90,7 @@ static ncclResult_t reduce_own_block(struct tuttiCompressor *c, int rank, uint8_
     codec->decode_add(c->recvbuf + (size_t)src * c->slot + COMPRESS_HEADER_BYTES, n, c->acc);
   write_header(out, c, COMPRESS_PHASE_GATHER, rank, n);
   encode_with_feedback(codec, c->acc, n, 1.0f, c->acc, c->residual2, out + COMPRESS_HEADER_BYTES);
-  return ncclSuccess;
+  return NULL;
 }
 
 /* Phase 2 on receipt: every reduced block checked, then decoded into y. */
@@ -118,7 +118,7 @@ static ncclResult_t decode_gathered(struct tuttiCompressor *c, float *y) {
 ncclResult_t compress_block_allreduce(struct tuttiCompressor *c, const float *x, float *y,
                                       float scale, int rank, ncclComm_t comm) {
   const compress_codec_t *codec = compress_codec_of(c->cfg.kind);
-  int R = c->nranks, bad = 0;
+  int R = c->nranks, bad = -1;
   for (int b = 0; b < R; b++) {
     size_t off, n;
     compress_block_range(c->count, R, b, &off, &n);
@@ -129,9 +129,12 @@ ncclResult_t compress_block_allreduce(struct tuttiCompressor *c, const float *x,
   }
   TUTTI_CHECK(ncclAlltoAll(c->sendbuf, c->recvbuf, c->slot, ncclUint8, comm, NULL));
   uint8_t *own = c->sendbuf + (size_t)rank * c->slot; /* sent already: reused for phase 2 */
-  ncclResult_t local = reduce_own_block(c, rank, own, &bad);
+  const char *why = reduce_own_block(c, rank, own, &bad);
   TUTTI_CHECK(ncclAllGather(own, c->recvbuf, c->slot, ncclUint8, comm, NULL));
   c->sent += compress_wire_bytes(&c->cfg, c->count, R);
-  if (bad) return local;
+  if (why)
+    return TUTTI_ERR(ncclRemoteError,
+                     "compressed all-reduce (%s): malformed message from rank %d: %s", codec->name,
+                     bad, why);
   return decode_gathered(c, y);
 }

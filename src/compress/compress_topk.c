@@ -2,7 +2,8 @@
  *
  * Payload for k pairs: k x { uint32 index, float32 value }, little-endian, indices strictly
  * increasing and below the buffer's count (checked on receipt, so a pair can never write out of
- * bounds or twice). k = max(1, ceil(fraction * count)), the same on every rank.
+ * bounds or twice). k = max(1, ceil(fraction * count)) (the float fraction taken as the decimal
+ * it stands for), the same on every rank.
  *
  * Selection in two passes, O(count), no sort: a histogram of the top 16 bits of |v| (sign
  * dropped: 8 exponent and 7 mantissa bits, so a bucket spans magnitudes within a factor
@@ -20,7 +21,9 @@
 
 size_t compress_topk_k(size_t count, float fraction) {
   if (count == 0) return 0;
-  double k = ceil((double)fraction * (double)count);
+  /* a float fraction is off by up to 2^-24 relative (0.01f is 0.0099999998): ceil of a product
+   * a hair above an integer must not add one */
+  double k = ceil((double)fraction * (double)count * (1.0 - 0x1p-23));
   if (k < 1) k = 1;
   return k > (double)count ? count : (size_t)k;
 }
