@@ -31,7 +31,7 @@ std::vector<float> varied_input(size_t n, unsigned seed) {
 
 std::vector<float> round_trip(const compress_codec_t *codec, const std::vector<float> &x) {
   std::vector<uint8_t> buf(codec->payload_bytes(x.size()));
-  codec->encode(x.data(), x.size(), buf.data());
+  codec->encode(x.data(), x.size(), 1.0f, buf.data());
   EXPECT_EQ(codec->check(buf.data(), x.size()), nullptr);
   std::vector<float> y(x.size()), acc(x.size(), 1.0f);
   codec->decode(buf.data(), x.size(), y.data());
@@ -89,7 +89,7 @@ TEST(CompressCodec, Int8WithinHalfAStepOfItsBlock) {
 TEST(CompressCodec, Int8RejectsMalformedPayloads) {
   std::vector<float> x = varied_input(600, 4);
   std::vector<uint8_t> buf(compress_codec_int8.payload_bytes(600));
-  compress_codec_int8.encode(x.data(), 600, buf.data());
+  compress_codec_int8.encode(x.data(), 600, 1.0f, buf.data());
   ASSERT_EQ(compress_codec_int8.check(buf.data(), 600), nullptr);
   auto bad_scale = [&](float s) {
     auto b = buf;
@@ -106,7 +106,7 @@ TEST(CompressCodec, Int8RejectsMalformedPayloads) {
   EXPECT_NE(strstr(why, "-128"), nullptr) << why;
   // A NaN input makes its block's scale NaN, which the receiver rejects.
   x[300] = NAN;
-  compress_codec_int8.encode(x.data(), 600, buf.data());
+  compress_codec_int8.encode(x.data(), 600, 1.0f, buf.data());
   EXPECT_NE(compress_codec_int8.check(buf.data(), 600), nullptr);
 }
 
@@ -166,7 +166,8 @@ TEST(CompressTopk, PicksTheLargestMagnitudesInIndexOrder) {
   for (uint32_t j = 0; j < 40; j++) big.push_back(j * 123 + 7);
   for (size_t j = 0; j < big.size(); j++) v[big[j]] = (j % 2 ? -1.0f : 1.0f) * (100.0f + j);
   std::vector<uint8_t> out(k * COMPRESS_TOPK_PAIR_BYTES);
-  compress_topk_encode(v.data(), n, k, out.data());
+  std::vector<float> left = v;
+  compress_topk_take(left.data(), n, k, out.data());
   ASSERT_EQ(compress_topk_check(out.data(), k, n), nullptr);
   for (size_t j = 0; j < k; j++) {
     uint32_t idx;
@@ -179,6 +180,22 @@ TEST(CompressTopk, PicksTheLargestMagnitudesInIndexOrder) {
   std::vector<float> acc(n, 0.0f);
   compress_topk_decode_add(out.data(), k, acc.data());
   for (size_t j = 0; j < k; j++) EXPECT_EQ(acc[big[j]], v[big[j]]);
+  // what was taken is zero in v, the rest unchanged (the residual)
+  for (size_t i = 0; i < n; i++) EXPECT_EQ(left[i], acc[i] != 0.0f ? 0.0f : v[i]) << i;
+}
+
+TEST(CompressCodec, EncodeScalesBeforeTheCast) {
+  // encode(x, s) is encode(s * x, 1): the product rounds to fp32 first, for every codec.
+  auto x = varied_input(1000, 9);
+  std::vector<float> sx(x.size());
+  for (size_t i = 0; i < x.size(); i++) sx[i] = 0.25f * x[i];
+  for (const compress_codec_t *c :
+       {&compress_codec_bf16, &compress_codec_fp16, &compress_codec_int8}) {
+    std::vector<uint8_t> a(c->payload_bytes(x.size())), b(a.size());
+    c->encode(x.data(), x.size(), 0.25f, a.data());
+    c->encode(sx.data(), x.size(), 1.0f, b.data());
+    EXPECT_EQ(a, b) << c->name;
+  }
 }
 
 TEST(CompressTopk, RejectsIndicesOutOfRangeOrOutOfOrder) {
@@ -211,10 +228,10 @@ TEST(CompressFeedback, Int8SumOfSentTracksSumOfGradients) {
     std::vector<float> g(n);
     for (size_t i = 0; i < n; i++) g[i] = i % 256 == 0 ? u(gen) : 1e-3f * u(gen);
     for (size_t i = 0; i < n; i++) v[i] = g[i] + e[i];
-    compress_codec_int8.encode(v.data(), n, buf.data());
+    compress_codec_int8.encode(v.data(), n, 1.0f, buf.data());
     compress_codec_int8.decode(buf.data(), n, sent.data());
     for (size_t i = 0; i < n; i++) e[i] = v[i] - sent[i];
-    compress_codec_int8.encode(g.data(), n, buf.data());  // without feedback
+    compress_codec_int8.encode(g.data(), n, 1.0f, buf.data());  // without feedback
     std::vector<float> plain(n);
     compress_codec_int8.decode(buf.data(), n, plain.data());
     for (size_t i = 0; i < n; i++)
@@ -240,7 +257,7 @@ TEST(CompressWire, WireBytesAreTheMessagesSent) {
   EXPECT_EQ(bytes, 2u * (24 + 2 * 500));  // 2 slots of header + 500 bf16
   ASSERT_EQ(tuttiCompressorParse("int8", &c), ncclSuccess);
   ASSERT_EQ(tuttiCompressedWireBytes(&c, 1000, 4, &bytes), ncclSuccess);
-  EXPECT_EQ(bytes, 6u * (24 + 4 + 250));  // 250 per block: one scale
+  EXPECT_EQ(bytes, 6u * 280);  // 24 + 4 (one scale) + 250, rounded up to 8
   ASSERT_EQ(tuttiCompressorParse("topk:0.01", &c), ncclSuccess);
   ASSERT_EQ(tuttiCompressedWireBytes(&c, 1000, 3, &bytes), ncclSuccess);
   EXPECT_EQ(bytes, 2u * (24 + 8 * 10));  // all-gather: R-1 messages of 10 pairs

@@ -118,6 +118,9 @@ TEST(CompressE2E, Bf16Fp16Int8WithinBoundAndSameOnEveryRank) {
       check_block_kind("fp16", std::ldexp(1.0, -11), R, count, ncclSum, true);
       check_block_kind("int8", 0, R, count, ncclAvg, count == 1000);
     }
+  // more than one pipeline piece (1 Mi elements each): 3 pieces, the last one short
+  check_block_kind("bf16", std::ldexp(1.0, -8), 3, 2500001, ncclAvg, true);
+  check_block_kind("int8", 0, 2, 2500001, ncclSum, false);
 }
 
 // topk, first step (empty residual), Sum: every rank's k largest inputs are one big element

@@ -26,33 +26,39 @@ static size_t int8_payload_bytes(size_t count) {
   return 4 * int8_nblocks(count) + count;
 }
 
-static float block_scale(const float *x, size_t n) {
-  float m = 0;
+/* max |x| / 127 of a block (of scale * x), NaN if the block holds a NaN or an infinity. */
+static inline float block_scale(const float *x, size_t n, float scale) {
+  float m = 0, poison = 0;
   for (size_t i = 0; i < n; i++) {
-    float a = fabsf(x[i]);
+    float a = fabsf(scale * x[i]);
     m = a > m ? a : m;
-    if (a != a) return NAN; /* NaN: the block is not representable */
+    poison += a * 0.0f; /* NaN once any a is NaN or infinite */
   }
-  return m / 127.0f;
+  return poison == 0.0f ? m / 127.0f : NAN;
 }
 
-static void int8_encode(const float *x, size_t count, uint8_t *out) {
+COMPRESS_SIMD static void int8_encode_block(const float *x, size_t n, float scale, float inv,
+                                            int8_t *q) {
+  for (size_t i = 0; i < n; i++) {
+    float v = (scale * x[i]) * inv; /* |v| <= 127 up to rounding: clamp */
+    v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+    q[i] = (int8_t)(int)(v + (v >= 0.0f ? 0.5f : -0.5f)); /* half away from zero */
+  }
+}
+
+COMPRESS_SIMD static void int8_encode(const float *x, size_t count, float scale, uint8_t *out) {
   size_t nb = int8_nblocks(count);
   int8_t *q = (int8_t *)(out + 4 * nb);
   for (size_t b = 0; b < nb; b++) {
     size_t lo = b * B, n = count - lo < B ? count - lo : B;
-    float s = block_scale(x + lo, n);
+    float s = block_scale(x + lo, n, scale);
     memcpy(out + 4 * b, &s, 4);
     float inv = s > 0 && isfinite(s) ? 1.0f / s : 0.0f;
-    for (size_t i = 0; i < n; i++) {
-      float v = x[lo + i] * inv; /* |v| <= 127 up to rounding: clamp */
-      v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-      q[lo + i] = (int8_t)(int)(v + (v >= 0.0f ? 0.5f : -0.5f)); /* half away from zero */
-    }
+    int8_encode_block(x + lo, n, scale, inv, q + lo);
   }
 }
 
-static const char *int8_check(const uint8_t *in, size_t count) {
+COMPRESS_SIMD static const char *int8_check(const uint8_t *in, size_t count) {
   size_t nb = int8_nblocks(count);
   for (size_t b = 0; b < nb; b++) {
     float s;
@@ -60,12 +66,12 @@ static const char *int8_check(const uint8_t *in, size_t count) {
     if (!(s >= 0.0f) || !isfinite(s)) return "int8 block scale is negative or not finite";
   }
   const uint8_t *q = in + 4 * nb;
-  for (size_t i = 0; i < count; i++)
-    if (q[i] == 0x80) return "int8 value -128 is outside [-127, 127]";
-  return NULL;
+  size_t bad = 0;
+  for (size_t i = 0; i < count; i++) bad += q[i] == 0x80;
+  return bad ? "int8 value -128 is outside [-127, 127]" : NULL;
 }
 
-static void int8_decode(const uint8_t *in, size_t count, float *out) {
+COMPRESS_SIMD static void int8_decode(const uint8_t *in, size_t count, float *out) {
   size_t nb = int8_nblocks(count);
   const int8_t *q = (const int8_t *)(in + 4 * nb);
   for (size_t b = 0; b < nb; b++) {
@@ -76,7 +82,7 @@ static void int8_decode(const uint8_t *in, size_t count, float *out) {
   }
 }
 
-static void int8_decode_add(const uint8_t *in, size_t count, float *acc) {
+COMPRESS_SIMD static void int8_decode_add(const uint8_t *in, size_t count, float *acc) {
   size_t nb = int8_nblocks(count);
   const int8_t *q = (const int8_t *)(in + 4 * nb);
   for (size_t b = 0; b < nb; b++) {

@@ -13,6 +13,11 @@
  *   bytes sent per rank: 2 (R - 1) S, S = header + payload of ceil(count / R) elements — a
  *   ring all-reduce's 2 (R - 1) count / R elements at the codec's bytes per element.
  *
+ *   Pipelined by pieces of COMPRESS_PIECE_ELEMS: the caller's thread encodes and decodes, a
+ *   thread of the call runs the collectives, one piece behind (compress_block.c):
+ *     compute: E0 | E1 D0 | E2 D1 F0 | E3 D2 F1 | ...      E encode, D reduce own block,
+ *     network:    A0 | A1 G0 | A2 G1 | A3 G2 | ...          F decode; A all-to-all, G gather
+ *
  * topk: each rank sends its k largest-magnitude (index, value) pairs to everyone with one
  * ncclAllGather (pairs from different ranks land on different indices, so they cannot be
  * reduced on the way); everyone adds them up in rank order. PowerSGD: two fp32 ncclAllReduce
@@ -44,7 +49,7 @@ typedef struct compress_header {
   uint8_t kind;      /* tuttiCompressKind_t */
   uint8_t phase;     /* COMPRESS_PHASE_* */
   uint16_t reserved; /* 0 */
-  uint32_t block;    /* block (= owning rank) the payload belongs to; ERROR: the bad sender */
+  uint32_t block;    /* piece x nranks + the owning rank; ERROR: the rank that sent a bad one */
   uint32_t step;     /* the compressor's call number, modulo 2^32 */
   uint64_t count;    /* elements in the payload (topk: pairs) */
 } compress_header_t;
@@ -54,14 +59,24 @@ void compress_header_read(const uint8_t *in, compress_header_t *h);
 /* Checks a received header against what was expected; NULL if it matches, else the reason. */
 const char *compress_header_check(const compress_header_t *got, const compress_header_t *want);
 
+/* Element-wise loops are compiled for AVX-512, AVX2 and baseline x86-64, the best picked at load
+ * time (GCC function multi-versioning); these files are built with -ffp-contract=off, so every
+ * clone rounds the same way and ranks on different CPUs still agree bit for bit. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define COMPRESS_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define COMPRESS_SIMD
+#endif
+
 /* ---- block codecs: per-kind function tables ---- */
 typedef struct compress_codec {
   const char *name;
   tuttiCompressKind_t kind;
   int error_feedback; /* the sender keeps what encoding lost and adds it next time */
   size_t (*payload_bytes)(size_t count);
-  /* out: payload_bytes(count) bytes encoding x[0..count) */
-  void (*encode)(const float *x, size_t count, uint8_t *out);
+  /* out: payload_bytes(count) bytes encoding scale * x[0..count) (the product rounded to fp32
+   * first, so encode(x, s) == encode(s * x, 1)) */
+  void (*encode)(const float *x, size_t count, float scale, uint8_t *out);
   /* NULL if the payload is well formed, else the reason (static text) */
   const char *(*check)(const uint8_t *in, size_t count);
   /* out[i] = decoded value i; acc[i] += decoded value i (a checked payload only) */
@@ -77,17 +92,24 @@ const compress_codec_t *compress_codec_of(tuttiCompressKind_t kind);
 
 #define COMPRESS_INT8_BLOCK 256 /* elements per int8 scale */
 
-/* ---- block partition: block b of count elements over nranks ---- */
+/* ---- block partition ----
+ * The buffer is cut into pieces of COMPRESS_PIECE_ELEMS elements (the last one shorter), each
+ * all-reduced on its own so that encoding and decoding one piece overlap the transfers of
+ * others; a piece is cut into nranks blocks, block b owned by rank b. */
+#define COMPRESS_PIECE_ELEMS ((size_t)1 << 20) /* 4 MiB of fp32 */
+size_t compress_block_pieces(size_t count);
 void compress_block_range(size_t count, int nranks, int b, size_t *offset, size_t *len);
-/* Bytes of one message slot: header + payload of the largest block. */
+/* Bytes of one message slot of a piece of `count` elements: header + payload of the largest
+ * block, rounded up to 8 bytes (so every payload starts aligned). */
 size_t compress_block_slot(const compress_codec_t *codec, size_t count, int nranks);
 
 /* ---- topk ---- */
 #define COMPRESS_TOPK_PAIR_BYTES 8 /* u32 index, f32 value */
 size_t compress_topk_k(size_t count, float fraction);
 /* Picks k indices of v with the largest |v| (ties and magnitudes within 2^-7 of the threshold
- * broken by index), writes the pairs in increasing index order to out. */
-void compress_topk_encode(const float *v, size_t count, size_t k, uint8_t *out);
+ * broken by index), writes the pairs in increasing index order to out, and zeroes them in v
+ * (what is left in v is the error-feedback residual). */
+void compress_topk_take(float *v, size_t count, size_t k, uint8_t *out);
 /* NULL if the k pairs are well formed for a buffer of count elements, else the reason. */
 const char *compress_topk_check(const uint8_t *in, size_t k, size_t count);
 void compress_topk_decode_add(const uint8_t *in, size_t k, float *acc);

@@ -140,7 +140,7 @@ API ncclResult_t tuttiAllReduceCompressed(const void *sendbuff, void *recvbuff, 
   return compress_flat_allreduce(c, sendbuff, recvbuff, scale, comm);
 }
 
-/* ---- error messages of the all-gather phase ---- */
+/* ---- the ERROR message of the all-gather phase ---- */
 
 void compress_error_message(uint8_t *out, uint8_t kind, int bad_sender, int code) {
   compress_header_t h = {.magic = COMPRESS_MAGIC,
@@ -149,17 +149,4 @@ void compress_error_message(uint8_t *out, uint8_t kind, int bad_sender, int code
                          .block = (uint32_t)bad_sender,
                          .count = (uint64_t)code};
   compress_header_write(out, &h);
-}
-
-ncclResult_t compress_gathered_errors(const uint8_t *msgs, size_t slot, int nranks) {
-  for (int r = 0; r < nranks; r++) {
-    compress_header_t h;
-    compress_header_read(msgs + (size_t)r * slot, &h);
-    if (h.magic == COMPRESS_MAGIC && h.phase == COMPRESS_PHASE_ERROR)
-      return TUTTI_ERR(h.count == ncclInvalidUsage ? ncclInvalidUsage : ncclRemoteError,
-                       "compressed all-reduce: rank %d rejected the message rank %u sent it "
-                       "(its log says why)",
-                       r, h.block);
-  }
-  return ncclSuccess;
 }

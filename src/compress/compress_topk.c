@@ -55,7 +55,7 @@ static inline void put_pair(uint8_t *out, size_t j, uint32_t idx, float val) {
   memcpy(out + COMPRESS_TOPK_PAIR_BYTES * j + 4, &val, 4);
 }
 
-void compress_topk_encode(const float *v, size_t count, size_t k, uint8_t *out) {
+void compress_topk_take(float *v, size_t count, size_t k, uint8_t *out) {
   size_t take = 0, j = 0;
   uint32_t t = topk_threshold(v, count, k, &take);
   for (size_t i = 0; i < count && j < k; i++) {
@@ -63,6 +63,7 @@ void compress_topk_encode(const float *v, size_t count, size_t k, uint8_t *out) 
     if (b > t || (b == t && take > 0)) {
       if (b == t) take--;
       put_pair(out, j++, (uint32_t)i, v[i]);
+      v[i] = 0.0f;
     }
   }
 }

@@ -1,7 +1,9 @@
 /* The topk path: every rank sends the k largest-magnitude elements of (scaled input + residual)
  * as (index, value) pairs to everyone with one ncclAllGather; everyone checks all R messages,
  * then adds them up in rank order into a zeroed result, so every rank computes the same bits.
- * The elements not sent stay in the residual (error feedback); those sent leave it. */
+ * The elements not sent stay in the residual (error feedback); those sent leave it. Three
+ * passes over the buffer: residual += scale * x, the histogram, the selection (which zeroes
+ * what it sends in the residual); then the result is zeroed and the pairs added. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,25 +12,17 @@
 ncclResult_t compress_topk_setup(struct tuttiCompressor *c, int nranks) {
   size_t k = compress_topk_k(c->count, c->cfg.topkFraction);
   c->slot = COMPRESS_HEADER_BYTES + COMPRESS_TOPK_PAIR_BYTES * k;
-  c->work = malloc(c->count * sizeof(float));
   c->residual = calloc(c->count, sizeof(float));
   c->sendbuf = malloc(c->slot);
   c->recvbuf = malloc((size_t)nranks * c->slot);
-  if (!c->work || !c->residual || !c->sendbuf || !c->recvbuf)
+  if (!c->residual || !c->sendbuf || !c->recvbuf)
     return TUTTI_ERR(ncclSystemError, "out of memory for a topk compressor of %zu elements",
                      c->count);
   return ncclSuccess;
 }
 
-/* The pairs just encoded leave the residual; the rest of v stays in it. */
-static void topk_feedback(const uint8_t *pairs, size_t k, const float *v, float *residual,
-                          size_t count) {
-  memcpy(residual, v, count * sizeof(float));
-  for (size_t j = 0; j < k; j++) {
-    uint32_t idx;
-    memcpy(&idx, pairs + COMPRESS_TOPK_PAIR_BYTES * j, 4);
-    residual[idx] = 0.0f;
-  }
+COMPRESS_SIMD static void add_scaled(float *v, const float *x, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) v[i] = scale * x[i] + v[i];
 }
 
 static const char *check_message(const struct tuttiCompressor *c, const uint8_t *msg, int src,
@@ -47,7 +41,7 @@ static const char *check_message(const struct tuttiCompressor *c, const uint8_t 
 ncclResult_t compress_topk_allreduce(struct tuttiCompressor *c, const float *x, float *y,
                                      float scale, int rank, ncclComm_t comm) {
   size_t n = c->count, k = compress_topk_k(n, c->cfg.topkFraction);
-  for (size_t i = 0; i < n; i++) c->work[i] = scale * x[i] + c->residual[i];
+  add_scaled(c->residual, x, n, scale); /* the residual is now v */
   compress_header_t h = {.magic = COMPRESS_MAGIC,
                          .kind = (uint8_t)c->cfg.kind,
                          .phase = COMPRESS_PHASE_GATHER,
@@ -55,8 +49,7 @@ ncclResult_t compress_topk_allreduce(struct tuttiCompressor *c, const float *x, 
                          .step = c->step,
                          .count = k};
   compress_header_write(c->sendbuf, &h);
-  compress_topk_encode(c->work, n, k, c->sendbuf + COMPRESS_HEADER_BYTES);
-  topk_feedback(c->sendbuf + COMPRESS_HEADER_BYTES, k, c->work, c->residual, n);
+  compress_topk_take(c->residual, n, k, c->sendbuf + COMPRESS_HEADER_BYTES);
   TUTTI_CHECK(ncclAllGather(c->sendbuf, c->recvbuf, c->slot, ncclUint8, comm, NULL));
   c->sent += compress_wire_bytes(&c->cfg, n, c->nranks);
   for (int src = 0; src < c->nranks; src++) {

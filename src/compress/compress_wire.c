@@ -64,7 +64,11 @@ void compress_block_range(size_t count, int nranks, int b, size_t *offset, size_
 
 size_t compress_block_slot(const compress_codec_t *codec, size_t count, int nranks) {
   size_t largest = (count + (size_t)nranks - 1) / (size_t)nranks;
-  return COMPRESS_HEADER_BYTES + codec->payload_bytes(largest);
+  return TUTTI_ALIGN_UP(COMPRESS_HEADER_BYTES + codec->payload_bytes(largest), 8);
+}
+
+size_t compress_block_pieces(size_t count) {
+  return count ? (count + COMPRESS_PIECE_ELEMS - 1) / COMPRESS_PIECE_ELEMS : 0;
 }
 
 /* The matrix view of PowerSGD: cols = ceil(sqrt(count)), rows = ceil(count / cols). */
@@ -85,7 +89,11 @@ size_t compress_wire_bytes(const tuttiCompressorConfig_t *cfg, size_t count, int
   size_t r1 = (size_t)nranks - 1;
   if (nranks <= 1 || count == 0) return 0;
   const compress_codec_t *codec = compress_codec_of(cfg->kind);
-  if (codec) return 2 * r1 * compress_block_slot(codec, count, nranks);
+  if (codec) { /* every piece: 2 (R - 1) slots of its largest block */
+    size_t pieces = compress_block_pieces(count),
+           piece = count < COMPRESS_PIECE_ELEMS ? count : COMPRESS_PIECE_ELEMS;
+    return pieces * 2 * r1 * compress_block_slot(codec, piece, nranks);
+  }
   if (cfg->kind == tuttiCompressTopk) /* ring all-gather: R - 1 messages out */
     return r1 * (COMPRESS_HEADER_BYTES +
                  COMPRESS_TOPK_PAIR_BYTES * compress_topk_k(count, cfg->topkFraction));

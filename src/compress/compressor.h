@@ -52,9 +52,6 @@ ncclResult_t compress_block_setup(struct tuttiCompressor *c, int nranks);
 ncclResult_t compress_topk_setup(struct tuttiCompressor *c, int nranks);
 ncclResult_t compress_powersgd_setup(struct tuttiCompressor *c, int nranks);
 
-/* After the all-gather phase: the first ERROR message in rank order, turned into the error
- * every rank returns (NULL headers are skipped). slot bytes per rank in `msgs`. */
-ncclResult_t compress_gathered_errors(const uint8_t *msgs, size_t slot, int nranks);
 /* A message that failed its check: the ERROR message this rank sends instead. */
 void compress_error_message(uint8_t *out, uint8_t kind, int bad_sender, int code);
 
