@@ -325,23 +325,29 @@ TEST(CompressE2E, HierarchicalCompressesOnlyBetweenHosts) {
 
 TEST(CompressE2E, AnotherKindsMessageIsAnErrorNamingTheSender) {
   // bf16 and fp16 messages have the same size, so the all-to-all delivers them; rank 1's header
-  // says fp16, and every rank must fail naming rank 1 (rank 1 itself names rank 0).
-  th::run_ranks_ok(Mode::kProcs, 3, [](RankCtx &ctx) {
-    tuttiCompressorConfig_t cfg;
-    tuttiCompressor_t c = nullptr;
-    NCCL_OK(ctx, tuttiCompressorParse(ctx.rank == 1 ? "fp16" : "bf16", &cfg));
-    NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, 999, ncclFloat));
-    std::vector<float> x(999, 1.0f), y(999, -5.0f);
-    ncclResult_t res =
-        tuttiAllReduceCompressed(x.data(), y.data(), 999, ncclFloat, ncclSum, c, ctx.comm, nullptr);
-    std::string msg = ncclGetLastError(ctx.comm);
-    RCHECK(ctx, res == ncclRemoteError, "returned %d, want ncclRemoteError", (int)res);
-    const char *want = ctx.rank == 1 ? "from rank 0" : "from rank 1";
-    const char *want2 = ctx.rank == 1 ? "message rank 0 sent" : "message rank 1 sent";
-    RCHECK(ctx, th::contains(msg, want) || th::contains(msg, want2), "message: %s", msg.c_str());
-    for (float v : y) RCHECK(ctx, v == -5.0f, "the output was written on error");
-    NCCL_OK(ctx, tuttiCompressorDestroy(c));
-  });
+  // says fp16, and every rank must fail naming rank 1 (rank 1 itself names rank 0), in one
+  // piece and pipelined over two (1 Mi elements a piece), with nothing written to the output.
+  for (size_t count : {999u, 1500000u}) {
+    th::run_ranks_ok(
+        Mode::kProcs, 3,
+        [count](RankCtx &ctx) {
+          tuttiCompressorConfig_t cfg;
+          tuttiCompressor_t c = nullptr;
+          NCCL_OK(ctx, tuttiCompressorParse(ctx.rank == 1 ? "fp16" : "bf16", &cfg));
+          NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, count, ncclFloat));
+          std::vector<float> x(count, 1.0f), y(count, -5.0f);
+          ncclResult_t res = tuttiAllReduceCompressed(x.data(), y.data(), count, ncclFloat, ncclSum,
+                                                      c, ctx.comm, nullptr);
+          std::string msg = ncclGetLastError(ctx.comm);
+          RCHECK(ctx, res == ncclRemoteError, "returned %d, want ncclRemoteError", (int)res);
+          const char *want =
+              ctx.rank == 1 ? "malformed message from rank 0" : "malformed message from rank 1";
+          RCHECK(ctx, th::contains(msg, want), "message: %s", msg.c_str());
+          for (float v : y) RCHECK(ctx, v == -5.0f, "the output was written on error");
+          NCCL_OK(ctx, tuttiCompressorDestroy(c));
+        },
+        th::Options(), "count " + std::to_string(count));
+  }
 }
 
 TEST(CompressE2E, BadArgumentsAreNamed) {

@@ -2,7 +2,7 @@
  *
  * Payload for count elements, nb = ceil(count / 256) blocks:
  *   float32 scale[nb]      little-endian; scale = max |x| of the block / 127, 0 for a zero block
- *   int8    q[count]       q = round-half-away(x / scale), in [-127, 127]
+ *   int8    q[count]       q = round-half-away(x * (1 / scale)), in [-127, 127]
  * decode: x' = q * scale. Bound, per element: |x' - x| <= scale (1/2 + 2^-14), about max|x| of
  * its block / 254. Derivation in units of scale: the rounding to an integer 1/2; v = x * (1/s)
  * carries two fp32 roundings, 2^-23 |v| <= 127 * 2^-23 < 2^-16; v + 0.5 rounds by at most
@@ -26,35 +26,45 @@ static size_t int8_payload_bytes(size_t count) {
   return 4 * int8_nblocks(count) + count;
 }
 
-/* max |x| / 127 of a block (of scale * x), NaN if the block holds a NaN or an infinity. */
-static inline float block_scale(const float *x, size_t n, float scale) {
-  float m = 0, poison = 0;
+/* max |scale * x| / 127 of a block, NaN if the block holds a NaN or an infinity. The maximum is
+ * taken on the bits of |v| (for floats that are not NaN their order is the order of the
+ * magnitudes), which vectorizes where a float maximum would not. */
+COMPRESS_SIMD static float block_scale(const float *x, size_t n, float scale) {
+  uint32_t top = 0;
   for (size_t i = 0; i < n; i++) {
-    float a = fabsf(scale * x[i]);
-    m = a > m ? a : m;
-    poison += a * 0.0f; /* NaN once any a is NaN or infinite */
+    float v = scale * x[i];
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    bits &= 0x7fffffffu;
+    top = bits > top ? bits : top;
   }
-  return poison == 0.0f ? m / 127.0f : NAN;
+  if (top >= 0x7f800000u) return NAN;
+  float m;
+  memcpy(&m, &top, 4);
+  return m / 127.0f;
 }
 
+/* |v| <= 127 (1 + 2^-23) here (|x| <= max, inv = 127 / max, two roundings), so v + 1/2 with
+ * v's sign truncates to [-127, 127] without a clamp. */
 COMPRESS_SIMD static void int8_encode_block(const float *x, size_t n, float scale, float inv,
                                             int8_t *q) {
   for (size_t i = 0; i < n; i++) {
-    float v = (scale * x[i]) * inv; /* |v| <= 127 up to rounding: clamp */
-    v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-    q[i] = (int8_t)(int)(v + (v >= 0.0f ? 0.5f : -0.5f)); /* half away from zero */
+    float v = (scale * x[i]) * inv;
+    q[i] = (int8_t)(int32_t)(v + copysignf(0.5f, v)); /* half away from zero */
   }
 }
 
-COMPRESS_SIMD static void int8_encode(const float *x, size_t count, float scale, uint8_t *out) {
+static void int8_encode(const float *x, size_t count, float scale, uint8_t *out) {
   size_t nb = int8_nblocks(count);
   int8_t *q = (int8_t *)(out + 4 * nb);
   for (size_t b = 0; b < nb; b++) {
     size_t lo = b * B, n = count - lo < B ? count - lo : B;
     float s = block_scale(x + lo, n, scale);
     memcpy(out + 4 * b, &s, 4);
-    float inv = s > 0 && isfinite(s) ? 1.0f / s : 0.0f;
-    int8_encode_block(x + lo, n, scale, inv, q + lo);
+    if (s > 0 && isfinite(s))
+      int8_encode_block(x + lo, n, scale, 1.0f / s, q + lo);
+    else /* a zero block, or one the receiver rejects for its NaN scale */
+      memset(q + lo, 0, n);
   }
 }
 
