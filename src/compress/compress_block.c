@@ -63,12 +63,18 @@ static void block_of(const block_call_t *k, size_t p, int b, size_t *off, size_t
   *off += p * k->piece_len;
 }
 
+/* Piece p's messages lie back to back, slot_of(p) bytes each (the last piece's are shorter),
+ * from p x R x c->slot on. */
+static size_t slot_of(const block_call_t *k, size_t p) {
+  return compress_block_slot(k->codec, piece_count(k, p), k->R);
+}
+
 static uint8_t *send_slot(const block_call_t *k, size_t p, int b) {
-  return k->c->sendbuf + (p * (size_t)k->R + (size_t)b) * k->c->slot;
+  return k->c->sendbuf + p * (size_t)k->R * k->c->slot + (size_t)b * slot_of(k, p);
 }
 
 static uint8_t *recv_slot(const block_call_t *k, size_t p, int b) {
-  return k->c->recvbuf + (p * (size_t)k->R + (size_t)b) * k->c->slot;
+  return k->c->recvbuf + p * (size_t)k->R * k->c->slot + (size_t)b * slot_of(k, p);
 }
 
 static compress_header_t header_for(const block_call_t *k, int phase, size_t p, int b, size_t n) {
@@ -167,12 +173,13 @@ static void stage_finish(block_call_t *k, size_t p) {
 /* ---- the network stages and the hand-over ---- */
 
 static ncclResult_t net_scatter(block_call_t *k, size_t p) {
-  return ncclAlltoAll(send_slot(k, p, 0), recv_slot(k, p, 0), k->c->slot, ncclUint8, k->comm, NULL);
+  return ncclAlltoAll(send_slot(k, p, 0), recv_slot(k, p, 0), slot_of(k, p), ncclUint8, k->comm,
+                      NULL);
 }
 
 static ncclResult_t net_gather(block_call_t *k, size_t p) {
-  return ncclAllGather(send_slot(k, p, k->rank), recv_slot(k, p, 0), k->c->slot, ncclUint8, k->comm,
-                       NULL);
+  return ncclAllGather(send_slot(k, p, k->rank), recv_slot(k, p, 0), slot_of(k, p), ncclUint8,
+                       k->comm, NULL);
 }
 
 /* Waits until *counter >= want or the network failed; returns 0 on failure. */

@@ -90,9 +90,10 @@ size_t compress_wire_bytes(const tuttiCompressorConfig_t *cfg, size_t count, int
   if (nranks <= 1 || count == 0) return 0;
   const compress_codec_t *codec = compress_codec_of(cfg->kind);
   if (codec) { /* every piece: 2 (R - 1) slots of its largest block */
-    size_t pieces = compress_block_pieces(count),
-           piece = count < COMPRESS_PIECE_ELEMS ? count : COMPRESS_PIECE_ELEMS;
-    return pieces * 2 * r1 * compress_block_slot(codec, piece, nranks);
+    size_t full = count / COMPRESS_PIECE_ELEMS, last = count % COMPRESS_PIECE_ELEMS;
+    size_t bytes = full * compress_block_slot(codec, COMPRESS_PIECE_ELEMS, nranks);
+    if (last) bytes += compress_block_slot(codec, last, nranks);
+    return 2 * r1 * bytes;
   }
   if (cfg->kind == tuttiCompressTopk) /* ring all-gather: R - 1 messages out */
     return r1 * (COMPRESS_HEADER_BYTES +
