@@ -328,6 +328,51 @@ const char *tuttiVersionString(void);
 /* Size of one element of a datatype in bytes (0 for an invalid type). */
 size_t tuttiTypeSize(ncclDataType_t datatype);
 
+/* ---- gradient compression (docs/compression.md) ----
+ * A compressor belongs to one gradient buffer: it owns that buffer's error-feedback residual and
+ * any warm-start state, so the same compressor is passed to every all-reduce of that buffer and
+ * never shared between buffers. tuttiAllReduceCompressed is a collective like ncclAllReduce
+ * (every rank calls it with the same count, datatype, op and kind of compressor); the result is
+ * the same bits on every rank. Only ncclFloat buffers and ncclSum / ncclAvg are accepted. */
+typedef enum {
+  tuttiCompressNone = 0,     /* exact: ncclAllReduce */
+  tuttiCompressBf16 = 1,     /* bf16 on the wire, fp32 accumulation */
+  tuttiCompressFp16 = 2,     /* fp16 on the wire, fp32 accumulation */
+  tuttiCompressInt8 = 3,     /* int8 with a scale per 256 elements, error feedback */
+  tuttiCompressTopk = 4,     /* largest-magnitude fraction, error feedback, all-gathered */
+  tuttiCompressPowerSgd = 5, /* rank-r factors of the gradient as a matrix, error feedback */
+  tuttiCompressNumKinds = 6
+} tuttiCompressKind_t;
+
+typedef struct {
+  tuttiCompressKind_t kind;
+  float topkFraction; /* topk: fraction of the elements sent, in (0, 1] */
+  int powerSgdRank;   /* powersgd: rank r of the factors, >= 1 */
+  int warmupSteps;    /* powersgd: dense (exact) all-reduces before compression starts */
+  int hierarchical;   /* 1: exact inside a host, compressed only between hosts' leaders */
+} tuttiCompressorConfig_t;
+
+typedef struct tuttiCompressor *tuttiCompressor_t;
+
+/* Parses "none", "bf16", "fp16", "int8", "topk:0.01", "powersgd:2" (an optional ",hier" suffix
+ * sets hierarchical) into a config with the other fields at their defaults. */
+ncclResult_t tuttiCompressorParse(const char *spec, tuttiCompressorConfig_t *config);
+ncclResult_t tuttiCompressorCreate(tuttiCompressor_t *compressor,
+                                   const tuttiCompressorConfig_t *config, size_t count,
+                                   ncclDataType_t datatype);
+ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor);
+/* Bytes this compressor's all-reduces have sent from this rank so far (headers included). */
+ncclResult_t tuttiCompressorBytesSent(tuttiCompressor_t compressor, uint64_t *bytes);
+ncclResult_t tuttiAllReduceCompressed(const void *sendbuff, void *recvbuff, size_t count,
+                                      ncclDataType_t datatype, ncclRedOp_t op,
+                                      tuttiCompressor_t compressor, ncclComm_t comm,
+                                      cudaStream_t stream);
+/* Bytes one rank sends in one compressed all-reduce of `count` fp32 elements over `nranks`
+ * ranks of a flat communicator (pure: no communicator needed; the tuner's and the simulator's
+ * view). PowerSGD is given for a step after its warm-up. */
+ncclResult_t tuttiCompressedWireBytes(const tuttiCompressorConfig_t *config, size_t count,
+                                      int nranks, size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

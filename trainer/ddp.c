@@ -13,6 +13,7 @@
 
 typedef enum {
   JOB_ALLREDUCE,
+  JOB_ALLREDUCE_COMPRESSED,
   JOB_REDUCE_SCATTER,
   JOB_ALLGATHER,
   JOB_BROADCAST,
@@ -26,6 +27,7 @@ typedef struct {
   ncclDataType_t type;
   ncclRedOp_t op;
   int root;
+  tuttiCompressor_t compressor; /* JOB_ALLREDUCE_COMPRESSED */
 } job_t;
 
 struct ddp {
@@ -35,6 +37,7 @@ struct ddp {
   model_t *model;
   int nbuckets;
   ddp_bucket_t buckets[DDP_MAX_BUCKETS];
+  tuttiCompressor_t compressors[DDP_MAX_BUCKETS]; /* --compress: one per bucket, else NULL */
   /* per backward: */
   int sync;
   size_t pending[DDP_MAX_BUCKETS];  /* floats of the bucket still without their final gradient */
@@ -72,6 +75,9 @@ static ncclResult_t run_job(ddp_t *d, const job_t *j) {
   switch (j->kind) {
     case JOB_ALLREDUCE:
       return ncclAllReduce(j->send, j->recv, j->count, j->type, j->op, d->comm, NULL);
+    case JOB_ALLREDUCE_COMPRESSED:
+      return tuttiAllReduceCompressed(j->send, j->recv, j->count, j->type, j->op, j->compressor,
+                                      d->comm, NULL);
     case JOB_REDUCE_SCATTER:
       return ncclReduceScatter(j->send, j->recv, j->count, j->type, j->op, d->comm, NULL);
     case JOB_ALLGATHER:
@@ -203,10 +209,16 @@ static size_t bucket_overlap(const ddp_bucket_t *k, size_t offset, size_t count)
 }
 
 /* Averages bucket b's gradients with `run` (submit: on the communication thread; run_now: here):
- * one all-reduce, or (sharded) a reduce-scatter of the slices and an all-reduce of the tail. */
+ * one all-reduce (compressed with the bucket's own compressor under --compress), or (sharded)
+ * a reduce-scatter of the slices and an all-reduce of the tail. */
 static void average_bucket(ddp_t *d, int b, void (*run)(ddp_t *, job_t)) {
   const ddp_bucket_t *k = &d->buckets[b];
   float *g = d->model->grads + k->offset;
+  if (d->compressors[b]) {
+    run(d, (job_t){JOB_ALLREDUCE_COMPRESSED, g, g, k->count, ncclFloat, ncclAvg, 0,
+                   d->compressors[b]});
+    return;
+  }
   size_t sliced = d->shard ? k->slice * (size_t)d->world : 0;
   if (sliced)
     run(d, (job_t){JOB_REDUCE_SCATTER, g, g + d->rank * k->slice, k->slice, ncclFloat, ncclAvg});
@@ -276,8 +288,10 @@ void *ddp_alloc(size_t bytes) {
 void ddp_free(void *p) {
   if (!p) return;
   char *h = (char *)p - DDP_ALLOC_HEADER;
-  if (*(int *)h) ncclMemFree(h);
-  else free(h);
+  if (*(int *)h)
+    ncclMemFree(h);
+  else
+    free(h);
 }
 
 /* Sufficient factors when asked for, sharded and the model's first layer is linear. */
@@ -294,7 +308,22 @@ static void factor_setup(ddp_t *d, int factor) {
   }
 }
 
-ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int factor) {
+/* One compressor per bucket (each owns its bucket's error-feedback residual). */
+static void compress_setup(ddp_t *d, const char *spec) {
+  tuttiCompressorConfig_t cfg;
+  if (d->world == 1 || !spec || tuttiCompressorParse(spec, &cfg) != ncclSuccess ||
+      cfg.kind == tuttiCompressNone)
+    return;
+  for (int b = 0; b < d->nbuckets; b++)
+    if (tuttiCompressorCreate(&d->compressors[b], &cfg, d->buckets[b].count, ncclFloat) !=
+        ncclSuccess) {
+      fprintf(stderr, "tutti-train: --compress %s: %s\n", spec, ncclGetLastError(NULL));
+      exit(1);
+    }
+}
+
+ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int factor,
+                  const char *compress) {
   ddp_t *d = calloc(1, sizeof(*d));
   if (!d) exit(1);
   d->comm = comm, d->model = m, d->world = 1;
@@ -303,10 +332,12 @@ ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int 
     fprintf(stderr, "tutti-train: cannot query the communicator\n");
     exit(1);
   }
-  d->shard = shard && d->world > 1;
-  factor_setup(d, factor);
+  int compressed = compress && strcmp(compress, "none") != 0;
+  d->shard = shard && d->world > 1 && !compressed; /* compression all-reduces whole buckets */
+  factor_setup(d, factor && !compressed);
   size_t bucket_bytes = bucket_mb > 0 ? (size_t)(bucket_mb * 1024 * 1024) : 1;
   make_buckets(d, bucket_bytes);
+  compress_setup(d, compress);
   pthread_mutex_init(&d->lock, NULL);
   pthread_cond_init(&d->changed, NULL);
   if (d->world > 1) {
@@ -332,6 +363,7 @@ void ddp_destroy(ddp_t *d) {
   d->model->on_grad = NULL, d->model->on_params = NULL, d->model->defer_first = 0;
   ddp_free(d->f_x);
   ddp_free(d->f_dout_all);
+  for (int b = 0; b < d->nbuckets; b++) tuttiCompressorDestroy(d->compressors[b]);
   free(d);
 }
 
@@ -353,6 +385,14 @@ int ddp_sharded(const ddp_t *d) {
 
 int ddp_factored(const ddp_t *d) {
   return d->factor;
+}
+
+uint64_t ddp_compressed_bytes(const ddp_t *d) {
+  uint64_t total = 0, bytes;
+  for (int b = 0; b < d->nbuckets; b++)
+    if (d->compressors[b] && tuttiCompressorBytesSent(d->compressors[b], &bytes) == ncclSuccess)
+      total += bytes;
+  return total;
 }
 
 void ddp_broadcast(ddp_t *d, void *buf, size_t count, ncclDataType_t type, int root) {

@@ -53,6 +53,7 @@
 #define TRAINER_DDP_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model.h"
 #include "optim.h"
@@ -79,13 +80,18 @@ typedef struct ddp ddp_t;
  * (tensor_alloc_use) before creating them. */
 void *ddp_alloc(size_t bytes);
 void ddp_free(void *p);
-ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int factor);
+/* compress: a --compress spec; other than "none" (or NULL), each bucket's all-reduce goes
+ * through its own compressor (tuttiAllReduceCompressed), and shard and factor are off. */
+ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int factor,
+                  const char *compress);
 void ddp_destroy(ddp_t *d);
 int ddp_rank(const ddp_t *d);
 int ddp_world(const ddp_t *d);
 int ddp_buckets(const ddp_t *d, const ddp_bucket_t **buckets);
 int ddp_sharded(const ddp_t *d);
 int ddp_factored(const ddp_t *d);
+/* Bytes this rank's compressed gradient all-reduces have sent so far (0 without --compress). */
+uint64_t ddp_compressed_bytes(const ddp_t *d);
 
 /* Blocking collectives through the communication thread. */
 void ddp_broadcast(ddp_t *d, void *buf, size_t count, ncclDataType_t type, int root);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tutti.h"
+
 static const char usage_text[] =
     "usage: tutti-train [options]      (one process per rank: tutti-run -n N, mpirun, torchrun "
     "env)\n"
@@ -52,7 +54,11 @@ static const char usage_text[] =
     "  --train-limit N, --test-limit N   use the first N images only (tests)\n"
     "  --dump PREFIX          write PREFIX.rank<r>.params (final parameters, raw float32) and\n"
     "                         PREFIX.rank<r>.trace (a hash of the parameters after every step)\n"
-    "  --compress             gradient compression (not available yet)\n"
+    "  --compress none|bf16|fp16|int8|topk:F|powersgd:R\n"
+    "                         gradient compression of the bucket all-reduces (none): bf16/fp16\n"
+    "                         casts, int8 per 256 elements, the fraction F of largest elements,\n"
+    "                         rank-R PowerSGD; all but the casts with error feedback. Implies\n"
+    "                         --no-shard-optim and --no-factor-grads (docs/compression.md)\n"
     "  --blas-info            print the OpenBLAS kernels in use and exit\n";
 
 static void usage(int code) {
@@ -86,7 +92,7 @@ static void set_defaults(options_t *o) {
   o->lr = -1.0f, o->lr_ref_batch = 128, o->lr_scaling = LR_SCALE_AUTO;
   o->momentum = 0.9f, o->weight_decay = -1.0f;
   o->warmup_epochs = 0.5f, o->final_lr_frac = 0.0f;
-  o->seed = 1, o->bucket_mb = 25.0;
+  o->seed = 1, o->bucket_mb = 25.0, o->compress = "none";
   o->data_dir = DATA_DEFAULT_DIR;
   o->log_every = -1;
 }
@@ -123,9 +129,11 @@ static int parse_scaling(const char *v, options_t *o) {
   return -1;
 }
 
-static int no_compress(const char *v, options_t *o) {
-  fprintf(stderr, "tutti-train: --compress waits for the gradient-compression API\n");
-  exit(2);
+static int parse_compress(const char *v, options_t *o) {
+  tuttiCompressorConfig_t cfg;
+  if (tuttiCompressorParse(v, &cfg) != ncclSuccess) return -1;
+  o->compress = v;
+  return 0;
 }
 
 static int help(const char *v, options_t *o) {
@@ -193,7 +201,7 @@ static const option_spec_t specs[] = {
     {"train-limit", ARG_INT, FIELD(train_limit), 1, 1 << 30},
     {"test-limit", ARG_INT, FIELD(test_limit), 1, 1 << 30},
     {"dump", ARG_STRING, FIELD(dump_prefix)},
-    {"compress", ARG_ACTION, 0, 0, 0, no_compress},
+    {"compress", ARG_CALL, 0, 0, 0, parse_compress},
     {"blas-info", ARG_FLAG, FIELD(blas_info)},
     {"help", ARG_ACTION, 0, 0, 0, help},
     {"version", ARG_ACTION, 0, 0, 0, version},
@@ -268,9 +276,11 @@ float options_scaled_lr(const options_t *o, int global_batch) {
 void options_config_string(const options_t *o, int global_batch, char *out, int len) {
   snprintf(out, (size_t)len,
            "model=%s optim=%s epochs=%d global_batch=%d accum=%d lr=%.9g wd=%.9g momentum=%.9g "
-           "warmup=%.9g final=%.9g augment=%s dropout=%.9g seed=%llu train_limit=%d",
+           "warmup=%.9g final=%.9g augment=%s dropout=%.9g seed=%llu train_limit=%d%s%s",
            model_name(o->model), optim_name(o->optim), o->epochs, global_batch, o->accum,
            (double)options_scaled_lr(o, global_batch), (double)o->weight_decay, (double)o->momentum,
            (double)o->warmup_epochs, (double)o->final_lr_frac, augment_name(o->augment),
-           (double)o->dropout, (unsigned long long)o->seed, o->train_limit);
+           (double)o->dropout, (unsigned long long)o->seed, o->train_limit,
+           strcmp(o->compress, "none") ? " compress=" : "",
+           strcmp(o->compress, "none") ? o->compress : "");
 }

@@ -26,6 +26,7 @@ typedef struct {
   double bucket_mb;
   int no_shard_optim; /* every rank applies the whole update (PyTorch DDP's way) */
   int no_factor;      /* reduce-scatter the MLP's fc1 gradient instead of its sufficient factors */
+  const char *compress; /* --compress spec (tuttiCompressorParse); "none": exact all-reduces */
   const char *data_dir;
   const char *checkpoint;
   int resume;

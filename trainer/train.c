@@ -151,7 +151,7 @@ static void setup(trainer_t *t, int argc, char **argv) {
     die("out of memory");
   t->optim.momentum = o->momentum, t->optim.weight_decay = o->weight_decay;
   t->ddp = ddp_create(t->comm, &t->model, o->bucket_mb, !o->no_shard_optim,
-                      !o->no_factor && o->accum == 1);
+                      !o->no_factor && o->accum == 1, o->compress);
   t->rank = ddp_rank(t->ddp), t->world = ddp_world(t->ddp);
   t->global_batch = o->batch * o->accum * t->world;
   if (sampler_init(&t->sampler, t->train.n, o->seed, t->world, t->rank, o->batch, o->accum))
@@ -186,7 +186,9 @@ static void print_setup(const trainer_t *t) {
   for (int i = 0; i < nb; i++)
     printf(" [%s..%s %.2f MB]", t->model.tensors[b[i].first_tensor + b[i].ntensors - 1].name,
            t->model.tensors[b[i].first_tensor].name, b[i].count * 4.0 / 1e6);
-  printf("%s%s\n  tutti %s, OpenBLAS %s kernels, %d thread%s per rank\n",
+  printf("%s%s%s%s\n  tutti %s, OpenBLAS %s kernels, %d thread%s per rank\n",
+         strcmp(o->compress, "none") ? ", gradients compressed: " : "",
+         strcmp(o->compress, "none") ? o->compress : "",
          ddp_sharded(t->ddp) ? ", optimizer sharded" : "",
          ddp_factored(t->ddp) ? ", fc1 gradient from its sufficient factors" : "",
          tuttiVersionString(), openblas_get_corename(), o->threads, o->threads > 1 ? "s" : "");
@@ -367,6 +369,7 @@ typedef struct {
   float lr;      /* at the epoch's last step (the CSV log's column) */
   double lr_avg; /* mean over the epoch's steps (the printed line: the cosine schedule ends at
                   * final_lr_frac * lr, 0 by default, so the last step's value says little) */
+  double wire_bytes_per_step; /* --compress: bytes the gradient all-reduces sent per step */
 } epoch_stats_t;
 
 static void log_epoch(trainer_t *t, const epoch_stats_t *s) {
@@ -377,6 +380,9 @@ static void log_epoch(trainer_t *t, const epoch_stats_t *s) {
       (long long)t->epoch + 1, t->opt.epochs, s->train_loss, 100 * s->train_acc, 100 * s->test_acc,
       s->test_loss, s->lr_avg, s->samples_per_s, s->compute_s, s->comm_s, s->comm_cpu_s,
       s->wait_s, s->epoch_s);
+  if (strcmp(t->opt.compress, "none") != 0)
+    printf("  compressed (%s): %.3f MB sent per step by each rank\n", t->opt.compress,
+           s->wire_bytes_per_step / 1e6);
   fflush(stdout);
   if (!t->log) return;
   fprintf(t->log, "%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6e,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f\n",
@@ -432,6 +438,7 @@ static int run_epoch(trainer_t *t) {
   epoch_stats_t s = {0};
   double comm0, cpu0, wait0, comm1, cpu1, wait1, t0 = now_s();
   int64_t first_step = t->step_in_epoch;
+  uint64_t wire0 = ddp_compressed_bytes(t->ddp);
   ddp_times(t->ddp, &comm0, &cpu0, &wait0);
   sampler_set_epoch(&t->sampler, (int)t->epoch);
   progress_reset(t);
@@ -451,6 +458,9 @@ static int run_epoch(trainer_t *t) {
   s.comm_s = comm1 - comm0, s.comm_cpu_s = cpu1 - cpu0, s.wait_s = wait1 - wait0;
   s.compute_s = s.epoch_s - s.wait_s;
   s.samples_per_s = (double)(t->step_in_epoch - first_step) * t->global_batch / s.epoch_s;
+  s.wire_bytes_per_step =
+      (double)(ddp_compressed_bytes(t->ddp) - wire0) /
+      (double)(t->step_in_epoch - first_step > 0 ? t->step_in_epoch - first_step : 1);
   t->elapsed_s += s.epoch_s;
   s.lr = lr_at(t->global_step - 1, t->total_steps, t->warmup_steps, t->lr, t->opt.final_lr_frac);
   int64_t nsteps = t->step_in_epoch - first_step;

@@ -1,0 +1,152 @@
+/* tuttiCompressor* and tuttiAllReduceCompressed: argument checks, the compressor's life, and
+ * the choice of path (see compress.h for the picture of each). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/compressor.h"
+
+#define API __attribute__((visibility("default")))
+
+/* Counts above 2^32 - 1 do not fit the topk index; every kind keeps that limit. */
+#define COMPRESS_MAX_COUNT 0xffffffffull
+
+static ncclResult_t check_config(const tuttiCompressorConfig_t *cfg) {
+  if ((unsigned)cfg->kind >= tuttiCompressNumKinds)
+    return TUTTI_ERR(ncclInvalidArgument, "config->kind %d is not a compressor", (int)cfg->kind);
+  if (cfg->kind == tuttiCompressTopk && !(cfg->topkFraction > 0 && cfg->topkFraction <= 1))
+    return TUTTI_ERR(ncclInvalidArgument, "config->topkFraction %g is not in (0, 1]",
+                     (double)cfg->topkFraction);
+  if (cfg->kind == tuttiCompressPowerSgd && (cfg->powerSgdRank < 1 || cfg->powerSgdRank > 64))
+    return TUTTI_ERR(ncclInvalidArgument, "config->powerSgdRank %d is not in [1, 64]",
+                     cfg->powerSgdRank);
+  if (cfg->warmupSteps < 0)
+    return TUTTI_ERR(ncclInvalidArgument, "config->warmupSteps %d is negative", cfg->warmupSteps);
+  if (cfg->hierarchical != 0 && cfg->hierarchical != 1)
+    return TUTTI_ERR(ncclInvalidArgument, "config->hierarchical %d is not 0 or 1",
+                     cfg->hierarchical);
+  return ncclSuccess;
+}
+
+API ncclResult_t tuttiCompressorCreate(tuttiCompressor_t *compressor,
+                                       const tuttiCompressorConfig_t *config, size_t count,
+                                       ncclDataType_t datatype) {
+  if (!compressor) return TUTTI_ERR(ncclInvalidArgument, "compressor is NULL");
+  *compressor = NULL;
+  if (!config) return TUTTI_ERR(ncclInvalidArgument, "config is NULL");
+  TUTTI_CHECK(check_config(config));
+  if (datatype != ncclFloat)
+    return TUTTI_ERR(ncclInvalidArgument, "datatype %d: compression takes ncclFloat only",
+                     (int)datatype);
+  if (count > COMPRESS_MAX_COUNT)
+    return TUTTI_ERR(ncclInvalidArgument, "count %zu is above 2^32 - 1", count);
+  struct tuttiCompressor *c = calloc(1, sizeof(*c));
+  if (!c) return TUTTI_ERR(ncclSystemError, "out of memory for a compressor");
+  c->magic = COMPRESSOR_MAGIC, c->cfg = *config, c->count = count;
+  *compressor = c;
+  return ncclSuccess;
+}
+
+API ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t c) {
+  if (!c) return ncclSuccess;
+  if (c->magic != COMPRESSOR_MAGIC)
+    return TUTTI_ERR(ncclInvalidArgument, "compressor is not a live tuttiCompressor_t");
+  c->magic = 0;
+  free(c->work), free(c->residual), free(c->residual2), free(c->acc);
+  free(c->sendbuf), free(c->recvbuf), free(c->p), free(c->q), free(c->hier_sum);
+  if (c->hier_leaders) ncclCommDestroy(c->hier_leaders);
+  if (c->hier_host) ncclCommDestroy(c->hier_host);
+  free(c);
+  return ncclSuccess;
+}
+
+API ncclResult_t tuttiCompressorBytesSent(tuttiCompressor_t c, uint64_t *bytes) {
+  if (!c || c->magic != COMPRESSOR_MAGIC)
+    return TUTTI_ERR(ncclInvalidArgument, "compressor is not a live tuttiCompressor_t");
+  if (!bytes) return TUTTI_ERR(ncclInvalidArgument, "bytes is NULL");
+  *bytes = c->sent;
+  return ncclSuccess;
+}
+
+static ncclResult_t check_call(const void *sendbuff, void *recvbuff, size_t count,
+                               ncclDataType_t datatype, ncclRedOp_t op, tuttiCompressor_t c,
+                               cudaStream_t stream) {
+  if (!c || c->magic != COMPRESSOR_MAGIC)
+    return TUTTI_ERR(ncclInvalidArgument, "compressor is not a live tuttiCompressor_t");
+  if (datatype != ncclFloat)
+    return TUTTI_ERR(ncclInvalidArgument, "datatype %d: compression takes ncclFloat only",
+                     (int)datatype);
+  if (count != c->count)
+    return TUTTI_ERR(ncclInvalidArgument, "count %zu differs from the compressor's %zu", count,
+                     c->count);
+  if (op != ncclSum && op != ncclAvg)
+    return TUTTI_ERR(ncclInvalidArgument, "op %d: compression takes ncclSum or ncclAvg", (int)op);
+  if (count && (!sendbuff || !recvbuff))
+    return TUTTI_ERR(ncclInvalidArgument, "%s is NULL", sendbuff ? "recvbuff" : "sendbuff");
+  if (stream != NULL)
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "stream: compressed all-reduces take host buffers and a "
+                     "NULL stream");
+  return ncclSuccess;
+}
+
+static ncclResult_t setup(tuttiCompressor_t c, int nranks) {
+  if (c->nranks == nranks) return ncclSuccess;
+  if (c->nranks != 0)
+    return TUTTI_ERR(ncclInvalidUsage, "comm: the compressor was used with %d ranks, not %d",
+                     c->nranks, nranks);
+  if (compress_codec_of(c->cfg.kind)) TUTTI_CHECK(compress_block_setup(c, nranks));
+  if (c->cfg.kind == tuttiCompressTopk) TUTTI_CHECK(compress_topk_setup(c, nranks));
+  if (c->cfg.kind == tuttiCompressPowerSgd) TUTTI_CHECK(compress_powersgd_setup(c, nranks));
+  c->nranks = nranks;
+  return ncclSuccess;
+}
+
+ncclResult_t compress_flat_allreduce(struct tuttiCompressor *c, const float *x, float *y,
+                                     float scale, ncclComm_t comm) {
+  int rank, nranks;
+  TUTTI_CHECK(ncclCommUserRank(comm, &rank));
+  TUTTI_CHECK(ncclCommCount(comm, &nranks));
+  if (nranks == 1) { /* one host: nothing crosses hosts */
+    for (size_t i = 0; i < c->count; i++) y[i] = scale * x[i];
+    return ncclSuccess;
+  }
+  TUTTI_CHECK(setup(c, nranks));
+  ncclResult_t res;
+  if (c->cfg.kind == tuttiCompressTopk)
+    res = compress_topk_allreduce(c, x, y, scale, rank, comm);
+  else if (c->cfg.kind == tuttiCompressPowerSgd)
+    res = compress_powersgd_allreduce(c, x, y, scale, rank, comm);
+  else
+    res = compress_block_allreduce(c, x, y, scale, rank, comm);
+  c->step++;
+  return res;
+}
+
+API ncclResult_t tuttiAllReduceCompressed(const void *sendbuff, void *recvbuff, size_t count,
+                                          ncclDataType_t datatype, ncclRedOp_t op,
+                                          tuttiCompressor_t c, ncclComm_t comm,
+                                          cudaStream_t stream) {
+  int rank, nranks;
+  TUTTI_CHECK(check_call(sendbuff, recvbuff, count, datatype, op, c, stream));
+  TUTTI_CHECK(ncclCommUserRank(comm, &rank));
+  TUTTI_CHECK(ncclCommCount(comm, &nranks));
+  if (c->cfg.kind == tuttiCompressNone || nranks == 1 || count == 0) {
+    c->sent +=
+        compress_wire_bytes(&(tuttiCompressorConfig_t){.kind = tuttiCompressNone}, count, nranks);
+    return ncclAllReduce(sendbuff, recvbuff, count, ncclFloat, op, comm, NULL);
+  }
+  float scale = op == ncclAvg ? 1.0f / (float)nranks : 1.0f;
+  if (c->cfg.hierarchical) return compress_hier_allreduce(c, sendbuff, recvbuff, scale, comm, rank);
+  return compress_flat_allreduce(c, sendbuff, recvbuff, scale, comm);
+}
+
+/* ---- the ERROR message of the all-gather phase ---- */
+
+void compress_error_message(uint8_t *out, uint8_t kind, int bad_sender, int code) {
+  compress_header_t h = {.magic = COMPRESS_MAGIC,
+                         .kind = kind,
+                         .phase = COMPRESS_PHASE_ERROR,
+                         .block = (uint32_t)bad_sender,
+                         .count = (uint64_t)code};
+  compress_header_write(out, &h);
+}

@@ -1,0 +1,58 @@
+/* The compressor object (tuttiCompressor_t) and the all-reduce paths that use it; one file per
+ * path: compress_block.c (bf16, fp16, int8), compress_topk_ar.c, compress_powersgd.c. */
+#ifndef TUTTI_COMPRESSOR_H_
+#define TUTTI_COMPRESSOR_H_
+
+#include "compress/compress.h"
+
+struct tuttiCompressor {
+  uint64_t magic;
+  tuttiCompressorConfig_t cfg;
+  size_t count;
+  uint32_t step; /* all-reduces done, the wire header's step */
+  uint64_t sent; /* bytes sent by this rank so far */
+  int nranks;    /* of the communicator the buffers were sized for; 0 before the first call */
+  /* Buffers, sized at the first call (they depend on the communicator's size):
+   *   work      (count)          fp32: the scaled input plus the residual, the value encoded
+   *   residual  (count)          fp32: what encoding lost, added next time (error feedback)
+   *   residual2 (count / R + 1)  fp32: same for this rank's reduced block (block path)
+   *   acc       (count / R + 1)  fp32: this rank's block, accumulated (block path)
+   *   sendbuf, recvbuf (R x slot) the messages */
+  float *work, *residual, *residual2, *acc;
+  uint8_t *sendbuf, *recvbuf;
+  size_t slot;
+  /* PowerSGD: the gradient as rows x cols (zero padded), factors P (rows x r), Q (cols x r) */
+  size_t rows, cols;
+  float *p, *q;
+  /* hierarchical: the host's ranks, the hosts' leaders (NULL on other ranks), the host's sum */
+  ncclComm_t hier_parent, hier_host, hier_leaders;
+  float *hier_sum;
+};
+
+#define COMPRESSOR_MAGIC 0x636f6d7072657373ull /* "compress" */
+
+/* One compressed all-reduce of c->count fp32 (validated arguments, nranks > 1); `scale` is
+ * 1 / nranks for ncclAvg, 1 for ncclSum. On a malformed message every rank returns
+ * ncclRemoteError (or ncclInvalidUsage) with a message naming the sender. */
+ncclResult_t compress_block_allreduce(struct tuttiCompressor *c, const float *x, float *y,
+                                      float scale, int rank, ncclComm_t comm);
+ncclResult_t compress_topk_allreduce(struct tuttiCompressor *c, const float *x, float *y,
+                                     float scale, int rank, ncclComm_t comm);
+ncclResult_t compress_powersgd_allreduce(struct tuttiCompressor *c, const float *x, float *y,
+                                         float scale, int rank, ncclComm_t comm);
+/* The compressed all-reduce over every rank of comm (sizes the buffers at the first call). */
+ncclResult_t compress_flat_allreduce(struct tuttiCompressor *c, const float *x, float *y,
+                                     float scale, ncclComm_t comm);
+/* Exact inside each host, compress_flat_allreduce between the hosts' leaders (compress_hier.c). */
+ncclResult_t compress_hier_allreduce(struct tuttiCompressor *c, const float *x, float *y,
+                                     float scale, ncclComm_t comm, int rank);
+
+/* Allocates the buffers of a path for nranks ranks (once). */
+ncclResult_t compress_block_setup(struct tuttiCompressor *c, int nranks);
+ncclResult_t compress_topk_setup(struct tuttiCompressor *c, int nranks);
+ncclResult_t compress_powersgd_setup(struct tuttiCompressor *c, int nranks);
+
+/* A message that failed its check: the ERROR message this rank sends instead. */
+void compress_error_message(uint8_t *out, uint8_t kind, int bad_sender, int code);
+
+#endif /* TUTTI_COMPRESSOR_H_ */
