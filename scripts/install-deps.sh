@@ -14,6 +14,7 @@ PACKAGES=(
   gnuplot-nox                             # plots
   iproute2 iperf3 netcat-openbsd procps   # multi-host test bed in network namespaces
   python3                                 # Debian's /usr/bin/python3 for the comparison scripts
+  python3-torch libtorch-dev pybind11-dev # the PyTorch backend (bindings/torch) and its peer Gloo
 )
 
 missing=()
