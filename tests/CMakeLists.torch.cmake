@@ -18,3 +18,7 @@ add_test(NAME torch_killed_rank
                  ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_kill.py)
 set_tests_properties(torch_ddp_equals_gloo torch_killed_rank PROPERTIES LABELS "slow" TIMEOUT 600
                      ENVIRONMENT "${tutti_torch_env}")
+# 2 hosts x 2 ranks on the namespace test bed: every operation across TCP.
+add_test(NAME torch_ops_2hosts_x_2ranks
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/torch/multihost.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(torch_ops_2hosts_x_2ranks PROPERTIES LABELS "slow" TIMEOUT 900 RUN_SERIAL TRUE)
