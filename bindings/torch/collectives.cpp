@@ -5,15 +5,14 @@
 // reduce_scatter, alltoall) go through one contiguous buffer of world x count elements, the
 // layout tutti's collectives take, with copies in or out; the *_base variants hand over that
 // layout directly. Non-contiguous tensors are operated on through a contiguous copy.
-#include "process_group.hpp"
-
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-
 #include <stdlib.h>
 #include <string.h>
 
 #include <numeric>
+
+#include "process_group.hpp"
 
 namespace tutti_torch {
 
@@ -25,16 +24,26 @@ using WorkPtr = c10::intrusive_ptr<Work>;
 
 ncclDataType_t to_nccl_type(const ProcessGroupTutti &pg, at::ScalarType t) {
   switch (t) {
-    case at::kChar: return ncclInt8;
-    case at::kByte: return ncclUint8;
-    case at::kBool: return ncclUint8;  // 0/1 bytes; reductions mapped in to_nccl_op
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
-    case at::kHalf: return ncclFloat16;
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kBFloat16: return ncclBfloat16;
-    default: TORCH_CHECK(false, pg.who(), ": tensor dtype ", t, " is not supported by tutti");
+    case at::kChar:
+      return ncclInt8;
+    case at::kByte:
+      return ncclUint8;
+    case at::kBool:
+      return ncclUint8;  // 0/1 bytes; reductions mapped in to_nccl_op
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    default:
+      TORCH_CHECK(false, pg.who(), ": tensor dtype ", t, " is not supported by tutti");
   }
 }
 
@@ -42,10 +51,14 @@ ncclDataType_t to_nccl_type(const ProcessGroupTutti &pg, at::ScalarType t) {
 ncclRedOp_t to_nccl_op(const ProcessGroupTutti &pg, const c10d::ReduceOp &op, at::ScalarType t) {
   bool is_bool = t == at::kBool;
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return is_bool ? ncclMax : ncclSum;
-    case c10d::ReduceOp::PRODUCT: return is_bool ? ncclMin : ncclProd;
-    case c10d::ReduceOp::MIN: return ncclMin;
-    case c10d::ReduceOp::MAX: return ncclMax;
+    case c10d::ReduceOp::SUM:
+      return is_bool ? ncclMax : ncclSum;
+    case c10d::ReduceOp::PRODUCT:
+      return is_bool ? ncclMin : ncclProd;
+    case c10d::ReduceOp::MIN:
+      return ncclMin;
+    case c10d::ReduceOp::MAX:
+      return ncclMax;
     case c10d::ReduceOp::AVG:
       TORCH_CHECK(!is_bool, pg.who(), ": ReduceOp.AVG is not defined for bool tensors");
       return ncclAvg;
@@ -73,19 +86,19 @@ const at::Tensor &single(const ProcessGroupTutti &pg, const std::vector<at::Tens
 
 void check_list(const ProcessGroupTutti &pg, const std::vector<at::Tensor> &list,
                 const at::Tensor &like, size_t n, const char *what) {
-  TORCH_CHECK(list.size() == n, pg.who(), ": ", what, " needs ", n, " tensors (got ",
-              list.size(), ")");
+  TORCH_CHECK(list.size() == n, pg.who(), ": ", what, " needs ", n, " tensors (got ", list.size(),
+              ")");
   for (const at::Tensor &t : list) {
     check_tensor(pg, t, what);
-    TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), pg.who(),
-                ": ", what, ": every tensor must have the dtype and size of the input (",
+    TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), pg.who(), ": ",
+                what, ": every tensor must have the dtype and size of the input (",
                 like.scalar_type(), ", ", like.numel(), " elements)");
   }
 }
 
 void check_root(const ProcessGroupTutti &pg, int64_t root, int64_t root_tensor) {
-  TORCH_CHECK(root >= 0 && root < pg.getSize(), pg.who(), ": root rank ", root,
-              " is outside [0, ", pg.getSize(), ")");
+  TORCH_CHECK(root >= 0 && root < pg.getSize(), pg.who(), ": root rank ", root, " is outside [0, ",
+              pg.getSize(), ")");
   TORCH_CHECK(root_tensor == 0, pg.who(), ": rootTensor must be 0 (one tensor per process)");
 }
 
@@ -169,8 +182,8 @@ WorkPtr ProcessGroupTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
   }
   ncclDataType_t type = to_nccl_type(*this, tensors[0].scalar_type());
   ncclRedOp_t op = to_nccl_op(*this, opts.reduceOp, tensors[0].scalar_type());
-  auto work =
-      c10::make_intrusive<WorkTutti>(this, OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors);
+  auto work = c10::make_intrusive<WorkTutti>(this, OpType::ALLREDUCE_COALESCED,
+                                             "allreduce_coalesced", tensors);
   return enqueue(work, [this, tensors, type, op]() mutable {
     at::Tensor flat = flatten(tensors);
     allreduce_dense(*this, flat.data_ptr(), flat.numel(), type, op);
@@ -231,10 +244,10 @@ WorkPtr ProcessGroupTutti::_allgather_base(at::Tensor &output, at::Tensor &input
                                            const c10d::AllgatherOptions &opts) {
   check_tensor(*this, input, "_allgather_base input");
   check_tensor(*this, output, "_allgather_base output");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
-                  output.numel() == size_ * input.numel(),
-              who(), ": _allgather_base output must have world_size x the input's elements (",
-              size_ * input.numel(), ") of its dtype");
+  TORCH_CHECK(
+      output.scalar_type() == input.scalar_type() && output.numel() == size_ * input.numel(), who(),
+      ": _allgather_base output must have world_size x the input's elements (",
+      size_ * input.numel(), ") of its dtype");
   TORCH_CHECK(output.is_contiguous(), who(), ": _allgather_base output must be contiguous");
   ncclDataType_t type = to_nccl_type(*this, input.scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::_ALLGATHER_BASE, "_allgather_base",
@@ -341,7 +354,8 @@ WorkPtr ProcessGroupTutti::reduce_scatter(std::vector<at::Tensor> &outputs,
   check_list(*this, inputs[0], out, size_, "reduce_scatter input");
   ncclDataType_t type = to_nccl_type(*this, out.scalar_type());
   ncclRedOp_t op = to_nccl_op(*this, opts.reduceOp, out.scalar_type());
-  auto work = c10::make_intrusive<WorkTutti>(this, OpType::REDUCE_SCATTER, "reduce_scatter", outputs);
+  auto work =
+      c10::make_intrusive<WorkTutti>(this, OpType::REDUCE_SCATTER, "reduce_scatter", outputs);
   std::vector<at::Tensor> in = inputs[0];
   return enqueue(work, [this, in, out, type, op] {
     Dense d(out);
@@ -356,14 +370,14 @@ WorkPtr ProcessGroupTutti::_reduce_scatter_base(at::Tensor &output, at::Tensor &
                                                 const c10d::ReduceScatterOptions &opts) {
   check_tensor(*this, input, "_reduce_scatter_base input");
   check_tensor(*this, output, "_reduce_scatter_base output");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
-                  input.numel() == size_ * output.numel(),
-              who(), ": _reduce_scatter_base input must have world_size x the output's elements (",
-              size_ * output.numel(), ") of its dtype");
+  TORCH_CHECK(
+      output.scalar_type() == input.scalar_type() && input.numel() == size_ * output.numel(), who(),
+      ": _reduce_scatter_base input must have world_size x the output's elements (",
+      size_ * output.numel(), ") of its dtype");
   ncclDataType_t type = to_nccl_type(*this, output.scalar_type());
   ncclRedOp_t op = to_nccl_op(*this, opts.reduceOp, output.scalar_type());
-  auto work = c10::make_intrusive<WorkTutti>(this, OpType::_REDUCE_SCATTER_BASE,
-                                             "_reduce_scatter_base", std::vector<at::Tensor>{output});
+  auto work = c10::make_intrusive<WorkTutti>(
+      this, OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", std::vector<at::Tensor>{output});
   at::Tensor out = output;
   return enqueue(work, [this, input, out, type, op] {
     Dense in(input), d(out);
@@ -425,7 +439,8 @@ WorkPtr ProcessGroupTutti::alltoall_base(at::Tensor &output, at::Tensor &input,
   check_tensor(*this, output, "alltoall_base output");
   TORCH_CHECK(input.scalar_type() == output.scalar_type(), who(),
               ": alltoall_base input and output dtypes differ");
-  TORCH_CHECK(input.dim() >= 1 && output.dim() >= 1, who(), ": alltoall_base needs tensors of dimension >= 1");
+  TORCH_CHECK(input.dim() >= 1 && output.dim() >= 1, who(),
+              ": alltoall_base needs tensors of dimension >= 1");
   TORCH_CHECK(output.is_contiguous(), who(), ": alltoall_base output must be contiguous");
   int64_t in_row = input.size(0) ? input.numel() / input.size(0) : 0;
   int64_t out_row = output.size(0) ? output.numel() / output.size(0) : 0;
@@ -468,8 +483,8 @@ WorkPtr ProcessGroupTutti::alltoall(std::vector<at::Tensor> &outputs,
 
 WorkPtr ProcessGroupTutti::send(std::vector<at::Tensor> &tensors, int dst, int tag) {
   at::Tensor t = single(*this, tensors, "send");
-  TORCH_CHECK(dst >= 0 && dst < size_, who(), ": send: destination rank ", dst,
-              " is outside [0, ", size_, ")");
+  TORCH_CHECK(dst >= 0 && dst < size_, who(), ": send: destination rank ", dst, " is outside [0, ",
+              size_, ")");
   ncclDataType_t type = to_nccl_type(*this, t.scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::SEND, "send", tensors);
   return enqueue(work, [this, t, dst, type] {
@@ -493,11 +508,12 @@ WorkPtr ProcessGroupTutti::recv(std::vector<at::Tensor> &tensors, int src, int t
 
 // A one-byte all-reduce queued behind everything this group has queued before it.
 WorkPtr ProcessGroupTutti::barrier(const c10d::BarrierOptions &opts) {
-  auto work = c10::make_intrusive<WorkTutti>(this, OpType::BARRIER, "barrier",
-                                             std::vector<at::Tensor>{});
+  auto work =
+      c10::make_intrusive<WorkTutti>(this, OpType::BARRIER, "barrier", std::vector<at::Tensor>{});
   return enqueue(work, [this] {
     uint8_t byte = 0;
-    call(*this, "ncclAllReduce", ncclAllReduce(&byte, &byte, 1, ncclUint8, ncclMax, comm(), nullptr));
+    call(*this, "ncclAllReduce",
+         ncclAllReduce(&byte, &byte, 1, ncclUint8, ncclMax, comm(), nullptr));
   });
 }
 

@@ -4,7 +4,6 @@
 
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
-
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,8 +45,9 @@ WorkTutti::WorkTutti(ProcessGroupTutti *pg, c10d::OpType type, const char *name,
       pg_(pg),
       name_(name),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 void WorkTutti::complete(std::exception_ptr error) {
   if (error)

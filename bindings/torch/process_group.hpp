@@ -13,9 +13,7 @@
 // error, as NCCL's process group does, instead of each waiting out its own timeout.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <nccl.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -24,9 +22,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
-
-#include <nccl.h>
 
 namespace tutti_torch {
 
@@ -79,9 +78,9 @@ class ProcessGroupTutti : public c10d::ProcessGroup {
                                            const c10d::AllgatherOptions &opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                  const c10d::AllgatherOptions &opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
-      const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                                     std::vector<at::Tensor> &inputs,
+                                                     const c10d::AllgatherOptions &opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
                                         std::vector<at::Tensor> &inputs,
                                         const c10d::GatherOptions &opts) override;
