@@ -16,6 +16,7 @@ PACKAGES=(
   libpmix-dev                             # PMIx bootstrap under mpirun / srun (optional at run time)
   iproute2 iperf3 netcat-openbsd procps   # multi-host test bed in network namespaces
   python3                                 # Debian's /usr/bin/python3 for the comparison scripts
+  python3-torch libtorch-dev pybind11-dev # the PyTorch backend (bindings/torch) and its peer Gloo
 )
 
 missing=()

@@ -1,0 +1,35 @@
+// The Python module tutti_torch: importing it registers the torch.distributed backend "tutti".
+//
+//   import tutti_torch                      # registers the backend
+//   torch.distributed.init_process_group("tutti", ...)
+//
+// The creator torch.distributed calls takes (store, rank, world_size, timeout) and is called
+// again, with a prefixed store, for every new_group; each call makes a new communicator.
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "process_group.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+c10::intrusive_ptr<c10d::ProcessGroup> tutti_create(const c10::intrusive_ptr<c10d::Store> &store,
+                                                    int rank, int size,
+                                                    std::chrono::milliseconds timeout) {
+  py::gil_scoped_release no_gil;  // the rendezvous waits on the store and on the peers
+  return tutti_torch::create_process_group(store, rank, size, timeout);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(tutti_torch, m) {
+  m.doc() = "tutti's torch.distributed backend: import to register backend \"tutti\"";
+  m.def("create_process_group", &tutti_create, py::arg("store"), py::arg("rank"),
+        py::arg("world_size"), py::arg("timeout"),
+        "Creates a tutti process group (the creator registered for backend \"tutti\").");
+  m.def("version", [] { return std::string(tuttiVersionString()); });
+  py::object backend = py::module_::import("torch.distributed").attr("Backend");
+  if (!py::hasattr(backend, "TUTTI"))
+    backend.attr("register_backend")("tutti", m.attr("create_process_group"));
+}

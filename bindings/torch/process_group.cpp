@@ -1,0 +1,207 @@
+// ProcessGroupTutti's life: rendezvous through the c10d::Store, the worker thread, Work
+// completion, timeouts and errors. The collectives themselves are in collectives.cpp.
+#include "process_group.hpp"
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace tutti_torch {
+
+namespace {
+
+// Store keys, relative to the (already per-group prefixed) store torch hands over.
+constexpr const char *kIdKey = "tutti/unique_id";
+constexpr const char *kHostKeyPrefix = "tutti/host/";
+
+std::string local_host() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+// tutti's communicator timeout is a process-wide setting read once; when the user has not
+// chosen one, the first process group's timeout becomes it, so tutti's own waits (a dead
+// peer, a missing message) end within the timeout init_process_group was given.
+void adopt_timeout(std::chrono::milliseconds timeout) {
+  if (getenv("TUTTI_TIMEOUT") || getenv("NCCL_TIMEOUT")) return;
+  long seconds = (long)std::ceil(timeout.count() / 1000.0);
+  if (seconds < 1) seconds = 1;
+  setenv("TUTTI_TIMEOUT", std::to_string(seconds).c_str(), 0);
+}
+
+}  // namespace
+
+// ---- Work ----
+
+WorkTutti::WorkTutti(ProcessGroupTutti *pg, c10d::OpType type, const char *name,
+                     std::vector<at::Tensor> outputs)
+    : c10d::Work(pg->getRank(), type),
+      pg_(pg),
+      name_(name),
+      outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
+
+void WorkTutti::complete(std::exception_ptr error) {
+  if (error)
+    future_->setError(error);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+  finish(error);
+}
+
+// Waits at most `timeout` (0: the group's timeout). Past it the communicator is aborted, which
+// ends the blocked call on the worker, and the wait raises.
+bool WorkTutti::wait(std::chrono::milliseconds timeout) {
+  if (timeout == ::kNoTimeout) timeout = pg_->timeout();
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    lock.unlock();
+    pg_->abort_after_timeout(name_);
+    lock.lock();
+    cv_.wait_for(lock, std::chrono::seconds(5), [&] { return completed_; });
+    TORCH_CHECK(false, pg_->who(), ": ", name_, " did not complete within ",
+                timeout.count() / 1000.0, " s; the communicator was aborted");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+// ---- staging buffer ----
+
+void *StagingBuffer::reserve(size_t need) {
+  if (need <= bytes) return ptr;
+  if (ptr) ncclMemFree(ptr), ptr = nullptr, bytes = 0;
+  size_t size = 1 << 20;
+  while (size < need) size <<= 1;
+  if (ncclMemAlloc(&ptr, size) != ncclSuccess) return ptr = nullptr;
+  bytes = size;
+  return ptr;
+}
+
+StagingBuffer::~StagingBuffer() {
+  if (ptr) ncclMemFree(ptr);
+}
+
+// ---- the group ----
+
+ProcessGroupTutti::ProcessGroupTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank,
+                                     int size, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), timeout_(timeout), host_(local_host()) {
+  adopt_timeout(timeout);
+  rendezvous(store);
+  worker_ = std::thread([this] { worker_loop(); });
+  init();
+}
+
+// Rank 0 creates the unique id and publishes it; the others read it (Store::get waits, bounded
+// by the store's timeout). Every rank also publishes its host name, so the group knows whether
+// it lives on one host (where shared-memory staging pays).
+void ProcessGroupTutti::rendezvous(const c10::intrusive_ptr<c10d::Store> &store) {
+  ncclUniqueId id;
+  if (rank_ == 0) {
+    ncclResult_t res = ncclGetUniqueId(&id);
+    if (res != ncclSuccess) fail("ncclGetUniqueId", res);
+    store->set(kIdKey, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
+  } else {
+    std::vector<uint8_t> bytes = store->get(kIdKey);
+    TORCH_CHECK(bytes.size() == sizeof(id.internal), who(), ": malformed unique id in the store");
+    memcpy(id.internal, bytes.data(), sizeof(id.internal));
+  }
+  store->set(kHostKeyPrefix + std::to_string(rank_),
+             std::vector<uint8_t>(host_.begin(), host_.end()));
+  single_host_ = true;
+  for (int r = 0; r < size_; r++) {
+    std::vector<uint8_t> h = store->get(kHostKeyPrefix + std::to_string(r));
+    if (std::string(h.begin(), h.end()) != host_) single_host_ = false;
+  }
+  ncclResult_t res = ncclCommInitRank(&comm_, size_, id, rank_);
+  if (res != ncclSuccess) fail("ncclCommInitRank", res);
+}
+
+ProcessGroupTutti::~ProcessGroupTutti() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  if (comm_) ncclCommDestroy(comm_);
+}
+
+std::string ProcessGroupTutti::who() const {
+  std::ostringstream s;
+  s << "tutti: rank " << rank_ << " of " << size_ << " (" << host_ << ")";
+  return s.str();
+}
+
+void ProcessGroupTutti::fail(const char *op, ncclResult_t res) {
+  const char *detail = ncclGetLastError(comm_);
+  TORCH_CHECK(false, who(), ": ", op, " failed: ", ncclGetErrorString(res),
+              detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+void ProcessGroupTutti::abort_after_timeout(const char *op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!broken_) {
+    std::ostringstream s;
+    s << who() << ": " << op << " did not complete within " << timeout_.count() / 1000.0
+      << " s; the communicator was aborted";
+    broken_ = std::make_exception_ptr(std::runtime_error(s.str()));
+  }
+  // ncclCommAbort sets the abort flag before it takes the communicator's lock, so a call
+  // blocked on the worker returns; it then frees the communicator.
+  if (comm_) ncclCommAbort(comm_), comm_ = nullptr;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTutti::enqueue(c10::intrusive_ptr<WorkTutti> work,
+                                                          Job job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.emplace_back(work, std::move(job));
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void ProcessGroupTutti::worker_loop() {
+  for (;;) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_ with nothing left
+    auto item = std::move(queue_.front());
+    queue_.pop_front();
+    std::exception_ptr error = broken_;
+    lock.unlock();
+    if (!error) {
+      try {
+        item.second();
+      } catch (...) {
+        error = std::current_exception();
+        ncclResult_t async = ncclSuccess;
+        // A failed communicator (peer gone, timeout) fails everything after it; a rejected
+        // argument does not.
+        lock.lock();
+        if (!comm_ || (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess))
+          if (!broken_) broken_ = error;
+        lock.unlock();
+      }
+    }
+    item.first->complete(error);
+  }
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(
+    const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+    std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<ProcessGroupTutti>(store, rank, size, timeout);
+}
+
+}  // namespace tutti_torch

@@ -1,0 +1,24 @@
+# The PyTorch backend's tests (bindings/torch; built when Torch is found), run by Debian's
+# /usr/bin/python3 with the module from build/python. tests/torch/launch.py starts the ranks.
+if(NOT TUTTI_WITH_TORCH)
+  return()
+endif()
+set(tutti_torch_env "PYTHONPATH=${CMAKE_BINARY_DIR}/python" "OMP_NUM_THREADS=1")
+set(tutti_torch_launch ${TUTTI_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/torch/launch.py)
+foreach(n 1 2 3 4)
+  add_test(NAME torch_ops_${n}ranks
+           COMMAND ${tutti_torch_launch} -n ${n} --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_ops.py)
+  set_tests_properties(torch_ops_${n}ranks PROPERTIES LABELS "slow" TIMEOUT 600
+                       ENVIRONMENT "${tutti_torch_env}")
+endforeach()
+add_test(NAME torch_ddp_equals_gloo
+         COMMAND ${tutti_torch_launch} -n 2 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_ddp.py)
+add_test(NAME torch_killed_rank
+         COMMAND ${tutti_torch_launch} -n 3 --limit 120 --expect-last 3
+                 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_kill.py)
+set_tests_properties(torch_ddp_equals_gloo torch_killed_rank PROPERTIES LABELS "slow" TIMEOUT 600
+                     ENVIRONMENT "${tutti_torch_env}")
+# 2 hosts x 2 ranks on the namespace test bed: every operation across TCP.
+add_test(NAME torch_ops_2hosts_x_2ranks
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/torch/multihost.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(torch_ops_2hosts_x_2ranks PROPERTIES LABELS "slow" TIMEOUT 900 RUN_SERIAL TRUE)
