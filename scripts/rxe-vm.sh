@@ -10,10 +10,14 @@
 # over virtio-9p and the build folder read-write, chroots into the shared root, so CMD runs the
 # binaries built here with this machine's libraries (libibverbs and its rxe provider), in the
 # directory the script was started from. Before CMD: crc32_generic (rdma_rxe's crc32 needs it),
-# rdma_rxe and dummy are loaded, dummyI is brought up and rxeI added on it (I < --devices,
-# default 2: two "NICs"), and tmpfs is mounted on /dev/shm and /tmp. Each rxe device has one
-# RoCE v2 GID (index 0, from its interface's IPv6 link-local address); rxe loops traffic
-# between local addresses back internally, so the guest needs no network.
+# rdma_rxe, dummy and veth are loaded, the rxe devices are created and tmpfs is mounted on
+# /dev/shm and /tmp. With --devices 1: rxe0 on dummy0, one RoCE v2 GID (index 0, the IPv6
+# link-local address); rxe loops traffic to its own address back internally. With --devices 2
+# (the default: two "NICs"): rxe0 and rxe1 on the two ends of a veth pair, 10.200.0.1 and
+# .2 (GID index 1, IPv4-mapped, RoCE v2), with policy routing that sends traffic for the other
+# end's address out of the veth (two rxe devices on two dummy interfaces cannot reach each
+# other: a packet to a local address arrives on lo, where no rxe device listens). The guest
+# needs no network.
 #
 # Exit status: CMD's, or 77 (ctest's SKIP_RETURN_CODE) with "SKIPPED: reason" when qemu,
 # busybox-static or the kernel package is unavailable here, or 1 when the guest failed to boot.
@@ -38,7 +42,7 @@ skip() {
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --devices) NDEV="$2"; shift 2 ;;
+    --devices) NDEV="$2"; shift 2; [ "$NDEV" = 1 ] || [ "$NDEV" = 2 ] || { echo "--devices: 1 or 2" >&2; exit 2; } ;;
     --mem) MEM="$2"; shift 2 ;;
     --cpus) CPUS="$2"; shift 2 ;;
     --) shift; break ;;
@@ -116,7 +120,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose hostroo
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 sharerw /newroot$SHARE_RW ||
   fail "cannot mount $SHARE_RW read-write"
 mount --bind /newroot$MODDIR/.. /lib/modules || fail "no module tree"
-modprobe crc32_generic && modprobe rdma_rxe && modprobe dummy numdummies=$NDEV ||
+modprobe crc32_generic && modprobe rdma_rxe && modprobe dummy numdummies=1 && modprobe veth ||
   fail "cannot load crc32_generic, rdma_rxe, dummy"
 mount -t proc proc /newroot/proc
 mount -t sysfs sys /newroot/sys
@@ -126,12 +130,28 @@ mount -t tmpfs -o mode=1777 shm /newroot/dev/shm
 mount -t tmpfs -o mode=1777 tmp /newroot/tmp
 hostname rxe-vm
 ip link set lo up
-i=0
-while [ \$i -lt $NDEV ]; do
-  ip link set dummy\$i up || fail "no dummy\$i"
-  chroot /newroot rdma link add rxe\$i type rxe netdev dummy\$i || fail "rdma link add rxe\$i failed"
-  i=\$((i + 1))
-done
+hip() { chroot /newroot /usr/bin/ip "\$@"; } # iproute2 (busybox ip knows no veth)
+if [ $NDEV -eq 1 ]; then
+  hip link set dummy0 up || fail "no dummy0"
+  chroot /newroot rdma link add rxe0 type rxe netdev dummy0 || fail "rdma link add rxe0 failed"
+else
+  # rxe0 on veth0 (10.200.0.1), rxe1 on veth1 (10.200.0.2), the two ends of one veth pair. The
+  # rules send what this host addresses to the other end's address out of its own end (iif lo:
+  # locally sent), so it arrives on the other veth and reaches the rxe device there; the local
+  # table follows, for what arrives.
+  hip link add veth0 type veth peer name veth1 || fail "cannot create a veth pair"
+  hip addr add 10.200.0.1/24 dev veth0 && hip addr add 10.200.0.2/24 dev veth1 || fail "addresses"
+  hip link set veth0 up && hip link set veth1 up || fail "veth up"
+  for f in all/accept_local veth0/accept_local veth1/accept_local; do echo 1 > /proc/sys/net/ipv4/conf/\$f; done
+  for f in all/rp_filter veth0/rp_filter veth1/rp_filter; do echo 0 > /proc/sys/net/ipv4/conf/\$f; done
+  hip rule add pref 100 lookup local && hip rule del pref 0 || fail "ip rule"
+  hip route add 10.200.0.2 dev veth0 src 10.200.0.1 table 100
+  hip route add 10.200.0.1 dev veth1 src 10.200.0.2 table 101
+  hip rule add pref 10 to 10.200.0.2 iif lo lookup 100
+  hip rule add pref 11 to 10.200.0.1 iif lo lookup 101
+  chroot /newroot rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0 failed"
+  chroot /newroot rdma link add rxe1 type rxe netdev veth1 || fail "rdma link add rxe1 failed"
+fi
 chroot /newroot /bin/bash $RUN/cmd.sh < /dev/console > /dev/console 2>&1
 echo \$? > /newroot$RUN/rc
 sync
@@ -149,7 +169,7 @@ timeout "$TIMEOUT" "$QEMU" -machine q35 -accel tcg,thread=multi -cpu max -smp "$
   -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
   -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
   -fsdev local,id=sharerw,path="$SHARE_RW",security_model=none,multidevs=remap \
-  -device virtio-9p-pci,fsdev=sharerw,mount_tag=sharerw </dev/null | tr -d '\r'
+  -device virtio-9p-pci,fsdev=sharerw,mount_tag=sharerw </dev/null | sed -u 's/\r$//'
 qrc=${PIPESTATUS[0]}
 set -e
 if [ ! -f "$RUN/rc" ]; then

@@ -30,7 +30,7 @@ using th::RankCtx;
 th::Options ib_options() {
   th::Options opt;
   opt.env = {{"NCCL_NET", "IB"}, {"TUTTI_SHM_DISABLE", "1"}, {"TUTTI_TIMEOUT", "60"}};
-  opt.timeout_s = 600; // Soft-RoCE under software emulation moves a few MB/s
+  opt.timeout_s = 600;  // Soft-RoCE under software emulation moves a few MB/s
   return opt;
 }
 
@@ -58,7 +58,7 @@ void every_collective(int nranks) {
         for (const Rep &rep : kReps)
           for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{300001}})
             for (int in_place = 0; in_place < 2; in_place++) {
-              if (in_place && rep.coll == Coll::kAlltoAll) continue; // NCCL has none
+              if (in_place && rep.coll == Coll::kAlltoAll) continue;  // NCCL has none
               Case c;
               c.coll = rep.coll, c.type = rep.type, c.op = rep.op, c.count = count;
               c.in_place = in_place, c.root = seq % ctx.nranks, c.align = seq % 3;
@@ -83,7 +83,7 @@ TEST(IbCollectives, SendRecvBothWaysLargerThanTheFifo) {
   th::run_ranks_ok(
       Mode::kProcs, 2,
       [](RankCtx &ctx) {
-        const size_t count = (5u << 20) + 3; // 20 MiB + 12 bytes of int32
+        const size_t count = (5u << 20) + 3;  // 20 MiB + 12 bytes of int32
         std::vector<int32_t> out(count), in(count, -1);
         for (size_t i = 0; i < count; i++) out[i] = static_cast<int32_t>(i * 3 + ctx.rank);
         int peer = 1 - ctx.rank;
@@ -134,9 +134,9 @@ TEST(IbSettings, ForcedIbWithoutDeviceIsAnError) {
 TEST(IbSettings, HcaExactNameWithPortAndPrefixWork) {
   EXPECT_EQ(init_error({{"TUTTI_IB_HCA", "=rxe1:1"}}), "");
   EXPECT_EQ(init_error({{"NCCL_IB_HCA", "rxe"}}), "");
-  std::string e = init_error({{"TUTTI_IB_HCA", "=rxe"}}); // exact: no device is called "rxe"
+  std::string e = init_error({{"TUTTI_IB_HCA", "=rxe"}});  // exact: no device is called "rxe"
   EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
-  e = init_error({{"TUTTI_IB_HCA", "rxe0:2"}}); // rxe has one port
+  e = init_error({{"TUTTI_IB_HCA", "rxe0:2"}});  // rxe has one port
   EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
 }
 
@@ -245,4 +245,4 @@ TEST(IbFailure, KilledRankIsNamedByTheOthers) {
   th::shared_free(rep, sizeof(KillReport));
 }
 
-} // namespace
+}  // namespace

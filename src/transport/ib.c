@@ -23,13 +23,13 @@
  * without a word shows as retry-exceeded on the next write to it (or, on one host, through the
  * engine's process check). close destroys every QP, CQ, MR and the PD, and closes the device.
  */
+#include "ib.h"
+
 #include <arpa/inet.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ib.h"
 
 #define WR_RECV 0u
 #define WR_DATA 1u
@@ -47,14 +47,19 @@ static const char *comm_error_text(struct ncclComm *comm) {
 
 /* Records why a connection broke and fails the communicator. Quiet when this rank is closing
  * or already failed (flushed work requests are then our own doing). */
-static void conn_fail(ib_conn_t *c, const char *fmt, const char *detail, int status, uint32_t vendor) {
+static void conn_fail(ib_conn_t *c, const char *fmt, const char *detail, int status,
+                      uint32_t vendor) {
   ib_state_t *st = c->st;
   if (__atomic_exchange_n(&c->failed, 1, __ATOMIC_ACQ_REL)) return;
   int me = st->comm->rank, p = c->peer;
   snprintf(c->reason, sizeof(c->reason),
-           "rank %d (host %s, device %s): %s rank %d (host %s, device %s) failed: %s (verbs status %d, vendor error %#x)",
-           me, ib_host_of(st, me), st->dev, fmt, p, ib_host_of(st, p), st->peer_blob[p].dev, detail, status, vendor);
-  if (__atomic_load_n(&st->closing, __ATOMIC_ACQUIRE) || __atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE)) return;
+           "rank %d (host %s, device %s): %s rank %d (host %s, device %s) failed: %s (verbs status "
+           "%d, vendor error %#x)",
+           me, ib_host_of(st, me), st->dev, fmt, p, ib_host_of(st, p), st->peer_blob[p].dev, detail,
+           status, vendor);
+  if (__atomic_load_n(&st->closing, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE))
+    return;
   if (__atomic_fetch_add(&st->nwarn, 1, __ATOMIC_ACQ_REL) == 0)
     WARN("%s", c->reason);
   else
@@ -69,13 +74,17 @@ int ib_post_recv(ib_conn_t *c, int q) {
   return ibv_post_recv(c->qp[q], &wr, &bad);
 }
 
-static int post_write(ib_conn_t *c, int q, uint64_t kind, void *src, uint32_t lkey, size_t bytes, uint64_t raddr,
-                      uint32_t rkey, int imm, uint32_t imm_data) {
+static int post_write(ib_conn_t *c, int q, uint64_t kind, void *src, uint32_t lkey, size_t bytes,
+                      uint64_t raddr, uint32_t rkey, int imm, uint32_t imm_data) {
   struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)src, .length = (uint32_t)bytes, .lkey = lkey};
-  struct ibv_send_wr wr = {.wr_id = WR_ID(kind, q), .sg_list = &sge, .num_sge = bytes ? 1 : 0,
+  struct ibv_send_wr wr = {.wr_id = WR_ID(kind, q),
+                           .sg_list = &sge,
+                           .num_sge = bytes ? 1 : 0,
                            .opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
-                           .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(imm_data),
-                           .wr = {.rdma = {.remote_addr = raddr, .rkey = rkey}}}, *bad;
+                           .send_flags = IBV_SEND_SIGNALED,
+                           .imm_data = htonl(imm_data),
+                           .wr = {.rdma = {.remote_addr = raddr, .rkey = rkey}}},
+                     *bad;
   int err = ibv_post_send(c->qp[q], &wr, &bad);
   if (!err) c->sq_out[q]++;
   return err;
@@ -91,8 +100,10 @@ static int poll_cq(ib_conn_t *c) {
     for (int i = 0; i < n; i++) {
       uint32_t kind = (uint32_t)(wc[i].wr_id >> 32), q = (uint32_t)wc[i].wr_id;
       if (wc[i].status != IBV_WC_SUCCESS) {
-        const char *what = kind == WR_DATA ? "writing data to" : kind == WR_CREDIT ? "returning credit to"
-                           : kind == WR_BOARD ? "telling of its failure" : "receiving from";
+        const char *what = kind == WR_DATA     ? "writing data to"
+                           : kind == WR_CREDIT ? "returning credit to"
+                           : kind == WR_BOARD  ? "telling of its failure"
+                                               : "receiving from";
         conn_fail(c, what, ib_v.wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err);
         return -1;
       }
@@ -125,7 +136,9 @@ static void *ib_send_slot(conn_t *conn) {
   ib_conn_t *c = conn->priv;
   if (poll_cq(c) || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return NULL;
   int q = (int)(c->pos % (uint64_t)c->nqps);
-  if (c->pos - __atomic_load_n(c->credit, __ATOMIC_ACQUIRE) >= c->nslots || c->sq_out[q] >= c->sq_max - 1) return NULL;
+  if (c->pos - __atomic_load_n(c->credit, __ATOMIC_ACQUIRE) >= c->nslots ||
+      c->sq_out[q] >= c->sq_max - 1)
+    return NULL;
   return c->slots + (c->pos % c->nslots) * c->slot_bytes;
 }
 
@@ -134,7 +147,8 @@ static void ib_send_post(conn_t *conn, size_t bytes) {
   uint32_t slot = (uint32_t)(c->pos % c->nslots);
   int q = (int)(c->pos % (uint64_t)c->nqps);
   int err = post_write(c, q, WR_DATA, c->slots + slot * c->slot_bytes, c->mr->lkey, bytes,
-                       c->remote.addr + slot * c->slot_bytes, c->remote.rkey, 1, (slot << 24) | (uint32_t)bytes);
+                       c->remote.addr + slot * c->slot_bytes, c->remote.rkey, 1,
+                       (slot << 24) | (uint32_t)bytes);
   if (err) conn_fail(c, "posting a write to", strerror(err), err, 0);
   c->pos++;
 }
@@ -144,8 +158,8 @@ static void flush_credit(ib_conn_t *c) {
   if (!c->credit_pending || c->sq_out[0] >= c->sq_max - 1) return;
   uint32_t i = (uint32_t)(c->pos % c->nslots);
   c->credit_src[i] = c->pos;
-  int err = post_write(c, 0, WR_CREDIT, &c->credit_src[i], c->mr->lkey, sizeof(uint64_t), c->remote.addr,
-                       c->remote.rkey, 0, 0);
+  int err = post_write(c, 0, WR_CREDIT, &c->credit_src[i], c->mr->lkey, sizeof(uint64_t),
+                       c->remote.addr, c->remote.rkey, 0, 0);
   if (err) conn_fail(c, "returning credit to", strerror(err), err, 0);
   c->credit_pending = 0;
 }
@@ -184,8 +198,10 @@ static int ib_peer_failed(conn_t *conn) {
   ib_conn_t *c = conn->priv, *twin = conn_twin(c);
   ib_state_t *st = c->st;
   if (!c->is_send) flush_credit(c); /* a sender waiting on us must not wait for credit */
-  return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) || (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)) ||
-         __atomic_load_n(&st->board[c->peer].failed, __ATOMIC_ACQUIRE) || __atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE);
+  return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) ||
+         (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)) ||
+         __atomic_load_n(&st->board[c->peer].failed, __ATOMIC_ACQUIRE) ||
+         __atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE);
 }
 
 static const char *ib_peer_reason(conn_t *conn) {
@@ -224,7 +240,8 @@ static void ib_mark_failed(struct ncclComm *comm) {
                     : comm->abort_flag    ? "ncclCommAbort was called"
                                           : "its communicator failed during init";
   ib_board_t *src = &st->board_src[comm->rank];
-  snprintf(src->reason, sizeof(src->reason), "rank %d on host %s aborted: %s", comm->rank, ib_host_of(st, comm->rank), why);
+  snprintf(src->reason, sizeof(src->reason), "rank %d on host %s aborted: %s", comm->rank,
+           ib_host_of(st, comm->rank), why);
   src->failed = 1;
   for (int p = 0; p < comm->nranks; p++) {
     ib_conn_t *c = st->send[p];

@@ -130,8 +130,8 @@ int ib_available(void); /* libibverbs loads and a usable device matches TUTTI_IB
 ib_state_t *ib_state_of(struct ncclComm *comm);
 void ib_state_unlink(ib_state_t *st);
 ncclResult_t ib_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]);
-ncclResult_t ib_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob,
-                              conn_t *send, conn_t *recv);
+ncclResult_t ib_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
+                              conn_t *recv);
 ncclResult_t ib_setup_post_connect(struct ncclComm *comm);
 void ib_conn_free(ib_conn_t *c);
 void ib_state_free(ib_state_t *st);

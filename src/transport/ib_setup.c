@@ -51,10 +51,10 @@ static void load_verbs(void) {
     snprintf(load_error, sizeof(load_error), "cannot load libibverbs.so.1: %s", dlerror());
     return;
   }
-#define IB_SYM(field, name)                                                                \
-  if (!(*(void **)&ib_v.field = dlsym(h, name))) {                                         \
-    snprintf(load_error, sizeof(load_error), "libibverbs.so.1 lacks %s", name);            \
-    return;                                                                                \
+#define IB_SYM(field, name)                                                     \
+  if (!(*(void **)&ib_v.field = dlsym(h, name))) {                              \
+    snprintf(load_error, sizeof(load_error), "libibverbs.so.1 lacks %s", name); \
+    return;                                                                     \
   }
   IB_SYM(fork_init, "ibv_fork_init");
   IB_SYM(get_device_list, "ibv_get_device_list");
@@ -202,7 +202,8 @@ static ncclResult_t state_new(struct ncclComm *comm, ib_state_t **out) {
 
 static int local_rank(struct ncclComm *comm) {
   int r = 0;
-  for (int p = 0; p < comm->rank; p++) r += comm->peers[p].host_hash == comm->peers[comm->rank].host_hash;
+  for (int p = 0; p < comm->rank; p++)
+    r += comm->peers[p].host_hash == comm->peers[comm->rank].host_hash;
   return r;
 }
 
@@ -213,7 +214,9 @@ static int pick_gid(ib_state_t *st) {
   int first = -1;
   for (int i = 0; i < st->port_attr.gid_tbl_len; i++) {
     union ibv_gid g;
-    if (ib_v.query_gid(st->ctx, (uint8_t)st->port, i, &g) || !(g.global.subnet_prefix | g.global.interface_id)) continue;
+    if (ib_v.query_gid(st->ctx, (uint8_t)st->port, i, &g) ||
+        !(g.global.subnet_prefix | g.global.interface_id))
+      continue;
     static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     if (memcmp(g.raw, v4, 12) == 0) return i;
     if (first < 0) first = i;
@@ -225,7 +228,10 @@ static ncclResult_t open_device(ib_state_t *st) {
   struct ncclComm *comm = st->comm;
   ib_choice_t c[16];
   int n = list_ports(c, 16);
-  if (n == 0) return TUTTI_ERR(ncclSystemError, "rank %d (host %s): no active ib port (TUTTI_IB_HCA=%s)", comm->rank, ib_host_of(st, comm->rank), tutti_getenv("IB_HCA") ? tutti_getenv("IB_HCA") : "unset");
+  if (n == 0)
+    return TUTTI_ERR(ncclSystemError, "rank %d (host %s): no active ib port (TUTTI_IB_HCA=%s)",
+                     comm->rank, ib_host_of(st, comm->rank),
+                     tutti_getenv("IB_HCA") ? tutti_getenv("IB_HCA") : "unset");
   ib_choice_t *me = &c[local_rank(comm) % n];
   snprintf(st->dev, sizeof(st->dev), "%.31s", me->name);
   st->port = me->port;
@@ -234,14 +240,21 @@ static ncclResult_t open_device(ib_state_t *st) {
   for (int d = 0; list && d < ndev && !st->ctx; d++)
     if (strcmp(ib_v.get_device_name(list[d]), st->dev) == 0) st->ctx = ib_v.open_device(list[d]);
   if (list) ib_v.free_device_list(list);
-  if (!st->ctx) return TUTTI_ERR(ncclSystemError, "rank %d (host %s): cannot open ib device %s: %s", comm->rank, ib_host_of(st, comm->rank), st->dev, strerror(errno));
+  if (!st->ctx)
+    return TUTTI_ERR(ncclSystemError, "rank %d (host %s): cannot open ib device %s: %s", comm->rank,
+                     ib_host_of(st, comm->rank), st->dev, strerror(errno));
   if (query_port(st->ctx, (uint8_t)st->port, &st->port_attr))
-    return TUTTI_ERR(ncclSystemError, "rank %d: cannot query %s port %d", comm->rank, st->dev, st->port);
+    return TUTTI_ERR(ncclSystemError, "rank %d: cannot query %s port %d", comm->rank, st->dev,
+                     st->port);
   st->gid_index = pick_gid(st);
   if (ib_v.query_gid(st->ctx, (uint8_t)st->port, st->gid_index, &st->gid))
-    return TUTTI_ERR(ncclInvalidArgument, "rank %d (host %s): %s port %d has no GID at index %d (TUTTI_IB_GID_INDEX)", comm->rank, ib_host_of(st, comm->rank), st->dev, st->port, st->gid_index);
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "rank %d (host %s): %s port %d has no GID at index %d (TUTTI_IB_GID_INDEX)",
+                     comm->rank, ib_host_of(st, comm->rank), st->dev, st->port, st->gid_index);
   st->pd = ib_v.alloc_pd(st->ctx);
-  if (!st->pd) return TUTTI_ERR(ncclSystemError, "rank %d: ibv_alloc_pd on %s failed: %s", comm->rank, st->dev, strerror(errno));
+  if (!st->pd)
+    return TUTTI_ERR(ncclSystemError, "rank %d: ibv_alloc_pd on %s failed: %s", comm->rank, st->dev,
+                     strerror(errno));
   return ncclSuccess;
 }
 
@@ -253,7 +266,9 @@ static ncclResult_t board_new(ib_state_t *st) {
   st->board = p;
   st->board_src = st->board + st->comm->nranks;
   st->board_mr = ib_v.reg_mr(st->pd, p, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!st->board_mr) return TUTTI_ERR(ncclSystemError, "rank %d: ibv_reg_mr of %zu bytes on %s failed: %s", st->comm->rank, bytes, st->dev, strerror(errno));
+  if (!st->board_mr)
+    return TUTTI_ERR(ncclSystemError, "rank %d: ibv_reg_mr of %zu bytes on %s failed: %s",
+                     st->comm->rank, bytes, st->dev, strerror(errno));
   return ncclSuccess;
 }
 
@@ -265,12 +280,19 @@ ncclResult_t ib_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]) {
   if (st->npeers == 0) return ncclSuccess; /* empty blob */
   st->nqps = (int)TUTTI_MIN(TUTTI_MAX(tutti_param_IbQpsPerConn(), 1), IB_MAX_QPS);
   st->nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_IbSlots(), 2), IB_MAX_SLOTS);
-  st->slot_bytes = TUTTI_ALIGN_UP((size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_IbSlotBytes(), 4096), 8 << 20), 4096);
+  st->slot_bytes =
+      TUTTI_ALIGN_UP((size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_IbSlotBytes(), 4096), 8 << 20), 4096);
   TUTTI_CHECK(open_device(st));
   TUTTI_CHECK(board_new(st));
-  ib_blob_t b = {.magic = IB_BLOB_MAGIC, .gid = st->gid, .lid = st->port_attr.lid, .port = (uint8_t)st->port,
-                 .mtu = (uint8_t)st->port_attr.active_mtu, .nqps = (uint32_t)st->nqps, .nslots = st->nslots,
-                 .slot_bytes = (uint32_t)st->slot_bytes, .board_addr = (uint64_t)(uintptr_t)st->board,
+  ib_blob_t b = {.magic = IB_BLOB_MAGIC,
+                 .gid = st->gid,
+                 .lid = st->port_attr.lid,
+                 .port = (uint8_t)st->port,
+                 .mtu = (uint8_t)st->port_attr.active_mtu,
+                 .nqps = (uint32_t)st->nqps,
+                 .nslots = st->nslots,
+                 .slot_bytes = (uint32_t)st->slot_bytes,
+                 .board_addr = (uint64_t)(uintptr_t)st->board,
                  .board_rkey = st->board_mr->rkey};
   snprintf(b.dev, sizeof(b.dev), "%s", st->dev);
   _Static_assert(sizeof(ib_blob_t) <= TRANSPORT_BLOB_BYTES, "the ib blob must fit");
@@ -294,48 +316,79 @@ void ib_conn_free(ib_conn_t *c) {
 
 static ncclResult_t qp_new(ib_conn_t *c, int q) {
   ib_state_t *st = c->st;
-  struct ibv_qp_init_attr ia = {.send_cq = c->cq, .recv_cq = c->cq, .qp_type = IBV_QPT_RC,
-                                .cap = {.max_send_wr = (uint32_t)c->sq_max, .max_recv_wr = c->nslots, .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp_init_attr ia = {.send_cq = c->cq,
+                                .recv_cq = c->cq,
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = (uint32_t)c->sq_max,
+                                        .max_recv_wr = c->nslots,
+                                        .max_send_sge = 1,
+                                        .max_recv_sge = 1}};
   c->qp[q] = ib_v.create_qp(st->pd, &ia);
-  if (!c->qp[q]) return TUTTI_ERR(ncclSystemError, "rank %d: ibv_create_qp on %s for rank %d failed: %s", st->comm->rank, st->dev, c->peer, strerror(errno));
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = (uint8_t)st->port,
+  if (!c->qp[q])
+    return TUTTI_ERR(ncclSystemError, "rank %d: ibv_create_qp on %s for rank %d failed: %s",
+                     st->comm->rank, st->dev, c->peer, strerror(errno));
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
+                          .pkey_index = 0,
+                          .port_num = (uint8_t)st->port,
                           .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
-  int err = ib_v.modify_qp(c->qp[q], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (err) return TUTTI_ERR(ncclSystemError, "rank %d: QP to rank %d on %s: INIT failed: %s", st->comm->rank, c->peer, st->dev, strerror(err));
+  int err = ib_v.modify_qp(c->qp[q], &a,
+                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (err)
+    return TUTTI_ERR(ncclSystemError, "rank %d: QP to rank %d on %s: INIT failed: %s",
+                     st->comm->rank, c->peer, st->dev, strerror(err));
   for (uint32_t i = 0; !c->is_send && i < c->nslots; i++)
-    if (ib_post_recv(c, q)) return TUTTI_ERR(ncclSystemError, "rank %d: ibv_post_recv on %s failed", st->comm->rank, st->dev);
+    if (ib_post_recv(c, q))
+      return TUTTI_ERR(ncclSystemError, "rank %d: ibv_post_recv on %s failed", st->comm->rank,
+                       st->dev);
   return ncclSuccess;
 }
 
-static ncclResult_t conn_new(ib_state_t *st, int peer, int is_send, int nqps, uint32_t nslots, size_t slot_bytes, ib_conn_t **out) {
+static ncclResult_t conn_new(ib_state_t *st, int peer, int is_send, int nqps, uint32_t nslots,
+                             size_t slot_bytes, ib_conn_t **out) {
   ib_conn_t *c = calloc(1, sizeof(*c));
   if (!c) return TUTTI_ERR(ncclSystemError, "out of memory");
   *out = c;
-  c->st = st, c->peer = peer, c->is_send = is_send, c->nqps = nqps, c->nslots = nslots, c->slot_bytes = slot_bytes;
+  c->st = st, c->peer = peer, c->is_send = is_send, c->nqps = nqps, c->nslots = nslots,
+  c->slot_bytes = slot_bytes;
   size_t ctrl = is_send ? sizeof(uint64_t) : nslots * sizeof(uint64_t);
   c->arena_bytes = TUTTI_ALIGN_UP((size_t)nslots * slot_bytes + ctrl, 4096);
   void *p = mmap(NULL, c->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return TUTTI_ERR(ncclSystemError, "cannot map %zu bytes of ib FIFO", c->arena_bytes);
+  if (p == MAP_FAILED)
+    return TUTTI_ERR(ncclSystemError, "cannot map %zu bytes of ib FIFO", c->arena_bytes);
   c->arena = c->slots = p;
   char *tail = c->slots + (size_t)nslots * slot_bytes;
-  if (is_send) c->credit = (volatile uint64_t *)tail; else c->credit_src = (uint64_t *)tail;
+  if (is_send)
+    c->credit = (volatile uint64_t *)tail;
+  else
+    c->credit_src = (uint64_t *)tail;
   c->mr = ib_v.reg_mr(st->pd, p, c->arena_bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!c->mr) return TUTTI_ERR(ncclSystemError, "rank %d: ibv_reg_mr of %zu bytes on %s failed: %s (locked-memory limit? ulimit -l)", st->comm->rank, c->arena_bytes, st->dev, strerror(errno));
+  if (!c->mr)
+    return TUTTI_ERR(
+        ncclSystemError,
+        "rank %d: ibv_reg_mr of %zu bytes on %s failed: %s (locked-memory limit? ulimit -l)",
+        st->comm->rank, c->arena_bytes, st->dev, strerror(errno));
   /* send queue: data writes (at most nslots in flight), credit writes (idem), an abort notice */
   c->sq_max = (int)nslots + 2;
   c->cq = ib_v.create_cq(st->ctx, nqps * (c->sq_max + (int)nslots) + 4, NULL, NULL, 0);
-  if (!c->cq) return TUTTI_ERR(ncclSystemError, "rank %d: ibv_create_cq on %s failed: %s", st->comm->rank, st->dev, strerror(errno));
+  if (!c->cq)
+    return TUTTI_ERR(ncclSystemError, "rank %d: ibv_create_cq on %s failed: %s", st->comm->rank,
+                     st->dev, strerror(errno));
   for (int q = 0; q < nqps; q++) TUTTI_CHECK(qp_new(c, q));
   c->psn = (uint32_t)(random() & 0xffffff);
   return ncclSuccess;
 }
 
-ncclResult_t ib_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send, conn_t *recv) {
+ncclResult_t ib_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
+                              conn_t *recv) {
   ib_state_t *st = ib_state_of(comm);
   ib_blob_t b;
   memcpy(&b, peer_blob, sizeof(b));
   if (!st || b.magic != IB_BLOB_MAGIC)
-    return TUTTI_ERR(ncclInvalidUsage, "rank %d (host %s) chose ib for rank %d (host %s), which has no ib device or ib disabled: set NCCL_IB_DISABLE=1 (or TUTTI_IB_HCA) alike on every rank", comm->rank, comm->peers[comm->rank].hostname, peer, comm->peers[peer].hostname);
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "rank %d (host %s) chose ib for rank %d (host %s), which has no ib device or "
+                     "ib disabled: set NCCL_IB_DISABLE=1 (or TUTTI_IB_HCA) alike on every rank",
+                     comm->rank, comm->peers[comm->rank].hostname, peer,
+                     comm->peers[peer].hostname);
   st->peer_blob[peer] = b;
   int nqps = (int)TUTTI_MIN((uint32_t)st->nqps, b.nqps);
   uint32_t nslots = TUTTI_MIN(st->nslots, b.nslots);
@@ -352,7 +405,8 @@ ncclResult_t ib_setup_connect(struct ncclComm *comm, int peer, const char *peer_
 /* ---- post_connect: every pair's QPs to RTS ---- */
 
 static ib_wire_t wire_of(const ib_conn_t *c) {
-  ib_wire_t w = {.psn = c->psn, .rkey = c->mr->rkey,
+  ib_wire_t w = {.psn = c->psn,
+                 .rkey = c->mr->rkey,
                  .addr = (uint64_t)(uintptr_t)(c->is_send ? (void *)c->credit : (void *)c->slots)};
   for (int q = 0; q < c->nqps; q++) w.qpn[q] = c->qp[q]->qp_num;
   return w;
@@ -361,33 +415,55 @@ static ib_wire_t wire_of(const ib_conn_t *c) {
 static ncclResult_t qp_ready(ib_conn_t *c, int q) {
   ib_state_t *st = c->st;
   const ib_blob_t *pb = &st->peer_blob[c->peer];
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = (enum ibv_mtu)TUTTI_MIN(pb->mtu, (uint8_t)st->port_attr.active_mtu),
-                          .dest_qp_num = c->remote.qpn[q], .rq_psn = c->remote.psn, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
-                          .ah_attr = {.dlid = pb->lid, .sl = 0, .port_num = (uint8_t)st->port}};
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_RTR,
+      .path_mtu = (enum ibv_mtu)TUTTI_MIN(pb->mtu, (uint8_t)st->port_attr.active_mtu),
+      .dest_qp_num = c->remote.qpn[q],
+      .rq_psn = c->remote.psn,
+      .max_dest_rd_atomic = 1,
+      .min_rnr_timer = 12,
+      .ah_attr = {.dlid = pb->lid, .sl = 0, .port_num = (uint8_t)st->port}};
   if (st->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET || pb->lid == 0) {
     a.ah_attr.is_global = 1;
-    a.ah_attr.grh = (struct ibv_global_route){.dgid = pb->gid, .sgid_index = (uint8_t)st->gid_index, .hop_limit = 64};
+    a.ah_attr.grh = (struct ibv_global_route){
+        .dgid = pb->gid, .sgid_index = (uint8_t)st->gid_index, .hop_limit = 64};
   }
-  int err = ib_v.modify_qp(c->qp[q], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  int err = ib_v.modify_qp(c->qp[q], &a,
+                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                               IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
   if (!err) {
-    a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = c->psn, .timeout = (uint8_t)tutti_param_IbTimeout(),
-                             .retry_cnt = (uint8_t)TUTTI_MIN(tutti_param_IbRetryCnt(), 7), .rnr_retry = 7, .max_rd_atomic = 1};
-    err = ib_v.modify_qp(c->qp[q], &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+    a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS,
+                             .sq_psn = c->psn,
+                             .timeout = (uint8_t)tutti_param_IbTimeout(),
+                             .retry_cnt = (uint8_t)TUTTI_MIN(tutti_param_IbRetryCnt(), 7),
+                             .rnr_retry = 7,
+                             .max_rd_atomic = 1};
+    err = ib_v.modify_qp(c->qp[q], &a,
+                         IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
   }
   if (err)
-    return TUTTI_ERR(ncclSystemError, "rank %d (host %s): QP %d to rank %d (host %s, device %s) on %s port %d cannot reach RTS: %s", st->comm->rank, ib_host_of(st, st->comm->rank), q, c->peer, ib_host_of(st, c->peer), pb->dev, st->dev, st->port, strerror(err));
+    return TUTTI_ERR(ncclSystemError,
+                     "rank %d (host %s): QP %d to rank %d (host %s, device %s) on %s port %d "
+                     "cannot reach RTS: %s",
+                     st->comm->rank, ib_host_of(st, st->comm->rank), q, c->peer,
+                     ib_host_of(st, c->peer), pb->dev, st->dev, st->port, strerror(err));
   return ncclSuccess;
 }
 
 static void log_connection(ib_state_t *st, int p) {
   char g[64];
   const uint8_t *r = st->gid.raw;
-  snprintf(g, sizeof(g), "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]);
+  snprintf(g, sizeof(g), "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x",
+           r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13],
+           r[14], r[15]);
   const ib_blob_t *pb = &st->peer_blob[p];
-  INFO(SUB_NET | SUB_INIT, "ib: rank %d -> rank %d (host %s): device %s port %d GID[%d] %s, peer device %s, MTU %d, %d QP(s) per direction, %u slots x %zu bytes",
-       st->comm->rank, p, ib_host_of(st, p), st->dev, st->port, st->gid_index, g, pb->dev, 128 << TUTTI_MIN(pb->mtu, (uint8_t)st->port_attr.active_mtu),
-       st->send[p]->nqps, st->send[p]->nslots, st->send[p]->slot_bytes);
+  INFO(SUB_NET | SUB_INIT,
+       "ib: rank %d -> rank %d (host %s): device %s port %d GID[%d] %s, peer device %s, MTU %d, %d "
+       "QP(s) per direction, %u slots x %zu bytes",
+       st->comm->rank, p, ib_host_of(st, p), st->dev, st->port, st->gid_index, g, pb->dev,
+       128 << TUTTI_MIN(pb->mtu, (uint8_t)st->port_attr.active_mtu), st->send[p]->nqps,
+       st->send[p]->nslots, st->send[p]->slot_bytes);
 }
 
 ncclResult_t ib_setup_post_connect(struct ncclComm *comm) {
@@ -421,7 +497,8 @@ void ib_state_free(ib_state_t *st) {
     if (st->recv && st->recv[p]) ib_conn_free(st->recv[p]);
   }
   if (st->board_mr) ib_v.dereg_mr(st->board_mr);
-  if (st->board) munmap(st->board, TUTTI_ALIGN_UP(2 * (size_t)st->comm->nranks * sizeof(ib_board_t), 4096));
+  if (st->board)
+    munmap(st->board, TUTTI_ALIGN_UP(2 * (size_t)st->comm->nranks * sizeof(ib_board_t), 4096));
   if (st->pd) ib_v.dealloc_pd(st->pd);
   if (st->ctx) ib_v.close_device(st->ctx);
   ib_state_unlink(st);

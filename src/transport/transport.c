@@ -77,8 +77,10 @@ ncclResult_t transport_connect_all(ncclComm_t comm) {
       goto out;
     }
     if (p != me && transports[choice[p]] == &tcp_transport && net_forced_ib()) {
-      res = TUTTI_ERR(ncclSystemError, "NCCL_NET=IB, but rank %d (host %s) has no usable ib device "
-                      "to reach rank %d (TUTTI_DEBUG=INFO says why)", me, comm->peers[me].hostname, p);
+      res = TUTTI_ERR(ncclSystemError,
+                      "NCCL_NET=IB, but rank %d (host %s) has no usable ib device to reach rank "
+                      "%d (TUTTI_DEBUG=INFO says why)",
+                      me, comm->peers[me].hostname, p);
       goto out;
     }
     if (p != me) comm->send_conn[p].transport = comm->recv_conn[p].transport = transports[choice[p]];
