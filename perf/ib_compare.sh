@@ -11,7 +11,9 @@
 #              emulated CPU does not keep)
 #   tutti ib   2 ranks (tutti-run), NCCL_NET=IB, TUTTI_SHM_DISABLE=1, one rank per device:
 #              all_reduce_perf fp32 busbw at SIZE (each rank sends and receives SIZE: one
-#              direction's bytes per second) and sendrecv_perf busbw (both directions at once)
+#              direction's bytes per second) and sendrecv_perf busbw (both directions at once),
+#              one warm-up and one timed call each (SIZE / out-of-place time: the programs'
+#              GB/s columns round these rates to 0.00)
 #   tutti tcp  the same two programs with NCCL_NET=Socket over lo
 # Targets: all-reduce busbw >= 0.8 x perftest per direction; send/recv >= 0.9 x perftest.
 #
@@ -49,30 +51,36 @@ trap 'rm -rf "$tmp"' EXIT
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 
 write_bw_secs() { # seconds the client of ib_write_bw --bidir takes for $1 iterations of 1 MiB
-  ib_write_bw -F -d rxe0 -x 1 -s 1048576 -n "$1" --bidir >"$tmp/srv" 2>&1 &
-  local srv=$! t0 t1
-  sleep 1
-  t0=$(date +%s.%N)
-  timeout 300 ib_write_bw -F -d rxe1 -x 1 -s 1048576 -n "$1" --bidir 127.0.0.1 >"$tmp/cli" 2>&1 ||
-    { cat "$tmp/cli" >&2; return 1; }
+  timeout 300 ib_write_bw -F -d rxe0 -x 1 -s 1048576 -n "$1" --bidir >"$tmp/srv" 2>&1 &
+  local srv=$! t0 t1 try
+  for try in 1 2 3 4 5; do # the server may still be starting
+    sleep 1
+    t0=$(date +%s.%N)
+    timeout 300 ib_write_bw -F -d rxe1 -x 1 -s 1048576 -n "$1" --bidir 127.0.0.1 >"$tmp/cli" 2>&1 &&
+      break
+    t0=""
+  done
   t1=$(date +%s.%N)
-  wait $srv
+  wait $srv || true
+  [[ -n $t0 ]] || { echo "ib_write_bw failed:" >&2; cat "$tmp/cli" >&2; return 1; }
   echo "$t1 $t0" | awk '{printf "%.6f\n", $1 - $2}'
 }
-perftest_mbps() { # MB/s (1e6) per direction
+perftest_mbps() { # MB/s (1e6 bytes) per direction
   local n1=8 n2=40 a b
-  a=$(write_bw_secs $n1) && b=$(write_bw_secs $n2) || return 1
+  a=$(write_bw_secs $n1) && b=$(write_bw_secs $n2) || { echo nan; return 0; }
   echo "$a $b" | awk -v d=$((n2 - n1)) '{printf "%.3f\n", d * 1048576 / ($2 - $1) / 1e6}'
 }
-tutti_mbps() { # $1 net, $2 program: out-of-place busbw (GB/s column) in MB/s
-  env NCCL_NET="$1" TUTTI_SHM_DISABLE=1 TUTTI_SOCKET_IFNAME=lo timeout 900 "$bin/tutti-run" -n 2 \
-    "$bin/$2" -b "$bytes" -e "$bytes" -n 2 -w 1 -c 0 2>>"$tmp/err" |
-    awk '!/^#/ && NF >= 8 {printf "%.3f\n", $8 * 1000; exit}'
+tutti_mbps() { # $1 net, $2 program: out-of-place busbw in MB/s (bytes / time in us; n = 2)
+  env NCCL_NET="$1" TUTTI_SHM_DISABLE=1 TUTTI_SOCKET_IFNAME=lo timeout 600 "$bin/tutti-run" -n 2 \
+    "$bin/$2" -b "$bytes" -e "$bytes" -n 1 -w 1 -c 0 2>>"$tmp/err" |
+    awk '!/^#/ && NF >= 8 {printf "%.3f\n", $1 / $6; f = 1; exit} END {if (!f) print "nan"}'
 }
 
 for r in $(seq "$reps"); do
   perftest_mbps >>"$tmp/perftest"
+  echo "round $r: perftest $(tail -1 "$tmp/perftest")" >&2
   tutti_mbps IB all_reduce_perf >>"$tmp/ib_ar"
+  echo "round $r: ib all-reduce $(tail -1 "$tmp/ib_ar")" >&2
   tutti_mbps IB sendrecv_perf >>"$tmp/ib_sr"
   tutti_mbps Socket all_reduce_perf >>"$tmp/tcp_ar"
   tutti_mbps Socket sendrecv_perf >>"$tmp/tcp_sr"

@@ -131,6 +131,27 @@ TEST(IbSettings, ForcedIbWithoutDeviceIsAnError) {
   EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
 }
 
+// Runs everywhere (ctest ib_no_device, on this machine without RDMA devices): with no device
+// TUTTI_IB_HCA admits, NCCL_NET=IB fails init naming the setting, and without it the ranks fall
+// back to tcp and run (shm off). libtutti does not link libibverbs (a machine without rdma-core
+// runs it); it is loaded at run time.
+TEST(IbNoDevice, ForcedIbFailsAndTcpRunsOtherwise) {
+  const std::pair<std::string, std::string> none{"TUTTI_IB_HCA", "=no-such-device"};
+  std::string e = init_error({none});
+  EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
+  th::Options opt;
+  opt.env = {none, {"TUTTI_SHM_DISABLE", "1"}};
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [](RankCtx &ctx) {
+        std::vector<int32_t> v(70001, ctx.rank + 1);
+        NCCL_OK(ctx,
+                ncclAllReduce(v.data(), v.data(), v.size(), ncclInt32, ncclSum, ctx.comm, nullptr));
+        RCHECK(ctx, v[70000] == 6, "all-reduce over tcp gave %d", v[70000]);
+      },
+      opt, "fall back to tcp");
+}
+
 TEST(IbSettings, HcaExactNameWithPortAndPrefixWork) {
   EXPECT_EQ(init_error({{"TUTTI_IB_HCA", "=rxe1:1"}}), "");
   EXPECT_EQ(init_error({{"NCCL_IB_HCA", "rxe"}}), "");

@@ -240,7 +240,7 @@ static void ib_mark_failed(struct ncclComm *comm) {
                     : comm->abort_flag    ? "ncclCommAbort was called"
                                           : "its communicator failed during init";
   ib_board_t *src = &st->board_src[comm->rank];
-  snprintf(src->reason, sizeof(src->reason), "rank %d on host %s aborted: %s", comm->rank,
+  snprintf(src->reason, sizeof(src->reason), "rank %d on host %s aborted: %.400s", comm->rank,
            ib_host_of(st, comm->rank), why);
   src->failed = 1;
   for (int p = 0; p < comm->nranks; p++) {
