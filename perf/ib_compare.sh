@@ -53,12 +53,16 @@ median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print (NR
 write_bw_secs() { # seconds the client of ib_write_bw --bidir takes for $1 iterations of 1 MiB
   timeout 300 ib_write_bw -F -d rxe0 -x 1 -s 1048576 -n "$1" --bidir >"$tmp/srv" 2>&1 &
   local srv=$! t0 t1 try
-  for try in 1 2 3 4 5; do # the server may still be starting
+  for try in $(seq 60); do # the server may still be starting (its port listens when it is up)
+    ss -ltn 2>/dev/null | grep -q ':18515 ' && break
     sleep 1
+  done
+  for try in 1 2 3; do
     t0=$(date +%s.%N)
     timeout 300 ib_write_bw -F -d rxe1 -x 1 -s 1048576 -n "$1" --bidir 127.0.0.1 >"$tmp/cli" 2>&1 &&
       break
     t0=""
+    sleep 2
   done
   t1=$(date +%s.%N)
   wait $srv || true
