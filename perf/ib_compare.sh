@@ -106,5 +106,5 @@ awk -v p="$p" -v ar="$ar" -v sr="$sr" 'BEGIN {
   r1 = ar / p; r2 = sr / p
   printf "  all-reduce / perftest = %.2f (target >= 0.80) %s\n", r1, r1 >= 0.8 ? "PASS" : "FAIL"
   printf "  send/recv  / perftest = %.2f (target >= 0.90) %s\n", r2, r2 >= 0.9 ? "PASS" : "FAIL"
-  exit !(r1 >= 0.8 && r2 >= 0.9)
+  exit ((r1 >= 0.8 && r2 >= 0.9) ? 0 : 1)
 }'
