@@ -8,6 +8,8 @@ PACKAGES=(
   libgtest-dev                            # tests (GoogleTest)
   libhwloc-dev hwloc                      # topology discovery
   libibverbs-dev                          # InfiniBand transport (compiled; runs where there is IB)
+  rdma-core ibverbs-utils perftest        # ib: rdma tool, ibv_devinfo, ib_write_bw (perf/ib_compare.sh)
+  qemu-system-x86 busybox-static          # ib test bed: the Soft-RoCE guest (scripts/rxe-vm.sh)
   openmpi-bin libopenmpi-dev              # mpirun launches and the Open MPI comparison
   libopenblas-dev zlib1g-dev              # the reference trainer
   dataset-fashion-mnist                   # the trainer's data set

@@ -2,16 +2,18 @@
  * Adding a transport = one file, one entry here, one CMake line.
  *
  * Order matters: shm for ranks on the same host (same host identity, TUTTI_SHM_DISABLE unset),
- * tcp for everything else. After setup the FIFO geometry (smallest slot, largest safe chunk)
+ * ib where a device is up (ib.c: NCCL_IB_DISABLE, NCCL_NET), tcp for everything else; with
+ * NCCL_NET=IB a pair that would fall back to tcp is an error. After setup the FIFO geometry (smallest slot, largest safe chunk)
  * is agreed by all ranks: schedules are cut into rounds of `chunk`, and a rank whose peers are
  * all remote must cut them exactly as a rank with local peers does. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bootstrap.h"
 #include "comm.h"
 
-static const transport_t *const transports[] = {&shm_transport, &tcp_transport};
+static const transport_t *const transports[] = {&shm_transport, &ib_transport, &tcp_transport};
 #define NTRANSPORTS (int)(sizeof(transports) / sizeof(transports[0]))
 
 /* Every rank takes the smallest slot and chunk of all ranks (0: a rank without peers), caps
@@ -49,6 +51,11 @@ static ncclResult_t agree_geometry(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+static int net_forced_ib(void) {
+  const char *net = tutti_getenv("NET");
+  return net && strcasecmp(net, "IB") == 0;
+}
+
 ncclResult_t transport_connect_all(ncclComm_t comm) {
   int n = comm->nranks, me = comm->rank;
   ncclResult_t res = ncclSuccess;
@@ -67,6 +74,13 @@ ncclResult_t transport_connect_all(ncclComm_t comm) {
     if (p != me && choice[p] < 0) {
       res = TUTTI_ERR(ncclSystemError, "no transport can connect rank %d (host %s) to rank %d "
                       "(host %s)", me, comm->peers[me].hostname, p, comm->peers[p].hostname);
+      goto out;
+    }
+    if (p != me && transports[choice[p]] == &tcp_transport && net_forced_ib()) {
+      res = TUTTI_ERR(ncclSystemError,
+                      "NCCL_NET=IB, but rank %d (host %s) has no usable ib device to reach rank "
+                      "%d (TUTTI_DEBUG=INFO says why)",
+                      me, comm->peers[me].hostname, p);
       goto out;
     }
     if (p != me) comm->send_conn[p].transport = comm->recv_conn[p].transport = transports[choice[p]];

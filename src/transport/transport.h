@@ -1,5 +1,5 @@
 /* Transports: one file each behind one vtable; the communicator picks, per peer, the first
- * transport in the table whose can_connect says yes (same host -> shm; else tcp; later ib).
+ * transport in the table whose can_connect says yes (same host -> shm; else ib; else tcp).
  *
  * Data path (slot-based, non-blocking; the engine owns all waiting):
  *   send_slot(conn)        -> pointer to the next free slot of the peer's FIFO, or NULL if full
@@ -100,6 +100,7 @@ typedef struct transport {
 
 extern const transport_t shm_transport;
 extern const transport_t tcp_transport;
+extern const transport_t ib_transport;
 
 /* Picks a transport per peer and connects every pair (collective over the communicator). */
 ncclResult_t transport_connect_all(struct ncclComm *comm);

@@ -1,0 +1,141 @@
+/* The InfiniBand / RoCE transport's private types, shared by its two files:
+ *   ib_setup.c  libibverbs loaded at run time, device/port/GID choice, resources, QP bring-up
+ *   ib.c        the vtable, the data path (RDMA write with immediate into the peer's FIFO,
+ *               credits back), failure and teardown
+ * See ib.c for the design. */
+#ifndef TUTTI_TRANSPORT_IB_H_
+#define TUTTI_TRANSPORT_IB_H_
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "comm.h"
+
+#define IB_MAX_QPS 8
+#define IB_MAX_SLOTS 64
+#define IB_REASON_MAX 480
+#define IB_BLOB_MAGIC 0x74757474692d6962ull
+
+/* The verbs this transport calls, resolved with dlsym from libibverbs.so.1 (NULL: not loaded).
+ * Posting and polling are inline in verbs.h (through the context's ops) and need no symbol. */
+typedef struct ib_verbs {
+  int (*fork_init)(void);
+  struct ibv_device **(*get_device_list)(int *num);
+  void (*free_device_list)(struct ibv_device **list);
+  const char *(*get_device_name)(struct ibv_device *dev);
+  struct ibv_context *(*open_device)(struct ibv_device *dev);
+  int (*close_device)(struct ibv_context *ctx);
+  int (*query_device)(struct ibv_context *ctx, struct ibv_device_attr *attr);
+  int (*query_port)(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
+  int (*query_gid)(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid);
+  struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);
+  int (*dealloc_pd)(struct ibv_pd *pd);
+  struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
+  int (*dereg_mr)(struct ibv_mr *mr);
+  struct ibv_cq *(*create_cq)(struct ibv_context *ctx, int cqe, void *user, void *channel,
+                              int vector);
+  int (*destroy_cq)(struct ibv_cq *cq);
+  struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+  int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+  int (*destroy_qp)(struct ibv_qp *qp);
+  const char *(*wc_status_str)(enum ibv_wc_status status);
+} ib_verbs_t;
+extern ib_verbs_t ib_v;
+
+/* What a rank publishes to everyone (the transport's setup blob). */
+typedef struct ib_blob {
+  uint64_t magic;
+  union ibv_gid gid;
+  uint16_t lid;
+  uint8_t port, mtu; /* enum ibv_mtu */
+  uint32_t nqps, nslots, slot_bytes;
+  uint64_t board_addr; /* this rank's failure board: peer p writes board[p] */
+  uint32_t board_rkey;
+  char dev[32];
+} ib_blob_t;
+
+/* What one end of one direction tells the other end (exchanged in post_connect). */
+typedef struct ib_wire {
+  uint32_t qpn[IB_MAX_QPS];
+  uint32_t psn;
+  uint32_t rkey;
+  uint64_t addr; /* send end: its credit word; receive end: its FIFO's first slot */
+} ib_wire_t;
+
+/* One rank's failure board entry, written by the peer that failed (RDMA) or by this rank. */
+typedef struct ib_board {
+  volatile uint32_t failed;
+  uint32_t pad;
+  char reason[IB_REASON_MAX];
+} ib_board_t;
+
+struct ib_state;
+
+/* One direction with one peer. One registered arena:
+ *   send end   slots[nslots][slot_bytes]  staging: the RDMA writes' source
+ *              credit (8 bytes)           the receiver's count of freed slots, written by RDMA
+ *   recv end   slots[nslots][slot_bytes]  the FIFO the peer writes into
+ *              credit_src[nslots]         sources of the credit writes (one per slot: a write
+ *                                         in flight keeps its value)
+ */
+typedef struct ib_conn {
+  struct ib_state *st;
+  int peer, is_send, nqps;
+  uint32_t nslots;
+  size_t slot_bytes, arena_bytes;
+  char *arena, *slots;
+  volatile uint64_t *credit; /* send end */
+  uint64_t *credit_src;      /* recv end */
+  struct ibv_mr *mr;
+  struct ibv_cq *cq;
+  struct ibv_qp *qp[IB_MAX_QPS];
+  int sq_out[IB_MAX_QPS], sq_max;
+  uint32_t psn;
+  ib_wire_t remote;
+  uint64_t pos;               /* pieces posted (send) or consumed (recv) */
+  uint32_t got[IB_MAX_SLOTS]; /* recv: bytes + 1 of the piece in each slot, 0: empty */
+  int credit_pending;         /* recv: a credit write waits for room */
+  int failed;
+  char reason[IB_REASON_MAX];
+} ib_conn_t;
+
+typedef struct ib_state {
+  struct ncclComm *comm;
+  struct ib_state *next;
+  int npeers;
+  char dev[32];
+  int port, gid_index, nqps;
+  uint32_t nslots;
+  size_t slot_bytes;
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  struct ibv_port_attr port_attr;
+  union ibv_gid gid;
+  ib_board_t *board; /* [nranks]: board[p] is written by p when it fails */
+  ib_board_t *board_src;
+  struct ibv_mr *board_mr;
+  ib_blob_t *peer_blob;        /* [nranks] */
+  ib_conn_t **send, **recv;    /* [nranks] */
+  int aborted, closing, nwarn; /* aborted: this rank failed (mark_failed) */
+  pthread_mutex_t life_mu;
+} ib_state_t;
+
+static inline const char *ib_host_of(const ib_state_t *st, int rank) {
+  return st->comm->peers[rank].hostname;
+}
+
+/* ib_setup.c */
+int ib_available(void); /* libibverbs loads and a usable device matches TUTTI_IB_HCA */
+ib_state_t *ib_state_of(struct ncclComm *comm);
+void ib_state_unlink(ib_state_t *st);
+ncclResult_t ib_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]);
+ncclResult_t ib_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
+                              conn_t *recv);
+ncclResult_t ib_setup_post_connect(struct ncclComm *comm);
+void ib_conn_free(ib_conn_t *c);
+void ib_state_free(ib_state_t *st);
+/* ib.c */
+int ib_post_recv(ib_conn_t *c, int q);
+
+#endif

@@ -1,0 +1,269 @@
+// The ib transport on real verbs devices: run inside the Soft-RoCE guest by the ctest test
+// ib_guest (scripts/rxe-vm.sh, tests/ib_guest.sh), never on a machine without an RDMA device.
+//
+// Every test forces the path: NCCL_NET=IB makes a pair that cannot use ib an error instead of a
+// fall back to tcp (ForcedIbWithoutDeviceIsAnError shows it), and TUTTI_SHM_DISABLE=1 keeps the
+// ranks, all on the guest's one host, off shared memory; so a pass means the bytes went over ib.
+// Ranks are processes (fork + ncclCommInitRank). Settings are read once per process and the
+// parent never creates a communicator, so each test's environment reaches its children.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using th::Case;
+using th::Coll;
+using th::Mode;
+using th::Op;
+using th::RankCtx;
+
+th::Options ib_options() {
+  th::Options opt;
+  opt.env = {{"NCCL_NET", "IB"}, {"TUTTI_SHM_DISABLE", "1"}, {"TUTTI_TIMEOUT", "60"}};
+  opt.timeout_s = 600;  // Soft-RoCE under software emulation moves a few MB/s
+  return opt;
+}
+
+// One representative datatype and op per collective (every element size among them).
+struct Rep {
+  Coll coll;
+  ncclDataType_t type;
+  Op op;
+};
+const Rep kReps[] = {
+    {Coll::kAllReduce, ncclFloat32, Op::kSum},      {Coll::kBroadcast, ncclUint8, Op::kSum},
+    {Coll::kReduce, ncclInt32, Op::kMax},           {Coll::kAllGather, ncclFloat16, Op::kSum},
+    {Coll::kReduceScatter, ncclBfloat16, Op::kSum}, {Coll::kAlltoAll, ncclInt32, Op::kSum},
+    {Coll::kGather, ncclFloat64, Op::kSum},         {Coll::kScatter, ncclInt8, Op::kSum},
+    {Coll::kAllReduce, ncclInt64, Op::kProd},       {Coll::kAllReduce, ncclFloat64, Op::kAvg},
+};
+
+// Every collective, counts from 0 to several slots' worth (a slot is 256 KiB: 300001 fp32
+// elements span five; odd counts leave partial slots), in place and not, roots moving.
+void every_collective(int nranks) {
+  th::run_ranks_ok(
+      Mode::kProcs, nranks,
+      [](RankCtx &ctx) {
+        int seq = 0;
+        for (const Rep &rep : kReps)
+          for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{300001}})
+            for (int in_place = 0; in_place < 2; in_place++) {
+              if (in_place && rep.coll == Coll::kAlltoAll) continue;  // NCCL has none
+              Case c;
+              c.coll = rep.coll, c.type = rep.type, c.op = rep.op, c.count = count;
+              c.in_place = in_place, c.root = seq % ctx.nranks, c.align = seq % 3;
+              seq++;
+              bool broken = false;
+              th::run_case(ctx, c, &broken);
+              if (broken) return;
+            }
+      },
+      ib_options(), "every collective over ib");
+}
+
+TEST(IbCollectives, EveryCollectiveTwoRanks) {
+  every_collective(2);
+}
+TEST(IbCollectives, EveryCollectiveThreeRanks) {
+  every_collective(3);
+}
+
+// Send/recv in both directions at once, larger than the FIFO (16 slots of 256 KiB).
+TEST(IbCollectives, SendRecvBothWaysLargerThanTheFifo) {
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [](RankCtx &ctx) {
+        const size_t count = (5u << 20) + 3;  // 20 MiB + 12 bytes of int32
+        std::vector<int32_t> out(count), in(count, -1);
+        for (size_t i = 0; i < count; i++) out[i] = static_cast<int32_t>(i * 3 + ctx.rank);
+        int peer = 1 - ctx.rank;
+        NCCL_OK(ctx, ncclGroupStart());
+        NCCL_OK(ctx, ncclSend(out.data(), count, ncclInt32, peer, ctx.comm, nullptr));
+        NCCL_OK(ctx, ncclRecv(in.data(), count, ncclInt32, peer, ctx.comm, nullptr));
+        NCCL_OK(ctx, ncclGroupEnd());
+        for (size_t i = 0; i < count; i++)
+          RCHECK(ctx, in[i] == static_cast<int32_t>(i * 3 + peer), "element %zu: %d, expected %d",
+                 i, in[i], static_cast<int32_t>(i * 3 + peer));
+      },
+      ib_options(), "send/recv over ib");
+}
+
+// ---------------------------------------------------------------- settings
+
+std::string init_error(const std::vector<std::pair<std::string, std::string>> &env) {
+  th::Options opt = ib_options();
+  for (const auto &kv : env) opt.env.push_back(kv);
+  opt.init = false;
+  struct Shared {
+    int code[2];
+    char msg[2][512];
+  };
+  auto *sh = static_cast<Shared *>(th::shared_alloc(sizeof(Shared)));
+  th::run_ranks(
+      Mode::kProcs, 2,
+      [&](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        ncclResult_t rc = ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank);
+        sh->code[ctx.rank] = rc;
+        snprintf(sh->msg[ctx.rank], sizeof sh->msg[0], "%s", ncclGetLastError(comm));
+        if (rc == ncclSuccess) ncclCommDestroy(comm);
+      },
+      opt);
+  std::string what = sh->code[0] == ncclSuccess ? "" : sh->msg[0];
+  th::shared_free(sh, sizeof(Shared));
+  return what;
+}
+
+TEST(IbSettings, ForcedIbWithoutDeviceIsAnError) {
+  std::string e = init_error({{"TUTTI_IB_HCA", "^rxe"}});
+  EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
+  e = init_error({{"NCCL_IB_DISABLE", "1"}});
+  EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
+}
+
+// Runs everywhere (ctest ib_no_device, on this machine without RDMA devices): with no device
+// TUTTI_IB_HCA admits, NCCL_NET=IB fails init naming the setting, and without it the ranks fall
+// back to tcp and run (shm off). libtutti does not link libibverbs (a machine without rdma-core
+// runs it); it is loaded at run time.
+TEST(IbNoDevice, ForcedIbFailsAndTcpRunsOtherwise) {
+  const std::pair<std::string, std::string> none{"TUTTI_IB_HCA", "=no-such-device"};
+  std::string e = init_error({none});
+  EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
+  th::Options opt;
+  opt.env = {none, {"TUTTI_SHM_DISABLE", "1"}};
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [](RankCtx &ctx) {
+        std::vector<int32_t> v(70001, ctx.rank + 1);
+        NCCL_OK(ctx,
+                ncclAllReduce(v.data(), v.data(), v.size(), ncclInt32, ncclSum, ctx.comm, nullptr));
+        RCHECK(ctx, v[70000] == 6, "all-reduce over tcp gave %d", v[70000]);
+      },
+      opt, "fall back to tcp");
+}
+
+TEST(IbSettings, HcaExactNameWithPortAndPrefixWork) {
+  EXPECT_EQ(init_error({{"TUTTI_IB_HCA", "=rxe1:1"}}), "");
+  EXPECT_EQ(init_error({{"NCCL_IB_HCA", "rxe"}}), "");
+  std::string e = init_error({{"TUTTI_IB_HCA", "=rxe"}});  // exact: no device is called "rxe"
+  EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
+  e = init_error({{"TUTTI_IB_HCA", "rxe0:2"}});  // rxe has one port
+  EXPECT_TRUE(th::contains(e, "NCCL_NET=IB")) << "init error: \"" << e << "\"";
+}
+
+// ---------------------------------------------------------------- resources
+
+// This process's verbs objects of one kind, as the kernel lists them (rdma res show qp|cq|mr|pd).
+int verbs_objects(const char *kind) {
+  char cmd[64], line[1024], pid[32];
+  snprintf(cmd, sizeof cmd, "rdma res show %s 2>/dev/null", kind);
+  snprintf(pid, sizeof pid, " pid %d ", static_cast<int>(getpid()));
+  FILE *f = popen(cmd, "r");
+  if (!f) return -1;
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += strstr(line, pid) != nullptr;
+  pclose(f);
+  return n;
+}
+
+// QPs, CQs, MRs and PDs exist while a communicator lives and are all gone after
+// ncclCommDestroy (and after ncclCommAbort), while the process still runs.
+void nothing_leaks(bool abort) {
+  th::Options opt = ib_options();
+  opt.init = false;
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [abort](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        NCCL_OK(ctx, ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        ctx.comm = comm;
+        std::vector<float> buf(100000, 1.0f);
+        NCCL_OK(ctx, ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclSum, comm,
+                                   nullptr));
+        RCHECK(ctx, buf[99999] == 3.0f, "all-reduce gave %g", buf[99999]);
+        const char *kinds[] = {"qp", "cq", "mr", "pd"};
+        // 2 peers x 2 directions x 2 QPs, one CQ and one MR per direction, the board's MR
+        const int live_min[] = {8, 4, 5, 1};
+        for (int k = 0; k < 4; k++)
+          RCHECK(ctx, verbs_objects(kinds[k]) >= live_min[k], "only %d %s(s) while the comm lives",
+                 verbs_objects(kinds[k]), kinds[k]);
+        if (abort)
+          NCCL_OK(ctx, ncclCommAbort(comm));
+        else
+          NCCL_OK(ctx, ncclCommDestroy(comm));
+        ctx.comm = nullptr;
+        for (int k = 0; k < 4; k++)
+          RCHECK(ctx, verbs_objects(kinds[k]) == 0, "%d %s(s) left after the communicator ended",
+                 verbs_objects(kinds[k]), kinds[k]);
+      },
+      opt, abort ? "verbs objects after abort" : "verbs objects after destroy");
+}
+
+TEST(IbResources, NothingLeftAfterDestroy) {
+  nothing_leaks(false);
+}
+TEST(IbResources, NothingLeftAfterAbort) {
+  nothing_leaks(true);
+}
+
+// ---------------------------------------------------------------- a rank is killed
+
+struct KillReport {
+  std::atomic<int> iterations[3];
+  int code[3];
+  char message[3][512];
+};
+
+// Rank 1 is SIGKILLed while three ranks loop over 1 MiB all-reduces: ranks 0 and 2 return a
+// peer error naming rank 1 within the communicator timeout.
+TEST(IbFailure, KilledRankIsNamedByTheOthers) {
+  auto *rep = new (th::shared_alloc(sizeof(KillReport))) KillReport();
+  th::Options opt = ib_options();
+  opt.env.push_back({"TUTTI_TIMEOUT", "30"});
+  opt.while_running = [&](const std::vector<pid_t> &pids) {
+    double until = th::now_s() + 120;
+    while ((rep->iterations[0] < 2 || rep->iterations[1] < 2 || rep->iterations[2] < 2) &&
+           th::now_s() < until)
+      usleep(1000);
+    kill(pids[1], SIGKILL);
+  };
+  th::RunResult res = th::run_ranks(
+      Mode::kProcs, 3,
+      [&](RankCtx &ctx) {
+        std::vector<float> in(1 << 18, 1.0f + ctx.rank), out(1 << 18);
+        for (int it = 0; it < 100000; it++) {
+          ncclResult_t rc = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum,
+                                          ctx.comm, nullptr);
+          if (rc != ncclSuccess) {
+            rep->code[ctx.rank] = rc;
+            snprintf(rep->message[ctx.rank], 512, "%s", ncclGetLastError(ctx.comm));
+            return;
+          }
+          RCHECK(ctx, out[it % out.size()] == 6.0f, "iteration %d: %g", it, out[it % out.size()]);
+          rep->iterations[ctx.rank]++;
+        }
+        ctx.fail("the all-reduces never failed");
+      },
+      opt);
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  EXPECT_EQ(res.ranks[1].term_signal, SIGKILL) << res.describe();
+  for (int r : {0, 2}) {
+    EXPECT_EQ(res.ranks[r].exit_code, 0) << res.describe();
+    EXPECT_TRUE(rep->code[r] == ncclRemoteError || rep->code[r] == ncclSystemError)
+        << "rank " << r << ": " << rep->code[r];
+    EXPECT_TRUE(th::contains(rep->message[r], "rank 1")) << "rank " << r << ": " << rep->message[r];
+  }
+  th::shared_free(rep, sizeof(KillReport));
+}
+
+}  // namespace
