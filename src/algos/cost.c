@@ -36,5 +36,7 @@ double cost_peers_net_share(const tuner_topo_t *t) {
 }
 
 double cost_nic_share(const tuner_topo_t *t) {
-  return t->nhosts > 1 && t->local_size > 1 ? (double)t->local_size : 1.0;
+  int nics = t->nics > 1 ? t->nics : 1;
+  if (t->nhosts < 2 || t->local_size < 2) return 1.0;
+  return (double)((t->local_size + nics - 1) / nics);
 }

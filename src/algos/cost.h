@@ -44,6 +44,7 @@ typedef struct tuner_topo { /* what the communicator knows, the same on every ra
   size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
   size_t peer_min_bytes;   /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
   int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
+  int nics;      /* NICs per host, local rank l on NIC l mod nics (0: one) */
 } tuner_topo_t;
 
 /* Reducing exchanges (rhd, rd) copy what they send into the FIFO in one step and reduce what
@@ -66,7 +67,8 @@ const tuner_level_t *cost_level(const tuner_model_t *m, const tuner_topo_t *t);
  * placement is unknown) or to every peer ((n-m)/(n-1) of them). */
 double cost_ring_net_share(const tuner_topo_t *t);
 double cost_peers_net_share(const tuner_topo_t *t);
-/* Ranks of one host whose exchange steps cross the network at the same time share its NIC. */
+/* Ranks of one host whose exchange steps cross the network at the same time share its NICs:
+ * ceil(local_size / nics) of them on the busiest NIC (1 on one host). */
 double cost_nic_share(const tuner_topo_t *t);
 int cost_is_pow2(int n);
 

@@ -224,14 +224,15 @@ out:
   return rc;
 }
 
-/* Cost: 2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + 2(H-1)/H (S/m)/b_net, with H hosts of
- * m ranks each (hier_ok: the same number on every host). */
+/* Cost: 2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + s 2(H-1)/H (S/m)/b_net, with H hosts of
+ * m ranks each (hier_ok: the same number on every host); all m ranks cross the network at once
+ * in phase 2, s = ceil(m / NICs) of them through the busiest NIC (cost_nic_share). */
 static double hier_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   (void)c;
   if (!t->hier_ok || t->nhosts < 2) return -1;
   int mm = t->local_size, H = t->nhosts;
   return cost(m, t, &m->shm, 2.0 * (mm - 1), 2.0 * (mm - 1) / mm * S) +
-         cost(m, t, &m->net, 2.0 * (H - 1), 2.0 * (H - 1) / H * S / mm);
+         cost(m, t, &m->net, 2.0 * (H - 1), cost_nic_share(t) * 2.0 * (H - 1) / H * S / mm);
 }
 
 static int build_allreduce(const sched_args_t *a, sched_t *col, sched_t *lanes) {

@@ -47,6 +47,7 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .machine_ranks = c->cpus > 0 ? machine_nodes * c->ppn : 0,
                       .ncpu = c->cpus,
                       .host_blocks = c->nodes > 1,
+                      .nics = c->nics,
                       .peer_mem = c->nodes == 1 && sim_nranks(c) > 1,
                       .peer_min_bytes = 256 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
                       .slot_bytes = sim_comm_slot(c),
