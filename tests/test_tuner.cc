@@ -151,8 +151,10 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024), 2 * 4 + 4 * 36);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024), 14 * 20);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1024), 1.5 * 8 * 36);
+  // 64 MiB: half of the ring's 14 hops cross hosts (7 a_net + the bytes at the network's rate),
+  // half stay inside (7 a_shm, whose 7 x 1 x 4 us of CPU are more)
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 64 << 20),
-                   14 * 13 + 1.75 * (64 << 20) / 60.0);
+                   7 * 13 + 1.75 * (64 << 20) / 60.0 + 7 * 4);
   // oneshot: 7 messages per rank, 6 of them across hosts
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_ONESHOT, 8),
                    7 * 8 * (6.0 / 7 * 9 + 1.0 / 7 * 1) / 2);
@@ -161,7 +163,7 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
   t.ncpu = 8;
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024),
-                   14 * 13 + 1.75 * S / 60);
+                   7 * 13 + 1.75 * S / 60 + 7 * 1);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
                    2 * 1 + 3 * S / 1000 + 2 * 13 + 2 * S / 60);
   t.host_blocks = 0;  // placement unknown: rhd's steps all at the network's cost, x on all bytes
