@@ -135,10 +135,10 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
 // per message across hosts, 1 us through shm. Hops in which every rank sends across hosts cost
 // 8 x 9 / 2 = 36 us of CPU each when that is more than latency + bytes / bandwidth: the tree's
 // 1.5 x 8 hops (one round) 432 us; half of the ring's hops stay inside a host: 7 of 36 us and 7
-// of 8 x 1 / 2 = 4 us (14 x 20 us). rd folds each host into one rank (2 shm hops in which half the ranks send: 4 us of CPU each,
-// or latency + bytes), then 2 steps between the 4 leaders (18 us of CPU each), with one rank's
-// bytes per NIC: it wins small sizes. rhd keeps its last halving step (first doubling step)
-// inside the host. With 8 CPUs: latencies again.
+// of 8 x 1 / 2 = 4 us (14 x 20 us). rd folds each host into one rank (2 shm hops in which half the
+// ranks send: 4 us of CPU each, or latency + bytes), then 2 steps between the 4 leaders (18 us of
+// CPU each), with one rank's bytes per NIC: it wins small sizes. rhd keeps its last halving step
+// (first doubling step) inside the host. With 8 CPUs: latencies again.
 TEST(TunerModel, MessageCpuOnASharedMachine) {
   tuner_model_t m = {{1.0, 1.0}, {13.0, 0.06}, 9.0, 1.0};
   tuner_topo_t t = one_host(8);
