@@ -34,7 +34,9 @@ def sweep(args, size):
         if line.startswith("#") or len(f) < 9 or f[5] == "-":
             continue
         picked = f[8] if f[4] == "auto" else ""
-        rows.append((int(f[3]), f[4], float(f[5]), float(f[7]), picked, float(f[-1])))
+        n, us = int(f[3]), float(f[5])  # busbw from the time (tutti-sim prints 3 decimals)
+        busbw = int(f[0]) / (us * 1e3) * 2 * (n - 1) / n if us > 0 else 0
+        rows.append((n, f[4], us, busbw, picked, float(f[-1])))
     return rows, time.time() - t0
 
 
@@ -90,7 +92,7 @@ def main():
         data.append((size, rows))
         print("# %s: %d rows, %.1f s" % (size, len(rows), wall), flush=True)
         for r in rows:
-            line = "%s %d %s %.2f %.3f %s %.2f" % (size, *r)
+            line = "%s %d %s %.2f %.6g %s %.2f" % (size, *r)
             print(line)
             if out:
                 out.write(line + "\n")
