@@ -88,8 +88,10 @@ TEST(TunerModel, EstimatesFollowTheFormulas) {
   double S = 1e6, b = 10e3;  // bytes per microsecond
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1000000),
                    14 * 2.0 + 2.0 * 7 / 8 * S / b);
+  // tree: R = ceil(S/2 / 131072) = 4 rounds of a slot per tree (the chunk for 2(D+1) = 8 rounds
+  // is below a slot), 1.5 x 8 hops per round, each a + 131072 / b
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1000000),
-                   8 * 2.0 + 2 * S / b);
+                   1.5 * 8 * 4 * (2.0 + 131072 / b));
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1000000),
                    6 * 2.0 + 1.5 * (2.0 * 7 / 8) * S / b);  // 1.5: unfused exchange (XCHG)
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1000000),
@@ -103,26 +105,27 @@ TEST(TunerModel, EstimatesFollowTheFormulas) {
   EXPECT_LT(tuner_estimate_us(&m, &five, COLL_ALLGATHER, ALGO_RHD, 1000), 0);  // not a power of two
 }
 
-// On 8 ranks with only tree and ring allowed: tree (8 hops, 2S) beats ring (14 hops, 1.75S)
-// while 6 a > 0.25 S/b, i.e. S < 6 * 2 us * 10e3 B/us / 0.25 = 480000 bytes.
+// On 8 ranks with only tree and ring allowed: the tree, one round up to 2 slots (12 hops of
+// a + (S/2)/b), beats the ring (14 a + 1.75 S/b) while 12 (2 + S/2e4) < 28 + 1.75 S/1e4, i.e.
+// S < 4 / 4.25e-4 = 9412 bytes.
 TEST(TunerModel, TreeFlipsToRingAtTheCrossover) {
   tuner_model_t m = model();
   tuner_topo_t t = one_host(8);
   uint32_t mask = bit(ALGO_RING) | bit(ALGO_TREE);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 8, mask, 0).algo, ALGO_TREE);
-  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 479000, mask, 0).algo, ALGO_TREE);
-  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 481000, mask, 0).algo, ALGO_RING);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 9300, mask, 0).algo, ALGO_TREE);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 9500, mask, 0).algo, ALGO_RING);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, mask, 0).algo, ALGO_RING);
   // Everything allowed, with x = S/b in us: oneshot (1 hop) while 7 * 8 B is tiny; then rd
-  // (6 + 4.5x; oneshot no longer fits above 16 KiB) until rhd (12 + 2.625x) at x = 3.2, tree
-  // (16 + 2x) from x = 6.4 and the ring (28 + 1.75x) from x = 48.
+  // (6 + 4.5x; oneshot no longer fits above 16 KiB) until rhd (12 + 2.625x) at x = 3.2 and the
+  // ring (28 + 1.75x) from x = 18.3; the tree (12 (2 + x/2) while S/2 fits a slot) never wins.
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 8, TUNER_ALL_ALGOS, 0).algo, ALGO_ONESHOT);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 16385, TUNER_ALL_ALGOS, 0).algo, ALGO_RD);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 31000, TUNER_ALL_ALGOS, 0).algo, ALGO_RD);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 33000, TUNER_ALL_ALGOS, 0).algo, ALGO_RHD);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 63000, TUNER_ALL_ALGOS, 0).algo, ALGO_RHD);
-  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 65000, TUNER_ALL_ALGOS, 0).algo, ALGO_TREE);
-  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 479000, TUNER_ALL_ALGOS, 0).algo, ALGO_TREE);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 180000, TUNER_ALL_ALGOS, 0).algo, ALGO_RHD);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 186000, TUNER_ALL_ALGOS, 0).algo, ALGO_RING);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 481000, TUNER_ALL_ALGOS, 0).algo, ALGO_RING);
   // Broadcast: tree (4 a + 2S/b) until 3 a = S/b, i.e. S = 60000 bytes; then the chain.
   EXPECT_EQ(tuner_choose(&m, &t, COLL_BROADCAST, 59000, TUNER_ALL_ALGOS, 0).algo, ALGO_TREE);
@@ -163,11 +166,11 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
 // The namespace test bed: 4 hosts x 2 ranks in blocks on one machine of 2 CPUs, 9 us of CPU
 // per message across hosts, 1 us through shm. Hops in which every rank sends across hosts cost
 // 8 x 9 / 2 = 36 us of CPU each when that is more than latency + bytes / bandwidth: the tree's
-// 8 hops 288 us; half of the ring's messages stay inside a host: 14 steps of 8 x 5 / 2 = 20 us.
-// rd folds each host into one rank (2 shm hops in which half the ranks send: 4 us of CPU each,
-// or latency + bytes), then 2 steps between the 4 leaders (18 us of CPU each), with one rank's
-// bytes per NIC: it wins small sizes. rhd keeps its last halving step (first doubling step)
-// inside the host. With 8 CPUs: latencies again.
+// 1.5 x 8 hops (one round) 432 us; half of the ring's hops stay inside a host: 7 of 36 us and 7
+// of 8 x 1 / 2 = 4 us (14 x 20 us). rd folds each host into one rank (2 shm hops in which half the
+// ranks send: 4 us of CPU each, or latency + bytes), then 2 steps between the 4 leaders (18 us of
+// CPU each), with one rank's bytes per NIC: it wins small sizes. rhd keeps its last halving step
+// (first doubling step) inside the host. With 8 CPUs: latencies again.
 TEST(TunerModel, MessageCpuOnASharedMachine) {
   tuner_model_t m = {{1.0, 1.0}, {13.0, 0.06}, 9.0, 1.0};
   tuner_topo_t t = one_host(8);
@@ -179,9 +182,11 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
                    2 * 1 + 3 * S / 1000 + 2 * 13 + 2 * S / 60);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024), 2 * 4 + 4 * 36);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024), 14 * 20);
-  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1024), 8 * 36);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1024), 1.5 * 8 * 36);
+  // 64 MiB: half of the ring's 14 hops cross hosts (7 a_net + the bytes at the network's rate),
+  // half stay inside (7 a_shm, whose 7 x 1 x 4 us of CPU are more)
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 64 << 20),
-                   14 * 13 + 1.75 * (64 << 20) / 60.0);
+                   7 * 13 + 1.75 * (64 << 20) / 60.0 + 7 * 4);
   // oneshot: 7 messages per rank, 6 of them across hosts
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_ONESHOT, 8),
                    7 * 8 * (6.0 / 7 * 9 + 1.0 / 7 * 1) / 2);
@@ -190,7 +195,7 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
   t.ncpu = 8;
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024),
-                   14 * 13 + 1.75 * S / 60);
+                   7 * 13 + 1.75 * S / 60 + 7 * 1);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
                    2 * 1 + 3 * S / 1000 + 2 * 13 + 2 * S / 60);
   t.host_blocks = 0;  // placement unknown: rhd's steps all at the network's cost, x on all bytes

@@ -10,9 +10,12 @@ double cost_q(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t
   double us = hops * l->lat_us + bytes / (l->gbps * 1e3); /* GB/s = 1e3 bytes per microsecond */
   if (t->machine_ranks > 0 && t->ncpu > 0) {
     double c = l == &m->net ? g * m->msg_cpu_us + (1 - g) * m->shm_msg_cpu_us : m->shm_msg_cpu_us;
-    double cpu = hops * q * t->machine_ranks * c / t->ncpu;
+    double per_cpu = t->machine_ranks > t->ncpu ? (double)t->machine_ranks / t->ncpu : 1.0;
+    double cpu = hops * q * c * per_cpu;
     if (cpu > us) us = cpu;
   }
+  if (m->piece_us > 0)
+    us += m->piece_us * (hops * q + (t->slot_bytes ? bytes / (double)t->slot_bytes : 0));
   return us;
 }
 
@@ -36,5 +39,7 @@ double cost_peers_net_share(const tuner_topo_t *t) {
 }
 
 double cost_nic_share(const tuner_topo_t *t) {
-  return t->nhosts > 1 && t->local_size > 1 ? (double)t->local_size : 1.0;
+  int nics = t->nics > 1 ? t->nics : 1;
+  if (t->nhosts < 2 || t->local_size < 2) return 1.0;
+  return (double)((t->local_size + nics - 1) / nics);
 }

@@ -11,7 +11,10 @@
  * CPUs), q the messages per rank and hop and c the CPU time of one message: c_net
  * (TUTTI_TUNER_MSG_CPU_US) for one that crosses the network, c_shm (TUTTI_TUNER_SHM_MSG_CPU_US)
  * for one through shared memory, mixed by the share g of the algorithm's messages that leave
- * the host. With R <= C the latency term wins (c < a).
+ * the host. A rank's own messages go out one after another from its thread, so the CPU term
+ * is hops x q x c x max(1, R/C). Each piece (slot) a rank sends also costs the engine piece_us:
+ * (hops x q + bytes / slot) x piece_us is added (0 by default in the library; tutti-sim passes
+ * its --overhead-us).
  */
 #ifndef TUTTI_COST_H_
 #define TUTTI_COST_H_
@@ -32,6 +35,7 @@ typedef struct tuner_model {
   double shm_msg_cpu_us;  /* the same for a message through shared memory */
   tuner_level_t peer;     /* peer memory: lat_us the handshake and final wait of one call,
                              gbps the bandwidth of one rank reading and writing in place */
+  double piece_us;        /* engine time of one piece (slot) a rank sends (0: none) */
 } tuner_model_t;
 
 typedef struct tuner_topo { /* what the communicator knows, the same on every rank */
@@ -44,6 +48,7 @@ typedef struct tuner_topo { /* what the communicator knows, the same on every ra
   size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
   size_t peer_min_bytes;   /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
   int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
+  int nics;      /* NICs per host, local rank l on NIC l mod nics (0: one) */
 } tuner_topo_t;
 
 /* Reducing exchanges (rhd, rd) copy what they send into the FIFO in one step and reduce what
@@ -66,7 +71,8 @@ const tuner_level_t *cost_level(const tuner_model_t *m, const tuner_topo_t *t);
  * placement is unknown) or to every peer ((n-m)/(n-1) of them). */
 double cost_ring_net_share(const tuner_topo_t *t);
 double cost_peers_net_share(const tuner_topo_t *t);
-/* Ranks of one host whose exchange steps cross the network at the same time share its NIC. */
+/* Ranks of one host whose exchange steps cross the network at the same time share its NICs:
+ * ceil(local_size / nics) of them on the busiest NIC (1 on one host). */
 double cost_nic_share(const tuner_topo_t *t);
 int cost_is_pow2(int n);
 

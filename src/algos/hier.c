@@ -140,43 +140,63 @@ static int local_all_gather(const ring_t *r, size_t base, size_t len, size_t chu
 }
 #undef SEG
 
-int hier_applicable(const int *host_of_rank, int nranks) {
-  int hosts = 0, per_host = -1;
-  for (int r = 0; r < nranks; r++) {
-    int first = 1, here = 0;
-    for (int q = 0; q < r && first; q++) first = host_of_rank[q] != host_of_rank[r];
-    if (!first) continue;
-    hosts++;
-    for (int q = r; q < nranks; q++) here += host_of_rank[q] == host_of_rank[r];
-    if (per_host >= 0 && here != per_host) return 0;
-    per_host = here;
+typedef struct keyed {
+  int key, rank;
+} keyed_t;
+
+static int keyed_cmp(const void *x, const void *y) {
+  const keyed_t *a = x, *b = y;
+  if (a->key != b->key) return a->key < b->key ? -1 : 1;
+  return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+/* Ranks grouped by host, hosts ordered by their first rank, each host's ranks in rank order
+ * (O(n log n): two sorts, by host label, then by the host's first rank). Returns the array
+ * (n entries, .key = the host's first rank) or NULL when out of memory. */
+static keyed_t *hosts_in_order(const int *host_of_rank, int n) {
+  keyed_t *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+  if (!v) return NULL;
+  for (int r = 0; r < n; r++) v[r] = (keyed_t){host_of_rank[r], r};
+  qsort(v, (size_t)n, sizeof *v, keyed_cmp);
+  for (int i = 0, first = 0; i < n; i++) {
+    if (i > 0 && host_of_rank[v[i].rank] != host_of_rank[v[i - 1].rank]) first = i;
+    v[i].key = v[first].rank;
   }
-  return hosts >= 2 && per_host >= 1;
+  qsort(v, (size_t)n, sizeof *v, keyed_cmp);
+  return v;
+}
+
+int hier_applicable(const int *host_of_rank, int nranks) {
+  keyed_t *v = hosts_in_order(host_of_rank, nranks);
+  int hosts = 0, per_host = -1, ok = v != NULL;
+  for (int i = 0, start = 0; ok && i <= nranks; i++) {
+    if (i < nranks && (i == 0 || v[i].key == v[start].key)) continue;
+    if (per_host >= 0 && i - start != per_host) ok = 0;
+    per_host = i - start, start = i, hosts++;
+  }
+  free(v);
+  return ok && hosts >= 2 && per_host >= 1;
 }
 
 /* Fills the local ring (ranks of my host, by rank) and the cross ring (the rank at my local
- * position on every host, hosts ordered by their first rank). */
-static void make_rings(const int *host_of_rank, int n, int me, ring_t *local, ring_t *cross) {
+ * position on every host, hosts ordered by their first rank). Returns 0 or -1 (out of memory). */
+static int make_rings(const int *host_of_rank, int n, int me, ring_t *local, ring_t *cross) {
+  keyed_t *v = hosts_in_order(host_of_rank, n);
+  if (!v) return -1;
   local->n = cross->n = 0;
-  for (int r = 0; r < n; r++) {
-    if (host_of_rank[r] == host_of_rank[me]) {
-      if (r == me) local->pos = local->n;
-      local->ranks[local->n++] = r;
+  for (int i = 0; i < n; i++)
+    if (host_of_rank[v[i].rank] == host_of_rank[me]) {
+      if (v[i].rank == me) local->pos = local->n;
+      local->ranks[local->n++] = v[i].rank;
     }
+  for (int i = 0, start = 0; i < n; i++) {
+    if (v[i].key != v[start].key) start = i;
+    if (i - start != local->pos) continue;
+    if (v[i].rank == me) cross->pos = cross->n;
+    cross->ranks[cross->n++] = v[i].rank;
   }
-  for (int r = 0; r < n; r++) {
-    int first = 1, idx = 0;
-    for (int q = 0; q < r && first; q++) first = host_of_rank[q] != host_of_rank[r];
-    if (!first) continue; /* r is the first rank of a new host: take its local rank pos */
-    for (int q = r; q < n; q++) {
-      if (host_of_rank[q] != host_of_rank[r]) continue;
-      if (idx++ == local->pos) {
-        if (q == me) cross->pos = cross->n;
-        cross->ranks[cross->n++] = q;
-        break;
-      }
-    }
-  }
+  free(v);
+  return 0;
 }
 
 int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
@@ -185,7 +205,7 @@ int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s) {
          cross = {calloc((size_t)n, sizeof(int)), 0, 0};
   int rc = -1;
   if (!local.ranks || !cross.ranks) goto out;
-  make_rings(host_of_rank, n, a->rank, &local, &cross);
+  if (make_rings(host_of_rank, n, a->rank, &local, &cross) != 0) goto out;
   if (cross.n < 2) { /* one host: the hierarchy is the flat ring */
     rc = ring_allreduce(a, s);
     goto out;
@@ -204,14 +224,16 @@ out:
   free(cross.ranks);
   return rc;
 }
-/* Cost: 2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + 2(H-1)/H (S/m)/b_net, with H hosts of
- * m ranks each (hier_ok: the same number on every host). */
+
+/* Cost: 2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + s 2(H-1)/H (S/m)/b_net, with H hosts of
+ * m ranks each (hier_ok: the same number on every host); all m ranks cross the network at once
+ * in phase 2, s = ceil(m / NICs) of them through the busiest NIC (cost_nic_share). */
 static double hier_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   (void)c;
   if (!t->hier_ok || t->nhosts < 2) return -1;
   int mm = t->local_size, H = t->nhosts;
   return cost(m, t, &m->shm, 2.0 * (mm - 1), 2.0 * (mm - 1) / mm * S) +
-         cost(m, t, &m->net, 2.0 * (H - 1), 2.0 * (H - 1) / H * S / mm);
+         cost(m, t, &m->net, 2.0 * (H - 1), cost_nic_share(t) * 2.0 * (H - 1) / H * S / mm);
 }
 
 static int build_allreduce(const sched_args_t *a, sched_t *col, sched_t *lanes) {

@@ -44,15 +44,20 @@ int oneshot_allreduce(const sched_args_t *a, sched_t *s) {
   return 0;
 }
 
-/* Cost: a + (n-1) S/b, one hop of n-1 messages (q = n-1) on one host; across hosts its n-1
- * messages leave one after the other: (n-1) a. Only while S fits one slot and
+/* Cost: a + (n-1) S/b, one hop of n-1 messages per rank (q = n-1: the CPU and piece terms of
+ * cost_q charge them); across hosts the ranks of a host share its NICs. Where the model knows
+ * no price for a message (no CPU counts, no piece time) the n-1 sends across hosts are charged
+ * a latency each, (n-1) a, as they would otherwise look free. Only while S fits one slot and
  * TUTTI_ONESHOT_MAX_BYTES (so that no send blocks on a peer that is itself sending). */
 static double oneshot_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks;
   const tuner_level_t *l = cost_level(m, t);
   (void)c;
   if (n < 2 || S > (double)t->slot_bytes || S > (double)t->oneshot_max_bytes) return -1;
-  if (t->nhosts > 1) return cost_q(m, t, l, n - 1, 1, cost_peers_net_share(t), (n - 1) * S);
+  if (t->nhosts > 1 && !(t->machine_ranks > 0 && t->ncpu > 0) && m->piece_us <= 0)
+    return cost_q(m, t, l, n - 1, 1, cost_peers_net_share(t), (n - 1) * S);
+  if (t->nhosts > 1)
+    return cost_q(m, t, l, 1, n - 1, cost_peers_net_share(t), cost_nic_share(t) * (n - 1) * S);
   return cost_q(m, t, l, 1, n - 1, 0, (n - 1) * S);
 }
 

@@ -116,13 +116,20 @@ int ring_allgather(const sched_args_t *a, sched_t *s) {
   return 0;
 }
 /* Cost: all-reduce 2(n-1) a + 2(n-1)/n S/b; all-gather and reduce-scatter (S = all n blocks)
- * (n-1) a + (n-1)/n S/b; each rank sends to its neighbour (cost_ring_net_share). */
+ * (n-1) a + (n-1)/n S/b; each rank sends to its neighbour (cost_ring_net_share). Across hosts
+ * a piece's way round the ring crosses a share g of network links and 1 - g of shared-memory
+ * ones (g = H/n with hosts in blocks), so the hops' latencies are a_net for g of them and a_shm
+ * for the rest, and the bytes go at the network's rate (the slowest link sets the pace). */
 static double ring_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks;
   const tuner_level_t *l = cost_level(m, t);
   double share = cost_ring_net_share(t);
-  if (c == COLL_ALLREDUCE) return cost_q(m, t, l, 2.0 * (n - 1), 1, share, 2.0 * (n - 1) / n * S);
-  return cost_q(m, t, l, n - 1, 1, share, (double)(n - 1) / n * S);
+  double hops = c == COLL_ALLREDUCE ? 2.0 * (n - 1) : n - 1.0;
+  double bytes = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
+  if (t->nhosts > 1 && share < 1)
+    return cost_q(m, t, &m->net, hops * share, 1, 1, bytes) +
+           cost_q(m, t, &m->shm, hops * (1 - share), 1, 0, 0);
+  return cost_q(m, t, l, hops, 1, share, bytes);
 }
 
 ALGO_COL_BUILDER(build_allreduce, ring_allreduce)

@@ -42,6 +42,8 @@
  * order for a given n, and every rank receives the root's bits, so results are bitwise
  * reproducible and identical everywhere.
  */
+#include <math.h>
+
 #include "algos/registry.h"
 
 typedef struct tnode {
@@ -170,14 +172,26 @@ int tree_depth(int nranks) {
   return d;
 }
 
-/* Cost, D = floor(log2 n): all-reduce 2(D+1) a + 2 S/b (an interior rank sends half up and two
- * halves down; q = 1: the leaves' hop sends from every rank, and a rank's waits on the two trees
- * follow one another); across hosts a node's ranks sit all over the heap, so their edges leave
- * the node and share its NIC. Broadcast and reduce (D+1) a + 2 S/b, q = (n-1)/(n(D+1)). */
+static size_t tree_chunk(const tuner_topo_t *t, coll_t c, size_t bytes);
+
+/* Cost, D = floor(log2 n). All-reduce: R = ceil((S/2) / c) rounds of c = min(chunk, S/2) bytes
+ * per tree. A rank runs both trees in one lane, each round's reduction before the previous
+ * round's broadcast, so a round cannot start before the last one climbed to the root and came
+ * back down: R traversals of 2(D+1) hops, each hop a + s c/b (s: ranks sharing a NIC; across
+ * hosts a node's ranks sit all over the heap, so their edges leave the node), and tree B's
+ * steps wait for tree A's: 1.5 traversals per round (tutti-sim: 1.5-1.7 at R = 1, 1.4-1.7 at
+ * R = 4-32, 8 to 512 ranks; docs/simulator.md). q = 1: the leaves' hop sends from every rank.
+ * Broadcast and reduce (D+1) a + 2 S/b, q = (n-1)/(n(D+1)): one tree, pipelined. */
 static double tree_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks, D = tree_depth(n);
   const tuner_level_t *l = cost_level(m, t);
-  if (c == COLL_ALLREDUCE) return cost(m, t, l, 2.0 * (D + 1), cost_nic_share(t) * 2 * S);
+  if (c == COLL_ALLREDUCE) {
+    double half = S / 2, chunk = (double)tree_chunk(t, c, (size_t)S);
+    if (chunk < 1) chunk = 1;
+    double rounds = half > chunk ? ceil(half / chunk) : 1, cc = half < chunk ? half : chunk;
+    double hops = 1.5 * 2 * (D + 1) * rounds;
+    return cost(m, t, l, hops, hops * cost_nic_share(t) * cc);
+  }
   return cost_q(m, t, l, D + 1, (n - 1.0) / ((double)n * (D + 1)), 1, 2 * S);
 }
 

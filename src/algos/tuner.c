@@ -41,6 +41,8 @@ void tuner_model_from_env(tuner_model_t *m) {
                             env_double("TUNER_PEER_GBPS", TUNER_PEER_GBPS)};
   m->msg_cpu_us = env_double("TUNER_MSG_CPU_US", TUNER_MSG_CPU_US);
   m->shm_msg_cpu_us = env_double("TUNER_SHM_MSG_CPU_US", TUNER_SHM_MSG_CPU_US);
+  /* engine time per piece: not charged unless set (the message CPU times stand for it) */
+  m->piece_us = tutti_getenv("TUNER_PIECE_US") ? env_double("TUNER_PIECE_US", 1.0) : 0;
 }
 
 /* ---- NCCL_ALGO ---- */

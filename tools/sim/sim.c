@@ -38,6 +38,7 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
   m->peer = (tuner_level_t){3 * c->intra_lat * 1e6, 2 * c->intra_bw / 1e9};
   m->msg_cpu_us = c->msg_cpu * 1e6;
   m->shm_msg_cpu_us = sim_intra_msg_cpu(c) * 1e6;
+  m->piece_us = c->overhead * 1e6;
   size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES, which also sizes the scratch */
   int machine_nodes = c->machine_nodes < c->nodes ? c->machine_nodes : c->nodes;
   *t = (tuner_topo_t){.nranks = sim_nranks(c),
@@ -47,6 +48,7 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .machine_ranks = c->cpus > 0 ? machine_nodes * c->ppn : 0,
                       .ncpu = c->cpus,
                       .host_blocks = c->nodes > 1,
+                      .nics = c->nics,
                       .peer_mem = c->nodes == 1 && sim_nranks(c) > 1,
                       .peer_min_bytes = 256 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
                       .slot_bytes = sim_comm_slot(c),

@@ -188,8 +188,11 @@ static int build_full(builder_t *b, const sched_args_t *a, algo_t algo, size_t m
     int first = *nlanes, rc = build_rank(b, a, algo, r, lanes, nlanes, &cap);
     if (rc != 0) return rc;
     for (int i = first; i < *nlanes; i++) total += (*lanes)[i].n;
-    /* after rank 0, extrapolate: give up early rather than after minutes of building */
-    if (total > max_steps || (r == 0 && total * (size_t)b->n > 4 * max_steps)) {
+    /* after rank 0, extrapolate: give up early rather than after minutes of building (also
+     * counting the empty steps the builder makes and compact drops: a ring of 65,536 ranks on
+     * 2 elements builds 131,070 steps per rank to keep 2) */
+    if (total > max_steps || (r == 0 && (total * (size_t)b->n > 4 * max_steps ||
+                                         b->col.n * (size_t)b->n > 16 * max_steps))) {
       snprintf(msg, msglen,
                "the full simulation needs ~%zu steps (limit %zu: --max-steps); no symmetry to "
                "simulate fewer ranks",
