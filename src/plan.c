@@ -291,6 +291,9 @@ static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
                   p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
                       comm->nt_threshold;
   TUTTI_CHECK(provide_scratch(p));
+  if (p->ctx.stream)
+    INFO(SUB_COLL, "nccl%s (op #%llu): results written with streaming stores (TUTTI_NT_THRESHOLD)",
+         coll_name(p->args.coll), (unsigned long long)p->ctx.seq);
   INFO(SUB_COLL, "nccl%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d "
        "comm %p [nranks=%d] algo %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
        (void *)p->ctx.buf[BUF_SEND], (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type,

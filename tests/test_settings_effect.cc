@@ -3,7 +3,7 @@
 // were ignored. Runs are real: env_allreduce.c (two all-reduces with closed-form sums and an
 // all-gather) under tutti-run as separate processes, reading INFO lines from their output; or
 // the harness's ranks (processes) where a rank's own measurements are needed.
-//   DEBUG_FILE, DUMP_SCHEDULE, ONESHOT_MAX_BYTES, SHM_NSLOTS, SHM_SLOT_BYTES, TUNER_SHM_LAT_US
+//   DEBUG_FILE, DUMP_SCHEDULE, NT_THRESHOLD, ONESHOT_MAX_BYTES, SHM_NSLOTS, SHM_SLOT_BYTES, TUNER_SHM_LAT_US
 //   (the other TUNER_* in test_tuner.cc), HOSTID, SPIN_US, TIMEOUT=0, and a valid
 //   ncclCommInitRankConfig. DIRECT=0 is in test_direct.cc.
 #include <gtest/gtest.h>
@@ -138,6 +138,19 @@ TEST(Settings, OneshotMaxBytesLimitsTheOneShot) {
     for (const std::string &l : lines)
       EXPECT_EQ(l.size() >= 12 && l.substr(l.size() - 12) == "algo oneshot", want_oneshot)
           << limit << ": " << l;
+  }
+}
+
+// Out-of-place calls of at least TUTTI_NT_THRESHOLD bytes write their results with streaming
+// stores (and say so at INFO): with the threshold at 1 byte all three of env_allreduce's calls
+// on each rank (two all-reduces, an all-gather) do, with the default (16 MiB) none does; the
+// results are exact either way.
+TEST(Settings, NtThresholdTurnsOnStreamingStores) {
+  const std::string log = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=COLL ";
+  for (bool low : {false, true}) {
+    Out o = launch(log + (low ? "TUTTI_NT_THRESHOLD=1" : ""));
+    expect_ok(o);
+    EXPECT_EQ(count(o.text, "results written with streaming stores"), low ? 6 : 0) << o.text;
   }
 }
 
