@@ -109,6 +109,18 @@ static void set_chunk(ncclComm_t comm, pending_t *p, size_t chunk_bytes) {
   if (p->args.chunk == 0) p->args.chunk = 1;
 }
 
+/* The tuner's choice among the algorithms not in `exclude`: p->ctx.algo and p->args.chunk. */
+static ncclResult_t choose_into(ncclComm_t comm, pending_t *p, uint32_t exclude) {
+  tuner_choice_t ch = choose(comm, p, exclude);
+  if (ch.algo == ALGO_NUM)
+    return TUTTI_ERR(ncclInvalidUsage, "nccl%s: no algorithm can run this call%s",
+                     coll_name(p->args.coll),
+                     exclude & algos_needing(ALGO_NEEDS_PEER_MEMORY) ? " without peer memory" : "");
+  p->ctx.algo = ch.algo;
+  set_chunk(comm, p, ch.chunk_bytes);
+  return ncclSuccess;
+}
+
 static int plan_matches(ncclComm_t comm, const pending_t *p) {
   return comm->plan.valid && comm->plan.coll == p->args.coll && comm->plan.count == p->args.count &&
          comm->plan.esize == p->ctx.esize && comm->plan.root == p->args.root &&
@@ -128,15 +140,10 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
     p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
     *cached = comm->plan.steps_valid;
   } else {
-    tuner_choice_t ch = choose(comm, p, exclude);
-    if (ch.algo == ALGO_NUM)
-      return TUTTI_ERR(ncclInvalidUsage, "nccl%s: no algorithm can run this call",
-                       coll_name(p->args.coll));
-    p->ctx.algo = ch.algo;
-    set_chunk(comm, p, ch.chunk_bytes);
+    TUTTI_CHECK(choose_into(comm, p, exclude));
     comm->plan = (typeof(comm->plan)){.valid = 1, .coll = p->args.coll, .count = p->args.count,
                                       .esize = p->ctx.esize, .root = p->args.root,
-                                      .in_place = p->args.in_place, .algo = ch.algo,
+                                      .in_place = p->args.in_place, .algo = p->ctx.algo,
                                       .chunk = p->args.chunk, .steps = comm->plan.steps};
   }
   return ncclSuccess;
@@ -169,16 +176,10 @@ static ncclResult_t peer_outcome(pending_t *p, int ok, int *cached) {
     p->ctx.peer_seq = comm->peer_calls++;
     return ncclSuccess;
   }
-  uint32_t exclude = algos_needing(ALGO_NEEDS_PEER_MEMORY) |
-                     (p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0);
-  tuner_choice_t ch = choose(comm, p, exclude);
-  if (ch.algo == ALGO_NUM)
-    return TUTTI_ERR(ncclInvalidUsage, "nccl%s: no algorithm without peer memory can run this call",
-                     coll_name(p->args.coll));
-  p->ctx.algo = ch.algo;
-  set_chunk(comm, p, ch.chunk_bytes);
   *cached = 0;
-  return ncclSuccess;
+  return choose_into(comm, p,
+                     algos_needing(ALGO_NEEDS_PEER_MEMORY) |
+                         (p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0));
 }
 
 /* The handshakes of all the group's peer-memory calls, run together. */
