@@ -275,8 +275,8 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
     return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
                      coll_name(p->args.coll), algo_name(p->ctx.algo));
   if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
-  int cacheable = !(algo_get(p->ctx.algo)->needs & (ALGO_NEEDS_PEER_MEMORY | ALGO_USES_LANES));
-  if (!cached && cacheable && plan_matches(comm, p) && comm->plan.algo == p->ctx.algo) {
+  if (!cached && !(algo_get(p->ctx.algo)->needs & (ALGO_NEEDS_PEER_MEMORY | ALGO_USES_LANES)) &&
+      plan_matches(comm, p) && comm->plan.algo == p->ctx.algo) {
     sched_reset(&comm->plan.steps);
     comm->plan.steps_valid = sched_append(&comm->plan.steps, col->steps + first, col->n - first) == 0;
   }
@@ -315,13 +315,15 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
     if (!c) return TUTTI_ERR(ncclSystemError, "out of memory planning a group");
     cached = c, cap = n;
   }
+  int any_peer = 0;
   for (size_t i = 0; i < n; i++) {
     cached[i] = 0;
     if (self_p2p(&ops[i])) continue;
     ops[i].ctx.seq = ops[i].ctx.comm->op_count++;
     TUTTI_CHECK(plan_choose(ops[i].ctx.comm, &ops[i], &cached[i]));
+    any_peer |= needs_peer_memory(&ops[i]);
   }
-  TUTTI_CHECK(agree_all(ops, n, cached));
+  if (any_peer) TUTTI_CHECK(agree_all(ops, n, cached));
   for (size_t i = 0; i < n; i++)
     if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], cached[i], (uint16_t)i));
   if (tutti_param_DumpSchedule()) dump_lanes(ops, n);

@@ -3,28 +3,24 @@
 
 #include <strings.h>
 
-static const algo_desc_t *const registry[ALGO_NUM] = {
+const algo_desc_t *const algo_registry[ALGO_NUM] = {
 #define TUTTI_ALGO_ENTRY(e, name) [ALGO_##e] = &algo_##name,
     TUTTI_ALGOS(TUTTI_ALGO_ENTRY)
 #undef TUTTI_ALGO_ENTRY
 };
 
-const algo_desc_t *algo_get(algo_t a) {
-  return (unsigned)a < ALGO_NUM ? registry[a] : NULL;
-}
-
 const char *algo_name(algo_t a) {
-  return (unsigned)a < ALGO_NUM ? registry[a]->name : "?";
+  return (unsigned)a < ALGO_NUM ? algo_registry[a]->name : "?";
 }
 
 algo_t algo_by_name(const char *name) {
   for (int a = 0; a < ALGO_NUM; a++)
-    if (strcasecmp(name, registry[a]->name) == 0) return (algo_t)a;
+    if (strcasecmp(name, algo_registry[a]->name) == 0) return (algo_t)a;
   return ALGO_NUM;
 }
 
 int algo_implements(algo_t a, coll_t c) {
-  return (unsigned)a < ALGO_NUM && (unsigned)c < COLL_NUM && registry[a]->build[c] != NULL;
+  return (unsigned)a < ALGO_NUM && (unsigned)c < COLL_NUM && algo_registry[a]->build[c] != NULL;
 }
 
 int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sched_t *col,
@@ -32,7 +28,7 @@ int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sch
   if (!algo_implements(algo, a->coll)) return -2;
   sched_args_t b = *a;
   if (host_of_rank) b.host_of_rank = host_of_rank;
-  return registry[algo]->build[a->coll](&b, col, lanes);
+  return algo_registry[algo]->build[a->coll](&b, col, lanes);
 }
 
 size_t sched_scratch_elems(algo_t algo, const sched_args_t *a) {

@@ -78,8 +78,12 @@ typedef struct algo_desc {
 TUTTI_ALGOS(TUTTI_ALGO_EXTERN)
 #undef TUTTI_ALGO_EXTERN
 
+/* The table, indexed by algo_t (registry.c). */
+extern const algo_desc_t *const algo_registry[ALGO_NUM];
 /* The entry of `a` (NULL when out of range). */
-const algo_desc_t *algo_get(algo_t a);
+static inline const algo_desc_t *algo_get(algo_t a) {
+  return (unsigned)a < ALGO_NUM ? algo_registry[a] : NULL;
+}
 const char *algo_name(algo_t a);
 /* algo_t of `name` (case-insensitive), or ALGO_NUM. */
 algo_t algo_by_name(const char *name);
