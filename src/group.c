@@ -145,12 +145,19 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++) sched_reset(&grp.comms[locked]->p2p_lanes[p]);
   }
   TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
-  if (collcheck_wanted(ops, n)) TUTTI_CHECK_GOTO(collcheck_run(ops, n), res, out);
-  TUTTI_CHECK_GOTO(plan_group(ops, n), res, out);
+  /* the check and the planner talk to the peers (exchanges, peer-memory handshakes): a failure
+   * there, as in the engine, leaves the communicators failed; a mismatch the check finds
+   * (ncclInvalidUsage) runs nothing and leaves them usable */
+  if (collcheck_wanted(ops, n) && (res = collcheck_run(ops, n)) != ncclSuccess) {
+    if (res != ncclInvalidUsage) goto failed;
+    goto out;
+  }
+  if ((res = plan_group(ops, n)) != ncclSuccess) goto failed;
   for (size_t i = 0; i < n; i++) grp.ctxs[i] = ops[i].ctx;
   TUTTI_CHECK_GOTO(self_copies(ops, n, 1), res, out);
   TUTTI_CHECK_GOTO(build_lanes(nc, &nlanes), res, out);
   res = engine_run(grp.lanes, nlanes, grp.ctxs);
+failed:
   if (res != ncclSuccess)
     for (int c = 0; c < nc; c++) comm_set_error(grp.comms[c], res, tutti_last_error());
 out:
