@@ -28,8 +28,14 @@ typedef struct reduce_table {
   reduce_kernel_t fn[ncclNumTypes][REDUCE_NUM_BASE_OPS][REDUCE_NUM_VARIANTS];
 } reduce_table_t;
 
+#ifdef __cplusplus
+extern "C" {
+#endif
 /* Decodes op and flags into args; returns 0 for a type or op outside the table. */
 int reduce_args_decode(const reduce_op_t *op, int flags, reduce_args_t *args);
+#ifdef __cplusplus
+}
+#endif
 
 /* Runs the scalar kernel on elements [from, count) of a call: the tail of a SIMD loop. */
 void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b, size_t from,
