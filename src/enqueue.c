@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cuda_driver.h"
 #include "group.h"
 
 typedef struct call {
@@ -90,6 +91,21 @@ static ncclResult_t check_overlap(const call_t *c, size_t sbytes, size_t rbytes,
   return ncclSuccess;
 }
 
+#ifdef TUTTI_HAVE_CUDA
+#define DEVICE_MEM_REFUSAL "device buffers need CUDA stream support, which this build lacks so far"
+#else
+#define DEVICE_MEM_REFUSAL "this build moves host memory only (built without CUDA)"
+#endif
+
+/* Pointer kind per call: the CUDA driver (loaded at run time) says whether a buffer is device
+ * memory; without a driver every buffer is host memory. */
+static ncclResult_t check_mem_kind(const call_t *c, const char *name, const void *buf, size_t n) {
+  if (n && cuda_driver_mem_kind(buf) == MEM_KIND_DEVICE)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: %s is device memory; " DEVICE_MEM_REFUSAL, c->fn,
+                     name);
+  return ncclSuccess;
+}
+
 static ncclResult_t check_call(const call_t *c, pending_t *p) {
   TUTTI_CHECK(comm_check(c->comm, c->fn));
   ncclComm_t comm = c->comm;
@@ -102,13 +118,15 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   if (c->count > SIZE_MAX / es / (size_t)comm->nranks)
     return TUTTI_ERR(ncclInvalidArgument, "%s: count %zu x %zu bytes x %d ranks overflows size_t",
                      c->fn, c->count, es, comm->nranks);
-  if (c->stream != NULL)
-    return TUTTI_ERR(ncclInvalidArgument, "%s: stream must be NULL for host buffers (this build "
-                     "has no CUDA stream support yet)", c->fn);
   size_t ns, nr;
   buffer_counts(c, comm->nranks, comm->rank, &ns, &nr);
   if (ns && !c->sendbuff) return TUTTI_ERR(ncclInvalidArgument, "%s: sendbuff is NULL", c->fn);
   if (nr && !c->recvbuff) return TUTTI_ERR(ncclInvalidArgument, "%s: recvbuff is NULL", c->fn);
+  TUTTI_CHECK(check_mem_kind(c, "sendbuff", c->sendbuff, ns));
+  TUTTI_CHECK(check_mem_kind(c, "recvbuff", c->recvbuff, nr));
+  if (c->stream != NULL)
+    return TUTTI_ERR(ncclInvalidArgument, "%s: stream must be NULL for host buffers (this build "
+                     "has no CUDA stream support yet)", c->fn);
   memset(p, 0, sizeof(*p));
   if (coll_has_op(c->coll)) TUTTI_CHECK(check_op(c, &p->ctx.rop));
   else p->ctx.rop = (reduce_op_t){.type = c->type, .base = ncclSum, .divisor = comm->nranks};

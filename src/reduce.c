@@ -7,7 +7,8 @@
  *
  * The scalar table is complete and is the reference: the AVX2 and AVX-512 tables
  * (reduce_simd.c) start as copies of it and replace the entries they vectorise, with the same
- * order of operations, so every ISA gives bitwise identical results:
+ * order of operations, so every ISA gives bitwise identical results. The scalar kernels are loops
+ * over the element functions of reduce_ops.h, which the CUDA kernels (src/cuda/) run as well:
  *
  *   v = load(a[i]) (fp16/bf16/fp8 widened to fp32)
  *   if pre:  v = v * scale          (integers: wrapping multiply)
@@ -40,135 +41,31 @@
 
 #define REDUCE_INLINE static inline __attribute__((always_inline))
 
-/* ---- bit casts ---- */
-
-static inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-static inline float f32_from_bits(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-/* ---- small float formats: fp16, fp8 e4m3 (OCP "fn"), fp8 e5m2 ---- */
-
-/* Layout of an IEEE-like format of at most 16 bits, for the shared conversion code. */
-typedef struct minifloat {
-  int mbits;          /* mantissa bits */
-  int bias;           /* exponent bias */
-  uint32_t sign_bit;  /* 0x8000 or 0x80 */
-  uint32_t max_code;  /* magnitude bits of the largest finite value */
-  uint32_t over_code; /* what a finite overflow becomes: inf, or max_code when saturating */
-  uint32_t inf_code;  /* what +-inf becomes (max_code when the format has no infinity) */
-  uint32_t nan_code;  /* magnitude bits of the NaN we produce */
-  float sub_unit;     /* value of the smallest subnormal, 2^(1 - bias - mbits) */
-} minifloat_t;
-
-static const minifloat_t fmt_half = {10, 15, 0x8000, 0x7bff, 0x7c00, 0x7c00, 0x7e00, 0x1p-24f};
-static const minifloat_t fmt_e4m3 = {3, 7, 0x80, 0x7e, 0x7e, 0x7e, 0x7f, 0x1p-9f};
-static const minifloat_t fmt_e5m2 = {2, 15, 0x80, 0x7b, 0x7b, 0x7c, 0x7f, 0x1p-16f};
-
-/* mant >> shift, rounded to nearest even; shift >= 1. */
-static inline uint32_t round_shift_rne(uint32_t mant, unsigned shift) {
-  if (shift >= 32) return 0;
-  uint32_t q = mant >> shift;
-  uint32_t rem = mant & ((1u << shift) - 1);
-  uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (q & 1))) q++;
-  return q;
-}
-
-/* Magnitude bits of |f| in `fmt`, for finite f. */
-static inline uint32_t minifloat_from_finite(uint32_t abs_bits, const minifloat_t *fmt) {
-  if (abs_bits < 0x00800000) return 0; /* fp32 subnormals are below every format's range */
-  int exp = (int)(abs_bits >> 23) - 127 + fmt->bias;
-  unsigned shift = (unsigned)(23 - fmt->mbits);
-  uint32_t code;
-  if (exp >= 1) { /* normal: rounding may carry into the exponent, which is right */
-    code = round_shift_rne(((uint32_t)exp << 23) | (abs_bits & 0x7fffff), shift);
-  } else { /* subnormal in the target: shift the explicit mantissa further right */
-    code = round_shift_rne((abs_bits & 0x7fffff) | 0x800000, shift + (unsigned)(1 - exp));
-  }
-  return code > fmt->max_code ? fmt->over_code : code;
-}
-
-static uint32_t minifloat_from_float(float f, const minifloat_t *fmt) {
-  uint32_t bits = f32_bits(f);
-  uint32_t sign = (bits >> 31) ? fmt->sign_bit : 0;
-  uint32_t abs_bits = bits & 0x7fffffff;
-  if (abs_bits > 0x7f800000) return sign | fmt->nan_code;
-  if (abs_bits == 0x7f800000) return sign | fmt->inf_code;
-  return sign | minifloat_from_finite(abs_bits, fmt);
-}
-
-/* Finite values only (callers handle inf and NaN codes first). */
-static float minifloat_to_float(uint32_t v, const minifloat_t *fmt) {
-  uint32_t mag = v & (fmt->sign_bit - 1);
-  uint32_t exp = mag >> fmt->mbits;
-  uint32_t frac = mag & ((1u << fmt->mbits) - 1);
-  float r;
-  if (exp == 0) {
-    r = (float)frac * fmt->sub_unit;
-  } else {
-    r = f32_from_bits(((exp - (uint32_t)fmt->bias + 127) << 23) | (frac << (23 - fmt->mbits)));
-  }
-  return (v & fmt->sign_bit) ? -r : r;
-}
-
-/* NaN or inf of a format whose all-ones exponent is special (fp16, e5m2): quiet NaN keeps the
- * payload, as vcvtph2ps does. */
-static float ieee_special_to_float(uint32_t v, const minifloat_t *fmt) {
-  uint32_t sign = (v & fmt->sign_bit) ? 0x80000000u : 0;
-  uint32_t frac = v & ((1u << fmt->mbits) - 1);
-  if (frac == 0) return f32_from_bits(sign | 0x7f800000);
-  return f32_from_bits(sign | 0x7fc00000 | (frac << (23 - fmt->mbits)));
-}
+/* ---- conversions (the arithmetic itself is in reduce_ops.h, shared with the GPU kernels) ---- */
 
 float tutti_half_to_float(uint16_t h) {
-  if ((h & 0x7c00) == 0x7c00) return ieee_special_to_float(h, &fmt_half);
-  return minifloat_to_float(h, &fmt_half);
+  return ro_half_to_float(h);
 }
-
-/* NaN keeps the top of its payload and is made quiet, as vcvtps2ph does. */
 uint16_t tutti_float_to_half(float f) {
-  uint32_t bits = f32_bits(f);
-  if ((bits & 0x7fffffff) > 0x7f800000) {
-    return (uint16_t)(((bits >> 16) & 0x8000) | 0x7e00 | ((bits >> 13) & 0x3ff));
-  }
-  return (uint16_t)minifloat_from_float(f, &fmt_half);
+  return ro_float_to_half(f);
 }
-
 float tutti_bf16_to_float(uint16_t b) {
-  return f32_from_bits((uint32_t)b << 16);
+  return ro_bf16_to_float(b);
 }
-
-/* Round to nearest even by adding 0x7fff + lsb; NaN is truncated and made quiet. */
 uint16_t tutti_float_to_bf16(float f) {
-  uint32_t bits = f32_bits(f);
-  if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40);
-  return (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+  return ro_float_to_bf16(f);
 }
-
 float tutti_fp8e4m3_to_float(uint8_t v) {
-  if ((v & 0x7f) == 0x7f) return f32_from_bits((v & 0x80 ? 0x80000000u : 0) | 0x7fc00000);
-  return minifloat_to_float(v, &fmt_e4m3);
+  return ro_fp8e4m3_to_float(v);
 }
-
 uint8_t tutti_float_to_fp8e4m3(float f) {
-  return (uint8_t)minifloat_from_float(f, &fmt_e4m3);
+  return ro_float_to_fp8e4m3(f);
 }
-
 float tutti_fp8e5m2_to_float(uint8_t v) {
-  if ((v & 0x7c) == 0x7c) return ieee_special_to_float(v, &fmt_e5m2);
-  return minifloat_to_float(v, &fmt_e5m2);
+  return ro_fp8e5m2_to_float(v);
 }
-
 uint8_t tutti_float_to_fp8e5m2(float f) {
-  return (uint8_t)minifloat_from_float(f, &fmt_e5m2);
+  return ro_float_to_fp8e5m2(f);
 }
 
 /* ---- types ---- */
@@ -198,72 +95,23 @@ __attribute__((constructor)) static void fp8_tables_fill(void) {
   }
 }
 
-/* Stores: the exact rounding, inlined with the format's constants folded in. */
-REDUCE_INLINE uint8_t fp8_from_float(float f, const minifloat_t *fmt) {
-  uint32_t bits = f32_bits(f);
-  uint32_t sign = (bits >> 31) ? fmt->sign_bit : 0, abs_bits = bits & 0x7fffffff;
-  if (__builtin_expect(abs_bits >= 0x7f800000, 0))
-    return (uint8_t)(sign | (abs_bits > 0x7f800000 ? fmt->nan_code : fmt->inf_code));
-  return (uint8_t)(sign | minifloat_from_finite(abs_bits, fmt));
-}
-
+/* Loads: fp8 from the tables, every other type through reduce_ops.h. */
 REDUCE_INLINE float f32_load(const void *p, size_t i, ncclDataType_t type) {
   switch (type) {
-    case ncclFloat16:
-      return tutti_half_to_float(((const uint16_t *)p)[i]);
-    case ncclBfloat16:
-      return tutti_bf16_to_float(((const uint16_t *)p)[i]);
     case ncclFloat8e4m3:
       return fp8_table[0][((const uint8_t *)p)[i]];
     case ncclFloat8e5m2:
       return fp8_table[1][((const uint8_t *)p)[i]];
     default:
-      return ((const float *)p)[i];
-  }
-}
-
-REDUCE_INLINE void f32_store(void *p, size_t i, ncclDataType_t type, float v) {
-  switch (type) {
-    case ncclFloat16:
-      ((uint16_t *)p)[i] = tutti_float_to_half(v);
-      break;
-    case ncclBfloat16:
-      ((uint16_t *)p)[i] = tutti_float_to_bf16(v);
-      break;
-    case ncclFloat8e4m3:
-      ((uint8_t *)p)[i] = fp8_from_float(v, &fmt_e4m3);
-      break;
-    case ncclFloat8e5m2:
-      ((uint8_t *)p)[i] = fp8_from_float(v, &fmt_e5m2);
-      break;
-    default:
-      ((float *)p)[i] = v;
-  }
-}
-
-REDUCE_INLINE float f32_op(ncclRedOp_t base, float x, float y) {
-  switch (base) {
-    case ncclSum:
-      return x + y;
-    case ncclProd:
-      return x * y;
-    case ncclMax:
-      return x > y ? x : y;
-    default:
-      return x < y ? x : y;
+      return ro_f32_load(p, i, type);
   }
 }
 
 REDUCE_INLINE void f32_loop(void *dst, const void *a, const void *b, size_t n,
                             const reduce_args_t *args, ncclRedOp_t base, ncclDataType_t type) {
-  const int pre = args->pre, post = args->post;
-  const float scale = args->scale_f32, div = args->div_f32;
   for (size_t i = 0; i < n; i++) {
-    float v = f32_load(a, i, type);
-    if (pre) v = v * scale;
-    if (b) v = f32_op(base, v, f32_load(b, i, type));
-    if (post) v = v / div;
-    f32_store(dst, i, type, v);
+    float bv = b ? f32_load(b, i, type) : 0.0f;
+    ro_f32_store(dst, i, type, ro_f32_elem(args, base, f32_load(a, i, type), b != NULL, bv));
   }
 }
 
@@ -271,10 +119,17 @@ REDUCE_INLINE void f32_loop(void *dst, const void *a, const void *b, size_t n,
 #define REDUCE_KERNEL(name, loop, type)                                                            \
   static void name(void *dst, const void *a, const void *b, size_t n, const reduce_args_t *args) { \
     switch (args->base) {                                                                          \
-      case ncclSum: loop(dst, a, b, n, args, ncclSum, type); break;                                \
-      case ncclProd: loop(dst, a, b, n, args, ncclProd, type); break;                              \
-      case ncclMax: loop(dst, a, b, n, args, ncclMax, type); break;                                \
-      default: loop(dst, a, b, n, args, ncclMin, type);                                            \
+      case ncclSum:                                                                                \
+        loop(dst, a, b, n, args, ncclSum, type);                                                   \
+        break;                                                                                     \
+      case ncclProd:                                                                               \
+        loop(dst, a, b, n, args, ncclProd, type);                                                  \
+        break;                                                                                     \
+      case ncclMax:                                                                                \
+        loop(dst, a, b, n, args, ncclMax, type);                                                   \
+        break;                                                                                     \
+      default:                                                                                     \
+        loop(dst, a, b, n, args, ncclMin, type);                                                   \
     }                                                                                              \
   }
 #define REDUCE_F32_KERNEL(name, type) REDUCE_KERNEL(name, f32_loop, type)
@@ -287,30 +142,9 @@ REDUCE_F32_KERNEL(scalar_e5m2, ncclFloat8e5m2)
 
 /* ---- scalar kernel: fp64 ---- */
 
-REDUCE_INLINE double f64_op(ncclRedOp_t base, double x, double y) {
-  switch (base) {
-    case ncclSum:
-      return x + y;
-    case ncclProd:
-      return x * y;
-    case ncclMax:
-      return x > y ? x : y;
-    default:
-      return x < y ? x : y;
-  }
-}
-
 REDUCE_INLINE void f64_loop(double *dst, const double *a, const double *b, size_t n,
                             const reduce_args_t *args, ncclRedOp_t base) {
-  const int pre = args->pre, post = args->post;
-  const double scale = args->scale_f64, div = args->div_f64;
-  for (size_t i = 0; i < n; i++) {
-    double v = a[i];
-    if (pre) v = v * scale;
-    if (b) v = f64_op(base, v, b[i]);
-    if (post) v = v / div;
-    dst[i] = v;
-  }
+  for (size_t i = 0; i < n; i++) dst[i] = ro_f64_elem(args, base, a[i], b != NULL, b ? b[i] : 0);
 }
 
 static void scalar_f64(void *dst, const void *a, const void *b, size_t n,
@@ -332,86 +166,12 @@ static void scalar_f64(void *dst, const void *a, const void *b, size_t n,
 
 /* ---- scalar kernels: integers, computed in 64 bits and wrapped to the type's width ---- */
 
-REDUCE_INLINE int int_is_signed(ncclDataType_t type) {
-  return type == ncclInt8 || type == ncclInt32 || type == ncclInt64;
-}
-
-/* Sign- or zero-extends the low bits of v that fit the type. */
-REDUCE_INLINE uint64_t int_wrap(uint64_t v, ncclDataType_t type) {
-  switch (type) {
-    case ncclInt8:
-      return (uint64_t)(int64_t)(int8_t)v;
-    case ncclUint8:
-      return (uint8_t)v;
-    case ncclInt32:
-      return (uint64_t)(int64_t)(int32_t)v;
-    case ncclUint32:
-      return (uint32_t)v;
-    default:
-      return v;
-  }
-}
-
-REDUCE_INLINE uint64_t int_load(const void *p, size_t i, ncclDataType_t type) {
-  switch (type) {
-    case ncclInt8:
-      return (uint64_t)(int64_t)((const int8_t *)p)[i];
-    case ncclUint8:
-      return ((const uint8_t *)p)[i];
-    case ncclInt32:
-      return (uint64_t)(int64_t)((const int32_t *)p)[i];
-    case ncclUint32:
-      return ((const uint32_t *)p)[i];
-    default:
-      return ((const uint64_t *)p)[i];
-  }
-}
-
-REDUCE_INLINE void int_store(void *p, size_t i, ncclDataType_t type, uint64_t v) {
-  switch (tuttiTypeSize(type)) {
-    case 1:
-      ((uint8_t *)p)[i] = (uint8_t)v;
-      break;
-    case 4:
-      ((uint32_t *)p)[i] = (uint32_t)v;
-      break;
-    default:
-      ((uint64_t *)p)[i] = v;
-  }
-}
-
-/* x and y are wrapped (extended from the type's width), so 64-bit compares are right. */
-REDUCE_INLINE uint64_t int_op(ncclRedOp_t base, uint64_t x, uint64_t y, int sgn) {
-  switch (base) {
-    case ncclSum:
-      return x + y;
-    case ncclProd:
-      return x * y;
-    case ncclMax:
-      if (sgn) return (int64_t)x > (int64_t)y ? x : y;
-      return x > y ? x : y;
-    default:
-      if (sgn) return (int64_t)x < (int64_t)y ? x : y;
-      return x < y ? x : y;
-  }
-}
-
-REDUCE_INLINE uint64_t int_div(uint64_t v, int64_t div, int sgn) {
-  if (sgn) return (uint64_t)((int64_t)v / div);
-  return v / (uint64_t)div;
-}
-
 REDUCE_INLINE void int_loop(void *dst, const void *a, const void *b, size_t n,
                             const reduce_args_t *args, ncclRedOp_t base, ncclDataType_t type) {
-  const int pre = args->pre, post = args->post, sgn = int_is_signed(type);
-  const uint64_t scale = args->scale_int;
-  const int64_t div = args->div_int;
   for (size_t i = 0; i < n; i++) {
-    uint64_t v = int_load(a, i, type);
-    if (pre) v = int_wrap(v * scale, type);
-    if (b) v = int_wrap(int_op(base, v, int_load(b, i, type), sgn), type);
-    if (post) v = int_div(v, div, sgn);
-    int_store(dst, i, type, v);
+    uint64_t bv = b ? ro_int_load(b, i, type) : 0;
+    ro_int_store(dst, i, type,
+                 ro_int_elem(args, base, type, ro_int_load(a, i, type), b != NULL, bv));
   }
 }
 
@@ -535,14 +295,14 @@ static void args_decode_scale(const reduce_op_t *op, reduce_args_t *args) {
     memcpy(&args->scale_f64, s, sizeof(double));
   } else if (op->type == ncclFloat32 || op->type == ncclFloat16 || op->type == ncclBfloat16 ||
              op->type == ncclFloat8e4m3 || op->type == ncclFloat8e5m2) {
-    args->scale_f32 = f32_load(s, 0, op->type);
+    args->scale_f32 = ro_f32_load(s, 0, op->type);
   } else {
-    args->scale_int = int_load(s, 0, op->type);
+    args->scale_int = ro_int_load(s, 0, op->type);
   }
 }
 
 /* Returns 0 for a type or op outside the table. */
-static int args_decode(const reduce_op_t *op, int flags, reduce_args_t *args) {
+int reduce_args_decode(const reduce_op_t *op, int flags, reduce_args_t *args) {
   if ((unsigned)op->type >= ncclNumTypes || (unsigned)op->base >= REDUCE_NUM_BASE_OPS) return 0;
   memset(args, 0, sizeof *args);
   args->base = op->base;
@@ -562,7 +322,7 @@ static reduce_kernel_t kernel_for(const reduce_args_t *args, ncclDataType_t type
 
 void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count, int flags) {
   reduce_args_t args;
-  if (count == 0 || !args_decode(op, flags, &args)) return;
+  if (count == 0 || !reduce_args_decode(op, flags, &args)) return;
   if (!args.pre && !args.post) {
     if (dst != src) memcpy(dst, src, count * tuttiTypeSize(op->type));
     return;
@@ -573,6 +333,6 @@ void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count
 void reduce_combine(const reduce_op_t *op, void *dst, const void *a, const void *b, size_t count,
                     int flags) {
   reduce_args_t args;
-  if (count == 0 || !args_decode(op, flags, &args)) return;
+  if (count == 0 || !reduce_args_decode(op, flags, &args)) return;
   kernel_for(&args, op->type)(dst, a, b, count, &args);
 }

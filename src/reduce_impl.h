@@ -15,23 +15,11 @@
 #include <stdint.h>
 
 #include "reduce.h"
+#include "reduce_ops.h" /* reduce_args_t and the element-wise arithmetic */
 
 #define REDUCE_NUM_BASE_OPS 4
 #define REDUCE_NUM_VARIANTS 4
 #define REDUCE_VARIANT(pre, post) ((pre) | ((post) << 1))
-
-/* Everything a kernel needs, decoded once per call from reduce_op_t and the flags. */
-typedef struct reduce_args {
-  ncclRedOp_t base; /* ncclSum .. ncclMin */
-  int pre;          /* apply scale to a[i] */
-  int post;         /* divide the result */
-  float scale_f32;  /* scale for fp32, fp16, bf16 and fp8 (computed in fp32) */
-  double scale_f64;
-  uint64_t scale_int; /* integer scale, sign-extended; products wrap modulo the width */
-  float div_f32;
-  double div_f64;
-  int64_t div_int; /* >= 1 */
-} reduce_args_t;
 
 typedef void (*reduce_kernel_t)(void *dst, const void *a, const void *b, size_t count,
                                 const reduce_args_t *args);
@@ -39,6 +27,15 @@ typedef void (*reduce_kernel_t)(void *dst, const void *a, const void *b, size_t 
 typedef struct reduce_table {
   reduce_kernel_t fn[ncclNumTypes][REDUCE_NUM_BASE_OPS][REDUCE_NUM_VARIANTS];
 } reduce_table_t;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Decodes op and flags into args; returns 0 for a type or op outside the table. */
+int reduce_args_decode(const reduce_op_t *op, int flags, reduce_args_t *args);
+#ifdef __cplusplus
+}
+#endif
 
 /* Runs the scalar kernel on elements [from, count) of a call: the tail of a SIMD loop. */
 void reduce_scalar_tail(ncclDataType_t type, void *dst, const void *a, const void *b, size_t from,

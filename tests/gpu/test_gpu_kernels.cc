@@ -1,0 +1,169 @@
+// GPU tests (need a GPU; run by tests/gpu/run.sh, not by ctest): the CUDA reduction kernels of
+// libtutti_cuda.so against the host kernels of reduce.c, bit for bit, for every datatype x op x
+// (premul, postdiv) x (one or two operands), on aligned buffers (16-byte vector path plus tail)
+// and on buffers one element off alignment (element path only). Both run the element functions
+// of reduce_ops.h with the same order of operations and no FMA, so results must be identical.
+// Float inputs are finite (x86 and the GPU propagate NaN payloads differently).
+// Also: a device pointer given to a collective is refused with a message naming the buffer.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/tutti_cuda.h"
+#include "cuda_driver.h"
+#include "nccl.h"
+#include "reduce.h"
+#include "reduce_impl.h"
+
+namespace {
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
+
+const ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                 ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                 ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+
+// n elements of `type`: random bits for integers, finite values in [-8, 8) for floats.
+std::vector<unsigned char> random_elems(ncclDataType_t type, size_t n, std::mt19937_64 &rng) {
+  size_t es = tuttiTypeSize(type);
+  std::vector<unsigned char> out(n * es);
+  std::uniform_real_distribution<double> u(-8.0, 8.0);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char *p = &out[i * es];
+    double d = u(rng);
+    float f = (float)d;
+    uint64_t bits = rng();
+    switch (type) {
+      case ncclFloat16: {
+        uint16_t h = tutti_float_to_half(f);
+        memcpy(p, &h, 2);
+        break;
+      }
+      case ncclBfloat16: {
+        uint16_t h = tutti_float_to_bf16(f);
+        memcpy(p, &h, 2);
+        break;
+      }
+      case ncclFloat8e4m3:
+        *p = tutti_float_to_fp8e4m3(f);
+        break;
+      case ncclFloat8e5m2:
+        *p = tutti_float_to_fp8e5m2(f);
+        break;
+      case ncclFloat32:
+        memcpy(p, &f, 4);
+        break;
+      case ncclFloat64:
+        memcpy(p, &d, 8);
+        break;
+      default:
+        memcpy(p, &bits, es);
+    }
+  }
+  return out;
+}
+
+struct Case {
+  ncclDataType_t type;
+  ncclRedOp_t base;
+  int premul, postdiv, two_operands;
+  size_t count, offset;  // offset in elements from a 256-byte aligned allocation
+};
+
+// Runs one case on the GPU and on the host; returns the index of the first differing byte or -1.
+long run_case(const Case &c, std::mt19937_64 &rng, std::string *why) {
+  size_t es = tuttiTypeSize(c.type), bytes = (c.count + c.offset) * es;
+  std::vector<unsigned char> a = random_elems(c.type, c.count + c.offset, rng);
+  std::vector<unsigned char> b = random_elems(c.type, c.count + c.offset, rng);
+  std::vector<unsigned char> scalar = random_elems(c.type, 1, rng);
+  reduce_op_t op = {
+      .type = c.type, .base = c.base, .premul = c.premul, .postdiv = c.postdiv, .divisor = 3};
+  memcpy(op.scalar, scalar.data(), es);
+  std::vector<unsigned char> host(bytes, 0), dev_out(bytes, 0);
+  size_t off = c.offset * es;
+  if (c.two_operands)  // the engine's two calls: combine two operands, or copy one
+    reduce_combine(&op, host.data() + off, a.data() + off, b.data() + off, c.count,
+                   REDUCE_PRE | REDUCE_POST);
+  else
+    reduce_copy(&op, host.data() + off, a.data() + off, c.count, REDUCE_PRE | REDUCE_POST);
+  reduce_args_t args;
+  if (!reduce_args_decode(&op, REDUCE_PRE | REDUCE_POST, &args)) {
+    *why = "decode";
+    return 0;
+  }
+  unsigned char *da, *db, *dd;
+  if (cudaMalloc(&da, bytes) || cudaMalloc(&db, bytes) || cudaMalloc(&dd, bytes)) {
+    *why = "cudaMalloc";
+    return 0;
+  }
+  cudaMemcpy(da, a.data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemset(dd, 0, bytes);
+  int rc = tutti_cuda_reduce(dd + off, da + off, c.two_operands ? db + off : nullptr, c.count,
+                             c.type, &args, nullptr);
+  cudaError_t sync = cudaDeviceSynchronize();
+  cudaMemcpy(dev_out.data(), dd, bytes, cudaMemcpyDeviceToHost);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dd);
+  if (rc || sync) {
+    *why = "launch " + std::to_string(rc) + " sync " + std::to_string((int)sync);
+    return 0;
+  }
+  for (size_t i = 0; i < bytes; i++)
+    if (host[i] != dev_out[i]) return (long)i;
+  return -1;
+}
+
+TEST(GpuKernels, EveryTypeOpVariantMatchesTheHostBitForBit) {
+  std::mt19937_64 rng(21);
+  int cases = 0;
+  for (ncclDataType_t t : kTypes)
+    for (int base = 0; base < 4; base++)
+      for (int variant = 0; variant < 4; variant++)
+        for (int two = 0; two < 2; two++)
+          for (size_t offset : {0, 1})
+            for (size_t count : {1, 15, 16, 17, 1000, 1 << 20 | 7}) {
+              Case c = {t, (ncclRedOp_t)base, variant & 1, variant >> 1, two, count, offset};
+              std::string why;
+              long at = run_case(c, rng, &why);
+              ASSERT_TRUE(why.empty()) << why;
+              ASSERT_EQ(at, -1) << "type " << t << " op " << base << " pre " << c.premul << " post "
+                                << c.postdiv << " operands " << 1 + two << " count " << count
+                                << " offset " << offset << ": first differing byte " << at;
+              cases++;
+            }
+  printf("gpu kernels: %d cases bit-identical to the host kernels\n", cases);
+}
+
+TEST(GpuKernels, DevicePointerIsRefusedByName) {
+  ASSERT_STREQ(cuda_driver_state(), "ready");
+  void *d = nullptr;
+  CUDA_OK(cudaMalloc(&d, 4096));
+  std::vector<float> h(1024, 1.0f);
+  ncclComm_t comm;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(d, h.data(), 1024, ncclFloat32, ncclSum, comm, nullptr),
+            ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(comm)).find("sendbuff is device memory"),
+            std::string::npos)
+      << ncclGetLastError(comm);
+  EXPECT_EQ(ncclAllReduce(h.data(), d, 1024, ncclFloat32, ncclSum, comm, nullptr),
+            ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(comm)).find("recvbuff is device memory"),
+            std::string::npos)
+      << ncclGetLastError(comm);
+  // Pinned host memory stays host memory.
+  void *pinned = nullptr;
+  CUDA_OK(cudaMallocHost(&pinned, 4096));
+  EXPECT_EQ(ncclAllReduce(pinned, pinned, 1024, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
+  cudaFreeHost(pinned);
+  cudaFree(d);
+  ncclCommDestroy(comm);
+}
+
+}  // namespace
