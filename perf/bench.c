@@ -250,8 +250,10 @@ static void bench_apply(int c, const char *arg, const char *prog, bench_opts_t *
       break;
     case 'G':
       if (bench_int_arg(prog, "-G", arg, 0) != 0) {
-        fprintf(stderr, "%s: -G %s: CUDA graphs are not on host memory: these buffers are host "
-                "memory, so there is no GPU work to capture; run without -G (or -G 0)\n", prog, arg);
+        fprintf(stderr,
+                "%s: -G %s: CUDA graphs are not on host memory: these buffers are host "
+                "memory, so there is no GPU work to capture; run without -G (or -G 0)\n",
+                prog, arg);
         exit(2);
       }
       break;
@@ -287,8 +289,8 @@ static void bench_check_threads(const char *prog, const bench_opts_t *o) {
 void bench_parse(int argc, char **argv, const char *prog, bench_opts_t *o) {
   bench_defaults(o);
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:o:d:r:a:T:J:t:g:z:R:p:C:N:G:h", bench_long_opts,
-                          NULL)) != -1)
+  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:m:c:o:d:r:a:T:J:t:g:z:R:p:C:N:G:h",
+                          bench_long_opts, NULL)) != -1)
     bench_apply(c, optarg, prog, o);
   if (optind < argc) {
     fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);

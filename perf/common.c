@@ -181,10 +181,10 @@ typedef struct perf_state {
   void *send, *recv, *scratch;
   size_t send_bytes, recv_bytes;
   void *send_handle, *recv_handle; /* -R 1: ncclCommRegister handles */
-  double *sync;       /* PERF_SYNC_DOUBLES: barrier word and the aggregations */
-  char activity[192]; /* the call being timed, for the watchdog's message */
-  char **hosts;       /* per rank, for the JSON */
-  bench_json_t *json; /* rank 0 with -J */
+  double *sync;                    /* PERF_SYNC_DOUBLES: barrier word and the aggregations */
+  char activity[192];              /* the call being timed, for the watchdog's message */
+  char **hosts;                    /* per rank, for the JSON */
+  bench_json_t *json;              /* rank 0 with -J */
   int results_wrong;
   double busbw_sum;
   int busbw_n;
@@ -460,8 +460,8 @@ static void perf_print_ranks(perf_state_t *st) {
 
 /* Started by hand, without a launcher (as nccl-tests' binaries are): one rank. */
 static int perf_under_launcher(void) {
-  static const char *const vars[] = {"TUTTI_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
-                                     "PMIX_RANK", "PMI_RANK"};
+  static const char *const vars[] = {"TUTTI_RANK",   "RANK",      "OMPI_COMM_WORLD_RANK",
+                                     "SLURM_PROCID", "PMIX_RANK", "PMI_RANK"};
   for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
     if (getenv(vars[i]) && *getenv(vars[i])) return 1;
   return 0;
@@ -471,7 +471,8 @@ static void perf_init_comm(perf_state_t *st) {
   if (perf_under_launcher()) {
     PERF_WATCHED(NULL, "tuttiCommInitFromEnv", tuttiCommInitFromEnv(&st->comm));
   } else {
-    PERF_WATCHED(NULL, "ncclCommInitAll (one rank, no launcher)", ncclCommInitAll(&st->comm, 1, NULL));
+    PERF_WATCHED(NULL, "ncclCommInitAll (one rank, no launcher)",
+                 ncclCommInitAll(&st->comm, 1, NULL));
   }
   PERF_NCCL(st->comm, ncclCommUserRank(st->comm, &st->rank));
   PERF_NCCL(st->comm, ncclCommCount(st->comm, &st->nranks));

@@ -25,8 +25,8 @@
  * Built twice: as mpi_perf, and as mpi_allreduce_perf, whose default --coll is all_reduce
  * (the name compare_allreduce.sh runs).
  */
-#include <mpi.h>
 #include <ctype.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

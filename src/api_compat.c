@@ -21,7 +21,6 @@
 #include "comm.h"
 #include "transport/transport.h"
 
-
 #define SIM_INFO_MAGIC 0x74685283u
 
 /* ---- ncclCommInitRankScalable ---- */

@@ -53,7 +53,9 @@ typedef struct root {
   char msg[1024]; /* why init failed, for every rank */
 } root_t;
 
-int64_t bootstrap_init_timeout_ms(void) { return tutti_param_InitTimeout() * 1000; }
+int64_t bootstrap_init_timeout_ms(void) {
+  return tutti_param_InitTimeout() * 1000;
+}
 
 static int ms_left(uint64_t deadline) {
   uint64_t now = tutti_time_ns();
@@ -66,7 +68,8 @@ void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncc
   memset(&b, 0, sizeof(b));
   memcpy(b.magic, ID_MAGIC, 8);
   b.root = *addr;
-  if (secret) memcpy(b.secret, secret, 16);
+  if (secret)
+    memcpy(b.secret, secret, 16);
   else if (getrandom(b.secret, 16, 0) != 16) {
     for (int i = 0; i < 16; i++) b.secret[i] = (unsigned char)(rand() ^ (tutti_time_ns() >> i));
   }
@@ -88,18 +91,23 @@ static void root_send_error_all(root_t *r, const char *msg) {
 static int root_check_hello(root_t *r, const hello_t *h, char *msg, size_t len) {
   const peer_info_t *in = &h->info;
   if (h->nranks != r->nranks) {
-    snprintf(msg, len, "rank %d on host %s says nranks=%d but other ranks say %d: every rank must "
-             "pass the same nranks", in->rank, in->hostname, h->nranks, r->nranks);
+    snprintf(msg, len,
+             "rank %d on host %s says nranks=%d but other ranks say %d: every rank must "
+             "pass the same nranks",
+             in->rank, in->hostname, h->nranks, r->nranks);
     return -1;
   }
   if (in->rank < 0 || in->rank >= r->nranks) {
-    snprintf(msg, len, "rank %d (host %s) is out of range [0, %d)", in->rank, in->hostname, r->nranks);
+    snprintf(msg, len, "rank %d (host %s) is out of range [0, %d)", in->rank, in->hostname,
+             r->nranks);
     return -1;
   }
   if (r->fds[in->rank] >= 0) {
     const peer_info_t *old = &r->peers[in->rank];
-    snprintf(msg, len, "rank %d joined twice: from host %s pid %d and from host %s pid %d (check "
-             "the launcher's rank numbering)", in->rank, old->hostname, old->pid, in->hostname, in->pid);
+    snprintf(msg, len,
+             "rank %d joined twice: from host %s pid %d and from host %s pid %d (check "
+             "the launcher's rank numbering)",
+             in->rank, old->hostname, old->pid, in->hostname, in->pid);
     return -1;
   }
   for (int i = 0; i < r->nranks; i++) {
@@ -123,7 +131,8 @@ static int root_check_hello(root_t *r, const hello_t *h, char *msg, size_t len) 
 
 static void reply_error(int fd, const char *msg) {
   reply_t rep = {.status = ncclInvalidUsage, .len = (uint32_t)strlen(msg) + 1};
-  if (sock_send_all(fd, &rep, sizeof(rep), 1000) == ncclSuccess) sock_send_all(fd, msg, rep.len, 1000);
+  if (sock_send_all(fd, &rep, sizeof(rep), 1000) == ncclSuccess)
+    sock_send_all(fd, msg, rep.len, 1000);
   close(fd);
 }
 
@@ -160,8 +169,9 @@ static const char *root_on_hello(void *arg, int fd, const void *bytes) {
     socklen_t sl = sizeof(from);
     if (getpeername(fd, &from.sa, &sl) != 0) memset(&from, 0, sizeof(from));
     root_on_drop(g, &from, "it presented a different job secret");
-    reply_error(fd, "the root refused this rank: its job secret differs from the job's (was the "
-                    "unique id changed on the way, or TUTTI_SECRET set differently on this rank?)");
+    reply_error(fd,
+                "the root refused this rank: its job secret differs from the job's (was the "
+                "unique id changed on the way, or TUTTI_SECRET set differently on this rank?)");
     return NULL; /* reply_error closed fd */
   }
   h.info.hostname[HOST_NAME_BYTES - 1] = h.info.version[31] = h.info.build[63] = '\0';
@@ -293,8 +303,8 @@ static int root_serve(root_t *r, char *msg, size_t len) {
         free(buf);
         return -1;
       }
-      if (q.type == MSG_ALLGATHER &&
-          sock_recv_all(r->fds[i], buf + (size_t)i * q.len, q.len, ms_left(r->deadline)) != ncclSuccess) {
+      if (q.type == MSG_ALLGATHER && sock_recv_all(r->fds[i], buf + (size_t)i * q.len, q.len,
+                                                   ms_left(r->deadline)) != ncclSuccess) {
         snprintf(msg, len, "rank %d (host %s) disconnected during init", i, r->peers[i].hostname);
         free(buf);
         return -1;
@@ -384,7 +394,8 @@ static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
     return TUTTI_ERR((ncclResult_t)rep.status, "rank %d: bootstrap failed: %s", comm->rank, msg);
   }
   if (rep.len != expect)
-    return TUTTI_ERR(ncclInternalError, "bootstrap reply of %u bytes, expected %zu", rep.len, expect);
+    return TUTTI_ERR(ncclInternalError, "bootstrap reply of %u bytes, expected %zu", rep.len,
+                     expect);
   return sock_recv_all(fd, data, expect, tmo);
 }
 
@@ -392,8 +403,9 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
   bootstrap_id_t b;
   memcpy(&b, id->internal, sizeof(b));
   if (memcmp(b.magic, ID_MAGIC, 8) != 0)
-    return TUTTI_ERR(ncclInvalidArgument, "commId is not a tutti unique id (was it produced by "
-                                          "ncclGetUniqueId and passed unchanged to every rank?)");
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "commId is not a tutti unique id (was it produced by "
+                     "ncclGetUniqueId and passed unchanged to every rank?)");
   memcpy(comm->secret, b.secret, 16);
   comm->bootstrap = calloc(1, sizeof(struct bootstrap));
   if (!comm->bootstrap) return TUTTI_ERR(ncclSystemError, "out of memory");

@@ -18,13 +18,13 @@
 typedef struct peer_info {
   int32_t rank;
   int32_t pid;
-  uint64_t host_hash;            /* host identity: hostname + boot id, or TUTTI_HOSTID */
-  uint64_t machine_hash;         /* kernel identity (boot id): whose CPUs the rank shares */
-  int32_t ncpu;                  /* CPUs online on that machine */
+  uint64_t host_hash;    /* host identity: hostname + boot id, or TUTTI_HOSTID */
+  uint64_t machine_hash; /* kernel identity (boot id): whose CPUs the rank shares */
+  int32_t ncpu;          /* CPUs online on that machine */
   char hostname[HOST_NAME_BYTES];
-  char version[32];              /* tutti version string */
-  char build[64];                /* build options */
-  char settings[512];            /* settings every rank must agree on (agreed.c) */
+  char version[32];   /* tutti version string */
+  char build[64];     /* build options */
+  char settings[512]; /* settings every rank must agree on (agreed.c) */
   int32_t cuda_dev;
 } peer_info_t;
 
@@ -51,34 +51,34 @@ struct ncclComm {
   /* The tuner's view, the same on every rank (so that all choose the same algorithm): the
    * largest host, and the machine with the most ranks per CPU (its ranks and CPUs). */
   int max_local_size, tuner_machine_ranks, tuner_ncpu;
-  int oversubscribed;         /* more ranks on this machine than CPUs: poll politely */
+  int oversubscribed; /* more ranks on this machine than CPUs: poll politely */
   int cuda_dev;
-  uint64_t id_hash;           /* names this communicator's shared resources */
+  uint64_t id_hash; /* names this communicator's shared resources */
   unsigned char secret[16];
-  peer_info_t *peers;         /* [nranks] */
+  peer_info_t *peers;          /* [nranks] */
   struct bootstrap *bootstrap; /* open during init only */
 
-  conn_t *send_conn;          /* [nranks]: to peer */
-  conn_t *recv_conn;          /* [nranks]: from peer */
-  void *shm;                  /* shm transport state */
-  void *memreg;               /* other processes' ncclMemAlloc regions mapped here (memreg.c) */
-  int peer_mem;               /* every peer reached through a transport with peer memory */
-  uint64_t peer_calls;        /* calls run with peer steps so far, alike on every rank */
+  conn_t *send_conn;   /* [nranks]: to peer */
+  conn_t *recv_conn;   /* [nranks]: from peer */
+  void *shm;           /* shm transport state */
+  void *memreg;        /* other processes' ncclMemAlloc regions mapped here (memreg.c) */
+  int peer_mem;        /* every peer reached through a transport with peer memory */
+  uint64_t peer_calls; /* calls run with peer steps so far, alike on every rank */
 
-  pthread_mutex_t lock;       /* one operation at a time on this communicator */
-  volatile int abort_flag;    /* set by ncclCommAbort (any thread) */
-  int queued;                 /* calls of open groups naming it (atomic): destroy waits for 0 */
-  volatile int async_error;   /* ncclResult_t of the first fatal error (published last) */
-  int error_claimed;          /* the first comm_set_error caller writes error_msg */
+  pthread_mutex_t lock;     /* one operation at a time on this communicator */
+  volatile int abort_flag;  /* set by ncclCommAbort (any thread) */
+  int queued;               /* calls of open groups naming it (atomic): destroy waits for 0 */
+  volatile int async_error; /* ncclResult_t of the first fatal error (published last) */
+  int error_claimed;        /* the first comm_set_error caller writes error_msg */
   char error_msg[512];
   int finalized;
-  uint64_t op_count;          /* operations run so far (for messages) */
-  uint64_t collcheck_seq;     /* groups checked by TUTTI_CHECK_COLL (collcheck.c) */
+  uint64_t op_count;      /* operations run so far (for messages) */
+  uint64_t collcheck_seq; /* groups checked by TUTTI_CHECK_COLL (collcheck.c) */
   user_op_t user_ops[MAX_USER_OPS];
 
   /* Reused between calls (no allocation on the hot path). */
   sched_t sched_scratch;
-  void *scratch;              /* engine scratch (in-place one-shot), scratch_bytes long */
+  void *scratch; /* engine scratch (in-place one-shot), scratch_bytes long */
   size_t scratch_bytes;
 
   /* FIFO geometry, set by the transports: the smallest slot and ring chunk of any connection. */
@@ -100,7 +100,7 @@ struct ncclComm {
   /* Settings read at init. */
   int64_t timeout_ms;
   size_t oneshot_max_bytes;
-  size_t nt_threshold; /* calls at least this large write results with streaming stores */
+  size_t nt_threshold;          /* calls at least this large write results with streaming stores */
   uint32_t algo_mask[COLL_NUM]; /* algorithms TUTTI_ALGO / NCCL_ALGO allows, per collective */
   tuner_model_t tuner;          /* cost model (TUTTI_TUNER_*) */
 };

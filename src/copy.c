@@ -2,9 +2,9 @@
  * non-temporal (streaming) stores: the buffer is not read for ownership first and does not
  * evict the FIFO slots from the cache, which matters once a collective is larger than the
  * caches (TUTTI_NT_THRESHOLD, bytes per call). Below that, plain memcpy keeps data cached. */
-#include <string.h>
-
 #include "copy.h"
+
+#include <string.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -37,8 +37,8 @@ typedef enum {
 } log_subsys_t;
 
 extern int tutti_log_level; /* -1 until the first log call reads TUTTI_DEBUG */
-void tutti_log(log_level_t level, unsigned subsys, const char *file, int line, const char *fmt,
-               ...) __attribute__((format(printf, 5, 6)));
+void tutti_log(log_level_t level, unsigned subsys, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 int tutti_log_enabled(log_level_t level, unsigned subsys);
 /* Rank printed in every log line of this thread ("[rank]"), -1 for none. */
 void tutti_log_set_rank(int rank);
@@ -48,10 +48,10 @@ void tutti_log_reinit(void);
 void tutti_log_version(void);
 
 #define WARN(...) tutti_log(LOG_WARN, SUB_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define INFO(sub, ...)                                                         \
-  do {                                                                         \
-    if (tutti_log_level >= LOG_INFO || tutti_log_level < 0)                    \
-      tutti_log(LOG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__);             \
+#define INFO(sub, ...)                                             \
+  do {                                                             \
+    if (tutti_log_level >= LOG_INFO || tutti_log_level < 0)        \
+      tutti_log(LOG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #ifdef TUTTI_ENABLE_TRACE
 #define TRACE(sub, ...) tutti_log(LOG_TRACE, (sub), __FILE__, __LINE__, __VA_ARGS__)
@@ -69,27 +69,26 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
 void tutti_clear_error(void);
 const char *tutti_last_error(void);
 
-#define TUTTI_CHECK(call)                                                          \
-  do {                                                                             \
-    ncclResult_t res_ = (call);                                                    \
-    if (res_ != ncclSuccess && res_ != ncclInProgress) {                           \
-      INFO(SUB_ALL, "%s:%d -> %d", __FILE__, __LINE__, (int)res_);                 \
-      return res_;                                                                 \
-    }                                                                              \
+#define TUTTI_CHECK(call)                                          \
+  do {                                                             \
+    ncclResult_t res_ = (call);                                    \
+    if (res_ != ncclSuccess && res_ != ncclInProgress) {           \
+      INFO(SUB_ALL, "%s:%d -> %d", __FILE__, __LINE__, (int)res_); \
+      return res_;                                                 \
+    }                                                              \
   } while (0)
-#define TUTTI_CHECK_GOTO(call, res, label)                                         \
-  do {                                                                             \
-    (res) = (call);                                                                \
-    if ((res) != ncclSuccess && (res) != ncclInProgress) {                         \
-      INFO(SUB_ALL, "%s:%d -> %d", __FILE__, __LINE__, (int)(res));                \
-      goto label;                                                                  \
-    }                                                                              \
+#define TUTTI_CHECK_GOTO(call, res, label)                          \
+  do {                                                              \
+    (res) = (call);                                                 \
+    if ((res) != ncclSuccess && (res) != ncclInProgress) {          \
+      INFO(SUB_ALL, "%s:%d -> %d", __FILE__, __LINE__, (int)(res)); \
+      goto label;                                                   \
+    }                                                               \
   } while (0)
 /* System calls: on failure report errno with the call's text. */
-#define SYS_CHECK(call, what)                                                                \
-  do {                                                                                       \
-    if ((call) < 0)                                                                          \
-      return TUTTI_ERR(ncclSystemError, "%s failed: %s", (what), strerror(errno));           \
+#define SYS_CHECK(call, what)                                                                    \
+  do {                                                                                           \
+    if ((call) < 0) return TUTTI_ERR(ncclSystemError, "%s failed: %s", (what), strerror(errno)); \
   } while (0)
 
 /* ---- settings ----

@@ -35,9 +35,9 @@ static TUTTI_TLS char last_error[1024];
 static const struct {
   const char *name;
   unsigned bit;
-} subsys_names[] = {{"INIT", SUB_INIT},   {"COLL", SUB_COLL},         {"P2P", SUB_P2P},
-                    {"SHM", SUB_SHM},     {"NET", SUB_NET},           {"BOOTSTRAP", SUB_BOOTSTRAP},
-                    {"ENV", SUB_ENV},     {"TUNING", SUB_TUNING},     {"ALL", SUB_ALL}};
+} subsys_names[] = {{"INIT", SUB_INIT}, {"COLL", SUB_COLL},     {"P2P", SUB_P2P},
+                    {"SHM", SUB_SHM},   {"NET", SUB_NET},       {"BOOTSTRAP", SUB_BOOTSTRAP},
+                    {"ENV", SUB_ENV},   {"TUNING", SUB_TUNING}, {"ALL", SUB_ALL}};
 
 static unsigned parse_subsys(const char *s) {
   int exclude = (s[0] == '^');
@@ -75,11 +75,16 @@ static void log_init(void) {
   int level = LOG_WARN; /* WARN prints unless TUTTI_DEBUG=NONE */
   log_level_explicit = lvl != NULL;
   if (lvl) {
-    if (strcasecmp(lvl, "NONE") == 0) level = LOG_NONE;
-    else if (strcasecmp(lvl, "VERSION") == 0) level = LOG_VERSION;
-    else if (strcasecmp(lvl, "WARN") == 0) level = LOG_WARN;
-    else if (strcasecmp(lvl, "INFO") == 0) level = LOG_INFO;
-    else if (strcasecmp(lvl, "TRACE") == 0) level = LOG_TRACE;
+    if (strcasecmp(lvl, "NONE") == 0)
+      level = LOG_NONE;
+    else if (strcasecmp(lvl, "VERSION") == 0)
+      level = LOG_VERSION;
+    else if (strcasecmp(lvl, "WARN") == 0)
+      level = LOG_WARN;
+    else if (strcasecmp(lvl, "INFO") == 0)
+      level = LOG_INFO;
+    else if (strcasecmp(lvl, "TRACE") == 0)
+      level = LOG_TRACE;
   }
   const char *sub = tutti_getenv("DEBUG_SUBSYS");
   log_subsys = sub ? parse_subsys(sub) : (SUB_ALL & ~0u);
@@ -94,7 +99,9 @@ int tutti_log_enabled(log_level_t level, unsigned subsys) {
   return tutti_log_level >= (int)level && (log_subsys & subsys);
 }
 
-void tutti_log_set_rank(int rank) { log_rank = rank; }
+void tutti_log_set_rank(int rank) {
+  log_rank = rank;
+}
 
 void tutti_log_reinit(void) {
   pthread_once(&log_once, log_init);
@@ -164,7 +171,9 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
 void tutti_clear_error(void) {
   if (last_error[0]) last_error[0] = '\0';
 }
-const char *tutti_last_error(void) { return last_error; }
+const char *tutti_last_error(void) {
+  return last_error;
+}
 
 uint64_t tutti_time_ns(void) {
   struct timespec ts;

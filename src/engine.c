@@ -1,19 +1,19 @@
 /* Engine: runs lanes of steps; see engine.h and algos/schedule.h for the step semantics. */
 #include "engine.h"
 
-#include "copy.h"
-
 #include <errno.h>
-#include <stdlib.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "copy.h"
+
 TUTTI_PARAM(Timeout, "TIMEOUT", 60)
-TUTTI_PARAM(SpinUs, "SPIN_US", 50)     /* busy-poll this long before yielding the CPU */
+TUTTI_PARAM(SpinUs, "SPIN_US", 50)      /* busy-poll this long before yielding the CPU */
 TUTTI_PARAM(YieldUs, "YIELD_US", 10000) /* then sched_yield this long before sleeping */
 
 #define ENGINE_L1_BLOCK (16 * 1024)
@@ -53,23 +53,28 @@ static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char
     size_t es = o->esize, block = TUTTI_MAX(ENGINE_L1_BLOCK / es, 1);
     for (size_t i = 0; i < n; i += block) {
       size_t m = TUTTI_MIN(block, n - i);
-      reduce_combine(&o->rop, (char *)out + i * es, src + i * es, (const char *)in + i * es, m, rflags);
-      if (o->stream) copy_stream(dst + i * es, (char *)out + i * es, m * es);
-      else memcpy(dst + i * es, (char *)out + i * es, m * es);
+      reduce_combine(&o->rop, (char *)out + i * es, src + i * es, (const char *)in + i * es, m,
+                     rflags);
+      if (o->stream)
+        copy_stream(dst + i * es, (char *)out + i * es, m * es);
+      else
+        memcpy(dst + i * es, (char *)out + i * es, m * es);
     }
     return;
   }
   if (out) memcpy(out, in, n * o->esize);
   if (!(st->flags & STEP_STORE)) return;
-  if (o->stream && !transform_active(&o->rop, rflags & REDUCE_POST)) copy_stream(dst, in, n * o->esize);
-  else reduce_copy(&o->rop, dst, in, n, rflags & REDUCE_POST);
+  if (o->stream && !transform_active(&o->rop, rflags & REDUCE_POST))
+    copy_stream(dst, in, n * o->esize);
+  else
+    reduce_copy(&o->rop, dst, in, n, rflags & REDUCE_POST);
 }
 
 /* Where the bytes a piece sends already lie once it is computed, for a transport that sends
  * straight from memory (send_from): src for a plain send, dst when the received piece is stored
  * there as sent (reduced or not). NULL: they must be computed into a send slot first. */
-static const char *piece_ref(const op_ctx_t *o, const step_t *st, const char *src,
-                             const char *dst, int rflags) {
+static const char *piece_ref(const op_ctx_t *o, const step_t *st, const char *src, const char *dst,
+                             int rflags) {
   if (st->recv_peer < 0) return transform_active(&o->rop, rflags) ? NULL : src;
   if (!(st->flags & STEP_STORE) || !dst) return NULL;
   if (st->flags & STEP_REDUCE) return dst;
@@ -135,11 +140,12 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
     size_t got = n * es;
     char *src = o->buf[st->src_buf] ? o->buf[st->src_buf] + (st->src_off + l->pos) * es : NULL;
     char *dst = o->buf[st->dst_buf] ? o->buf[st->dst_buf] + (st->dst_off + l->pos) * es : NULL;
-    int rflags = ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
+    int rflags =
+        ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
     const char *ref = sc && sc->transport->send_from ? piece_ref(o, st, src, dst, rflags) : NULL;
     int into = rc && rc->transport->recv_into && recv_in_place(o, st, dst, rflags);
     if (rc && !(into ? lane_recv_into(l, rc, dst, n * es, &moved)
-                       : (in = rc->transport->recv_slot(rc, &got)) != NULL)) {
+                     : (in = rc->transport->recv_slot(rc, &got)) != NULL)) {
       l->wait_peer = st->recv_peer, l->wait_send = 0;
       return moved;
     }
@@ -148,16 +154,19 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
       return moved;
     }
     if (got != n * es) {
-      TUTTI_ERR(ncclInvalidUsage,
-                "rank %d received %zu bytes from rank %d where it expected %zu in nccl%s (op #%llu): "
-                "ranks called different collectives, counts or types",
-                comm->rank, got, st->recv_peer, n * es, coll_name(o->coll),
-                (unsigned long long)o->seq);
+      TUTTI_ERR(
+          ncclInvalidUsage,
+          "rank %d received %zu bytes from rank %d where it expected %zu in nccl%s (op #%llu): "
+          "ranks called different collectives, counts or types",
+          comm->rank, got, st->recv_peer, n * es, coll_name(o->coll), (unsigned long long)o->seq);
       return -1;
     }
-    if (into && out) memcpy(out, dst, n * es); /* forwarded through a slot transport */
-    else if (rc && !into) piece_recv(o, st, in, src, dst, out, n, rflags);
-    else if (!rc) piece_local(o, st, src, dst, out, n, rflags);
+    if (into && out)
+      memcpy(out, dst, n * es); /* forwarded through a slot transport */
+    else if (rc && !into)
+      piece_recv(o, st, in, src, dst, out, n, rflags);
+    else if (!rc)
+      piece_local(o, st, src, dst, out, n, rflags);
     if (sc && sc->transport->send_from)
       l->tx_conn = sc, l->tx = ref ? ref : out, l->tx_left = n * es;
     else if (sc)
@@ -195,18 +204,24 @@ static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_n
   const peer_info_t *pi = &comm->peers[p];
   conn_t *c = l->wait_send ? &comm->send_conn[p] : &comm->recv_conn[p];
   if (comm->abort_flag)
-    return TUTTI_ERR(ncclInvalidUsage, "rank %d: communicator aborted (ncclCommAbort) during nccl%s",
-                     comm->rank, coll_name(o->coll));
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "rank %d: communicator aborted (ncclCommAbort) during nccl%s", comm->rank,
+                     coll_name(o->coll));
   if (c->transport->peer_failed(c)) { /* its reason names the rank that failed first */
     const char *why = c->transport->peer_reason ? c->transport->peer_reason(c) : NULL;
-    return TUTTI_ERR(ncclRemoteError, "rank %d: peer rank %d (pid %d on host %s) failed during "
-                     "nccl%s (op #%llu): %s", comm->rank, p, pi->pid, pi->hostname,
-                     coll_name(o->coll), (unsigned long long)o->seq, why ? why : "no reason given");
+    return TUTTI_ERR(ncclRemoteError,
+                     "rank %d: peer rank %d (pid %d on host %s) failed during "
+                     "nccl%s (op #%llu): %s",
+                     comm->rank, p, pi->pid, pi->hostname, coll_name(o->coll),
+                     (unsigned long long)o->seq, why ? why : "no reason given");
   }
   /* Only the peer this lane waits on matters: a peer that finished its part may have exited. */
-  if (check_pids && pi->host_hash == comm->peers[comm->rank].host_hash && peer_process_dead(pi->pid))
-    return TUTTI_ERR(ncclRemoteError, "rank %d: peer rank %d (pid %d on host %s) died during nccl%s "
-                     "(op #%llu)", comm->rank, p, pi->pid, pi->hostname, coll_name(o->coll),
+  if (check_pids && pi->host_hash == comm->peers[comm->rank].host_hash &&
+      peer_process_dead(pi->pid))
+    return TUTTI_ERR(ncclRemoteError,
+                     "rank %d: peer rank %d (pid %d on host %s) died during nccl%s "
+                     "(op #%llu)",
+                     comm->rank, p, pi->pid, pi->hostname, coll_name(o->coll),
                      (unsigned long long)o->seq);
   if (comm->timeout_ms > 0 && waited_ns / 1000000ull > (uint64_t)comm->timeout_ms)
     return TUTTI_ERR(ncclSystemError,
@@ -338,18 +353,30 @@ ncclResult_t engine_exchange(const exchange_t *x, int nx) {
   for (int i = 0; i < nx; i++) {
     ncclComm_t comm = x[i].comm;
     int n = comm->nranks;
-    ops[i] = (op_ctx_t){.comm = comm, .coll = COLL_ALLTOALL, .algo = ALGO_P2P, .esize = 1,
+    ops[i] = (op_ctx_t){.comm = comm,
+                        .coll = COLL_ALLTOALL,
+                        .algo = ALGO_P2P,
+                        .esize = 1,
                         .seq = comm->op_count,
                         .rop = {.type = ncclUint8, .base = ncclSum, .divisor = 1}};
     ops[i].buf[BUF_SEND] = (char *)x[i].mine, ops[i].buf[BUF_RECV] = x[i].theirs;
     for (int k = 1; k < n; k++) { /* one lane per message: no order between them */
       int p = (comm->rank + k) % n;
-      steps[nl] = (step_t){.recv_peer = -1, .send_peer = p, .src_buf = BUF_SEND,
-                           .dst_buf = BUF_NONE, .op = (uint16_t)i, .count = x[i].bytes};
+      steps[nl] = (step_t){.recv_peer = -1,
+                           .send_peer = p,
+                           .src_buf = BUF_SEND,
+                           .dst_buf = BUF_NONE,
+                           .op = (uint16_t)i,
+                           .count = x[i].bytes};
       lanes[nl] = (lane_t){.comm = comm, .steps = &steps[nl], .nsteps = 1}, nl++;
-      steps[nl] = (step_t){.recv_peer = p, .send_peer = -1, .src_buf = BUF_NONE,
-                           .dst_buf = BUF_RECV, .flags = STEP_STORE, .op = (uint16_t)i,
-                           .dst_off = (size_t)p * x[i].bytes, .count = x[i].bytes};
+      steps[nl] = (step_t){.recv_peer = p,
+                           .send_peer = -1,
+                           .src_buf = BUF_NONE,
+                           .dst_buf = BUF_RECV,
+                           .flags = STEP_STORE,
+                           .op = (uint16_t)i,
+                           .dst_off = (size_t)p * x[i].bytes,
+                           .count = x[i].bytes};
       lanes[nl] = (lane_t){.comm = comm, .steps = &steps[nl], .nsteps = 1}, nl++;
     }
   }

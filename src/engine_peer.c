@@ -90,9 +90,10 @@ static ncclResult_t map_all(const op_ctx_t *o, const agree_msg_t *all, uint32_t 
   for (int p = 0; p < comm->nranks; p++) {
     if (p == comm->rank) continue;
     if (all[p].magic != PEER_MSG_MAGIC)
-      return TUTTI_ERR(ncclInvalidUsage, "rank %d: rank %d sent no peer-memory handshake in nccl%s "
-                       "(op #%llu): ranks called different collectives", comm->rank, p,
-                       coll_name(o->coll), (unsigned long long)o->seq);
+      return TUTTI_ERR(ncclInvalidUsage,
+                       "rank %d: rank %d sent no peer-memory handshake in nccl%s "
+                       "(op #%llu): ranks called different collectives",
+                       comm->rank, p, coll_name(o->coll), (unsigned long long)o->seq);
     *could &= (uint32_t)map_peer(comm, o, p, &all[p]);
   }
   return ncclSuccess;
@@ -125,7 +126,8 @@ ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], i
   TUTTI_CHECK(engine_exchange(x, k));
   for (int i = 0; i < k; i++) {
     ok[i] = (int)*could[i];
-    for (int p = 0; p < ops[i]->comm->nranks; p++) ok[i] &= p == ops[i]->comm->rank || acks[i][p] != 0;
+    for (int p = 0; p < ops[i]->comm->nranks; p++)
+      ok[i] &= p == ops[i]->comm->rank || acks[i][p] != 0;
   }
   return ncclSuccess;
 }
@@ -138,8 +140,7 @@ static int block(lane_t *l, int peer) {
 /* dst = x(f) (+) x(f+1) (+) ... (+) x(f-1) over `len` elements at element offset `at` of every
  * rank's src buffer. Partial sums stay in an L1 block until the last operand, so dst may be
  * any of the inputs (in place). */
-static void reduce_from_all(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
-                            char *dst) {
+static void reduce_from_all(const op_ctx_t *o, const step_t *st, size_t at, size_t len, char *dst) {
   static TUTTI_TLS uint64_t acc[PEER_BLOCK_BYTES / 8];
   int n = o->comm->nranks, f = st->recv_peer;
   const char *const *in = o->peer_buf[st->src_buf == BUF_SEND ? 0 : 1];
@@ -179,14 +180,19 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
   size_t es = o->esize, ready = st->count;
   if (st->flags & STEP_AFTER_PROGRESS) {
     volatile uint64_t *prog = peer_word(l->comm, q, PEER_WORD_PROGRESS);
-    uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT, avail = prog ? __atomic_load_n(prog, __ATOMIC_ACQUIRE) : 0;
-    ready = avail < seq ? 0 : avail >= seq + (1ull << PEER_SEQ_SHIFT) ? st->count : (size_t)(avail - seq);
+    uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT,
+             avail = prog ? __atomic_load_n(prog, __ATOMIC_ACQUIRE) : 0;
+    ready = avail < seq                               ? 0
+            : avail >= seq + (1ull << PEER_SEQ_SHIFT) ? st->count
+                                                      : (size_t)(avail - seq);
   }
   if (ready > l->pos) {
     const char *src = o->peer_buf[st->src_buf == BUF_SEND ? 0 : 1][q] + (st->src_off + l->pos) * es;
     char *to = o->buf[st->dst_buf] + (st->dst_off + l->pos) * es;
-    if (o->stream) copy_stream(to, src, (ready - l->pos) * es);
-    else memcpy(to, src, (ready - l->pos) * es);
+    if (o->stream)
+      copy_stream(to, src, (ready - l->pos) * es);
+    else
+      memcpy(to, src, (ready - l->pos) * es);
     l->pos = ready, *moved = 1;
   }
   return l->pos < st->count ? block(l, q) : 1;

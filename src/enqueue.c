@@ -26,16 +26,36 @@ static void buffer_counts(const call_t *c, int n, int rank, size_t *send, size_t
   size_t k = c->count;
   int root = rank == c->root;
   switch (c->coll) {
-    case COLL_ALLGATHER: *send = k, *recv = k * n; break;
-    case COLL_REDUCESCATTER: *send = k * n, *recv = k; break;
-    case COLL_ALLTOALL: *send = *recv = k * n; break;
-    case COLL_GATHER: *send = k, *recv = root ? k * n : 0; break;
-    case COLL_SCATTER: *send = root ? k * n : 0, *recv = k; break;
-    case COLL_BROADCAST: *send = root ? k : 0, *recv = k; break;
-    case COLL_REDUCE: *send = k, *recv = root ? k : 0; break;
-    case COLL_SEND: *send = k, *recv = 0; break;
-    case COLL_RECV: *send = 0, *recv = k; break;
-    default: *send = *recv = k; break;
+    case COLL_ALLGATHER:
+      *send = k, *recv = k * n;
+      break;
+    case COLL_REDUCESCATTER:
+      *send = k * n, *recv = k;
+      break;
+    case COLL_ALLTOALL:
+      *send = *recv = k * n;
+      break;
+    case COLL_GATHER:
+      *send = k, *recv = root ? k * n : 0;
+      break;
+    case COLL_SCATTER:
+      *send = root ? k * n : 0, *recv = k;
+      break;
+    case COLL_BROADCAST:
+      *send = root ? k : 0, *recv = k;
+      break;
+    case COLL_REDUCE:
+      *send = k, *recv = root ? k : 0;
+      break;
+    case COLL_SEND:
+      *send = k, *recv = 0;
+      break;
+    case COLL_RECV:
+      *send = 0, *recv = k;
+      break;
+    default:
+      *send = *recv = k;
+      break;
   }
 }
 
@@ -59,8 +79,10 @@ static ncclResult_t check_op(const call_t *c, reduce_op_t *rop) {
   }
   int idx = (int)c->op - ncclNumOps;
   if (idx < 0 || idx >= MAX_USER_OPS || !comm->user_ops[idx].used)
-    return TUTTI_ERR(ncclInvalidArgument, "%s: op %d is not a valid ncclRedOp_t for this "
-                     "communicator", c->fn, (int)c->op);
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "%s: op %d is not a valid ncclRedOp_t for this "
+                     "communicator",
+                     c->fn, (int)c->op);
   const user_op_t *u = &comm->user_ops[idx];
   if (u->type != c->type)
     return TUTTI_ERR(ncclInvalidArgument, "%s: op %d was created for datatype %d, not %d", c->fn,
@@ -79,15 +101,21 @@ static int ranges_overlap(const void *a, size_t alen, const void *b, size_t blen
 
 /* NCCL's in-place layouts: all-gather sendbuff == recvbuff + rank * sendbytes; reduce-scatter
  * recvbuff == sendbuff + rank * recvbytes; otherwise send == recv. Other overlaps are errors. */
-static ncclResult_t check_overlap(const call_t *c, size_t sbytes, size_t rbytes, size_t es, int *in_place) {
+static ncclResult_t check_overlap(const call_t *c, size_t sbytes, size_t rbytes, size_t es,
+                                  int *in_place) {
   size_t own = (size_t)c->comm->rank * c->count * es; /* offset of this rank's block */
   const char *s = c->sendbuff, *r = c->recvbuff;
-  if (c->coll == COLL_ALLGATHER || c->coll == COLL_GATHER) *in_place = s && r && s == r + own;
-  else if (c->coll == COLL_REDUCESCATTER || c->coll == COLL_SCATTER) *in_place = s && r && r == s + own;
-  else *in_place = s && s == r;
+  if (c->coll == COLL_ALLGATHER || c->coll == COLL_GATHER)
+    *in_place = s && r && s == r + own;
+  else if (c->coll == COLL_REDUCESCATTER || c->coll == COLL_SCATTER)
+    *in_place = s && r && r == s + own;
+  else
+    *in_place = s && s == r;
   if (!*in_place && ranges_overlap(s, sbytes, r, rbytes))
-    return TUTTI_ERR(ncclInvalidArgument, "%s: sendbuff %p and recvbuff %p overlap but are not "
-                     "NCCL's in-place layout for this collective", c->fn, (const void *)s, (void *)r);
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "%s: sendbuff %p and recvbuff %p overlap but are not "
+                     "NCCL's in-place layout for this collective",
+                     c->fn, (const void *)s, (void *)r);
   return ncclSuccess;
 }
 
@@ -111,10 +139,12 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   ncclComm_t comm = c->comm;
   size_t es = tuttiTypeSize(c->type);
   if (es == 0)
-    return TUTTI_ERR(ncclInvalidArgument, "%s: datatype %d is not a valid ncclDataType_t", c->fn, (int)c->type);
+    return TUTTI_ERR(ncclInvalidArgument, "%s: datatype %d is not a valid ncclDataType_t", c->fn,
+                     (int)c->type);
   if (coll_has_root(c->coll) && (c->root < 0 || c->root >= comm->nranks))
     return TUTTI_ERR(ncclInvalidArgument, "%s: %s %d is outside [0, nranks=%d)", c->fn,
-                     c->coll == COLL_SEND || c->coll == COLL_RECV ? "peer" : "root", c->root, comm->nranks);
+                     c->coll == COLL_SEND || c->coll == COLL_RECV ? "peer" : "root", c->root,
+                     comm->nranks);
   if (c->count > SIZE_MAX / es / (size_t)comm->nranks)
     return TUTTI_ERR(ncclInvalidArgument, "%s: count %zu x %zu bytes x %d ranks overflows size_t",
                      c->fn, c->count, es, comm->nranks);
@@ -125,11 +155,15 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   TUTTI_CHECK(check_mem_kind(c, "sendbuff", c->sendbuff, ns));
   TUTTI_CHECK(check_mem_kind(c, "recvbuff", c->recvbuff, nr));
   if (c->stream != NULL)
-    return TUTTI_ERR(ncclInvalidArgument, "%s: stream must be NULL for host buffers (this build "
-                     "has no CUDA stream support yet)", c->fn);
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "%s: stream must be NULL for host buffers (this build "
+                     "has no CUDA stream support yet)",
+                     c->fn);
   memset(p, 0, sizeof(*p));
-  if (coll_has_op(c->coll)) TUTTI_CHECK(check_op(c, &p->ctx.rop));
-  else p->ctx.rop = (reduce_op_t){.type = c->type, .base = ncclSum, .divisor = comm->nranks};
+  if (coll_has_op(c->coll))
+    TUTTI_CHECK(check_op(c, &p->ctx.rop));
+  else
+    p->ctx.rop = (reduce_op_t){.type = c->type, .base = ncclSum, .divisor = comm->nranks};
   int in_place = 0;
   TUTTI_CHECK(check_overlap(c, ns * es, nr * es, es, &in_place));
   p->ctx.comm = comm;
@@ -138,8 +172,12 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   p->ctx.buf[BUF_RECV] = c->recvbuff;
   p->ctx.buf[BUF_SCRATCH] = comm->scratch;
   p->ctx.esize = es;
-  p->args = (sched_args_t){.coll = c->coll, .rank = comm->rank, .nranks = comm->nranks,
-                           .root = c->root, .count = c->count, .in_place = in_place};
+  p->args = (sched_args_t){.coll = c->coll,
+                           .rank = comm->rank,
+                           .nranks = comm->nranks,
+                           .root = c->root,
+                           .count = c->count,
+                           .in_place = in_place};
   return ncclSuccess;
 }
 
@@ -156,10 +194,10 @@ static ncclResult_t submit(const call_t *c) {
 
 /* ---- public entry points ---- */
 
-#define CALL(...)                 \
-  do {                            \
-    call_t c_ = {__VA_ARGS__};    \
-    return submit(&c_);           \
+#define CALL(...)              \
+  do {                         \
+    call_t c_ = {__VA_ARGS__}; \
+    return submit(&c_);        \
   } while (0)
 
 API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -201,17 +239,21 @@ API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t send
 
 API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                               ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  CALL("ncclAlltoAll", COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream);
+  CALL("ncclAlltoAll", COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm,
+       stream);
 }
 
 API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
-                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+                            ncclDataType_t datatype, int root, ncclComm_t comm,
+                            cudaStream_t stream) {
   CALL("ncclGather", COLL_GATHER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
 }
 
 API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
-                             ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  CALL("ncclScatter", COLL_SCATTER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
+                             ncclDataType_t datatype, int root, ncclComm_t comm,
+                             cudaStream_t stream) {
+  CALL("ncclScatter", COLL_SCATTER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
+       stream);
 }
 
 API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
@@ -233,9 +275,11 @@ API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDat
   if (!op) return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
   if (!scalar) return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL");
   if (tuttiTypeSize(datatype) == 0)
-    return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: datatype %d is not valid", (int)datatype);
+    return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: datatype %d is not valid",
+                     (int)datatype);
   if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
-    return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence %d is not valid", (int)residence);
+    return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence %d is not valid",
+                     (int)residence);
   pthread_mutex_lock(&comm->lock);
   int idx = -1;
   for (int i = 0; i < MAX_USER_OPS && idx < 0; i++)
@@ -247,8 +291,10 @@ API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDat
   }
   pthread_mutex_unlock(&comm->lock);
   if (idx < 0)
-    return TUTTI_ERR(ncclInvalidUsage, "ncclRedOpCreatePreMulSum: more than %d live ops on this "
-                     "communicator; destroy some with ncclRedOpDestroy", MAX_USER_OPS);
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "ncclRedOpCreatePreMulSum: more than %d live ops on this "
+                     "communicator; destroy some with ncclRedOpDestroy",
+                     MAX_USER_OPS);
   *op = (ncclRedOp_t)(ncclNumOps + idx);
   return ncclSuccess;
 }
@@ -258,8 +304,10 @@ API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   TUTTI_CHECK(comm_check_handle(comm, "ncclRedOpDestroy"));
   int idx = (int)op - ncclNumOps;
   if (idx < 0 || idx >= MAX_USER_OPS || !comm->user_ops[idx].used)
-    return TUTTI_ERR(ncclInvalidArgument, "ncclRedOpDestroy: op %d was not created by "
-                     "ncclRedOpCreatePreMulSum on this communicator", (int)op);
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "ncclRedOpDestroy: op %d was not created by "
+                     "ncclRedOpCreatePreMulSum on this communicator",
+                     (int)op);
   pthread_mutex_lock(&comm->lock);
   comm->user_ops[idx].used = 0;
   pthread_mutex_unlock(&comm->lock);

@@ -14,7 +14,6 @@
 
 #include "collcheck.h"
 
-
 typedef struct group_state {
   int depth;
   ncclResult_t error;
@@ -88,20 +87,24 @@ static ncclResult_t build_lanes(int nc, int *nlanes) {
     if (grow((void **)&grp.lanes, &grp.lane_cap, need, sizeof(lane_t)))
       return TUTTI_ERR(ncclSystemError, "out of memory");
     if (comm->sched_scratch.n)
-      grp.lanes[nl++] = (lane_t){.comm = comm, .steps = comm->sched_scratch.steps,
-                                 .nsteps = comm->sched_scratch.n, .phase = 0};
+      grp.lanes[nl++] = (lane_t){.comm = comm,
+                                 .steps = comm->sched_scratch.steps,
+                                 .nsteps = comm->sched_scratch.n,
+                                 .phase = 0};
     for (int p = 0; p < 2 * comm->nranks; p++)
       if (comm->p2p_lanes[p].n)
-        grp.lanes[nl++] = (lane_t){.comm = comm, .steps = comm->p2p_lanes[p].steps,
-                                   .nsteps = comm->p2p_lanes[p].n, .phase = 1};
+        grp.lanes[nl++] = (lane_t){.comm = comm,
+                                   .steps = comm->p2p_lanes[p].steps,
+                                   .nsteps = comm->p2p_lanes[p].n,
+                                   .phase = 1};
   }
   *nlanes = nl;
   return ncclSuccess;
 }
 
 static int self_p2p(const pending_t *p) { /* count 0 is a no-op, as any empty send/recv */
-  return (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) &&
-         p->args.root == p->args.rank && p->args.count > 0;
+  return (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) && p->args.root == p->args.rank &&
+         p->args.count > 0;
 }
 
 /* Sends to self and receives from self of one communicator pair up in call order (the k-th
@@ -111,13 +114,18 @@ static ncclResult_t self_copies(const pending_t *ops, size_t n, int run) {
   for (size_t i = 0; i < n; i++) {
     if (!self_p2p(&ops[i]) || ops[i].args.coll != COLL_SEND) continue;
     size_t k = 0, j; /* ops[i] is the k-th send to self of its comm: find the k-th receive */
-    for (j = 0; j < i; j++) k += self_p2p(&ops[j]) && ops[j].ctx.comm == ops[i].ctx.comm && ops[j].args.coll == COLL_SEND;
+    for (j = 0; j < i; j++)
+      k += self_p2p(&ops[j]) && ops[j].ctx.comm == ops[i].ctx.comm && ops[j].args.coll == COLL_SEND;
     for (j = 0; j < n; j++)
-      if (self_p2p(&ops[j]) && ops[j].ctx.comm == ops[i].ctx.comm && ops[j].args.coll == COLL_RECV && k-- == 0) break;
+      if (self_p2p(&ops[j]) && ops[j].ctx.comm == ops[i].ctx.comm &&
+          ops[j].args.coll == COLL_RECV && k-- == 0)
+        break;
     size_t bytes = ops[i].args.count * ops[i].ctx.esize;
     if (j == n || ops[j].args.count * ops[j].ctx.esize != bytes)
-      return TUTTI_ERR(ncclInvalidUsage, "rank %d: ncclSend to itself of %zu bytes has no matching "
-                       "ncclRecv from itself of %zu bytes in the group", ops[i].args.rank, bytes, bytes);
+      return TUTTI_ERR(ncclInvalidUsage,
+                       "rank %d: ncclSend to itself of %zu bytes has no matching "
+                       "ncclRecv from itself of %zu bytes in the group",
+                       ops[i].args.rank, bytes, bytes);
     if (run && bytes) memmove(ops[j].ctx.buf[BUF_RECV], ops[i].ctx.buf[BUF_SEND], bytes);
   }
   for (size_t i = 0; i < n; i++) { /* receives from self without a send */
@@ -127,8 +135,10 @@ static ncclResult_t self_copies(const pending_t *ops, size_t n, int run) {
       if (self_p2p(&ops[j]) && ops[j].ctx.comm == ops[i].ctx.comm)
         sends += ops[j].args.coll == COLL_SEND, recvs += ops[j].args.coll == COLL_RECV;
     if (recvs > sends)
-      return TUTTI_ERR(ncclInvalidUsage, "rank %d: ncclRecv from itself has no matching ncclSend "
-                       "to itself in the group", ops[i].args.rank);
+      return TUTTI_ERR(ncclInvalidUsage,
+                       "rank %d: ncclRecv from itself has no matching ncclSend "
+                       "to itself in the group",
+                       ops[i].args.rank);
   }
   return ncclSuccess;
 }
@@ -142,7 +152,8 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     pthread_mutex_lock(&grp.comms[locked]->lock);
     TUTTI_CHECK_GOTO(comm_check_state(grp.comms[locked], "ncclGroupEnd"), res, out);
     sched_reset(&grp.comms[locked]->sched_scratch);
-    for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++) sched_reset(&grp.comms[locked]->p2p_lanes[p]);
+    for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++)
+      sched_reset(&grp.comms[locked]->p2p_lanes[p]);
   }
   TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
   /* the check and the planner talk to the peers (exchanges, peer-memory handshakes): a failure

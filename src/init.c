@@ -106,8 +106,9 @@ ncclResult_t comm_check_state(ncclComm_t comm, const char *fn) {
   if (comm->abort_flag)
     return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was aborted", fn, comm->rank);
   if (comm->async_error != ncclSuccess)
-    return TUTTI_ERR((ncclResult_t)comm->async_error, "%s: communicator (rank %d) failed earlier: %s",
-                     fn, comm->rank, comm->error_msg);
+    return TUTTI_ERR((ncclResult_t)comm->async_error,
+                     "%s: communicator (rank %d) failed earlier: %s", fn, comm->rank,
+                     comm->error_msg);
   return ncclSuccess;
 }
 
@@ -152,15 +153,24 @@ API ncclResult_t ncclGetUniqueId(ncclUniqueId *out) {
 
 API const char *ncclGetErrorString(ncclResult_t r) {
   switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the tutti developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the tutti developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -370,7 +380,8 @@ static ncclResult_t check_init_args(ncclComm_t *comm, int nranks, int rank, cons
   *comm = NULL;
   if (nranks < 1) return TUTTI_ERR(ncclInvalidArgument, "%s: nranks %d must be >= 1", fn, nranks);
   if (rank < 0 || rank >= nranks)
-    return TUTTI_ERR(ncclInvalidArgument, "%s: rank %d is outside [0, nranks=%d)", fn, rank, nranks);
+    return TUTTI_ERR(ncclInvalidArgument, "%s: rank %d is outside [0, nranks=%d)", fn, rank,
+                     nranks);
   return ncclSuccess;
 }
 
@@ -408,8 +419,9 @@ API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUnique
   tutti_clear_error();
   TUTTI_CHECK(check_init_args(comm, nranks, rank, "ncclCommInitRankConfig"));
   if (config && (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, blocking)))
-    return TUTTI_ERR(ncclInvalidArgument, "ncclCommInitRankConfig: config was not initialised "
-                                          "with NCCL_CONFIG_INITIALIZER");
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "ncclCommInitRankConfig: config was not initialised "
+                     "with NCCL_CONFIG_INITIALIZER");
   /* blocking/CTA settings have no meaning on host memory: init completes here, or at the
    * ncclGroupEnd of an open group. */
   return comm_init_or_defer(comm, nranks, &id, rank);
@@ -433,7 +445,8 @@ static void *init_all_thread(void *p) {
 API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
   tutti_clear_error();
   if (!comms) return TUTTI_ERR(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
-  if (ndev < 1) return TUTTI_ERR(ncclInvalidArgument, "ncclCommInitAll: ndev %d must be >= 1", ndev);
+  if (ndev < 1)
+    return TUTTI_ERR(ncclInvalidArgument, "ncclCommInitAll: ndev %d must be >= 1", ndev);
   ncclUniqueId id;
   TUTTI_CHECK(ncclGetUniqueId(&id));
   init_all_arg_t *args = calloc(ndev, sizeof(*args));
@@ -455,10 +468,13 @@ API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist
   }
   for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
   for (int i = 0; i < started && res == ncclSuccess; i++)
-    if (args[i].res != ncclSuccess) res = TUTTI_ERR(args[i].res, "ncclCommInitAll: rank %d: %s", i, args[i].err);
+    if (args[i].res != ncclSuccess)
+      res = TUTTI_ERR(args[i].res, "ncclCommInitAll: rank %d: %s", i, args[i].err);
   for (int i = 0; i < ndev; i++) {
-    if (res != ncclSuccess && comms[i]) ncclCommDestroy(comms[i]), comms[i] = NULL;
-    else if (comms[i]) comms[i]->cuda_dev = devlist ? devlist[i] : i;
+    if (res != ncclSuccess && comms[i])
+      ncclCommDestroy(comms[i]), comms[i] = NULL;
+    else if (comms[i])
+      comms[i]->cuda_dev = devlist ? devlist[i] : i;
   }
   free(args);
   free(threads);

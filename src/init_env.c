@@ -65,10 +65,12 @@ static ncclResult_t detect(launch_t *l) {
   } else if (env_int("RANK", &l->rank) && env_int("WORLD_SIZE", &l->nranks)) {
     l->launcher = "torchrun-style";
     env_int("LOCAL_WORLD_SIZE", &l->local_size);
-  } else if (env_int("OMPI_COMM_WORLD_RANK", &l->rank) && env_int("OMPI_COMM_WORLD_SIZE", &l->nranks)) {
+  } else if (env_int("OMPI_COMM_WORLD_RANK", &l->rank) &&
+             env_int("OMPI_COMM_WORLD_SIZE", &l->nranks)) {
     l->launcher = "Open MPI";
     env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &l->local_size);
-    snprintf(l->job, sizeof(l->job), "ompi-%s", env_or("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE") ?: "0");
+    snprintf(l->job, sizeof(l->job), "ompi-%s",
+             env_or("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE") ?: "0");
   } else if (env_int("SLURM_PROCID", &l->rank) && env_int("SLURM_NTASKS", &l->nranks)) {
     l->launcher = "Slurm";
     snprintf(l->job, sizeof(l->job), "slurm-%s.%s", getenv("SLURM_JOB_ID") ?: "0",
@@ -328,7 +330,8 @@ API ncclResult_t tuttiCommInitFromEnv(ncclComm_t *comm) {
   int use_file = 0;
   TUTTI_CHECK(detect(&l));
   TUTTI_CHECK(choose_secret(&l, secret, &use_file));
-  if (l.root[0]) TUTTI_CHECK(sock_addr_parse(l.root, &addr));
+  if (l.root[0])
+    TUTTI_CHECK(sock_addr_parse(l.root, &addr));
   else {
     memset(&addr, 0, sizeof(addr));
     addr.sin.sin_family = AF_INET;

@@ -56,7 +56,11 @@ void plan_free(ncclComm_t comm) {
 
 /* TUNING lines once per distinct (communicator, collective, size), not on every call. */
 static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
-  static TUTTI_TLS struct { const void *comm; size_t bytes; int coll; } seen[64];
+  static TUTTI_TLS struct {
+    const void *comm;
+    size_t bytes;
+    int coll;
+  } seen[64];
   static TUTTI_TLS unsigned next;
   if (!tutti_log_enabled(LOG_INFO, SUB_TUNING)) return 0;
   for (int i = 0; i < 64; i++)
@@ -67,15 +71,20 @@ static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
 }
 
 static tuner_topo_t plan_topo(ncclComm_t comm) {
-  return (tuner_topo_t){.nranks = comm->nranks, .nhosts = comm->nhosts,
-                        .local_size = comm->max_local_size, .hier_ok = comm->hier_ok,
-                        .machine_ranks = comm->tuner_machine_ranks, .ncpu = comm->tuner_ncpu,
-                        .host_blocks = comm->host_blocks,
-                        .peer_mem = comm->peer_mem && tutti_param_Direct(),
-                        .slot_bytes = comm->slot_bytes, .chunk_bytes = comm->chunk_bytes,
-                        .scratch_bytes = comm->scratch_bytes,
-                        .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes),
-                        .peer_min_bytes = (size_t)tutti_param_DirectMinBytes()};
+  return (tuner_topo_t){
+      .nranks = comm->nranks,
+      .nhosts = comm->nhosts,
+      .local_size = comm->max_local_size,
+      .hier_ok = comm->hier_ok,
+      .machine_ranks = comm->tuner_machine_ranks,
+      .ncpu = comm->tuner_ncpu,
+      .host_blocks = comm->host_blocks,
+      .peer_mem = comm->peer_mem && tutti_param_Direct(),
+      .slot_bytes = comm->slot_bytes,
+      .chunk_bytes = comm->chunk_bytes,
+      .scratch_bytes = comm->scratch_bytes,
+      .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes),
+      .peer_min_bytes = (size_t)tutti_param_DirectMinBytes()};
 }
 
 /* Algorithms (bits) whose `needs` include any of `needs`. */
@@ -95,7 +104,8 @@ static tuner_choice_t choose(ncclComm_t comm, const pending_t *p, uint32_t exclu
   tuner_choice_t ch = tuner_choose(&comm->tuner, &t, c, bytes, comm->algo_mask[c] & ~exclude, log);
   if (ch.algo == ALGO_NUM) {
     if (log)
-      INFO(SUB_TUNING, "tuner: no algorithm allowed by TUTTI_ALGO can run this %s; choosing among all",
+      INFO(SUB_TUNING,
+           "tuner: no algorithm allowed by TUTTI_ALGO can run this %s; choosing among all",
            coll_name(c));
     ch = tuner_choose(&comm->tuner, &t, c, bytes, TUNER_ALL_ALGOS & ~exclude, log);
   }
@@ -141,10 +151,15 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
     *cached = comm->plan.steps_valid;
   } else {
     TUTTI_CHECK(choose_into(comm, p, exclude));
-    comm->plan = (typeof(comm->plan)){.valid = 1, .coll = p->args.coll, .count = p->args.count,
-                                      .esize = p->ctx.esize, .root = p->args.root,
-                                      .in_place = p->args.in_place, .algo = p->ctx.algo,
-                                      .chunk = p->args.chunk, .steps = comm->plan.steps};
+    comm->plan = (typeof(comm->plan)){.valid = 1,
+                                      .coll = p->args.coll,
+                                      .count = p->args.count,
+                                      .esize = p->ctx.esize,
+                                      .root = p->args.root,
+                                      .in_place = p->args.in_place,
+                                      .algo = p->ctx.algo,
+                                      .chunk = p->args.chunk,
+                                      .steps = comm->plan.steps};
   }
   return ncclSuccess;
 }
@@ -185,7 +200,7 @@ static ncclResult_t peer_outcome(pending_t *p, int ok, int *cached) {
 /* The handshakes of all the group's peer-memory calls, run together. */
 static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
   static TUTTI_TLS op_ctx_t **ctx;
-  static TUTTI_TLS size_t (*bytes)[2];
+  static TUTTI_TLS size_t(*bytes)[2];
   static TUTTI_TLS int *ok, *idx;
   static TUTTI_TLS size_t cap;
   int k = 0;
@@ -194,7 +209,8 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
     if ((size_t)k == cap) {
       size_t c = cap ? 2 * cap : 8;
       void *a = realloc(ctx, c * sizeof(*ctx)), *b = a ? realloc(bytes, c * sizeof(*bytes)) : NULL;
-      void *d = b ? realloc(ok, c * sizeof(int)) : NULL, *e = d ? realloc(idx, c * sizeof(int)) : NULL;
+      void *d = b ? realloc(ok, c * sizeof(int)) : NULL,
+           *e = d ? realloc(idx, c * sizeof(int)) : NULL;
       if (a) ctx = a;
       if (b) bytes = b;
       if (d) ok = d;
@@ -278,7 +294,8 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
   if (!cached && !(algo_get(p->ctx.algo)->needs & (ALGO_NEEDS_PEER_MEMORY | ALGO_USES_LANES)) &&
       plan_matches(comm, p) && comm->plan.algo == p->ctx.algo) {
     sched_reset(&comm->plan.steps);
-    comm->plan.steps_valid = sched_append(&comm->plan.steps, col->steps + first, col->n - first) == 0;
+    comm->plan.steps_valid =
+        sched_append(&comm->plan.steps, col->steps + first, col->n - first) == 0;
   }
   if (tutti_param_DumpSchedule() && col->n > first) dump_call(p, col, first);
   return ncclSuccess;
@@ -288,17 +305,20 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
 static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
   ncclComm_t comm = p->ctx.comm;
   size_t es = p->ctx.esize;
-  p->ctx.stream = !p->args.in_place &&
-                  p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
-                      comm->nt_threshold;
+  p->ctx.stream =
+      !p->args.in_place &&
+      p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
+          comm->nt_threshold;
   TUTTI_CHECK(provide_scratch(p));
   if (p->ctx.stream)
     INFO(SUB_COLL, "nccl%s (op #%llu): results written with streaming stores (TUTTI_NT_THRESHOLD)",
          coll_name(p->args.coll), (unsigned long long)p->ctx.seq);
-  INFO(SUB_COLL, "nccl%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d "
-       "comm %p [nranks=%d] algo %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
-       (void *)p->ctx.buf[BUF_SEND], (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type,
-       (int)p->ctx.rop.base, p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
+  INFO(SUB_COLL,
+       "nccl%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d "
+       "comm %p [nranks=%d] algo %s",
+       coll_name(p->args.coll), (unsigned long long)p->ctx.seq, (void *)p->ctx.buf[BUF_SEND],
+       (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type, (int)p->ctx.rop.base,
+       p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
   if (p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0)
     TUTTI_CHECK(copy_alltoall_input(comm, p));
   TUTTI_CHECK(build(comm, p, cached, &comm->sched_scratch));

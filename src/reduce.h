@@ -26,10 +26,10 @@ extern "C" {
 
 typedef struct reduce_op {
   ncclDataType_t type;
-  ncclRedOp_t base;      /* ncclSum, ncclProd, ncclMax or ncclMin */
-  int premul;            /* 1: apply scalar to the local operand (flag REDUCE_PRE) */
-  int postdiv;           /* 1: divide by divisor when REDUCE_POST is given */
-  int divisor;           /* number of ranks, for Avg */
+  ncclRedOp_t base;        /* ncclSum, ncclProd, ncclMax or ncclMin */
+  int premul;              /* 1: apply scalar to the local operand (flag REDUCE_PRE) */
+  int postdiv;             /* 1: divide by divisor when REDUCE_POST is given */
+  int divisor;             /* number of ranks, for Avg */
   unsigned char scalar[8]; /* one element of `type`, for PreMulSum */
 } reduce_op_t;
 
@@ -39,8 +39,8 @@ typedef struct reduce_op {
 /* dst[i] = post(pre(src[i])). Without premul/postdiv this is a memcpy. */
 void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count, int flags);
 /* dst[i] = post(pre(a[i]) OP b[i]). */
-void reduce_combine(const reduce_op_t *op, void *dst, const void *a, const void *b,
-                    size_t count, int flags);
+void reduce_combine(const reduce_op_t *op, void *dst, const void *a, const void *b, size_t count,
+                    int flags);
 
 /* "avx512", "avx2" or "scalar": the instruction set picked at load time
  * (TUTTI_REDUCE_ISA=scalar|avx2|avx512 forces a lower one). */

@@ -61,15 +61,18 @@ ncclResult_t sock_addr_parse(const char *text, sock_addr_t *addr) {
     return TUTTI_ERR(ncclInvalidArgument, "cannot resolve host \"%s\": %s", host, gai_strerror(rc));
   memcpy(addr, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
-  if (addr->sa.sa_family == AF_INET6) addr->sin6.sin6_port = htons((uint16_t)portnum);
-  else addr->sin.sin_port = htons((uint16_t)portnum);
+  if (addr->sa.sa_family == AF_INET6)
+    addr->sin6.sin6_port = htons((uint16_t)portnum);
+  else
+    addr->sin.sin_port = htons((uint16_t)portnum);
   return ncclSuccess;
 }
 
 static int ifaddr_usable(const struct ifaddrs *ifa, const char *spec, int family) {
   if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != family) return 0;
   if (!(ifa->ifa_flags & IFF_UP)) return 0;
-  if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr))
+  if (family == AF_INET6 &&
+      IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr))
     return 0;
   if (spec) return tutti_name_list_matches(spec, ifa->ifa_name);
   return strncmp(ifa->ifa_name, "lo", 2) != 0 && strncmp(ifa->ifa_name, "docker", 6) != 0;
@@ -86,8 +89,8 @@ ncclResult_t sock_find_addr(const char *spec, sock_addr_t *addr, char *ifname, s
     for (struct ifaddrs *ifa = list; ifa && !*found; ifa = ifa->ifa_next) {
       if (!ifaddr_usable(ifa, spec, families[f])) continue;
       memset(addr, 0, sizeof(*addr));
-      memcpy(addr, ifa->ifa_addr, families[f] == AF_INET ? sizeof(struct sockaddr_in)
-                                                        : sizeof(struct sockaddr_in6));
+      memcpy(addr, ifa->ifa_addr,
+             families[f] == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
       snprintf(ifname, ifname_len, "%s", ifa->ifa_name);
       *found = 1;
     }
@@ -258,7 +261,8 @@ static void pending_read(sock_acceptor_t *a, pending_t *pc) {
   ssize_t k = recv(pc->fd, pc->hello + pc->got, a->hello_bytes - pc->got, MSG_DONTWAIT);
   if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (k <= 0)
-    return pending_drop(a, pc, k == 0 ? "it closed before presenting the job secret" : strerror(errno));
+    return pending_drop(a, pc,
+                        k == 0 ? "it closed before presenting the job secret" : strerror(errno));
   pc->got += (size_t)k;
   if (pc->got < a->hello_bytes) return;
   fcntl(pc->fd, F_SETFL, fcntl(pc->fd, F_GETFL) & ~O_NONBLOCK);
@@ -317,8 +321,12 @@ ncclResult_t sock_acceptor_start(int listen_fd, size_t hello_bytes, int timeout_
   if (hello_bytes > SOCK_HELLO_MAX) return TUTTI_ERR(ncclInternalError, "hello too large");
   sock_acceptor_t *a = calloc(1, sizeof(*a));
   if (!a) return TUTTI_ERR(ncclSystemError, "out of memory");
-  *a = (sock_acceptor_t){.listen_fd = listen_fd, .timeout_ms = timeout_ms, .log_rank = log_rank,
-                         .hello_bytes = hello_bytes, .on_hello = on_hello, .on_drop = on_drop,
+  *a = (sock_acceptor_t){.listen_fd = listen_fd,
+                         .timeout_ms = timeout_ms,
+                         .log_rank = log_rank,
+                         .hello_bytes = hello_bytes,
+                         .on_hello = on_hello,
+                         .on_drop = on_drop,
                          .arg = arg};
   if (pipe2(a->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
     free(a);

@@ -42,7 +42,8 @@ static ncclResult_t split_run(ncclComm_t comm, int color, int key, ncclComm_t *n
   if (newrank == 0) TUTTI_CHECK_GOTO(ncclGetUniqueId(&id), res, out);
   TUTTI_CHECK_GOTO(ncclAllGather(&id, ids, sizeof(id), ncclUint8, comm, NULL), res, out);
   if (newrank < 0) goto out; /* NCCL_SPLIT_NOCOLOR */
-  TUTTI_CHECK_GOTO(ncclCommInitRankConfig(newcomm, count, ids[mine[0].rank], newrank, config), res, out);
+  TUTTI_CHECK_GOTO(ncclCommInitRankConfig(newcomm, count, ids[mine[0].rank], newrank, config), res,
+                   out);
   (*newcomm)->cuda_dev = comm->cuda_dev;
   INFO(SUB_INIT, "split: parent rank %d color %d key %d -> rank %d of %d", comm->rank, color, key,
        newrank, count);

@@ -309,7 +309,9 @@ static const size_t kGuard = 64;
 // A buffer with guard bytes on both sides, everything preset to the sentinel.
 bool g_memalloc_buffers = false;
 
-void case_buffers_from_memalloc(bool on) { g_memalloc_buffers = on; }
+void case_buffers_from_memalloc(bool on) {
+  g_memalloc_buffers = on;
+}
 
 // A case's buffer with guards on both sides: from the heap, or from ncclMemAlloc (memory the
 // other ranks of the host can map) after case_buffers_from_memalloc(true).
@@ -328,8 +330,10 @@ struct CaseBuffer {
       memset(p, kSentinel, n);
     }
     ~Mem() {
-      if (shared) ncclMemFree(p);
-      else delete[] p;
+      if (shared)
+        ncclMemFree(p);
+      else
+        delete[] p;
     }
     size_t size() const { return n; }
     uint8_t &operator[](size_t i) { return p[i]; }

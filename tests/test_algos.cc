@@ -1,9 +1,10 @@
 // The tree, halving-doubling, recursive-doubling and direct schedules (src/algos/tree.c, rhd.c,
 // direct.c) run by the reference interpreter of steps (src/algos/interp.c), as the engine runs
 // them: steps cut into pieces of one slot, bounded FIFOs (two chunks each, the least the engine
-// guarantees), a sender blocks on a full FIFO, a piece of the wrong size is an error. So a schedule that could deadlock, read a buffer it does not
-// own, or apply PreMulSum / Avg twice fails here. Values are int64: PRE multiplies a rank's own
-// input by 3, POST adds 2^40 (so "exactly once" is visible), the results are closed forms.
+// guarantees), a sender blocks on a full FIFO, a piece of the wrong size is an error. So a schedule
+// that could deadlock, read a buffer it does not own, or apply PreMulSum / Avg twice fails here.
+// Values are int64: PRE multiplies a rank's own input by 3, POST adds 2^40 (so "exactly once" is
+// visible), the results are closed forms.
 #include <gtest/gtest.h>
 
 #include <deque>

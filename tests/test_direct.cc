@@ -288,7 +288,8 @@ TEST(Direct, OneThreadDrivesEveryRankInAGroup) {
   std::ifstream f(log);
   std::string line;
   int direct = 0;
-  while (std::getline(f, line)) direct += line.find("direct, the peers' buffers read in place") != std::string::npos;
+  while (std::getline(f, line))
+    direct += line.find("direct, the peers' buffers read in place") != std::string::npos;
   EXPECT_EQ(direct, 6) << "3 ranks x 2 all-reduces should each go direct";
   unlink(log);
 }

@@ -99,17 +99,19 @@ void killed_rank(bool reduce_to_root0, bool shareable = false) {
         std::vector<float> heap_in(shareable ? 0 : count, 1.0f + ctx.rank), heap_out(count);
         float *in = heap_in.data(), *out = heap_out.data();
         if (shareable) {
-          RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&in), count * 4) == ncclSuccess &&
-                      ncclMemAlloc(reinterpret_cast<void **>(&out), count * 4) == ncclSuccess,
+          RCHECK(ctx,
+                 ncclMemAlloc(reinterpret_cast<void **>(&in), count * 4) == ncclSuccess &&
+                     ncclMemAlloc(reinterpret_cast<void **>(&out), count * 4) == ncclSuccess,
                  "ncclMemAlloc");
           if (!ctx.ok()) return;
           for (size_t i = 0; i < count; i++) in[i] = 1.0f + ctx.rank;
         }
         bool check = !reduce_to_root0 || ctx.rank == 0;
         for (int it = 0; it < 100000; it++) {
-          ncclResult_t rc = reduce_to_root0
-                                ? ncclReduce(in, out, count, ncclFloat32, ncclSum, 0, ctx.comm, nullptr)
-                                : ncclAllReduce(in, out, count, ncclFloat32, ncclSum, ctx.comm, nullptr);
+          ncclResult_t rc =
+              reduce_to_root0
+                  ? ncclReduce(in, out, count, ncclFloat32, ncclSum, 0, ctx.comm, nullptr)
+                  : ncclAllReduce(in, out, count, ncclFloat32, ncclSum, ctx.comm, nullptr);
           if (rc != ncclSuccess) {
             record_error(ctx, rep, rc);
             break;

@@ -431,8 +431,9 @@ TEST(Launcher, BindCorePinsEachRankToItsOwnCpu) {
   for (int c = 0; c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   int n = static_cast<int>(std::min<size_t>(cpus.size(), 4));
-  launch_t l = run_launcher({"-n", std::to_string(n), "--bind", "core", "sh", "-c",
-                             "echo $TUTTI_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)"});
+  launch_t l =
+      run_launcher({"-n", std::to_string(n), "--bind", "core", "sh", "-c",
+                    "echo $TUTTI_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)"});
   ASSERT_EQ(l.exit_code, 0) << l.err;
   std::vector<std::string> expect;
   for (int r = 0; r < n; r++) expect.push_back(std::to_string(r) + " " + std::to_string(cpus[r]));
@@ -448,8 +449,9 @@ TEST(Launcher, BindRefusesMoreRanksThanCpusAndBadValues) {
   int ncpus = CPU_COUNT(&set);
   launch_t many = run_launcher({"-n", std::to_string(ncpus + 1), "--bind", "core", "true"});
   EXPECT_EQ(many.exit_code, 2);
-  EXPECT_TRUE(contains(many.err, std::to_string(ncpus + 1) + " ranks but only " +
-                                     std::to_string(ncpus) + " CPUs")) << many.err;
+  EXPECT_TRUE(contains(
+      many.err, std::to_string(ncpus + 1) + " ranks but only " + std::to_string(ncpus) + " CPUs"))
+      << many.err;
   launch_t bad = run_launcher({"-n", "1", "--bind", "socket", "true"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_TRUE(contains(bad.err, "--bind takes core or none, not 'socket'")) << bad.err;
@@ -467,10 +469,10 @@ TEST(Launcher, HelpAndVersion) {
 // mpirun's spellings: -np N, -x VAR (this environment's value) next to -x VAR=VALUE,
 // --bind-to, and --oversubscribe, which runs more ranks than CPUs unbound instead of refusing.
 TEST(Launcher, MpirunSpellings) {
-  launch_t l = run_launcher({"-np", "2", "-x", "LAUNCHER_TEST_PASSED", "-x", "LAUNCHER_B=2",
-                             "--bind-to", "none", "sh", "-c",
-                             "echo $TUTTI_RANK/$TUTTI_NRANKS $LAUNCHER_TEST_PASSED $LAUNCHER_B"},
-                            {"LAUNCHER_TEST_PASSED=yes"});
+  launch_t l = run_launcher(
+      {"-np", "2", "-x", "LAUNCHER_TEST_PASSED", "-x", "LAUNCHER_B=2", "--bind-to", "none", "sh",
+       "-c", "echo $TUTTI_RANK/$TUTTI_NRANKS $LAUNCHER_TEST_PASSED $LAUNCHER_B"},
+      {"LAUNCHER_TEST_PASSED=yes"});
   ASSERT_EQ(l.exit_code, 0) << l.err;
   EXPECT_EQ(sorted_lines(l.out), (std::vector<std::string>{"0/2 yes 2", "1/2 yes 2"})) << l.out;
   cpu_set_t set;
@@ -482,8 +484,8 @@ TEST(Launcher, MpirunSpellings) {
   std::vector<std::string> lines = sorted_lines(over.out);
   EXPECT_EQ(lines.size(), static_cast<size_t>(CPU_COUNT(&set) + 1)) << over.out;
   for (const std::string &n : lines) EXPECT_EQ(n, std::to_string(CPU_COUNT(&set))) << "unbound";
-  launch_t no_ns = run_launcher({"-H", "nosuchhost:1", "-np", "1", "--netns-prefix",
-                                 "surface16-none-", "true"});
+  launch_t no_ns =
+      run_launcher({"-H", "nosuchhost:1", "-np", "1", "--netns-prefix", "surface16-none-", "true"});
   EXPECT_NE(no_ns.exit_code, 0) << "-H names a host of the namespace bed";
 }
 

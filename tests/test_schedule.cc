@@ -1,6 +1,7 @@
 // Schedules checked without a network: every rank's step list is executed by the reference
-// interpreter of steps (src/algos/interp.c; unbounded FIFOs, whole steps as messages, int64 sums), and the results are
-// compared with closed-form values. Also checks the invariants the engine relies on.
+// interpreter of steps (src/algos/interp.c; unbounded FIFOs, whole steps as messages, int64 sums),
+// and the results are compared with closed-form values. Also checks the invariants the engine
+// relies on.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -25,14 +26,17 @@ void run_all(std::vector<Rank> &ranks) {
     Rank &rk = ranks[r];
     ir[r] = interp_rank_t{{rk.send.data(), rk.recv.data(), nullptr, rk.scratch.data()},
                           {rk.send.size(), rk.recv.size(), 0, rk.scratch.size()},
-                          rk.lanes.data(), (int)rk.lanes.size()};
+                          rk.lanes.data(),
+                          (int)rk.lanes.size()};
   }
   interp_opts_t o = {0, 0, 1, 0};
   char err[200];
   ASSERT_EQ(interp_run(ir.data(), (int)ir.size(), &o, err, sizeof err), 0) << err;
 }
 
-int64_t input(int rank, size_t j) { return (int64_t)j * 1000 + rank + 1; }
+int64_t input(int rank, size_t j) {
+  return (int64_t)j * 1000 + rank + 1;
+}
 
 std::vector<Rank> make(coll_t coll, int n, size_t count, size_t chunk, int root, bool in_place,
                        size_t send_elems, size_t recv_elems, int lanes,
@@ -69,7 +73,8 @@ TEST(Schedule, RingAndOneshotAllReduce) {
           for (int r = 0; r < n; r++)
             for (size_t j = 0; j < c; j++) {
               int64_t want = (int64_t)j * 1000 * n + (int64_t)n * (n + 1) / 2;
-              ASSERT_EQ(ranks[r].recv[j], want) << "n=" << n << " c=" << c << " r=" << r << " j=" << j;
+              ASSERT_EQ(ranks[r].recv[j], want)
+                  << "n=" << n << " c=" << c << " r=" << r << " j=" << j;
             }
           free_all(ranks);
         }

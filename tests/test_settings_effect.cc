@@ -3,8 +3,8 @@
 // were ignored. Runs are real: env_allreduce.c (two all-reduces with closed-form sums and an
 // all-gather) under tutti-run as separate processes, reading INFO lines from their output; or
 // the harness's ranks (processes) where a rank's own measurements are needed.
-//   DEBUG_FILE, DUMP_SCHEDULE, NT_THRESHOLD, ONESHOT_MAX_BYTES, SHM_NSLOTS, SHM_SLOT_BYTES, TUNER_SHM_LAT_US
-//   (the other TUNER_* in test_tuner.cc), HOSTID, SPIN_US, TIMEOUT=0, and a valid
+//   DEBUG_FILE, DUMP_SCHEDULE, NT_THRESHOLD, ONESHOT_MAX_BYTES, SHM_NSLOTS, SHM_SLOT_BYTES,
+//   TUNER_SHM_LAT_US (the other TUNER_* in test_tuner.cc), HOSTID, SPIN_US, TIMEOUT=0, and a valid
 //   ncclCommInitRankConfig. DIRECT=0 is in test_direct.cc.
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -219,13 +219,12 @@ TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLGATHER, ALGO_DIRECT, 1 << 20),
                    10.0 + 0.5 * S / 20e3);
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 128 * 1024), 0);  // too small
-  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_BROADCAST, ALGO_DIRECT, 1 << 20), 0);  // not built
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_BROADCAST, ALGO_DIRECT, 1 << 20), 0);     // not built
   // 1 MiB: ring 2 a + S / b_shm = 4 + 104.9 us against direct's 10 + 52.4 us
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_DIRECT);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_REDUCESCATTER, 1 << 20, TUNER_ALL_ALGOS, 0).algo,
             ALGO_DIRECT);
-  EXPECT_NE(tuner_choose(&m, &t, COLL_ALLREDUCE, 128 * 1024, TUNER_ALL_ALGOS, 0).algo,
-            ALGO_DIRECT);
+  EXPECT_NE(tuner_choose(&m, &t, COLL_ALLREDUCE, 128 * 1024, TUNER_ALL_ALGOS, 0).algo, ALGO_DIRECT);
   t.nhosts = 2;  // across hosts: never
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 1 << 20), 0);
 }

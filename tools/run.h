@@ -29,14 +29,14 @@ typedef struct {
 typedef struct {
   int nranks;
   int prefix;
-  int keep_going;          /* a failing rank does not stop the others */
-  run_host_t *hosts;       /* --hosts, NULL: this host */
+  int keep_going;    /* a failing rank does not stop the others */
+  run_host_t *hosts; /* --hosts, NULL: this host */
   int nhosts;
   const char *netns_prefix;
   int print_settings;
-  int bind, bind_set;      /* --bind core; bind_set: given on the command line */
-  int oversubscribe;       /* --oversubscribe: more ranks than CPUs unbinds */
-  int cpus[RUN_MAX_CPUS];  /* --bind core: rank r runs on cpus[r] */
+  int bind, bind_set;     /* --bind core; bind_set: given on the command line */
+  int oversubscribe;      /* --oversubscribe: more ranks than CPUs unbinds */
+  int cpus[RUN_MAX_CPUS]; /* --bind core: rank r runs on cpus[r] */
   int ncpus;
   double timeout_s; /* 0: no timeout */
   char **prog_argv; /* NULL-terminated, points into argv */

@@ -180,9 +180,11 @@ static void rank_exited(run_job_t *job, int r, int status) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
   if (job->stopping) return; /* an expected casualty of the shutdown */
   if (job->opt.keep_going) { /* report it; the others find out by themselves */
-    if (job->exit_code == 0) job->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (job->exit_code == 0)
+      job->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (WIFEXITED(status))
-      fprintf(stderr, "tutti-run: rank %d (pid %d) exited with status %d\n", r, (int)pid, WEXITSTATUS(status));
+      fprintf(stderr, "tutti-run: rank %d (pid %d) exited with status %d\n", r, (int)pid,
+              WEXITSTATUS(status));
     else
       fprintf(stderr, "tutti-run: rank %d (pid %d) was killed by signal %d (%s)\n", r, (int)pid,
               WTERMSIG(status), strsignal(WTERMSIG(status)));
@@ -304,4 +306,3 @@ void supervise(run_job_t *job) {
   free(who);
   free(rank_of);
 }
-

@@ -174,7 +174,8 @@ static void parse_hosts(const char *spec, run_options_t *o) {
     size_t len = strcspn(p, ",");
     char item[96];
     if (len == 0 || len >= sizeof item || o->nhosts == RUN_MAX_HOSTS)
-      usage_error("--hosts expects h1,h2 or h1:2,h2:2 (at most %d hosts), got '%s'", RUN_MAX_HOSTS, spec);
+      usage_error("--hosts expects h1,h2 or h1:2,h2:2 (at most %d hosts), got '%s'", RUN_MAX_HOSTS,
+                  spec);
     memcpy(item, p, len);
     item[len] = '\0';
     char *colon = strchr(item, ':');
@@ -186,8 +187,10 @@ static void parse_hosts(const char *spec, run_options_t *o) {
     if ((with_counts >= 0 && with_counts != (colon != NULL)))
       usage_error("--hosts: give a rank count for every host or for none ('%s')", spec);
     with_counts = colon != NULL;
-    if (item[0] == '\0' || strlen(item) >= sizeof h->name || strspn(item, "abcdefghijklmnopqrstuvwxyz"
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != strlen(item))
+    if (item[0] == '\0' || strlen(item) >= sizeof h->name ||
+        strspn(item,
+               "abcdefghijklmnopqrstuvwxyz"
+               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != strlen(item))
       usage_error("--hosts: bad host name '%s'", item);
     snprintf(h->name, sizeof h->name, "%s", item);
     p += len + (p[len] == ',');
@@ -408,8 +411,10 @@ static int open_root_listener(int *port, int family, int loopback) {
   struct sockaddr_in6 *sa6 = (struct sockaddr_in6 *)&ss;
   socklen_t len = family == AF_INET6 ? sizeof *sa6 : sizeof *sa;
   ss.ss_family = (sa_family_t)family;
-  if (family == AF_INET) sa->sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
-  else sa6->sin6_addr = in6addr_any; /* dual stack */
+  if (family == AF_INET)
+    sa->sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
+  else
+    sa6->sin6_addr = in6addr_any; /* dual stack */
   if (bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 1024) != 0 ||
       getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
     die("cannot listen for the root: %s", strerror(errno));
@@ -432,15 +437,18 @@ static int open_root_listener_in_host(const run_options_t *o, char *addr, size_t
   int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC), ns = open_host_netns(o, host);
   if (self < 0 || ns < 0)
     die("cannot open the network namespace of host %s (/run/netns/%s%s): %s; is the test bed up "
-        "(scripts/netns-cluster.sh up K) with the same prefix?", host, o->netns_prefix, host, strerror(errno));
-  if (setns(ns, CLONE_NEWNET) != 0) die("cannot enter host %s: %s (root needed)", host, strerror(errno));
+        "(scripts/netns-cluster.sh up K) with the same prefix?",
+        host, o->netns_prefix, host, strerror(errno));
+  if (setns(ns, CLONE_NEWNET) != 0)
+    die("cannot enter host %s: %s (root needed)", host, strerror(errno));
   struct ifaddrs *ifs = NULL, *ifa = NULL;
   if (getifaddrs(&ifs) != 0) die("getifaddrs: %s", strerror(errno));
   for (int family = AF_INET; family && !ifa; family = family == AF_INET ? AF_INET6 : 0)
     for (ifa = ifs; ifa; ifa = ifa->ifa_next)
       if (ifa->ifa_addr && ifa->ifa_addr->sa_family == family && (ifa->ifa_flags & IFF_UP) &&
           !(ifa->ifa_flags & IFF_LOOPBACK) &&
-          !(family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr)))
+          !(family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr)))
         break;
   if (ifa == NULL) die("host %s has no IPv4 or global IPv6 address", host);
   int family = ifa->ifa_addr->sa_family, port, fd = open_root_listener(&port, family, 0);
@@ -453,13 +461,15 @@ static int open_root_listener_in_host(const run_options_t *o, char *addr, size_t
     snprintf(addr, len, "[%s]:%d", ip, port);
   }
   freeifaddrs(ifs);
-  if (setns(self, CLONE_NEWNET) != 0) die("cannot return to our network namespace: %s", strerror(errno));
+  if (setns(self, CLONE_NEWNET) != 0)
+    die("cannot return to our network namespace: %s", strerror(errno));
   close(self);
   close(ns);
   for (int i = 1; i < o->nhosts; i++) { /* every host must exist before anything starts */
     int f = open_host_netns(o, o->hosts[i].name);
-    if (f < 0) die("host %s: no namespace /run/netns/%s%s (is the test bed up?)", o->hosts[i].name,
-                   o->netns_prefix, o->hosts[i].name);
+    if (f < 0)
+      die("host %s: no namespace /run/netns/%s%s (is the test bed up?)", o->hosts[i].name,
+          o->netns_prefix, o->hosts[i].name);
     close(f);
   }
   return fd;

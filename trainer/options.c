@@ -1,8 +1,6 @@
 /* Command-line options of tutti-train, their defaults and the learning-rate scaling rule. */
 #include "options.h"
 
-#include "tutti.h"
-
 #include <getopt.h>
 #include <math.h>
 #include <stddef.h>

@@ -36,7 +36,7 @@ typedef struct {
   const char *dump_prefix;
   int no_eval;
   int log_every; /* progress line every N steps; 0: off; -1 (default): every 5 s of an epoch */
-  int profile; /* print where each step's time goes, per rank */
+  int profile;   /* print where each step's time goes, per rank */
   int blas_info;
   int train_limit, test_limit; /* use only the first N images; 0: all */
 } options_t;

@@ -378,8 +378,8 @@ static void log_epoch(trainer_t *t, const epoch_stats_t *s) {
       "epoch %2lld/%d | loss %.4f | train %6.2f%% | test %6.2f%% loss %.4f | lr(avg) %.2e | "
       "%7.0f samples/s | compute %6.1fs comm %5.1fs (cpu %4.1fs, exposed %4.1fs) | %.1fs\n",
       (long long)t->epoch + 1, t->opt.epochs, s->train_loss, 100 * s->train_acc, 100 * s->test_acc,
-      s->test_loss, s->lr_avg, s->samples_per_s, s->compute_s, s->comm_s, s->comm_cpu_s,
-      s->wait_s, s->epoch_s);
+      s->test_loss, s->lr_avg, s->samples_per_s, s->compute_s, s->comm_s, s->comm_cpu_s, s->wait_s,
+      s->epoch_s);
   if (strcmp(t->opt.compress, "none") != 0)
     printf("  compressed (%s): %.3f MB sent per step by each rank\n", t->opt.compress,
            s->wire_bytes_per_step / 1e6);
@@ -394,8 +394,10 @@ static void log_epoch(trainer_t *t, const epoch_stats_t *s) {
 
 static void format_eta(double s, char *out, size_t len) {
   long v = (long)(s + 0.5);
-  if (v >= 3600) snprintf(out, len, "%ldh%02ldm", v / 3600, v / 60 % 60);
-  else snprintf(out, len, "%ldm%02lds", v / 60, v % 60);
+  if (v >= 3600)
+    snprintf(out, len, "%ldh%02ldm", v / 3600, v / 60 % 60);
+  else
+    snprintf(out, len, "%ldm%02lds", v / 60, v % 60);
 }
 
 /* A progress line on rank 0 every --log-every steps (default: every 5 s): steps/s, this rank's
@@ -410,8 +412,8 @@ static void progress(trainer_t *t) {
   double comm, cpu, wait;
   ddp_times(t->ddp, &comm, &cpu, &wait);
   double dt = now - t->prog_t, rate = steps / dt;
-  int64_t end = t->opt.max_steps && t->opt.max_steps < t->total_steps ? t->opt.max_steps
-                                                                       : t->total_steps;
+  int64_t end =
+      t->opt.max_steps && t->opt.max_steps < t->total_steps ? t->opt.max_steps : t->total_steps;
   char eta[32];
   format_eta((double)(end - t->global_step) / rate, eta, sizeof(eta));
   printf("  epoch %lld/%d step %lld/%d | %.2f steps/s | loss %.4f | comm %.0f%% | ETA %s\n",

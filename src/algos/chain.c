@@ -15,10 +15,10 @@ int chain_broadcast(const sched_args_t *a, sched_t *s) {
   int prev = (r - 1 + n) % n, next = (r + 1) % n;
   if (pos == 0) /* root: send its buffer on, and copy it to recvbuf unless in place */
     SCHED_PUSH(.recv_peer = -1, .send_peer = n > 1 ? next : -1, .src_buf = BUF_SEND,
-         .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
+               .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
   else
     SCHED_PUSH(.recv_peer = prev, .send_peer = pos < n - 1 ? next : -1, .src_buf = BUF_NONE,
-         .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
+               .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
   return 0;
 }
 
@@ -27,16 +27,16 @@ int chain_reduce(const sched_args_t *a, sched_t *s) {
   int prev = (r - 1 + n) % n, next = (r + 1) % n;
   if (n == 1)
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE | STEP_PRE | STEP_POST, .count = a->count);
+               .flags = STEP_STORE | STEP_PRE | STEP_POST, .count = a->count);
   else if (pos == 0)
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_PRE, .count = a->count);
+               .flags = STEP_PRE, .count = a->count);
   else if (pos < n - 1)
     SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_REDUCE | STEP_PRE, .count = a->count);
+               .flags = STEP_REDUCE | STEP_PRE, .count = a->count);
   else
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .count = a->count);
+               .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .count = a->count);
   return 0;
 }
 

@@ -31,14 +31,14 @@ typedef struct tuner_level { /* one transport level: a hop's latency and a link'
 
 typedef struct tuner_model {
   tuner_level_t shm, net; /* inside a host, across hosts */
-  double msg_cpu_us;      /* CPU time of one message across hosts (send, kernel, wake-up, receive) */
-  double shm_msg_cpu_us;  /* the same for a message through shared memory */
-  tuner_level_t peer;     /* peer memory: lat_us the handshake and final wait of one call,
-                             gbps the bandwidth of one rank reading and writing in place */
-  double piece_us;        /* engine time of one piece (slot) a rank sends (0: none) */
+  double msg_cpu_us;     /* CPU time of one message across hosts (send, kernel, wake-up, receive) */
+  double shm_msg_cpu_us; /* the same for a message through shared memory */
+  tuner_level_t peer;    /* peer memory: lat_us the handshake and final wait of one call,
+                            gbps the bandwidth of one rank reading and writing in place */
+  double piece_us;       /* engine time of one piece (slot) a rank sends (0: none) */
 } tuner_model_t;
 
-typedef struct tuner_topo { /* what the communicator knows, the same on every rank */
+typedef struct tuner_topo {                /* what the communicator knows, the same on every rank */
   int nranks, nhosts, local_size, hier_ok; /* local_size: of the largest host */
   int machine_ranks, ncpu; /* the machine (kernel) with the most ranks per CPU: its ranks and
                               CPUs; 0: unknown */
@@ -46,9 +46,9 @@ typedef struct tuner_topo { /* what the communicator knows, the same on every ra
   int peer_mem;            /* 1: every pair of ranks is connected by a transport with the
                               peer-memory capability (one host, shared memory) */
   size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
-  size_t peer_min_bytes;   /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
-  int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
-  int nics;      /* NICs per host, local rank l on NIC l mod nics (0: one) */
+  size_t peer_min_bytes; /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
+  int may_alloc;         /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
+  int nics;              /* NICs per host, local rank l on NIC l mod nics (0: one) */
 } tuner_topo_t;
 
 /* Reducing exchanges (rhd, rd) copy what they send into the FIFO in one step and reduce what

@@ -69,11 +69,11 @@ static int gather_forward(const ring_t *r, size_t base, size_t len, size_t chunk
   for (int k = 1; k <= r->n - 2; k++) {
     SEG(p + 1 - k);
     SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .dst_off = off, .count = cnt);
+               .flags = STEP_STORE, .dst_off = off, .count = cnt);
   }
   SEG(p + 2);
   SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-       .flags = STEP_STORE, .dst_off = off, .count = cnt);
+             .flags = STEP_STORE, .dst_off = off, .count = cnt);
   return 0;
 }
 
@@ -86,16 +86,16 @@ static int local_reduce_scatter(const ring_t *r, size_t base, size_t len, size_t
   for (size_t j = 0; j < rounds; j++) {
     SEG(p);
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_PRE, .src_off = off, .count = cnt);
+               .flags = STEP_PRE, .src_off = off, .count = cnt);
     for (int k = 1; k <= r->n - 2; k++) {
       SEG(p - k);
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-           .flags = STEP_REDUCE | STEP_PRE, .src_off = off, .count = cnt);
+                 .flags = STEP_REDUCE | STEP_PRE, .src_off = off, .count = cnt);
     }
     SEG(p + 1);
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .src_off = off, .dst_off = off,
-         .count = cnt);
+               .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .src_off = off, .dst_off = off,
+               .count = cnt);
   }
   return 0;
 }
@@ -109,17 +109,17 @@ static int cross_allreduce(const ring_t *r, size_t base, size_t len, size_t chun
   size_t rounds = rounds_for(len, r->n, chunk), off, cnt;
   for (size_t j = 0; j < rounds; j++) {
     SEG(p);
-    SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = src, .dst_buf = BUF_NONE, .flags = pre,
-         .src_off = off, .count = cnt);
+    SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = src, .dst_buf = BUF_NONE,
+               .flags = pre, .src_off = off, .count = cnt);
     for (int k = 1; k <= r->n - 2; k++) {
       SEG(p - k);
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = src, .dst_buf = BUF_NONE,
-           .flags = (uint8_t)(STEP_REDUCE | pre), .src_off = off, .count = cnt);
+                 .flags = (uint8_t)(STEP_REDUCE | pre), .src_off = off, .count = cnt);
     }
     SEG(p + 1);
     SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = src, .dst_buf = BUF_RECV,
-         .flags = (uint8_t)(STEP_REDUCE | STEP_POST | STEP_STORE | pre), .src_off = off,
-         .dst_off = off, .count = cnt);
+               .flags = (uint8_t)(STEP_REDUCE | STEP_POST | STEP_STORE | pre), .src_off = off,
+               .dst_off = off, .count = cnt);
     if (gather_forward(r, base, len, chunk, j, s) != 0) return -1;
   }
   return 0;
@@ -133,7 +133,7 @@ static int local_all_gather(const ring_t *r, size_t base, size_t len, size_t chu
   for (size_t j = 0; j < rounds; j++) {
     SEG(p + 1);
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
-         .src_off = off, .count = cnt);
+               .src_off = off, .count = cnt);
     if (gather_forward(r, base, len, chunk, j, s) != 0) return -1;
   }
   return 0;

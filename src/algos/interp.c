@@ -66,15 +66,20 @@ static int fifo_piece(interp_t *in, int me, const step_t *st, lane_state_t *ls) 
   if ((needs_src && !src) || (!dst && ((st->flags & STEP_STORE) || !has_peer)))
     return fail(in, "rank %d: step %d reads or writes outside its buffers", me, (int)ls->cur);
   piece_t *got = iq ? iq->head : NULL, *out = oq ? malloc(sizeof(piece_t) + n * 8) : NULL;
-  if (got && got->n != n) return fail(in, "rank %d got a piece of the wrong size at step %d", me, (int)ls->cur);
+  if (got && got->n != n)
+    return fail(in, "rank %d got a piece of the wrong size at step %d", me, (int)ls->cur);
   if (oq && !out) return fail(in, "rank %d: out of memory at step %d", me, (int)ls->cur);
   int64_t post = (st->flags & STEP_POST) ? in->o->post_add : 0;
   for (size_t i = 0; i < n; i++) {
     int64_t v, stored;
-    if (got && (st->flags & STEP_REDUCE)) v = stored = pre(in, st, src[i]) + got->v[i] + post;
-    else if (got) v = got->v[i], stored = got->v[i] + post;
-    else if (!oq && (st->flags & STEP_REDUCE)) v = stored = pre(in, st, src[i]) + dst[i] + post;
-    else v = stored = pre(in, st, src[i]) + post;
+    if (got && (st->flags & STEP_REDUCE))
+      v = stored = pre(in, st, src[i]) + got->v[i] + post;
+    else if (got)
+      v = got->v[i], stored = got->v[i] + post;
+    else if (!oq && (st->flags & STEP_REDUCE))
+      v = stored = pre(in, st, src[i]) + dst[i] + post;
+    else
+      v = stored = pre(in, st, src[i]) + post;
     if (out) out->v[i] = v;
     if (st->flags & STEP_STORE) dst[i] = stored;
   }
@@ -82,8 +87,10 @@ static int fifo_piece(interp_t *in, int me, const step_t *st, lane_state_t *ls) 
   if (iq && !iq->head) iq->tail = NULL;
   if (out) {
     out->n = n, out->next = NULL;
-    if (oq->tail) oq->tail->next = out;
-    else oq->head = out;
+    if (oq->tail)
+      oq->tail->next = out;
+    else
+      oq->head = out;
     oq->tail = out, oq->count++;
   }
   ls->pos += n;
@@ -93,16 +100,19 @@ static int fifo_piece(interp_t *in, int me, const step_t *st, lane_state_t *ls) 
 /* A peer step: 1 ran, 0 blocked, -1 error. */
 static int peer_step(interp_t *in, int me, const step_t *st, lane_state_t *ls) {
   int q = st->recv_peer, n = in->n;
-  int64_t *dst = st->kind == STEP_PEER_DONE ? NULL : at(in, me, st->dst_buf, st->dst_off, st->count);
+  int64_t *dst =
+      st->kind == STEP_PEER_DONE ? NULL : at(in, me, st->dst_buf, st->dst_off, st->count);
   if (st->kind != STEP_PEER_DONE && (!dst || q < 0 || q >= n))
-    return fail(in, "rank %d: peer step %d writes outside its buffers or names no rank", me, (int)ls->cur);
+    return fail(in, "rank %d: peer step %d writes outside its buffers or names no rank", me,
+                (int)ls->cur);
   if (st->kind == STEP_PEER_REDUCE) {
     int64_t post = (st->flags & STEP_POST) ? in->o->post_add : 0;
     for (size_t i = 0; i < st->count; i++) {
       int64_t acc = 0;
       for (int k = 0; k < n; k++) {
         int64_t *x = at(in, (q + k) % n, st->src_buf, st->src_off + i, 1);
-        if (!x) return fail(in, "rank %d: PEER_REDUCE reads outside rank %d's buffer", me, (q + k) % n);
+        if (!x)
+          return fail(in, "rank %d: PEER_REDUCE reads outside rank %d's buffer", me, (q + k) % n);
         acc += pre(in, st, *x);
       }
       dst[i] = acc + post;
@@ -149,7 +159,8 @@ static int check_end(interp_t *in) {
       if (in->lane[r][l].cur < in->ranks[r].lanes[l].n)
         return fail(in, "deadlock: rank %d stuck in lane %d", r, l);
   for (int i = 0; i < in->n * in->n; i++)
-    if (in->fifo[i].head) return fail(in, "unconsumed message from rank %d to rank %d", i / in->n, i % in->n);
+    if (in->fifo[i].head)
+      return fail(in, "unconsumed message from rank %d to rank %d", i / in->n, i % in->n);
   return 0;
 }
 

@@ -30,8 +30,8 @@ extern "C" {
 #endif
 
 typedef struct interp_rank {
-  int64_t *buf[4]; /* BUF_SEND, BUF_RECV, BUF_NONE (NULL), BUF_SCRATCH; may alias (in place) */
-  size_t len[4];   /* elements of each */
+  int64_t *buf[4];      /* BUF_SEND, BUF_RECV, BUF_NONE (NULL), BUF_SCRATCH; may alias (in place) */
+  size_t len[4];        /* elements of each */
   const sched_t *lanes; /* the rank's lanes, run side by side (p2p) or one (collectives) */
   int nlanes;
 } interp_rank_t;

@@ -20,26 +20,26 @@ int oneshot_allreduce(const sched_args_t *a, sched_t *s) {
   uint8_t own_buf = BUF_SEND, own_pre = STEP_PRE;
   if (a->in_place && n > 1 && r > 0) {
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_SCRATCH,
-         .flags = STEP_STORE | STEP_PRE, .count = c);
+               .flags = STEP_STORE | STEP_PRE, .count = c);
     own_buf = BUF_SCRATCH, own_pre = 0;
   }
   for (int k = 1; k < n; k++)
     SCHED_PUSH(.recv_peer = -1, .send_peer = (r + k) % n, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_PRE, .count = c);
+               .flags = STEP_PRE, .count = c);
   for (int q = 0; q < n; q++) {
     uint8_t post = (q == n - 1) ? STEP_POST : 0;
     if (q == 0 && r == 0)
       SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
-           .flags = (uint8_t)(STEP_STORE | own_pre | post), .count = c);
+                 .flags = (uint8_t)(STEP_STORE | own_pre | post), .count = c);
     else if (q == 0)
       SCHED_PUSH(.recv_peer = 0, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-           .flags = (uint8_t)(STEP_STORE | post), .count = c);
+                 .flags = (uint8_t)(STEP_STORE | post), .count = c);
     else if (q == r)
       SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
-           .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | own_pre | post), .count = c);
+                 .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | own_pre | post), .count = c);
     else
       SCHED_PUSH(.recv_peer = q, .send_peer = -1, .src_buf = BUF_RECV, .dst_buf = BUF_RECV,
-           .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | post), .count = c);
+                 .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | post), .count = c);
   }
   return 0;
 }

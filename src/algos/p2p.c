@@ -7,23 +7,38 @@
  */
 #include "algos/registry.h"
 
-static int push(sched_t *s, step_t st) { return sched_push(s, st); }
+static int push(sched_t *s, step_t st) {
+  return sched_push(s, st);
+}
 
 static int send_block(sched_t *lanes, int peer, size_t src_off, size_t count) {
-  return push(&lanes[peer], (step_t){.recv_peer = -1, .send_peer = peer, .src_buf = BUF_SEND,
-                                     .dst_buf = BUF_NONE, .src_off = src_off, .count = count});
+  return push(&lanes[peer], (step_t){.recv_peer = -1,
+                                     .send_peer = peer,
+                                     .src_buf = BUF_SEND,
+                                     .dst_buf = BUF_NONE,
+                                     .src_off = src_off,
+                                     .count = count});
 }
 
 static int recv_block(sched_t *lanes, int n, int peer, size_t dst_off, size_t count) {
-  return push(&lanes[n + peer], (step_t){.recv_peer = peer, .send_peer = -1, .src_buf = BUF_NONE,
-                                         .dst_buf = BUF_RECV, .flags = STEP_STORE,
-                                         .dst_off = dst_off, .count = count});
+  return push(&lanes[n + peer], (step_t){.recv_peer = peer,
+                                         .send_peer = -1,
+                                         .src_buf = BUF_NONE,
+                                         .dst_buf = BUF_RECV,
+                                         .flags = STEP_STORE,
+                                         .dst_off = dst_off,
+                                         .count = count});
 }
 
 static int copy_block(sched_t *lanes, int rank, size_t src_off, size_t dst_off, size_t count) {
-  return push(&lanes[rank], (step_t){.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND,
-                                     .dst_buf = BUF_RECV, .flags = STEP_STORE, .src_off = src_off,
-                                     .dst_off = dst_off, .count = count});
+  return push(&lanes[rank], (step_t){.recv_peer = -1,
+                                     .send_peer = -1,
+                                     .src_buf = BUF_SEND,
+                                     .dst_buf = BUF_RECV,
+                                     .flags = STEP_STORE,
+                                     .src_off = src_off,
+                                     .dst_off = dst_off,
+                                     .count = count});
 }
 
 int p2p_alltoall(const sched_args_t *a, sched_t *lanes) {
@@ -58,7 +73,8 @@ int p2p_scatter(const sched_args_t *a, sched_t *lanes) {
   size_t c = a->count;
   if (r != root) return recv_block(lanes, n, root, 0, c);
   for (int p = 0; p < n; p++) {
-    int rc = p == r ? copy_block(lanes, r, (size_t)r * c, 0, c) : send_block(lanes, p, (size_t)p * c, c);
+    int rc =
+        p == r ? copy_block(lanes, r, (size_t)r * c, 0, c) : send_block(lanes, p, (size_t)p * c, c);
     if (rc) return -1;
   }
   return 0;
@@ -67,16 +83,21 @@ int p2p_scatter(const sched_args_t *a, sched_t *lanes) {
 /* ncclSend / ncclRecv: one step in the lane of the peer. */
 static int p2p_send(const sched_args_t *a, sched_t *col, sched_t *lanes) {
   (void)col;
-  return sched_push(&lanes[a->root], (step_t){.recv_peer = -1, .send_peer = a->root,
-                                              .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
+  return sched_push(&lanes[a->root], (step_t){.recv_peer = -1,
+                                              .send_peer = a->root,
+                                              .src_buf = BUF_SEND,
+                                              .dst_buf = BUF_NONE,
                                               .count = a->count});
 }
 
 static int p2p_recv(const sched_args_t *a, sched_t *col, sched_t *lanes) {
   (void)col;
-  return sched_push(&lanes[a->nranks + a->root],
-                    (step_t){.recv_peer = a->root, .send_peer = -1, .src_buf = BUF_NONE,
-                             .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count});
+  return sched_push(&lanes[a->nranks + a->root], (step_t){.recv_peer = a->root,
+                                                          .send_peer = -1,
+                                                          .src_buf = BUF_NONE,
+                                                          .dst_buf = BUF_RECV,
+                                                          .flags = STEP_STORE,
+                                                          .count = a->count});
 }
 
 #define LANES_BUILDER(wrapper, fn)                                          \

@@ -45,10 +45,10 @@ typedef enum {
 typedef int (*algo_build_fn)(const sched_args_t *a, sched_t *col, sched_t *lanes);
 
 /* Defines `wrapper`, an algo_build_fn that appends to col with fn(a, col). */
-#define ALGO_COL_BUILDER(wrapper, fn)                                          \
-  static int wrapper(const sched_args_t *a, sched_t *col, sched_t *lanes) {    \
-    (void)lanes;                                                               \
-    return fn(a, col);                                                         \
+#define ALGO_COL_BUILDER(wrapper, fn)                                       \
+  static int wrapper(const sched_args_t *a, sched_t *col, sched_t *lanes) { \
+    (void)lanes;                                                            \
+    return fn(a, col);                                                      \
   }
 
 enum {

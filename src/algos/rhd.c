@@ -88,12 +88,13 @@ static int exchange(const xchg_t *x, size_t chunk, sched_t *s) {
   for (size_t o = 0; o < longest; o += chunk) {
     if (o < x->slen)
       SCHED_PUSH(.recv_peer = -1, .send_peer = x->peer, .src_buf = x->src_buf, .dst_buf = BUF_NONE,
-           .flags = x->sflags, .src_off = x->soff + o, .count = min_sz(chunk, x->slen - o));
+                 .flags = x->sflags, .src_off = x->soff + o, .count = min_sz(chunk, x->slen - o));
     if (o < x->rlen)
       SCHED_PUSH(.recv_peer = x->peer, .send_peer = -1,
-           .src_buf = (x->rflags & STEP_REDUCE) ? x->src_buf : BUF_NONE, .dst_buf = x->dst_buf,
-           .flags = (uint8_t)(x->rflags | STEP_STORE), .src_off = x->roff + o,
-           .dst_off = x->doff + o, .count = min_sz(chunk, x->rlen - o));
+                 .src_buf = (x->rflags & STEP_REDUCE) ? x->src_buf : BUF_NONE,
+                 .dst_buf = x->dst_buf, .flags = (uint8_t)(x->rflags | STEP_STORE),
+                 .src_off = x->roff + o, .dst_off = x->doff + o,
+                 .count = min_sz(chunk, x->rlen - o));
   }
   return 0;
 }
@@ -110,11 +111,11 @@ static int fold_in(const fold_t *f, const int *map, const sched_args_t *a, uint8
   if (f->partner < 0 || a->count == 0) return 0;
   if (f->id < 0)
     SCHED_PUSH(.recv_peer = -1, .send_peer = rank_of(map, f->partner), .src_buf = *src,
-         .dst_buf = BUF_NONE, .flags = *pre, .count = a->count);
+               .dst_buf = BUF_NONE, .flags = *pre, .count = a->count);
   else
     SCHED_PUSH(.recv_peer = rank_of(map, f->partner), .send_peer = -1, .src_buf = *src,
-         .dst_buf = BUF_RECV, .flags = (uint8_t)(STEP_REDUCE | *pre | STEP_STORE),
-         .count = a->count);
+               .dst_buf = BUF_RECV, .flags = (uint8_t)(STEP_REDUCE | *pre | STEP_STORE),
+               .count = a->count);
   *src = BUF_RECV, *pre = 0;
   return 0;
 }
@@ -123,17 +124,17 @@ static int fold_out(const fold_t *f, const int *map, const sched_args_t *a, sche
   if (f->partner < 0 || a->count == 0) return 0;
   if (f->id < 0)
     SCHED_PUSH(.recv_peer = rank_of(map, f->partner), .send_peer = -1, .src_buf = BUF_NONE,
-         .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
+               .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
   else
     SCHED_PUSH(.recv_peer = -1, .send_peer = rank_of(map, f->partner), .src_buf = BUF_RECV,
-         .dst_buf = BUF_NONE, .count = a->count);
+               .dst_buf = BUF_NONE, .count = a->count);
   return 0;
 }
 
 static int single_copy(const sched_args_t *a, sched_t *s) {
   if (a->count)
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE | STEP_PRE | STEP_POST, .count = a->count);
+               .flags = STEP_STORE | STEP_PRE | STEP_POST, .count = a->count);
   return 0;
 }
 
@@ -238,22 +239,22 @@ static int rd_hosts(const sched_args_t *a, const int *host_of_rank, const int *l
   if (a->count == 0) return 0;
   if (r != lead) {
     SCHED_PUSH(.recv_peer = -1, .send_peer = lead, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_PRE, .count = a->count);
+               .flags = STEP_PRE, .count = a->count);
     SCHED_PUSH(.recv_peer = lead, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .count = a->count);
+               .flags = STEP_STORE, .count = a->count);
     return 0;
   }
   for (int q = r + 1; q < n; q++) {
     if (host_of_rank[q] != host) continue;
     SCHED_PUSH(.recv_peer = q, .send_peer = -1, .src_buf = src, .dst_buf = BUF_RECV,
-         .flags = (uint8_t)(STEP_REDUCE | pre | STEP_STORE), .count = a->count);
+               .flags = (uint8_t)(STEP_REDUCE | pre | STEP_STORE), .count = a->count);
     src = BUF_RECV, pre = 0;
   }
   if (rd_core(id, H, leaders, a, src, pre, s) != 0) return -1;
   for (int q = r + 1; q < n; q++)
     if (host_of_rank[q] == host)
       SCHED_PUSH(.recv_peer = -1, .send_peer = q, .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
-           .count = a->count);
+                 .count = a->count);
   return 0;
 }
 
@@ -277,7 +278,7 @@ int rhd_allgather(const sched_args_t *a, sched_t *s) {
   if (!cost_is_pow2(n)) return -2;
   if (c) /* own block into place (nothing to do in place: same address) */
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .dst_off = (size_t)r * c, .count = c);
+               .flags = STEP_STORE, .dst_off = (size_t)r * c, .count = c);
   for (int mask = 1; mask < n; mask *= 2) {
     int w = hi - lo, up = (r & mask) != 0, slo = up ? lo - w : hi;
     xchg_t x = {.peer = r ^ mask,

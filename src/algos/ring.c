@@ -24,7 +24,8 @@
 #include "core.h"
 
 /* Round j of a segment [start, end): its sub-range [*off, *off + *len). */
-static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t *off, size_t *len) {
+static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t *off,
+                        size_t *len) {
   size_t o = start + j * chunk;
   *off = o < end ? o : end;
   *len = o < end ? (end - o < chunk ? end - o : chunk) : 0;
@@ -33,7 +34,8 @@ static void round_range(size_t start, size_t end, size_t j, size_t chunk, size_t
 /* Copy (with PRE/POST) for a single rank. */
 static int single_rank_copy(sched_t *s, size_t src_off, size_t count, uint8_t flags) {
   SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-       .flags = (uint8_t)(STEP_STORE | flags), .src_off = src_off, .dst_off = 0, .count = count);
+             .flags = (uint8_t)(STEP_STORE | flags), .src_off = src_off, .dst_off = 0,
+             .count = count);
   return 0;
 }
 
@@ -44,28 +46,29 @@ int ring_allreduce(const sched_args_t *a, sched_t *s) {
   size_t rounds = (seg_max + a->chunk - 1) / a->chunk;
   for (size_t j = 0; j < rounds; j++) {
     size_t off, len;
-#define SEG(q) round_range(block_start(a->count, n, (q)), block_start(a->count, n, (q) + 1), j, \
-                           a->chunk, &off, &len)
+#define SEG(q)                                                                                     \
+  round_range(block_start(a->count, n, (q)), block_start(a->count, n, (q) + 1), j, a->chunk, &off, \
+              &len)
     SEG(r);
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_PRE, .src_off = off, .count = len);
+               .flags = STEP_PRE, .src_off = off, .count = len);
     for (int k = 1; k <= n - 2; k++) {
       SEG(tutti_mod(r - k, n));
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-           .flags = STEP_REDUCE | STEP_PRE, .src_off = off, .count = len);
+                 .flags = STEP_REDUCE | STEP_PRE, .src_off = off, .count = len);
     }
     SEG(tutti_mod(r + 1, n));
     SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = off, .dst_off = off,
-         .count = len);
+               .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = off,
+               .dst_off = off, .count = len);
     for (int k = 1; k <= n - 2; k++) {
       SEG(tutti_mod(r + 1 - k, n));
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-           .flags = STEP_STORE, .dst_off = off, .count = len);
+                 .flags = STEP_STORE, .dst_off = off, .count = len);
     }
     SEG(tutti_mod(r + 2, n));
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .dst_off = off, .count = len);
+               .flags = STEP_STORE, .dst_off = off, .count = len);
 #undef SEG
   }
   return 0;
@@ -86,8 +89,8 @@ int ring_reducescatter(const sched_args_t *a, sched_t *s) {
                  .flags = STEP_REDUCE | STEP_PRE,
                  .src_off = (size_t)tutti_mod(r - 1 - k, n) * c + off, .count = len);
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE, .src_off = (size_t)r * c + off,
-         .dst_off = off, .count = len);
+               .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE,
+               .src_off = (size_t)r * c + off, .dst_off = off, .count = len);
   }
   return 0;
 }
@@ -97,7 +100,7 @@ int ring_allgather(const sched_args_t *a, sched_t *s) {
   size_t c = a->count;
   if (n == 1) {
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .count = c);
+               .flags = STEP_STORE, .count = c);
     return 0;
   }
   size_t rounds = (c + a->chunk - 1) / a->chunk;
@@ -105,7 +108,7 @@ int ring_allgather(const sched_args_t *a, sched_t *s) {
     size_t off, len;
     round_range(0, c, j, a->chunk, &off, &len);
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE, .src_off = off, .dst_off = (size_t)r * c + off, .count = len);
+               .flags = STEP_STORE, .src_off = off, .dst_off = (size_t)r * c + off, .count = len);
     for (int k = 1; k <= n - 2; k++)
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
                  .flags = STEP_STORE, .dst_off = (size_t)tutti_mod(r - k, n) * c + off,

@@ -1,10 +1,10 @@
 /* Step lists: growable arrays reused between calls, plus collective names and a readable dump. */
+#include "algos/schedule.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#include "algos/schedule.h"
 
 /* Room for `need` steps in all (doubling, at least 64). 0, or -1 out of memory. */
 static int sched_reserve(sched_t *s, size_t need) {
@@ -31,7 +31,9 @@ int sched_append(sched_t *s, const step_t *steps, size_t n) {
   return 0;
 }
 
-void sched_reset(sched_t *s) { s->n = s->tagged = 0; }
+void sched_reset(sched_t *s) {
+  s->n = s->tagged = 0;
+}
 
 void sched_free(sched_t *s) {
   free(s->steps);
@@ -55,11 +57,13 @@ static const char *peer_str(int peer, char *buf, size_t len) {
 static void dump_step(FILE *f, size_t i, const step_t *st) {
   char rp[16], sp[16], src[40], dst[40], kind[24];
   static const char *peer_kinds[] = {"", "peer-reduce", "peer-copy", "peer-done"};
-  const char *what = st->kind != STEP_FIFO ? peer_kinds[st->kind % 4]
-                     : st->recv_peer >= 0 ? (st->flags & STEP_REDUCE ? "recv-reduce" : "recv")
-                     : st->send_peer >= 0 ? "send"
-                     : st->flags & STEP_REDUCE ? "local-reduce" : "copy";
-  snprintf(kind, sizeof(kind), "%s%s", what, st->recv_peer >= 0 && st->send_peer >= 0 ? "+send" : "");
+  const char *what = st->kind != STEP_FIFO     ? peer_kinds[st->kind % 4]
+                     : st->recv_peer >= 0      ? (st->flags & STEP_REDUCE ? "recv-reduce" : "recv")
+                     : st->send_peer >= 0      ? "send"
+                     : st->flags & STEP_REDUCE ? "local-reduce"
+                                               : "copy";
+  snprintf(kind, sizeof(kind), "%s%s", what,
+           st->recv_peer >= 0 && st->send_peer >= 0 ? "+send" : "");
   snprintf(src, sizeof(src), "%s+%zu", buf_name(st->src_buf), st->src_off);
   snprintf(dst, sizeof(dst), "%s+%zu", buf_name(st->dst_buf), st->dst_off);
   /* a peer step's "recv" is the rank whose memory it reads (PEER_REDUCE: the first operand) */
@@ -83,10 +87,9 @@ void sched_dump(const sched_t *s, int rank, const char *title, void *file) {
 }
 
 const char *coll_name(coll_t c) {
-  static const char *names[COLL_NUM] = {"AllReduce", "Broadcast",     "Reduce",
-                                        "AllGather", "ReduceScatter", "AlltoAll",
-                                        "Gather",    "Scatter",       "Send",
-                                        "Recv"};
+  static const char *names[COLL_NUM] = {"AllReduce",     "Broadcast", "Reduce", "AllGather",
+                                        "ReduceScatter", "AlltoAll",  "Gather", "Scatter",
+                                        "Send",          "Recv"};
   return (unsigned)c < COLL_NUM ? names[c] : "?";
 }
 int coll_parse(const char *name) {

@@ -72,10 +72,10 @@ int sched_push(sched_t *s, step_t st); /* 0 on success, -1 out of memory */
 /* For the algorithm files: appends the step given by designated initializers to `s` (the
  * sched_t * in scope), returning -1 from the calling function when out of memory, e.g.
  *   SCHED_PUSH(.recv_peer = prev, .send_peer = next, .flags = STEP_REDUCE, .count = len); */
-#define SCHED_PUSH(...)                       \
-  do {                                        \
-    step_t st_ = {__VA_ARGS__};               \
-    if (sched_push(s, st_) != 0) return -1;   \
+#define SCHED_PUSH(...)                     \
+  do {                                      \
+    step_t st_ = {__VA_ARGS__};             \
+    if (sched_push(s, st_) != 0) return -1; \
   } while (0)
 int sched_append(sched_t *s, const step_t *steps, size_t n); /* the same, n steps at once */
 void sched_reset(sched_t *s);

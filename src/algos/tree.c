@@ -81,20 +81,22 @@ static int up_steps(const tnode_t *t, size_t off, size_t len, uint8_t acc_buf, s
   if (len == 0) return 0;
   if (t->nchild == 0 && root) /* a single rank */
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-         .flags = STEP_STORE | STEP_PRE | STEP_POST, .src_off = off, .dst_off = off, .count = len);
+               .flags = STEP_STORE | STEP_PRE | STEP_POST, .src_off = off, .dst_off = off,
+               .count = len);
   else if (t->nchild == 0)
     SCHED_PUSH(.recv_peer = -1, .send_peer = t->parent, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-         .flags = STEP_PRE, .src_off = off, .count = len);
+               .flags = STEP_PRE, .src_off = off, .count = len);
   else if (t->nchild == 1)
-    SCHED_PUSH(.recv_peer = t->child[0], .send_peer = t->parent, .src_buf = BUF_SEND, .dst_buf = fin_dst,
-         .flags = (uint8_t)(STEP_REDUCE | STEP_PRE | fin), .src_off = off, .dst_off = off,
-         .count = len);
+    SCHED_PUSH(.recv_peer = t->child[0], .send_peer = t->parent, .src_buf = BUF_SEND,
+               .dst_buf = fin_dst, .flags = (uint8_t)(STEP_REDUCE | STEP_PRE | fin), .src_off = off,
+               .dst_off = off, .count = len);
   else {
     SCHED_PUSH(.recv_peer = t->child[0], .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = acc_buf,
-         .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .src_off = off, .dst_off = acc_off,
-         .count = len);
-    SCHED_PUSH(.recv_peer = t->child[1], .send_peer = t->parent, .src_buf = acc_buf, .dst_buf = fin_dst,
-         .flags = (uint8_t)(STEP_REDUCE | fin), .src_off = acc_off, .dst_off = off, .count = len);
+               .flags = STEP_REDUCE | STEP_PRE | STEP_STORE, .src_off = off, .dst_off = acc_off,
+               .count = len);
+    SCHED_PUSH(.recv_peer = t->child[1], .send_peer = t->parent, .src_buf = acc_buf,
+               .dst_buf = fin_dst, .flags = (uint8_t)(STEP_REDUCE | fin), .src_off = acc_off,
+               .dst_off = off, .count = len);
   }
   return 0;
 }
@@ -106,18 +108,19 @@ static int down_steps(const tnode_t *t, size_t off, size_t len, uint8_t root_buf
   if (t->parent < 0) {
     if (t->nchild == 0) /* a single rank */
       SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = root_buf, .dst_buf = BUF_RECV,
-           .flags = STEP_STORE, .src_off = off, .dst_off = off, .count = len);
+                 .flags = STEP_STORE, .src_off = off, .dst_off = off, .count = len);
     for (int k = 0; k < t->nchild; k++)
       SCHED_PUSH(.recv_peer = -1, .send_peer = t->child[k], .src_buf = root_buf,
-           .dst_buf = k == 0 ? BUF_RECV : BUF_NONE, .flags = k == 0 ? STEP_STORE : 0,
-           .src_off = off, .dst_off = off, .count = len);
+                 .dst_buf = k == 0 ? BUF_RECV : BUF_NONE, .flags = k == 0 ? STEP_STORE : 0,
+                 .src_off = off, .dst_off = off, .count = len);
     return 0;
   }
-  SCHED_PUSH(.recv_peer = t->parent, .send_peer = t->nchild > 0 ? t->child[0] : -1, .src_buf = BUF_NONE,
-       .dst_buf = BUF_RECV, .flags = STEP_STORE, .dst_off = off, .count = len);
+  SCHED_PUSH(.recv_peer = t->parent, .send_peer = t->nchild > 0 ? t->child[0] : -1,
+             .src_buf = BUF_NONE, .dst_buf = BUF_RECV, .flags = STEP_STORE, .dst_off = off,
+             .count = len);
   if (t->nchild == 2)
     SCHED_PUSH(.recv_peer = -1, .send_peer = t->child[1], .src_buf = BUF_RECV, .dst_buf = BUF_NONE,
-         .src_off = off, .count = len);
+               .src_off = off, .count = len);
   return 0;
 }
 

@@ -2,11 +2,11 @@
  * vocabulary in cost.h), the TUTTI_ALGO / NCCL_ALGO filter, and the choice.
  *
  * Ties go to the earlier registry entry (the ring first). Defaults of the model
- * (docs/adding-an-algorithm.md, "Measurements", says how each was measured): shared memory from the idle 2-rank runs
- * (8-byte one-shot all-reduce 0.6 us; ring busbw about 6 GB/s); network bandwidth from TCP over
- * loopback against shm in the same runs; network latency an estimate; message CPU times from
- * 8-rank exchanges on the 2-CPU namespace test bed (perf/sim_validate.sh); peer memory from
- * 2-rank all-reduces on ncclMemAlloc buffers (direct vs ring, the same run).
+ * (docs/adding-an-algorithm.md, "Measurements", says how each was measured): shared memory from the
+ * idle 2-rank runs (8-byte one-shot all-reduce 0.6 us; ring busbw about 6 GB/s); network bandwidth
+ * from TCP over loopback against shm in the same runs; network latency an estimate; message CPU
+ * times from 8-rank exchanges on the 2-CPU namespace test bed (perf/sim_validate.sh); peer memory
+ * from 2-rank all-reduces on ncclMemAlloc buffers (direct vs ring, the same run).
  */
 #include "algos/tuner.h"
 

@@ -3,9 +3,10 @@
  *
  * Order matters: shm for ranks on the same host (same host identity, TUTTI_SHM_DISABLE unset),
  * ib where a device is up (ib.c: NCCL_IB_DISABLE, NCCL_NET), tcp for everything else; with
- * NCCL_NET=IB a pair that would fall back to tcp is an error. After setup the FIFO geometry (smallest slot, largest safe chunk)
- * is agreed by all ranks: schedules are cut into rounds of `chunk`, and a rank whose peers are
- * all remote must cut them exactly as a rank with local peers does. */
+ * NCCL_NET=IB a pair that would fall back to tcp is an error. After setup the FIFO geometry
+ * (smallest slot, largest safe chunk) is agreed by all ranks: schedules are cut into rounds of
+ * `chunk`, and a rank whose peers are all remote must cut them exactly as a rank with local peers
+ * does. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -26,7 +27,8 @@ static ncclResult_t agree_geometry(ncclComm_t comm) {
   for (int p = 0; p < n; p++)
     for (int d = 0; d < 2; d++) {
       const conn_t *c = d ? &comm->recv_conn[p] : &comm->send_conn[p];
-      if (c->transport && c->nslots > 0 && (!depth || (uint64_t)c->nslots < depth)) depth = c->nslots;
+      if (c->transport && c->nslots > 0 && (!depth || (uint64_t)c->nslots < depth))
+        depth = c->nslots;
     }
   g[3 * comm->rank] = comm->slot_bytes;
   g[3 * comm->rank + 1] = comm->chunk_bytes;
@@ -72,8 +74,10 @@ ncclResult_t transport_connect_all(ncclComm_t comm) {
     for (int t = 0; t < NTRANSPORTS && p != me && choice[p] < 0; t++)
       if (transports[t]->can_connect(comm, p)) choice[p] = t;
     if (p != me && choice[p] < 0) {
-      res = TUTTI_ERR(ncclSystemError, "no transport can connect rank %d (host %s) to rank %d "
-                      "(host %s)", me, comm->peers[me].hostname, p, comm->peers[p].hostname);
+      res = TUTTI_ERR(ncclSystemError,
+                      "no transport can connect rank %d (host %s) to rank %d "
+                      "(host %s)",
+                      me, comm->peers[me].hostname, p, comm->peers[p].hostname);
       goto out;
     }
     if (p != me && transports[choice[p]] == &tcp_transport && net_forced_ib()) {
@@ -83,7 +87,8 @@ ncclResult_t transport_connect_all(ncclComm_t comm) {
                       me, comm->peers[me].hostname, p);
       goto out;
     }
-    if (p != me) comm->send_conn[p].transport = comm->recv_conn[p].transport = transports[choice[p]];
+    if (p != me)
+      comm->send_conn[p].transport = comm->recv_conn[p].transport = transports[choice[p]];
   }
   for (int t = 0; t < NTRANSPORTS; t++) {
     const transport_t *tr = transports[t];

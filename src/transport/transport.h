@@ -69,8 +69,8 @@ typedef struct transport {
   const char *name;
   int (*can_connect)(struct ncclComm *comm, int peer);
   ncclResult_t (*setup)(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]);
-  ncclResult_t (*connect)(struct ncclComm *comm, int peer, const char *peer_blob,
-                          conn_t *send, conn_t *recv);
+  ncclResult_t (*connect)(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
+                          conn_t *recv);
   ncclResult_t (*post_connect)(struct ncclComm *comm);
   void *(*send_slot)(conn_t *conn);
   void (*send_post)(conn_t *conn, size_t bytes);

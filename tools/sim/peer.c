@@ -67,8 +67,7 @@ static int translate(const sched_t *all, int n, int r, lane_buf_t *lanes) {
       rc = lane_push(main, (sim_step_t){-1, -1, c * (uint32_t)(n - 1), STEP_REDUCE}) ||
            serve(main, all, n, r, 1);
     else if (st->kind == STEP_PEER_COPY)
-      rc = lane_push(&lanes[1 + st->recv_peer],
-                     (sim_step_t){st->recv_peer, -1, c, STEP_STORE});
+      rc = lane_push(&lanes[1 + st->recv_peer], (sim_step_t){st->recv_peer, -1, c, STEP_STORE});
     else
       for (int q = 0; q < n && rc == 0; q++)
         if (q != r)
@@ -79,8 +78,8 @@ static int translate(const sched_t *all, int n, int r, lane_buf_t *lanes) {
   return 0;
 }
 
-int sim_build_peer(const sim_cluster_t *c, const sched_args_t *a, algo_t algo,
-                   sim_lane_t **lanes, int *nlanes) {
+int sim_build_peer(const sim_cluster_t *c, const sched_args_t *a, algo_t algo, sim_lane_t **lanes,
+                   int *nlanes) {
   int n = sim_nranks(c), rc = 0, k = 0;
   sched_t *all = calloc((size_t)n, sizeof(sched_t));
   lane_buf_t *tmp = calloc((size_t)n + 1, sizeof(lane_buf_t));

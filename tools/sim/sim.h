@@ -130,8 +130,8 @@ int sim_build(const sim_cluster_t *c, const sched_args_t *a, algo_t algo, sim_me
 void sim_lanes_free(sim_lane_t *lanes, int nlanes);
 /* peer.c: the lanes of an algorithm with peer steps (every rank, peer reads as messages).
  * Returns 0, -2 (not implemented), -1 (out of memory). */
-int sim_build_peer(const sim_cluster_t *c, const sched_args_t *a, algo_t algo,
-                   sim_lane_t **lanes, int *nlanes);
+int sim_build_peer(const sim_cluster_t *c, const sched_args_t *a, algo_t algo, sim_lane_t **lanes,
+                   int *nlanes);
 
 /* des.c: runs the lanes; returns 0 or -1 (msg says why). */
 int sim_des(const sim_cluster_t *c, const sim_lane_t *lanes, int nlanes, const sim_sym_t *sym,
