@@ -329,6 +329,18 @@ API ncclResult_t tuttiCommInitFromEnv(ncclComm_t *comm) {
   unsigned char secret[16];
   int use_file = 0;
   TUTTI_CHECK(detect(&l));
+  if (!l.root[0]) { /* no root address given: a PMIx server (mpirun, srun) passes the id */
+    int used = 0;
+    ncclUniqueId pid;
+    TUTTI_CHECK(pmix_boot_id(l.rank, l.nranks, &pid, &used));
+    if (used) return ncclCommInitRank(comm, l.nranks, pid, l.rank);
+    if (l.multi_host)
+      return TUTTI_ERR(ncclInvalidUsage,
+                       "tuttiCommInitFromEnv (%s): ranks span several hosts, no PMIx server "
+                       "answers and MASTER_ADDR and MASTER_PORT (or TUTTI_ROOT_ADDR) are not set: "
+                       "set them to an address and free port of rank 0's host",
+                       l.launcher);
+  }
   TUTTI_CHECK(choose_secret(&l, secret, &use_file));
   if (l.root[0])
     TUTTI_CHECK(sock_addr_parse(l.root, &addr));
