@@ -2,10 +2,12 @@
  * transports' peer-memory capability (transport.h), and the agreement that comes before.
  *
  * Agreement (engine_peer_agree, before a call whose algorithm has peer steps): every rank
- * exposes its send and receive buffers and sends the handles to every peer (one FIFO message
- * each), maps what the peers sent, and tells every peer whether it could map them all (a second
- * message). Only if every rank could do the planner run the peer steps; otherwise every rank
- * runs another algorithm, so the answer is the same everywhere whatever each rank's memory.
+ * exposes its send and receive buffers and sends the handles, with whether the peers can map
+ * them, to every peer (one FIFO message each). Every rank then knows every rank's answer: only
+ * if all buffers can be mapped does the planner run the peer steps, otherwise every rank runs
+ * another algorithm, so the decision is the same everywhere whatever each rank's memory. A
+ * mapping that fails after that is an error of this rank (its peers see it fail), not a
+ * fallback.
  *
  * Words: each rank publishes two words through its transport (PEER_WORD_PROGRESS, _DONE) that
  * only grow: progress = call << 40 | elements of its PEER_REDUCE final so far, done = calls
@@ -54,20 +56,19 @@ static void *tls_buffer(size_t bytes) {
   return buf;
 }
 
-/* Maps peer p's buffers described by m into o->peer_buf; 0 when some cannot be mapped. */
-static int map_peer(ncclComm_t comm, const op_ctx_t *o, int p, const agree_msg_t *m) {
+/* Maps peer p's buffers described by m into o->peer_buf. Every rank exposed them, so a
+ * failure here is an error (the peers then see this rank fail), not a fallback. */
+static ncclResult_t map_peer(ncclComm_t comm, const op_ctx_t *o, int p, const agree_msg_t *m) {
   const transport_t *t = peer_transport(comm, p);
   for (int b = 0; b < 2; b++) {
     const char *addr = NULL;
-    if (!m->exposed[b] || !t->mem_map) return 0;
-    if (t->mem_map(comm, p, &m->h[b], &addr) != ncclSuccess) {
-      tutti_clear_error(); /* logged; the call runs another algorithm */
-      return 0;
-    }
-    if (!addr) return 0;
+    if (t->mem_map) TUTTI_CHECK(t->mem_map(comm, p, &m->h[b], &addr));
+    if (!addr)
+      return TUTTI_ERR(ncclSystemError, "rank %d: cannot map the %s buffer rank %d exposed in nccl%s",
+                       comm->rank, b == 0 ? "send" : "receive", p, coll_name(o->coll));
     o->peer_buf[b][p] = addr;
   }
-  return 1;
+  return ncclSuccess;
 }
 
 /* This rank's message: its buffers, exposed where its transport can. */
@@ -83,52 +84,42 @@ static void expose(const op_ctx_t *o, const size_t bytes[2], agree_msg_t *m) {
   }
 }
 
-/* 1 when every peer's buffers could be mapped here; an error when a peer sent no handshake. */
-static ncclResult_t map_all(const op_ctx_t *o, const agree_msg_t *all, uint32_t *could) {
+/* *ok: every rank exposed both buffers (the same answer on every rank: all saw all messages);
+ * then maps them. An error when a peer sent no handshake. */
+static ncclResult_t decide(const op_ctx_t *o, const agree_msg_t *all, int *ok) {
   ncclComm_t comm = o->comm;
-  *could = 1;
+  *ok = 1;
   for (int p = 0; p < comm->nranks; p++) {
-    if (p == comm->rank) continue;
     if (all[p].magic != PEER_MSG_MAGIC)
-      return TUTTI_ERR(ncclInvalidUsage,
-                       "rank %d: rank %d sent no peer-memory handshake in nccl%s "
-                       "(op #%llu): ranks called different collectives",
-                       comm->rank, p, coll_name(o->coll), (unsigned long long)o->seq);
-    *could &= (uint32_t)map_peer(comm, o, p, &all[p]);
+      return TUTTI_ERR(ncclInvalidUsage, "rank %d: rank %d sent no peer-memory handshake in nccl%s "
+                       "(op #%llu): ranks called different collectives", comm->rank, p,
+                       coll_name(o->coll), (unsigned long long)o->seq);
+    *ok &= all[p].exposed[0] && all[p].exposed[1];
   }
+  for (int p = 0; *ok && p < comm->nranks; p++)
+    if (p != comm->rank) TUTTI_CHECK(map_peer(comm, o, p, &all[p]));
   return ncclSuccess;
 }
 
-/* Per call i, at offset off[i] of the buffer: n messages, n acks, this rank's ack. */
+/* Per call i: n messages (this rank's own at its index) and the exchange of call i. */
 ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], int *ok, int k) {
   size_t total = 0;
-  for (int i = 0; i < k; i++)
-    total += (size_t)(ops[i]->comm->nranks + 1) * (sizeof(agree_msg_t) + sizeof(uint32_t));
+  for (int i = 0; i < k; i++) total += (size_t)ops[i]->comm->nranks * sizeof(agree_msg_t);
+  total = (total + 15) & ~(size_t)15; /* the exchanges after the messages, aligned */
   char *buf = tls_buffer(total + (size_t)k * sizeof(exchange_t));
   if (!buf) return TUTTI_ERR(ncclSystemError, "out of memory for the peer-memory handshake");
   exchange_t *x = (exchange_t *)(buf + total);
-  agree_msg_t *mine[k > 0 ? k : 1], *all[k > 0 ? k : 1];
-  uint32_t *could[k > 0 ? k : 1], *acks[k > 0 ? k : 1];
+  agree_msg_t *all[k > 0 ? k : 1];
   size_t off = 0;
   for (int i = 0; i < k; i++) {
-    int n = ops[i]->comm->nranks;
-    all[i] = (agree_msg_t *)(buf + off), mine[i] = all[i] + n;
-    acks[i] = (uint32_t *)(mine[i] + 1), could[i] = acks[i] + n;
-    off += (size_t)(n + 1) * (sizeof(agree_msg_t) + sizeof(uint32_t));
-    expose(ops[i], bytes[i], mine[i]);
-    x[i] = (exchange_t){ops[i]->comm, mine[i], all[i], sizeof(agree_msg_t)};
+    all[i] = (agree_msg_t *)(buf + off);
+    off += (size_t)ops[i]->comm->nranks * sizeof(agree_msg_t);
+    agree_msg_t *mine = &all[i][ops[i]->comm->rank];
+    expose(ops[i], bytes[i], mine);
+    x[i] = (exchange_t){ops[i]->comm, mine, all[i], sizeof(agree_msg_t)};
   }
   TUTTI_CHECK(engine_exchange(x, k));
-  for (int i = 0; i < k; i++) {
-    TUTTI_CHECK(map_all(ops[i], all[i], could[i]));
-    x[i] = (exchange_t){ops[i]->comm, could[i], acks[i], sizeof(uint32_t)};
-  }
-  TUTTI_CHECK(engine_exchange(x, k));
-  for (int i = 0; i < k; i++) {
-    ok[i] = (int)*could[i];
-    for (int p = 0; p < ops[i]->comm->nranks; p++)
-      ok[i] &= p == ops[i]->comm->rank || acks[i][p] != 0;
-  }
+  for (int i = 0; i < k; i++) TUTTI_CHECK(decide(ops[i], all[i], &ok[i]));
   return ncclSuccess;
 }
 

@@ -367,11 +367,13 @@ _Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a
  * (ranks as threads) uses the address as is, whatever the memory. */
 static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
   shm_handle_t sh = {.pid = (int32_t)getpid(), .addr = (uint64_t)(uintptr_t)buf};
-  (void)comm;
   sh.shared = memreg_find(buf, bytes, &sh.ref);
   memset(h, 0, sizeof(*h));
   memcpy(h->bytes, &sh, sizeof(sh));
-  return 1; /* mem_map decides: a peer in this process can always use it */
+  if (sh.shared) return 1;
+  for (int p = 0; p < comm->nranks; p++) /* heap memory: only peers of this process can use it */
+    if (comm->peers[p].pid != sh.pid) return 0;
+  return 1;
 }
 
 static ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_handle_t *h,
