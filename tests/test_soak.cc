@@ -1,12 +1,14 @@
 // Soak (issue 13): many collectives of random kinds, sizes, datatypes, ops, roots, in place or
 // not, on 4 ranks (processes over shm). Every result is checked element by element against its
-// closed form (harness run_case); after a warm-up, each rank's resident memory may grow by less
-// than 1% and its open file descriptors must stay the same.
+// closed form (harness run_case); over the second half of the calls each rank's resident memory
+// may not grow 1% beyond the highest level of the first half (after a warm-up), and its open file
+// descriptors must stay the same.
 // TUTTI_SOAK_CALLS sets the number of calls (default 100000; ctest runs it as "slow").
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -62,10 +64,11 @@ TEST(Soak, RandomCollectivesExactWithoutGrowth) {
       Mode::kProcs, 4,
       [calls, warmup](RankCtx &ctx) {
         std::mt19937_64 rng(20261201);
-        long rss0 = 0;
+        long rss0 = 0, high = 0;  // high: the most resident memory of the first half
         int fds0 = 0;
         for (long i = 0; i < calls; i++) {
-          if (i == warmup) rss0 = resident_kib(), fds0 = open_fds();
+          if (i == warmup) rss0 = high = resident_kib(), fds0 = open_fds();
+          if (i > warmup && i < calls / 2 && i % 1000 == 0) high = std::max(high, resident_kib());
           th::Case c = random_case(rng, ctx.nranks);
           bool broken = false;
           if (!th::run_case(ctx, c, &broken)) {
@@ -75,9 +78,13 @@ TEST(Soak, RandomCollectivesExactWithoutGrowth) {
         }
         long rss1 = resident_kib();
         int fds1 = open_fds();
-        RCHECK(ctx, rss1 * 100 < rss0 * 101,
-               "resident memory grew from %ld KiB to %ld KiB over %ld calls", rss0, rss1,
-               calls - warmup);
+        // A leak grows with the calls; reused buffers, cached schedules and the allocator's free
+        // lists only reach a high-water mark (glibc keeps freed blocks and returns them later).
+        // So the second half may not go 1% beyond the highest level seen in the first half.
+        RCHECK(ctx, rss1 * 100 < high * 101,
+               "resident memory grew from %ld KiB (the first half's highest) to %ld KiB over the "
+               "second half of %ld calls (%ld KiB after the warm-up)",
+               high, rss1, calls, rss0);
         RCHECK(ctx, fds1 == fds0, "open fds went from %d to %d", fds0, fds1);
         if (ctx.rank == 0)
           std::fprintf(stderr, "soak: %ld calls, rss %ld -> %ld KiB, fds %d -> %d\n", calls, rss0,
