@@ -64,8 +64,9 @@ static ncclResult_t map_peer(ncclComm_t comm, const op_ctx_t *o, int p, const ag
     const char *addr = NULL;
     if (t->mem_map) TUTTI_CHECK(t->mem_map(comm, p, &m->h[b], &addr));
     if (!addr)
-      return TUTTI_ERR(ncclSystemError, "rank %d: cannot map the %s buffer rank %d exposed in nccl%s",
-                       comm->rank, b == 0 ? "send" : "receive", p, coll_name(o->coll));
+      return TUTTI_ERR(ncclSystemError,
+                       "rank %d: cannot map the %s buffer rank %d exposed in nccl%s", comm->rank,
+                       b == 0 ? "send" : "receive", p, coll_name(o->coll));
     o->peer_buf[b][p] = addr;
   }
   return ncclSuccess;
@@ -91,9 +92,10 @@ static ncclResult_t decide(const op_ctx_t *o, const agree_msg_t *all, int *ok) {
   *ok = 1;
   for (int p = 0; p < comm->nranks; p++) {
     if (all[p].magic != PEER_MSG_MAGIC)
-      return TUTTI_ERR(ncclInvalidUsage, "rank %d: rank %d sent no peer-memory handshake in nccl%s "
-                       "(op #%llu): ranks called different collectives", comm->rank, p,
-                       coll_name(o->coll), (unsigned long long)o->seq);
+      return TUTTI_ERR(ncclInvalidUsage,
+                       "rank %d: rank %d sent no peer-memory handshake in nccl%s "
+                       "(op #%llu): ranks called different collectives",
+                       comm->rank, p, coll_name(o->coll), (unsigned long long)o->seq);
     *ok &= all[p].exposed[0] && all[p].exposed[1];
   }
   for (int p = 0; *ok && p < comm->nranks; p++)
