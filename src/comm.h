@@ -26,6 +26,7 @@ typedef struct peer_info {
   char build[64];     /* build options */
   char settings[512]; /* settings every rank must agree on (agreed.c) */
   int32_t cuda_dev;
+  int32_t numa; /* NUMA node of the CPUs the rank may use at init (-1: several, unknown) */
 } peer_info_t;
 
 typedef struct user_op { /* ncclRedOpCreatePreMulSum */
@@ -44,6 +45,8 @@ struct ncclComm {
   int local_rank, local_size; /* ranks sharing this rank's host */
   int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */
   int hier_ok;                /* hier_applicable(host_of_rank, nranks) */
+  int *ring_order, *ring_pos; /* [nranks] ring position -> rank and back; NULL: rank order */
+  int ring_grouped;           /* 1: the ring enters each host once */
   int nhosts;                 /* distinct hosts among the ranks */
   int host_blocks;            /* rank r is on host r / local_size (tutti-run --hosts placement) */
   int machine_size;           /* ranks on this kernel (containers, namespaces: several hosts) */

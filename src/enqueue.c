@@ -177,7 +177,9 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
                            .nranks = comm->nranks,
                            .root = c->root,
                            .count = c->count,
-                           .in_place = in_place};
+                           .in_place = in_place,
+                           .ring = comm->ring_order,
+                           .ring_pos = comm->ring_pos};
   return ncclSuccess;
 }
 

@@ -210,6 +210,9 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   snprintf(me->version, sizeof(me->version), "%s", fake ? fake : TUTTI_VERSION_STRING);
   snprintf(me->build, sizeof(me->build), "%s", tutti_build_options());
   me->cuda_dev = -1;
+  const topo_t *t = NULL;
+  me->numa = topo_get_process(&t) == ncclSuccess ? topo_current_numa(t) : -1;
+  tutti_clear_error();
   *out = c;
   return ncclSuccess;
 }
@@ -223,6 +226,8 @@ static void comm_free(ncclComm_t c) {
   for (int i = 0; c->p2p_lanes && i < 2 * c->nranks; i++) sched_free(&c->p2p_lanes[i]);
   free(c->p2p_lanes);
   free(c->host_of_rank);
+  free(c->ring_order);
+  free(c->ring_pos);
   free(c->scratch);
   free(c->peers);
   pthread_mutex_destroy(&c->lock);
@@ -282,6 +287,60 @@ static void comm_topology(ncclComm_t c) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < 16; i++) h = (h ^ c->secret[i]) * 0x100000001b3ull;
   c->id_hash = h;
+}
+
+static int ring_host_crossings(ncclComm_t c, const int *order) {
+  int n = c->nranks, x = 0;
+  for (int i = 0; i < n; i++)
+    x += c->host_of_rank[order ? order[i] : i] !=
+         c->host_of_rank[order ? order[(i + 1) % n] : (i + 1) % n];
+  return x;
+}
+
+static void ring_log(ncclComm_t c, const char *why) {
+  char list[160];
+  size_t k = 0;
+  for (int i = 0; i < c->nranks && k + 16 < sizeof(list); i++)
+    k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%d", i ? " " : "",
+                          c->ring_order ? c->ring_order[i] : i);
+  if (k + 16 >= sizeof(list)) snprintf(list + k, sizeof(list) - k, " ...");
+  INFO(SUB_INIT, "ring order %s (%s): %d host crossings, %d in rank order", list, why,
+       ring_host_crossings(c, c->ring_order), ring_host_crossings(c, NULL));
+}
+
+/* The ring order every rank computes alike from the peer table. TUTTI_RING_ORDER: "topo" (the
+ * default: topo_ring_global over the ranks' hosts and NUMA nodes, so the ring enters each host
+ * once and crosses NUMA nodes as little as possible) or "rank" (rank order). */
+static ncclResult_t comm_ring(ncclComm_t c) {
+  char which[64];
+  const char *v = tutti_getenv_which("RING_ORDER", which, sizeof(which));
+  int n = c->nranks, ident = 1;
+  c->ring_grouped = c->host_blocks || c->nhosts == 1;
+  if (v && strcasecmp(v, "rank") == 0) return ring_log(c, "RING_ORDER=rank"), ncclSuccess;
+  if (v && strcasecmp(v, "topo") != 0)
+    return TUTTI_ERR(ncclInvalidUsage, "setting %s=\"%s\" is not \"topo\" or \"rank\"", which, v);
+  uint64_t *hosts = malloc(sizeof(uint64_t) * (size_t)n);
+  topo_rank_loc_t *locs = malloc(sizeof(*locs) * (size_t)n);
+  int *order = malloc(sizeof(int) * (size_t)n), *pos = malloc(sizeof(int) * (size_t)n);
+  ncclResult_t res =
+      hosts && locs && order && pos ? ncclSuccess : TUTTI_ERR(ncclSystemError, "out of memory");
+  for (int p = 0; p < n && res == ncclSuccess; p++)
+    hosts[p] = c->peers[p].host_hash,
+    locs[p] = (topo_rank_loc_t){.gpu = -1, .numa = c->peers[p].numa};
+  if (res == ncclSuccess && topo_ring_global(NULL, n, hosts, locs, order) != ncclSuccess) {
+    INFO(SUB_INIT, "ring order: %s; rank order kept", tutti_last_error());
+    tutti_clear_error();
+    ident = -1;
+  }
+  for (int i = 0; i < n && res == ncclSuccess && ident == 1; i++) ident = order[i] == i;
+  if (res == ncclSuccess && ident == 0) {
+    for (int i = 0; i < n; i++) pos[order[i]] = i;
+    c->ring_order = order, c->ring_pos = pos, order = pos = NULL;
+  }
+  if (res == ncclSuccess && ident >= 0) c->ring_grouped = 1;
+  if (res == ncclSuccess) ring_log(c, "topology: hosts, then NUMA nodes");
+  free(hosts), free(locs), free(order), free(pos);
+  return res;
 }
 
 /* TUTTI_BIND: "none" (the default: the thread keeps the launcher's binding, or none) or
@@ -347,6 +406,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   TUTTI_CHECK_GOTO(bind_setting(&bind), res, fail);
   TUTTI_CHECK_GOTO(bootstrap_join(c, id), res, fail);
   comm_topology(c);
+  TUTTI_CHECK_GOTO(comm_ring(c), res, fail);
   comm_topology_decisions(c, bind);
   TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);
   c->peer_mem = c->nhosts == 1 && c->nranks > 1;

@@ -79,6 +79,7 @@ static tuner_topo_t plan_topo(ncclComm_t comm) {
       .machine_ranks = comm->tuner_machine_ranks,
       .ncpu = comm->tuner_ncpu,
       .host_blocks = comm->host_blocks,
+      .ring_grouped = comm->ring_grouped,
       .peer_mem = comm->peer_mem && tutti_param_Direct(),
       .slot_bytes = comm->slot_bytes,
       .chunk_bytes = comm->chunk_bytes,

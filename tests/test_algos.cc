@@ -1,10 +1,10 @@
-// The tree, halving-doubling, recursive-doubling and direct schedules (src/algos/tree.c, rhd.c,
-// direct.c) run by the reference interpreter of steps (src/algos/interp.c), as the engine runs
-// them: steps cut into pieces of one slot, bounded FIFOs (two chunks each, the least the engine
-// guarantees), a sender blocks on a full FIFO, a piece of the wrong size is an error. So a schedule
-// that could deadlock, read a buffer it does not own, or apply PreMulSum / Avg twice fails here.
-// Values are int64: PRE multiplies a rank's own input by 3, POST adds 2^40 (so "exactly once" is
-// visible), the results are closed forms.
+// The tree, halving-doubling, recursive-doubling, direct and (in a ring order) ring schedules
+// (src/algos/tree.c, rhd.c, direct.c, ring.c) run by the reference interpreter of steps
+// (src/algos/interp.c), as the engine runs them: steps cut into pieces of one slot, bounded FIFOs
+// (two chunks each, the least the engine guarantees), a sender blocks on a full FIFO, a piece of
+// the wrong size is an error. So a schedule that could deadlock, read a buffer it does not own, or
+// apply PreMulSum / Avg twice fails here. Values are int64: PRE multiplies a rank's own input by 3,
+// POST adds 2^40 (so "exactly once" is visible), the results are closed forms.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -63,6 +63,7 @@ struct Setup {
   bool in_place;
   const int *hosts = nullptr;  // host_of_rank for sched_build (nullptr: none)
   bool plain = false;          // an algorithm without PreMulSum (ALGO_NEEDS_PLAIN_OP): no PRE
+  const int *ring = nullptr;   // ring order (position -> rank) for sched_args_t (nullptr: none)
 };
 
 // Buffers per NCCL's layout for the collective (sizes: non-roots get none where NCCL allows NULL).
@@ -92,8 +93,11 @@ void layout(const Setup &u, int r, Rank &rk) {
 std::vector<Rank> build(const Setup &u, int *rc) {
   std::vector<Rank> ranks(u.n);
   *rc = 0;
+  std::vector<int> pos(u.n);
+  for (int i = 0; u.ring && i < u.n; i++) pos[u.ring[i]] = i;
   for (int r = 0; r < u.n; r++) {
     sched_args_t a = {u.coll, r, u.n, u.root, u.count, u.chunk, u.in_place};
+    if (u.ring) a.ring = u.ring, a.ring_pos = pos.data();
     layout(u, r, ranks[r]);
     ranks[r].scratch.assign(sched_scratch_elems(u.algo, &a), -9);
     ranks[r].buf[BUF_SCRATCH] = {&ranks[r].scratch, 0};
@@ -192,6 +196,42 @@ TEST(Algos, RdAcrossHosts) {
     sched_t s{};
     ASSERT_EQ(sched_build(ALGO_RD, &a, hosts, &s, nullptr), 0);
     EXPECT_EQ(s.n, r % 2 ? 2u : 6u) << r;  // recv + 2 x (send + recv) + send; send + recv
+    sched_free(&s);
+  }
+}
+
+// The ring in any order (the communicator's topology order, sched_args_t.ring): all-reduce,
+// reduce-scatter and all-gather keep NCCL's layouts (blocks belong to ranks, not positions), and
+// each rank sends only to the rank after it in the order.
+TEST(Algos, RingFollowsTheRingOrder) {
+  const std::vector<std::vector<int>> orders = {{1, 0},         {0, 2, 1},    {2, 1, 0},
+                                                {0, 2, 1, 3},   {3, 1, 0, 2}, {0, 2, 4, 1, 3, 5},
+                                                {4, 0, 3, 1, 2}};
+  for (const auto &o : orders)
+    for (coll_t coll : {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER})
+      for (size_t c : kCounts)
+        for (size_t chunk : {(size_t)1, (size_t)4, (size_t)100000})
+          for (bool ip : {false, true}) {
+            ::Setup u{coll, ALGO_RING, (int)o.size(), 0, c, chunk, ip};
+            u.ring = o.data();
+            check(u);
+          }
+  const int order[] = {0, 2, 4, 1, 3, 5}, next[] = {2, 3, 4, 5, 1, 0};
+  std::vector<int> pos(6);
+  for (int i = 0; i < 6; i++) pos[order[i]] = i;
+  for (int r = 0; r < 6; r++) {
+    sched_args_t a = {COLL_ALLREDUCE, r, 6, 0, 60, 4, 0};
+    a.ring = order, a.ring_pos = pos.data();
+    sched_t s{};
+    ASSERT_EQ(sched_build(ALGO_RING, &a, nullptr, &s, nullptr), 0);
+    for (size_t i = 0; i < s.n; i++) {
+      if (s.steps[i].send_peer >= 0) {
+        EXPECT_EQ(s.steps[i].send_peer, next[r]) << r;
+      }
+      if (s.steps[i].recv_peer >= 0) {
+        EXPECT_EQ(next[s.steps[i].recv_peer], r) << r;
+      }
+    }
     sched_free(&s);
   }
 }

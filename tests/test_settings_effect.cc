@@ -38,9 +38,10 @@ struct Out {
 
 // env_allreduce on 2 ranks under tutti-run with `env` ("VAR=value ..."), nothing else of the
 // caller's logging settings. `wrap` runs before the program in each rank (e.g. "sh -c '...'").
-Out launch(const std::string &env, const std::string &prog = ENV_ALLREDUCE_PATH) {
+Out launch(const std::string &env, const std::string &prog = ENV_ALLREDUCE_PATH, int nranks = 2) {
   std::string cmd = "env -u TUTTI_DEBUG -u TUTTI_DEBUG_SUBSYS -u TUTTI_DEBUG_FILE -u NCCL_DEBUG " +
-                    env + " " + TUTTI_RUN_PATH + " -n 2 --timeout 120 " + prog + " 2>&1";
+                    env + " " + TUTTI_RUN_PATH + " -n " + std::to_string(nranks) +
+                    " --timeout 120 " + prog + " 2>&1";
   Out o{-1, ""};
   FILE *p = popen(cmd.c_str(), "r");
   if (!p) return o;
@@ -57,10 +58,10 @@ int count(const std::string &text, const std::string &what) {
   return n;
 }
 
-// The run worked: both ranks printed their "ok" line (exact sums) and the job exited 0.
-void expect_ok(const Out &o) {
+// The run worked: every rank printed its "ok" line (exact sums) and the job exited 0.
+void expect_ok(const Out &o, int nranks = 2) {
   EXPECT_EQ(o.status, 0) << o.text;
-  EXPECT_EQ(count(o.text, " of 2 ok"), 2) << o.text;
+  EXPECT_EQ(count(o.text, " of " + std::to_string(nranks) + " ok"), nranks) << o.text;
 }
 
 // The line of the call with `count` elements ("ncclAllReduce: opCount ... count 10 ..."), per rank.
@@ -223,6 +224,32 @@ TEST(Settings, HostIdMakesRanksDifferentHosts) {
   expect_ok(o);
   EXPECT_EQ(count(o.text, "via tcp"), 2) << o.text;
   EXPECT_EQ(count(o.text, "via shm"), 0) << o.text;
+}
+
+// Ranks of two hosts interleaved (rank r on host r % 2): the ring order from the topology enters
+// each host once (0 2 1 3: 2 host crossings instead of rank order's 4), the forced ring runs its
+// all-reduces and all-gather in that order with exact results (env_allreduce checks them);
+// TUTTI_RING_ORDER=rank keeps rank order, and a bad value is an error naming the setting.
+TEST(Settings, RingOrderEntersEachHostOnce) {
+  const std::string log = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=INIT,COLL TUTTI_ALGO=ring ";
+  const std::string prog = std::string("sh -c 'TUTTI_HOSTID=fakehost$((TUTTI_RANK % 2)) exec ") +
+                           ENV_ALLREDUCE_PATH + "'";
+  Out o = launch(log, prog, 4);
+  expect_ok(o, 4);
+  EXPECT_EQ(count(o.text,
+                  "ring order 0 2 1 3 (topology: hosts, then NUMA nodes): 2 host "
+                  "crossings, 4 in rank order"),
+            4)
+      << o.text;
+  EXPECT_EQ(count(o.text, "] algo ring"), 12) << o.text;  // 3 calls x 4 ranks
+  Out r = launch(log + "TUTTI_RING_ORDER=rank ", prog, 4);
+  expect_ok(r, 4);
+  EXPECT_EQ(count(r.text, "ring order 0 1 2 3 (RING_ORDER=rank): 4 host crossings"), 4) << r.text;
+  Out bad = launch("TUTTI_RING_ORDER=sideways");
+  EXPECT_NE(bad.status, 0) << bad.text;
+  EXPECT_NE(bad.text.find("TUTTI_RING_ORDER=\"sideways\" is not \"topo\" or \"rank\""),
+            std::string::npos)
+      << bad.text;
 }
 
 // ------------------------------------------------------------------ waiting

@@ -30,7 +30,7 @@ const tuner_level_t *cost_level(const tuner_model_t *m, const tuner_topo_t *t) {
 
 double cost_ring_net_share(const tuner_topo_t *t) {
   if (t->nhosts < 2) return 0;
-  return t->host_blocks ? (double)t->nhosts / t->nranks : 1;
+  return t->host_blocks || t->ring_grouped ? (double)t->nhosts / t->nranks : 1;
 }
 
 double cost_peers_net_share(const tuner_topo_t *t) {

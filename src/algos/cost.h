@@ -43,6 +43,7 @@ typedef struct tuner_topo {                /* what the communicator knows, the s
   int machine_ranks, ncpu; /* the machine (kernel) with the most ranks per CPU: its ranks and
                               CPUs; 0: unknown */
   int host_blocks;         /* 1: rank r is on host r / local_size, every host alike */
+  int ring_grouped;        /* 1: the ring order enters each host once (host_blocks implies it) */
   int peer_mem;            /* 1: every pair of ranks is connected by a transport with the
                               peer-memory capability (one host, shared memory) */
   size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
@@ -67,8 +68,9 @@ double cost(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *
 /* The level a flat algorithm runs at: the network as soon as it spans hosts. */
 const tuner_level_t *cost_level(const tuner_model_t *m, const tuner_topo_t *t);
 /* The share of a flat algorithm's messages that leave the host: ring-like (each rank sends to
- * its neighbour: H of the n links cross hosts when hosts hold blocks of ranks, 1 when the
- * placement is unknown) or to every peer ((n-m)/(n-1) of them). */
+ * its neighbour: H of the n links cross hosts when hosts hold blocks of ranks or the ring order
+ * enters each host once, 1 when the placement is unknown) or to every peer ((n-m)/(n-1) of them).
+ */
 double cost_ring_net_share(const tuner_topo_t *t);
 double cost_peers_net_share(const tuner_topo_t *t);
 /* Ranks of one host whose exchange steps cross the network at the same time share its NICs:

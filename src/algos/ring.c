@@ -1,6 +1,11 @@
 /* Ring algorithms: all-reduce (reduce-scatter then all-gather), reduce-scatter, all-gather.
  *
- *   rank r receives from prev = r-1 and sends to next = r+1 (mod n).
+ *   the rank at ring position r receives from position r-1 and sends to r+1 (mod n).
+ *
+ * Positions are ranks unless the communicator gives a ring order (sched_args_t.ring: hosts
+ * entered once, NUMA nodes crossed as little as possible; topo_ring_global). Below, "rank r"
+ * means position r; the blocks of reduce-scatter and all-gather belong to the rank at that
+ * position, the segments of all-reduce are taken in position order.
  *
  * All-reduce splits the buffer into n nearly equal segments (block_start) and each segment into
  * rounds of at most `chunk` elements. In every round, rank r:
@@ -39,8 +44,13 @@ static int single_rank_copy(sched_t *s, size_t src_off, size_t count, uint8_t fl
   return 0;
 }
 
+/* Position, neighbours: the rank before and after this one in the ring. */
+#define RING_PLACE(a)                                                          \
+  int n = (a)->nranks, r = sched_ring_me(a), prev = sched_ring_rank(a, r - 1), \
+      next = sched_ring_rank(a, r + 1)
+
 int ring_allreduce(const sched_args_t *a, sched_t *s) {
-  int n = a->nranks, r = a->rank, prev = tutti_mod(r - 1, n), next = tutti_mod(r + 1, n);
+  RING_PLACE(a);
   if (n == 1) return single_rank_copy(s, 0, a->count, STEP_PRE | STEP_POST);
   size_t seg_max = a->count / n + (a->count % n != 0);
   size_t rounds = (seg_max + a->chunk - 1) / a->chunk;
@@ -74,8 +84,13 @@ int ring_allreduce(const sched_args_t *a, sched_t *s) {
   return 0;
 }
 
+/* Element offset of the block of the rank at ring position p (blocks of c elements). */
+static size_t block_at(const sched_args_t *a, int p, size_t c) {
+  return (size_t)sched_ring_rank(a, p) * c;
+}
+
 int ring_reducescatter(const sched_args_t *a, sched_t *s) {
-  int n = a->nranks, r = a->rank, prev = tutti_mod(r - 1, n), next = tutti_mod(r + 1, n);
+  RING_PLACE(a);
   size_t c = a->count;
   if (n == 1) return single_rank_copy(s, 0, c, STEP_PRE | STEP_POST);
   size_t rounds = (c + a->chunk - 1) / a->chunk;
@@ -83,20 +98,20 @@ int ring_reducescatter(const sched_args_t *a, sched_t *s) {
     size_t off, len;
     round_range(0, c, j, a->chunk, &off, &len);
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-               .flags = STEP_PRE, .src_off = (size_t)tutti_mod(r - 1, n) * c + off, .count = len);
+               .flags = STEP_PRE, .src_off = block_at(a, r - 1, c) + off, .count = len);
     for (int k = 1; k <= n - 2; k++)
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
-                 .flags = STEP_REDUCE | STEP_PRE,
-                 .src_off = (size_t)tutti_mod(r - 1 - k, n) * c + off, .count = len);
+                 .flags = STEP_REDUCE | STEP_PRE, .src_off = block_at(a, r - 1 - k, c) + off,
+                 .count = len);
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
                .flags = STEP_REDUCE | STEP_PRE | STEP_POST | STEP_STORE,
-               .src_off = (size_t)r * c + off, .dst_off = off, .count = len);
+               .src_off = (size_t)a->rank * c + off, .dst_off = off, .count = len);
   }
   return 0;
 }
 
 int ring_allgather(const sched_args_t *a, sched_t *s) {
-  int n = a->nranks, r = a->rank, prev = tutti_mod(r - 1, n), next = tutti_mod(r + 1, n);
+  RING_PLACE(a);
   size_t c = a->count;
   if (n == 1) {
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
@@ -108,13 +123,13 @@ int ring_allgather(const sched_args_t *a, sched_t *s) {
     size_t off, len;
     round_range(0, c, j, a->chunk, &off, &len);
     SCHED_PUSH(.recv_peer = -1, .send_peer = next, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-               .flags = STEP_STORE, .src_off = off, .dst_off = (size_t)r * c + off, .count = len);
+               .flags = STEP_STORE, .src_off = off, .dst_off = (size_t)a->rank * c + off,
+               .count = len);
     for (int k = 1; k <= n - 2; k++)
       SCHED_PUSH(.recv_peer = prev, .send_peer = next, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-                 .flags = STEP_STORE, .dst_off = (size_t)tutti_mod(r - k, n) * c + off,
-                 .count = len);
+                 .flags = STEP_STORE, .dst_off = block_at(a, r - k, c) + off, .count = len);
     SCHED_PUSH(.recv_peer = prev, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
-               .flags = STEP_STORE, .dst_off = (size_t)tutti_mod(r + 1, n) * c + off, .count = len);
+               .flags = STEP_STORE, .dst_off = block_at(a, r + 1, c) + off, .count = len);
   }
   return 0;
 }

@@ -114,7 +114,18 @@ typedef struct sched_args {
   size_t chunk;           /* elements per ring step per round (>= 1) */
   int in_place;
   const int *host_of_rank; /* [nranks]: host label of each rank (NULL: unknown) */
+  const int *ring;         /* [nranks]: the rank at each ring position (NULL: rank order) */
+  const int *ring_pos;     /* [nranks]: the ring position of each rank (with ring) */
 } sched_args_t;
+
+/* The rank at ring position p (any integer: taken mod nranks) and this rank's position. */
+static inline int sched_ring_rank(const sched_args_t *a, int p) {
+  int n = a->nranks, q = ((p % n) + n) % n;
+  return a->ring ? a->ring[q] : q;
+}
+static inline int sched_ring_me(const sched_args_t *a) {
+  return a->ring ? a->ring_pos[a->rank] : a->rank;
+}
 
 /* Start of block k when `count` elements are split into n nearly equal blocks. */
 static inline size_t block_start(size_t count, int n, int k) {

@@ -151,6 +151,9 @@ void topo_choose_binding(const topo_t *t, int gpu, const char *current, topo_bin
  * enough; a launcher's binding is kept. Always of the calling thread's current binding. */
 void topo_choose_binding_local(const topo_t *t, int gpu, int local_rank, int local_size,
                                topo_binding_t *out);
+/* The NUMA node (os index) holding every CPU the calling thread may run on; -1 when they span
+ * several nodes, the machine has one, or t is not this machine. */
+int topo_current_numa(const topo_t *t);
 
 typedef struct topo_saved_binding {
   int has_cpu, has_mem, mem_policy;
@@ -191,8 +194,8 @@ void topo_ring_hosts(int nranks, const uint64_t *host_hash, const int *local_pos
  * (topo_ring_hosts). Pure: ranks that pass the same host_hash and locs get the same order. A
  * rank without a GPU is placed by its NUMA node alone, so for CPU-only ranks t may be NULL and
  * every rank agrees whatever its machine; with GPUs every rank must pass the same t (identical
- * hosts). Fails only for more than 256 ranks on one host. Not applied yet: the ring algorithms
- * (src/algos/ring.c) walk ranks in rank order. */
+ * hosts). Fails only for more than 256 ranks on one host. The communicator's ring order
+ * (init.c, TUTTI_RING_ORDER) is this; the ring algorithms walk it (sched_args_t.ring). */
 ncclResult_t topo_ring_global(const topo_t *t, int nranks, const uint64_t *host_hash,
                               const topo_rank_loc_t *locs, int *order);
 

@@ -162,6 +162,14 @@ static int numa_of_cpus(const topo_t *t, hwloc_const_cpuset_t cpus) {
   return numa;
 }
 
+int topo_current_numa(const topo_t *t) {
+  if (!t || !t->live || hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_NUMANODE) < 2) return -1;
+  hwloc_bitmap_t cur = topo_current_cpuset(t);
+  int numa = cur ? numa_of_cpus(t, cur) : -1;
+  hwloc_bitmap_free(cur);
+  return numa;
+}
+
 static void bind_without_gpu(const topo_t *t, hwloc_const_cpuset_t cur, topo_binding_t *out) {
   int nnuma = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_NUMANODE);
   out->numa = numa_of_cpus(t, cur);
