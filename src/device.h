@@ -62,6 +62,8 @@ extern const device_ops_t device_emu_ops;
 /* device_cuda.c: 0 when the driver's entry points the stream path needs are all there, else
  * why not (in `why`). */
 int device_cuda_usable(char *why, size_t len);
+/* The i-th driver entry point device_cuda.c uses, NULL past the last (for tests). */
+const char *device_cuda_symbol(size_t i);
 
 /* ---- device_emu.c: what protocol tests use to play the application's part ---- */
 

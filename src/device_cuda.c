@@ -53,25 +53,30 @@ static struct {
 #define CU_SYM(field, name) \
   { (void **)&cu.field, name }
 
+static const struct {
+  void **fn;
+  const char *name;
+} syms[] = {
+    CU_SYM(ctx_get, "cuCtxGetCurrent"),
+    CU_SYM(ctx_set, "cuCtxSetCurrent"),
+    CU_SYM(host_alloc, "cuMemHostAlloc"),
+    CU_SYM(host_free, "cuMemFreeHost"),
+    CU_SYM(host_devptr, "cuMemHostGetDevicePointer_v2"),
+    CU_SYM(write32, "cuStreamWriteValue32_v2"),
+    CU_SYM(wait32, "cuStreamWaitValue32_v2"),
+    CU_SYM(capturing, "cuStreamIsCapturing"),
+    CU_SYM(stream_create, "cuStreamCreate"),
+    CU_SYM(stream_destroy, "cuStreamDestroy_v2"),
+    CU_SYM(memcpy_async, "cuMemcpyAsync"),
+    CU_SYM(stream_sync, "cuStreamSynchronize"),
+    CU_SYM(error_string, "cuGetErrorString"),
+};
+
+const char *device_cuda_symbol(size_t i) {
+  return i < sizeof(syms) / sizeof(syms[0]) ? syms[i].name : NULL;
+}
+
 int device_cuda_usable(char *why, size_t len) {
-  static const struct {
-    void **fn;
-    const char *name;
-  } syms[] = {
-      CU_SYM(ctx_get, "cuCtxGetCurrent"),
-      CU_SYM(ctx_set, "cuCtxSetCurrent"),
-      CU_SYM(host_alloc, "cuMemHostAlloc"),
-      CU_SYM(host_free, "cuMemFreeHost"),
-      CU_SYM(host_devptr, "cuMemHostGetDevicePointer_v2"),
-      CU_SYM(write32, "cuStreamWriteValue32_v2"),
-      CU_SYM(wait32, "cuStreamWaitValue32_v2"),
-      CU_SYM(capturing, "cuStreamIsCapturing"),
-      CU_SYM(stream_create, "cuStreamCreate"),
-      CU_SYM(stream_destroy, "cuStreamDestroy_v2"),
-      CU_SYM(memcpy_async, "cuMemcpyAsync"),
-      CU_SYM(stream_sync, "cuStreamSynchronize"),
-      CU_SYM(error_string, "cuGetErrorString"),
-  };
   const char *state = cuda_driver_state();
   if (strcmp(state, "ready") != 0) {
     snprintf(why, len, "%s", state);
