@@ -78,6 +78,8 @@ void *device_emu_stream_create(void);
 void device_emu_stream_destroy(void *stream);
 /* Queues fn(arg) on the stream (the application's "kernel"). */
 void device_emu_stream_call(void *stream, void (*fn)(void *), void *arg);
+/* Marks the stream as being captured into a graph (stream_capturing answers 1) or not. */
+void device_emu_stream_set_capturing(void *stream, int on);
 /* Waits until everything queued so far on the stream ran (at most timeout_ms): 0, or -1 on
  * timeout. */
 int device_emu_stream_sync(void *stream, int64_t timeout_ms);

@@ -103,6 +103,7 @@ typedef struct emu_stream {
   emu_op_t *head, *tail;
   uint64_t queued, ran;
   int stop;
+  int capturing; /* device_emu_stream_set_capturing */
 } emu_stream_t;
 
 static void emu_sleep_us(long us) {
@@ -253,8 +254,11 @@ static void emu_host_free(void *p) {
   free(p);
 }
 static int emu_stream_capturing(void *stream) {
-  (void)stream;
-  return 0;
+  return __atomic_load_n(&emu_stream(stream)->capturing, __ATOMIC_ACQUIRE);
+}
+
+void device_emu_stream_set_capturing(void *stream, int on) {
+  __atomic_store_n(&emu_stream(stream)->capturing, on, __ATOMIC_RELEASE);
 }
 static int emu_copy_queue_create(void **q) {
   *q = NULL;

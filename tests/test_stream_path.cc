@@ -392,6 +392,74 @@ TEST(StreamPathProtocol, DeviceScalarReadWhenTheOperationRuns) {
   for (int i = 0; i < n; i++) ncclRedOpDestroy(ops[i], R.comms[i]);
 }
 
+// A stream being captured into a CUDA graph is refused by name (the hand-off to the proxy
+// happens at call time); the communicator stays usable. So are more than 4 streams in one
+// group on one communicator.
+TEST(StreamPathProtocol, CaptureAndTooManyStreamsAreRefused) {
+  Ranks R(1);
+  DevBuf b(4096);
+  fill(b, 0, 1024);
+  device_emu_stream_set_capturing(R.streams[0], 1);
+  EXPECT_EQ(ncclAllReduce(b.d, b.d, 1024, ncclInt32, ncclSum, R.comms[0], R.st(0)),
+            ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(R.comms[0])).find("graph capture"), std::string::npos)
+      << ncclGetLastError(R.comms[0]);
+  device_emu_stream_set_capturing(R.streams[0], 0);
+  std::vector<void *> extra(5);
+  for (auto &x : extra) x = device_emu_stream_create();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (auto x : extra)
+    ASSERT_EQ(ncclAllReduce(b.d, b.d, 8, ncclInt32, ncclSum, R.comms[0], (cudaStream_t)x),
+              ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(R.comms[0])).find("more than 4 streams"),
+            std::string::npos)
+      << ncclGetLastError(R.comms[0]);
+  for (auto x : extra) device_emu_stream_destroy(x);
+  ncclResult_t err;
+  ASSERT_EQ(ncclCommGetAsyncError(R.comms[0], &err), ncclSuccess);
+  EXPECT_EQ(err, ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(b.d, b.d, 1024, ncclInt32, ncclSum, R.comms[0], R.st(0)), ncclSuccess);
+  R.sync();
+  for (size_t j = 0; j < 1024; j++) ASSERT_EQ(b.host<int32_t>()[j], in(0, j));
+}
+
+// ncclCommDestroy with an operation still waiting for its stream runs it first.
+TEST(StreamPathProtocol, DestroyRunsQueuedOperationsFirst) {
+  const int n = 2;
+  const size_t k = 2000;
+  std::vector<ncclComm_t> comms(n);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  std::vector<void *> streams(n);
+  for (auto &x : streams) x = device_emu_stream_create();
+  DevBuf s0(k * 4), s1(k * 4), r0(k * 4), r1(k * 4);
+  DevBuf *s[] = {&s0, &s1}, *r[] = {&r0, &r1};
+  Gate gate;
+  for (int i = 0; i < n; i++)
+    fill(*s[i], i, k), device_emu_stream_call(streams[i], Gate::wait, &gate);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ncclSum, comms[i],
+                            static_cast<cudaStream_t>(streams[i])),
+              ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    gate.open = 1;
+  });
+  std::vector<std::thread> destroyers;  // both ranks at once: each waits for the other's item
+  std::vector<ncclResult_t> res(n, ncclInternalError);
+  for (int i = 0; i < n; i++)
+    destroyers.emplace_back([&, i] { res[i] = ncclCommDestroy(comms[i]); });
+  for (auto &t : destroyers) t.join();
+  opener.join();
+  for (int i = 0; i < n; i++) EXPECT_EQ(res[i], ncclSuccess);
+  for (auto x : streams) ASSERT_EQ(device_emu_stream_sync(x, 10000), 0);
+  for (int i = 0; i < n; i++)
+    for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->host<int32_t>()[j], in(0, j) + in(1, j));
+  for (auto x : streams) device_emu_stream_destroy(x);
+}
+
 // Ranks as processes over shm: each process has its own emulated device and proxy.
 TEST(StreamPathProtocol, ForkedRanksOverShm) {
   const int n = 2;
