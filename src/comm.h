@@ -65,6 +65,7 @@ struct ncclComm {
   conn_t *recv_conn;   /* [nranks]: from peer */
   void *shm;           /* shm transport state */
   void *memreg;        /* other processes' ncclMemAlloc regions mapped here (memreg.c) */
+  struct proxy *proxy; /* the stream path's thread (proxy.c), started on first use */
   int peer_mem;        /* every peer reached through a transport with peer memory */
   uint64_t peer_calls; /* calls run with peer steps so far, alike on every rank */
 

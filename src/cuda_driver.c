@@ -28,6 +28,7 @@ typedef int (*cu_pointer_get_attribute_fn)(void *, int, unsigned long long);
 static struct {
   pthread_once_t once;
   cu_pointer_get_attribute_fn get_attr; /* NULL: no usable driver */
+  void *lib;                            /* the driver, open while usable */
   char state[256];
 } drv = {.once = PTHREAD_ONCE_INIT};
 
@@ -44,6 +45,7 @@ static void drv_load(void) {
     int rc = init && get ? init(0) : -1;
     if (rc == 0) {
       drv.get_attr = get;
+      drv.lib = lib;
       snprintf(drv.state, sizeof drv.state, "ready");
     } else if (rc == -1) {
       snprintf(drv.state, sizeof drv.state, "%s lacks cuInit or cuPointerGetAttribute", name);
@@ -71,4 +73,9 @@ mem_kind_t cuda_driver_mem_kind(const void *p) {
   if (drv.get_attr(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr) == 0 && managed)
     return MEM_KIND_HOST; /* managed memory is readable by the host */
   return type == CU_MEMORYTYPE_DEVICE ? MEM_KIND_DEVICE : MEM_KIND_HOST;
+}
+
+void *cuda_driver_symbol(const char *name) {
+  pthread_once(&drv.once, drv_load);
+  return drv.lib ? dlsym(drv.lib, name) : NULL;
 }

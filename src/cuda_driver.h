@@ -22,6 +22,9 @@ mem_kind_t cuda_driver_mem_kind(const void *p);
 /* "ready", or why the driver is not used ("libcuda.so.1 not loadable: ...", "cuInit failed
  * (CUDA error 34)"), after loading it if not done yet. For logs and tests. */
 const char *cuda_driver_state(void);
+/* An entry point of the loaded driver (dlsym), NULL when there is no usable driver or no such
+ * symbol; for device_cuda.c. */
+void *cuda_driver_symbol(const char *name);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cuda_driver.h"
+#include "device.h"
 #include "group.h"
 
 typedef struct call {
@@ -67,7 +67,7 @@ static int coll_has_root(coll_t c) {
          c == COLL_SEND || c == COLL_RECV;
 }
 
-static ncclResult_t check_op(const call_t *c, reduce_op_t *rop) {
+static ncclResult_t check_op(const call_t *c, reduce_op_t *rop, const void **scalar_dev) {
   ncclComm_t comm = c->comm;
   memset(rop, 0, sizeof(*rop));
   rop->type = c->type;
@@ -89,6 +89,10 @@ static ncclResult_t check_op(const call_t *c, reduce_op_t *rop) {
                      (int)c->op, (int)u->type, (int)c->type);
   rop->base = ncclSum;
   rop->premul = 1;
+  if (u->residence == ncclScalarDevice && device_mem_kind(u->ptr) == MEM_KIND_DEVICE) {
+    *scalar_dev = u->ptr; /* the proxy reads it when the call runs, as NCCL's kernels do */
+    return ncclSuccess;
+  }
   memcpy(rop->scalar, u->residence == ncclScalarHostImmediate ? (const void *)u->value : u->ptr,
          tuttiTypeSize(c->type));
   return ncclSuccess;
@@ -119,18 +123,37 @@ static ncclResult_t check_overlap(const call_t *c, size_t sbytes, size_t rbytes,
   return ncclSuccess;
 }
 
-#ifdef TUTTI_HAVE_CUDA
-#define DEVICE_MEM_REFUSAL "device buffers need CUDA stream support, which this build lacks so far"
-#else
-#define DEVICE_MEM_REFUSAL "this build moves host memory only (built without CUDA)"
-#endif
+/* Pointer kind per call: the device in use (device.h) says whether a buffer is device memory.
+ * Without one every buffer is host memory, except that the driver may know device memory it
+ * cannot run the stream path for (an old driver lacking an entry point): that is refused. */
+static ncclResult_t check_mem_kind(const call_t *c, const char *name, const void *buf, size_t n,
+                                   int *on_device) {
+  *on_device = 0;
+  if (!n) return ncclSuccess;
+  if (device_get()) {
+    *on_device = device_mem_kind(buf) == MEM_KIND_DEVICE;
+    return ncclSuccess;
+  }
+  if (cuda_driver_mem_kind(buf) == MEM_KIND_DEVICE) {
+    char why[256];
+    device_cuda_usable(why, sizeof why);
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "%s: %s is device memory, which this process cannot "
+                     "move: %s",
+                     c->fn, name, why);
+  }
+  return ncclSuccess;
+}
 
-/* Pointer kind per call: the CUDA driver (loaded at run time) says whether a buffer is device
- * memory; without a driver every buffer is host memory. */
-static ncclResult_t check_mem_kind(const call_t *c, const char *name, const void *buf, size_t n) {
-  if (n && cuda_driver_mem_kind(buf) == MEM_KIND_DEVICE)
-    return TUTTI_ERR(ncclInvalidArgument, "%s: %s is device memory; " DEVICE_MEM_REFUSAL, c->fn,
-                     name);
+/* A stream needs a device; device buffers or a stream take the stream path (proxy.c). */
+static ncclResult_t check_stream(const call_t *c, pending_t *p) {
+  if (c->stream != NULL && !device_get())
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "%s: stream must be NULL for host buffers when there is no CUDA device "
+                     "(%s)",
+                     c->fn, cuda_driver_state());
+  p->stream = c->stream;
+  p->on_stream = c->stream != NULL || p->on_device[0] || p->on_device[1];
   return ncclSuccess;
 }
 
@@ -152,18 +175,16 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   buffer_counts(c, comm->nranks, comm->rank, &ns, &nr);
   if (ns && !c->sendbuff) return TUTTI_ERR(ncclInvalidArgument, "%s: sendbuff is NULL", c->fn);
   if (nr && !c->recvbuff) return TUTTI_ERR(ncclInvalidArgument, "%s: recvbuff is NULL", c->fn);
-  TUTTI_CHECK(check_mem_kind(c, "sendbuff", c->sendbuff, ns));
-  TUTTI_CHECK(check_mem_kind(c, "recvbuff", c->recvbuff, nr));
-  if (c->stream != NULL)
-    return TUTTI_ERR(ncclInvalidArgument,
-                     "%s: stream must be NULL for host buffers (this build "
-                     "has no CUDA stream support yet)",
-                     c->fn);
   memset(p, 0, sizeof(*p));
+  TUTTI_CHECK(check_mem_kind(c, "sendbuff", c->sendbuff, ns, &p->on_device[0]));
+  TUTTI_CHECK(check_mem_kind(c, "recvbuff", c->recvbuff, nr, &p->on_device[1]));
+  TUTTI_CHECK(check_stream(c, p));
+  p->bytes[0] = ns * es, p->bytes[1] = nr * es;
   if (coll_has_op(c->coll))
-    TUTTI_CHECK(check_op(c, &p->ctx.rop));
+    TUTTI_CHECK(check_op(c, &p->ctx.rop, &p->scalar_dev));
   else
     p->ctx.rop = (reduce_op_t){.type = c->type, .base = ncclSum, .divisor = comm->nranks};
+  if (p->scalar_dev) p->on_stream = 1; /* only the proxy reads device memory */
   int in_place = 0;
   TUTTI_CHECK(check_overlap(c, ns * es, nr * es, es, &in_place));
   p->ctx.comm = comm;
@@ -289,7 +310,8 @@ API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDat
   if (idx >= 0) {
     user_op_t *u = &comm->user_ops[idx];
     *u = (user_op_t){.used = 1, .type = datatype, .residence = residence, .ptr = scalar};
-    memcpy(u->value, scalar, tuttiTypeSize(datatype));
+    if (residence == ncclScalarHostImmediate) /* a device scalar is read when calls run */
+      memcpy(u->value, scalar, tuttiTypeSize(datatype));
   }
   pthread_mutex_unlock(&comm->lock);
   if (idx < 0)

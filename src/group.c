@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "collcheck.h"
+#include "proxy.h"
 
 typedef struct group_state {
   int depth;
@@ -177,10 +178,31 @@ out:
   return res;
 }
 
+ncclResult_t group_run_now(pending_t *ops, size_t n) {
+  return group_run(ops, n);
+}
+
+/* The stream path: each communicator's calls of the group become one item of its proxy. */
+static ncclResult_t group_submit(pending_t *ops, size_t n) {
+  int nc = collect_comms(ops, n);
+  if (nc < 0) return TUTTI_ERR(ncclSystemError, "out of memory");
+  return proxy_submit(grp.comms, nc, ops, n);
+}
+
+/* A group with a device buffer or a stream goes to the proxies and returns at once; any other
+ * runs here, after what the proxies still have of its communicators (it must not overtake). */
+static ncclResult_t group_launch(pending_t *ops, size_t n) {
+  int on_stream = 0;
+  for (size_t i = 0; i < n; i++) on_stream |= ops[i].on_stream;
+  if (on_stream) return group_submit(ops, n);
+  for (size_t i = 0; i < n; i++) proxy_drain(ops[i].ctx.comm);
+  return group_run(ops, n);
+}
+
 ncclResult_t group_enqueue(const pending_t *p) {
   if (grp.depth == 0) {
     pending_t one = *p;
-    return group_run(&one, 1);
+    return group_launch(&one, 1);
   }
   if (grp.n >= 65535) return TUTTI_ERR(ncclInvalidUsage, "more than 65535 calls in one group");
   if (grow((void **)&grp.ops, &grp.cap, grp.n + 1, sizeof(pending_t)))
@@ -217,7 +239,7 @@ API ncclResult_t ncclGroupEnd(void) {
     TUTTI_ERR(res, "ncclGroupEnd: the group contained an invalid call (%s); nothing was run", why);
   } else {
     res = group_jobs_run(1); /* deferred inits and splits first: the calls may use them */
-    if (res == ncclSuccess && grp.n > 0) res = group_run(grp.ops, grp.n);
+    if (res == ncclSuccess && grp.n > 0) res = group_launch(grp.ops, grp.n);
   }
   group_release(grp.ops, grp.n);
   grp.n = 0;

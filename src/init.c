@@ -13,6 +13,7 @@
 #include "group.h"
 #include "net_addr.h"
 #include "plan.h"
+#include "proxy.h"
 #include "topology/topo.h"
 
 TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
@@ -545,6 +546,7 @@ API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist
 
 API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   TUTTI_CHECK(comm_check_handle(comm, "ncclCommFinalize"));
+  proxy_drain(comm);               /* operations queued on streams complete first */
   pthread_mutex_lock(&comm->lock); /* waits for an operation running in another thread */
   comm->finalized = 1;
   pthread_mutex_unlock(&comm->lock);
@@ -568,6 +570,7 @@ static ncclResult_t comm_end(ncclComm_t comm, int abort, const char *fn) {
                      "group first%s",
                      fn, comm->rank, queued,
                      abort ? " (the communicator is aborted: the group will fail)" : "");
+  proxy_stop(comm); /* runs what the streams queued (aborted: fails it, releasing them) */
   pthread_mutex_lock(&comm->lock); /* waits for an operation running in another thread */
   pthread_mutex_unlock(&comm->lock);
   comm_free(comm);

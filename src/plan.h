@@ -11,6 +11,12 @@
 typedef struct pending { /* one validated call waiting for its group to end */
   op_ctx_t ctx;
   sched_args_t args; /* args.root is the peer for send/recv */
+  /* The stream path (proxy.c): a call with a device buffer or a stream runs there. */
+  int on_stream;
+  void *stream;           /* the user's cudaStream_t (NULL: the legacy default stream) */
+  int on_device[2];       /* sendbuff, recvbuff are device memory */
+  size_t bytes[2];        /* bytes of sendbuff, recvbuff this rank reads / writes */
+  const void *scalar_dev; /* PreMulSum scalar in device memory: read when the call runs */
 } pending_t;
 
 /* Plans the calls of one group (the communicators locked, their lanes empty): chooses each

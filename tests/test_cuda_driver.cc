@@ -2,6 +2,7 @@
 // missing (dlopen fails) or unusable (the toolkit's stub libcuda, whose cuInit fails) every
 // buffer is host memory and collectives on host buffers run as in a build without CUDA.
 // Each case runs in a forked child, because the driver is loaded once per process.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cuda_driver.h"
+#include "device.h"
 #include "nccl.h"
 
 namespace {
@@ -24,6 +26,15 @@ int host_allreduce_ok() {
   int bad = ncclAllReduce(send.data(), recv.data(), 1000, ncclInt32, ncclSum, comm, nullptr);
   bad |= ncclAllReduce(send.data(), send.data(), 1000, ncclInt32, ncclSum, comm, nullptr);
   for (int i = 0; i < 1000; i++) bad |= recv[i] != 3 * i + 1 || send[i] != 3 * i + 1;
+  // Without a device (no driver, or one without a GPU) a stream cannot exist: refused by name,
+  // nothing written.
+  if (!device_get()) {
+    std::vector<int> untouched(1000, -7);
+    bad |= ncclAllReduce(send.data(), untouched.data(), 1000, ncclInt32, ncclSum, comm,
+                         (cudaStream_t)0x10) != ncclInvalidArgument;
+    bad |= std::string(ncclGetLastError(comm)).find("stream must be NULL") == std::string::npos;
+    for (int v : untouched) bad |= v != -7;
+  }
   // Pinned-looking but ordinary memory from malloc: host as well.
   void *m = malloc(64);
   bad |= cuda_driver_mem_kind(m) != MEM_KIND_HOST;
@@ -57,6 +68,18 @@ TEST(CudaDriver, MissingDriverLibraryMeansHostMemory) {
 }
 
 #ifdef TUTTI_CUDA_STUB_LIBCUDA
+// Every driver entry point the stream path looks up exists, under that name, in the toolkit's
+// libcuda (the stub exports the real driver's symbols), so a real driver will have them.
+TEST(CudaDriver, StreamPathEntryPointsExistInTheDriver) {
+  void *lib = dlopen(TUTTI_CUDA_STUB_LIBCUDA, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  size_t i = 0;
+  for (const char *name; (name = device_cuda_symbol(i)); i++)
+    EXPECT_NE(dlsym(lib, name), nullptr) << name;
+  EXPECT_GE(i, 13u);
+  dlclose(lib);
+}
+
 // The toolkit's stub libcuda loads but cuInit fails: the same host path.
 TEST(CudaDriver, StubDriverMeansHostMemory) {
   expect_host_path(TUTTI_CUDA_STUB_LIBCUDA, "cuInit failed");

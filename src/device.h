@@ -1,0 +1,90 @@
+/* The device-memory interface: the few operations the stream path (proxy.c) needs from a GPU.
+ *
+ * Two implementations sit behind it:
+ *   device_cuda.c  the CUDA driver, loaded at run time (cuda_driver.c): pinned host words the
+ *                  GPU writes and waits on (cuStreamWriteValue32 / cuStreamWaitValue32), copies
+ *                  on a private non-blocking stream, pinned staging memory;
+ *   device_emu.c   a host implementation for protocol tests (TUTTI_DEVICE_EMULATION=1): "device"
+ *                  memory is a reserved address range the host cannot touch (PROT_NONE, its
+ *                  bytes live elsewhere), a "stream" is a thread running its queue in order.
+ * The protocol (stream ordering, group launch, staging, abort, async errors) is the same code
+ * in both cases; only these calls differ. Tests through device_emu.c are protocol tests, not
+ * GPU tests.
+ *
+ * Return values: 0 on success, else the implementation's error code (CUresult for CUDA).
+ */
+#ifndef TUTTI_DEVICE_H_
+#define TUTTI_DEVICE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_driver.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct device_ops {
+  const char *name;
+  mem_kind_t (*mem_kind)(const void *p);
+  /* The calling thread's device context (CUcontext), to be made current in the proxy thread
+   * with bind; NULL when the caller has none. */
+  void *(*current_ctx)(void);
+  int (*bind)(void *ctx);
+  /* Pinned host memory, zeroed, that the device may read and write (flags, staging). */
+  int (*host_alloc)(void **p, size_t bytes);
+  void (*host_free)(void *p);
+  /* Enqueued on `stream`: sets *word = value once the work queued before it is done (with a
+   * system-wide memory fence first). */
+  int (*stream_write)(void *stream, volatile uint32_t *word, uint32_t value);
+  /* Enqueued on `stream`: the work queued after it starts once (int32_t)(*word - value) >= 0. */
+  int (*stream_wait)(void *stream, volatile uint32_t *word, uint32_t value);
+  /* 1 when `stream` is being captured into a CUDA graph (the stream path refuses it). */
+  int (*stream_capturing)(void *stream);
+  /* The proxy's own copy queue: created and used by the proxy thread only (after bind). */
+  int (*copy_queue_create)(void **q);
+  void (*copy_queue_destroy)(void *q);
+  /* Copies bytes (device or host memory, either way) on the copy queue and waits for it. */
+  int (*copy)(void *q, void *dst, const void *src, size_t bytes);
+  /* Text for an error code of this implementation. */
+  const char *(*error_string)(int rc);
+} device_ops_t;
+
+/* The device in use: the emulation when TUTTI_DEVICE_EMULATION=1, else the CUDA driver when it
+ * is usable (libcuda loads, cuInit succeeds, the entry points exist), else NULL (host only). */
+const device_ops_t *device_get(void);
+/* What the device says `p` is; host memory when there is no device. */
+mem_kind_t device_mem_kind(const void *p);
+
+extern const device_ops_t device_cuda_ops;
+extern const device_ops_t device_emu_ops;
+/* device_cuda.c: 0 when the driver's entry points the stream path needs are all there, else
+ * why not (in `why`). */
+int device_cuda_usable(char *why, size_t len);
+/* The i-th driver entry point device_cuda.c uses, NULL past the last (for tests). */
+const char *device_cuda_symbol(size_t i);
+
+/* ---- device_emu.c: what protocol tests use to play the application's part ---- */
+
+/* "Device" memory of the emulation: an address range the host cannot touch (any access is a
+ * SIGSEGV), backed by host bytes reached through device_emu_view. Zero-filled. */
+void *device_emu_alloc(size_t bytes);
+void device_emu_free(void *p);
+/* The host bytes behind emulated device memory p (p inside an allocation), or NULL. */
+void *device_emu_view(const void *p);
+/* Streams: a thread each, running what is queued on it in order. */
+void *device_emu_stream_create(void);
+void device_emu_stream_destroy(void *stream);
+/* Queues fn(arg) on the stream (the application's "kernel"). */
+void device_emu_stream_call(void *stream, void (*fn)(void *), void *arg);
+/* Marks the stream as being captured into a graph (stream_capturing answers 1) or not. */
+void device_emu_stream_set_capturing(void *stream, int on);
+/* Waits until everything queued so far on the stream ran (at most timeout_ms): 0, or -1 on
+ * timeout. */
+int device_emu_stream_sync(void *stream, int64_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TUTTI_DEVICE_H_ */
