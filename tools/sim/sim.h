@@ -57,8 +57,9 @@ static inline int sim_nranks(const sim_cluster_t *c) {
   return c->nodes * c->ppn;
 }
 
-/* How the collective is simulated. FULL: every rank; FAST: one representative rank per class
- * of a symmetry of the schedule (symmetry.c), AUTO: FAST where a symmetry holds, else FULL. */
+/* How the collective is simulated. FULL: every rank; FAST: a few pipeline rounds extended by
+ * their period (rounds.c: "rounds/K") or one representative rank per class of a symmetry of
+ * the schedule (symmetry.c); AUTO: FAST where one applies, else FULL. */
 typedef enum { SIM_AUTO = 0, SIM_FULL, SIM_FAST } sim_method_t;
 
 typedef struct sim_result {
