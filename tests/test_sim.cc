@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "sim/sim.h"
 
@@ -190,6 +191,40 @@ TEST(Sim, FastMethodOnlyWhereTheSymmetryHolds) {
   EXPECT_STRNE(r.msg, "");
   run(c, COLL_ALLREDUCE, ALGO_TREE, 1 << 20, SIM_AUTO, &r);
   EXPECT_STREQ(r.method, "full");
+}
+
+// The rounds method (rounds.c) on the double binary tree, which has no symmetry: a few rounds
+// simulated with every rank, the others added as the period found, gives the full simulation's
+// time bit for bit (both keep every time an exact multiple of des.c's quantum, so the period
+// shifts times exactly). Cases: the 400 Gbit/s fabric with 8 NICs and engine time per piece;
+// the default cluster with reduce cost; one rank per node (the window grows to 18 rounds with
+// one piece per chunk; 16 x 2 on one NIC repeats every 2 rounds).
+TEST(Sim, TreeRoundsMatchFull) {
+  struct Case {
+    int nodes, ppn, nics, coll;
+    size_t bytes;
+    bool fabric;
+  };
+  const Case cases[] = {{8, 8, 8, COLL_ALLREDUCE, 64 << 20, true},
+                        {16, 2, 1, COLL_ALLREDUCE, 64 << 20, false},
+                        {32, 1, 1, COLL_ALLREDUCE, 256 << 20, true}};
+  for (const Case &k : cases) {
+    sim_cluster_t c;
+    sim_cluster_defaults(&c);
+    c.nodes = k.nodes, c.ppn = k.ppn, c.nics = k.nics;
+    if (k.fabric)
+      c.inter_bw = 400e9 / 8, c.inter_lat = 5e-6, c.intra_bw = 1000e9 / 8, c.intra_lat = 1e-6;
+    c.overhead = 0.5e-6;
+    if (!k.fabric) c.reduce_bw = 40e9 / 8;
+    sim_result_t fast, full;
+    double tf = run(c, (coll_t)k.coll, ALGO_TREE, k.bytes, SIM_FAST, &fast);
+    double tu = run(c, (coll_t)k.coll, ALGO_TREE, k.bytes, SIM_FULL, &full);
+    SCOPED_TRACE(testing::Message() << k.nodes << "x" << k.ppn << " coll " << k.coll);
+    EXPECT_EQ(std::string(fast.method).rfind("rounds/", 0), 0u) << fast.method;
+    EXPECT_STREQ(full.method, "full");
+    EXPECT_LT(fast.steps, full.steps / 2);
+    EXPECT_EQ(tf, tu);
+  }
 }
 
 // nccl-tests' bus factors and the oneshot limit (the tuner runs oneshot only up to 16 KiB).

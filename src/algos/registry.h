@@ -70,6 +70,10 @@ typedef struct algo_desc {
   size_t (*scratch_elems)(const sched_args_t *a);
   /* Bytes per round (NULL: the communicator's chunk, t->chunk_bytes). */
   size_t (*chunk_bytes)(const tuner_topo_t *t, coll_t c, size_t bytes);
+  /* Elements of a->count one pipeline round takes (NULL or 0: no uniform rounds): taking that
+   * many from count takes one whole round out of every rank's schedule and changes nothing
+   * else (tutti-sim's rounds method simulates a few rounds and extends the period it finds). */
+  size_t (*round_elems)(const sched_args_t *a);
   unsigned needs; /* ALGO_NEEDS_* / ALGO_USES_* */
 } algo_desc_t;
 

@@ -215,6 +215,13 @@ static size_t tree_scratch(const sched_args_t *a) {
   return a->coll == COLL_REDUCE ? (a->chunk ? a->chunk : 1) : 0;
 }
 
+/* An all-reduce round: `chunk` elements of each tree's half (the shorter half's last round keeps
+ * its length). Broadcast and reduce declare none: their leaves run ahead of the root by a FIFO's
+ * depth and tutti-sim found no period of a few rounds in them. */
+static size_t tree_round_elems(const sched_args_t *a) {
+  return a->coll == COLL_ALLREDUCE ? 2 * (a->chunk ? a->chunk : 1) : 0;
+}
+
 ALGO_COL_BUILDER(build_allreduce, tree_allreduce)
 ALGO_COL_BUILDER(build_reduce, tree_reduce)
 ALGO_COL_BUILDER(build_broadcast, tree_broadcast)
@@ -228,4 +235,5 @@ const algo_desc_t algo_tree = {
     .cost_us = tree_cost,
     .scratch_elems = tree_scratch,
     .chunk_bytes = tree_chunk,
+    .round_elems = tree_round_elems,
 };

@@ -91,6 +91,7 @@ typedef struct des {
   nic_t *tx, *rx; /* per NIC: transmit side, receive side */
   double *cpu;    /* [machines][cpus]: busy until (with a CPU model) */
   double *up, *down, finish;
+  double *const *done; /* per lane, per step: when it finished (NULL: not recorded) */
   char *msg;
 } des_t;
 
@@ -102,6 +103,15 @@ static int machine_of(const des_t *d, int r) {
 }
 static int nic_of(const des_t *d, int r) {
   return node_of(d, r) * d->c->nics + (r % d->c->ppn) % d->c->nics;
+}
+
+/* Every duration is rounded to a multiple of 2^-50 s (0.89 fs), so that every time below 8 s is
+ * an exact multiple of it: sums are exact, two paths that take equally long end at the same
+ * time (ties are broken by the order of events, not by rounding), and moving a run by a
+ * period moves every time exactly (rounds.c relies on it). The rounding adds at most 0.44 fs
+ * per term: 0.12 ns over the 262,140 terms of the 131,070 hops of a ring of 65,536 ranks. */
+static double des_quantize(double x) {
+  return ldexp(nearbyint(ldexp(x, 50)), -50);
 }
 
 /* ---- event heap ---- */
@@ -160,7 +170,7 @@ static int32_t chan_get(des_t *d, int src_rep, int dst) {
                            .waiter_send = -1,
                            .intra = intra,
                            .depth = (uint32_t)(intra ? d->c->fifo_intra : 2 * d->c->fifo_inter),
-                           .lat = intra ? d->c->intra_lat : d->c->inter_lat};
+                           .lat = des_quantize(intra ? d->c->intra_lat : d->c->inter_lat)};
   d->table[i] = (int32_t)d->nch;
   return (int32_t)d->nch++;
 }
@@ -238,8 +248,8 @@ static void teardown(des_t *d) {
  * when it is free (and not before it entered the previous stage), and cannot leave before it
  * left the previous stage (cut-through). Returns its end; *start is updated for the next. */
 static double stage(double *free, double rate, double bytes, double *start, double prev_end) {
-  double s = fmax(*start, *free), e = fmax(s + bytes / rate, prev_end);
-  *free = s + bytes / rate;
+  double dt = des_quantize(bytes / rate), s = fmax(*start, *free), e = fmax(s + dt, prev_end);
+  *free = s + dt;
   *start = s;
   return e;
 }
@@ -256,6 +266,7 @@ static double nic_stage(const sim_cluster_t *c, nic_t *q, double bytes, double *
     double drain = k0 / (peak - r), at_peak = peak * drain; /* bytes sent before it is empty */
     dur = bytes <= at_peak ? bytes / peak : drain + (bytes - at_peak) / r;
   }
+  dur = des_quantize(dur);
   q->free = q->upd = t0 + dur;
   q->tokens = fmax(0, fmin((double)c->inter_burst, k0 + dur * r - bytes));
   *start = t0;
@@ -286,7 +297,7 @@ static double cpu_run(des_t *d, int r, double t, int intra) {
   int k = 0;
   for (int i = 1; i < d->c->cpus; i++)
     if (cpu[i] < cpu[k]) k = i;
-  cpu[k] = fmax(cpu[k], t) + (intra ? sim_intra_msg_cpu(d->c) : d->c->msg_cpu);
+  cpu[k] = fmax(cpu[k], t) + des_quantize(intra ? sim_intra_msg_cpu(d->c) : d->c->msg_cpu);
   return cpu[k];
 }
 
@@ -314,10 +325,11 @@ static double piece_run(des_t *d, proc_t *p, const sim_step_t *st, chan_t *rc, c
   double t = p->now, bytes = (double)elems * d->esize, busy = c->overhead;
   if ((st->flags & STEP_REDUCE) && c->reduce_bw > 0) busy += bytes / c->reduce_bw;
   if (!rc && !sc && !(st->flags & STEP_REDUCE)) busy += bytes / c->intra_bw; /* local copy */
+  if (sc && sc->intra) busy += bytes / c->intra_bw; /* the copy into the peer's slot */
+  busy = des_quantize(busy);
   if (sc) {
     double arrival;
     if (sc->intra) {
-      busy += bytes / c->intra_bw;
       arrival = t + busy + sc->lat;
     } else {
       arrival = net_reserve(d, p->rank, st->send, t + busy, bytes) + sc->lat;
@@ -355,7 +367,10 @@ static void advance(des_t *d, int pi) {
     }
     double end = piece_run(d, p, st, rc, sc, elems);
     p->pos += elems;
-    if (p->pos == st->count) p->cur++, p->pos = 0;
+    if (p->pos == st->count) {
+      if (d->done && d->done[pi]) d->done[pi][p->cur] = end;
+      p->cur++, p->pos = 0;
+    }
     if (end > p->now) {
       p->now = end;
       push(d, end, pi);
@@ -367,7 +382,13 @@ static void advance(des_t *d, int pi) {
 
 int sim_des(const sim_cluster_t *c, const sim_lane_t *lanes, int nlanes, const sim_sym_t *sym,
             int esize, sim_result_t *r) {
-  des_t d = {.c = c, .sym = sym, .esize = esize, .slot = sim_comm_slot(c), .msg = r->msg};
+  return sim_des_trace(c, lanes, nlanes, sym, esize, NULL, r);
+}
+
+int sim_des_trace(const sim_cluster_t *c, const sim_lane_t *lanes, int nlanes, const sim_sym_t *sym,
+                  int esize, double *const *done, sim_result_t *r) {
+  des_t d = {
+      .c = c, .sym = sym, .esize = esize, .slot = sim_comm_slot(c), .done = done, .msg = r->msg};
   int rc = -1;
   if (setup(&d, lanes, nlanes) != 0) {
     snprintf(r->msg, sizeof r->msg, "out of memory setting up the simulation");

@@ -95,9 +95,14 @@ int sim_run(const sim_cluster_t *c, coll_t coll, int algo_in, size_t bytes, int 
                     .chunk = chunk ? chunk : 1};
   sim_lane_t *lanes;
   sim_sym_t sym;
-  int nlanes, approx;
-  int rc = sim_build(c, &a, algo, method, max_steps, &lanes, &nlanes, &sym, &approx, r->msg,
-                     sizeof r->msg);
+  int nlanes, approx, rc;
+  if (method != SIM_FULL) { /* pipeline rounds: a few simulated, the others one period each */
+    rc = sim_run_rounds(c, &a, algo, esize, max_steps, r);
+    r->algo = algo;
+    if (rc != 1) return rc;
+  }
+  rc = sim_build(c, &a, algo, method, max_steps, &lanes, &nlanes, &sym, &approx, r->msg,
+                 sizeof r->msg);
   if (rc != 0) return rc;
   if (sym.kind == SYM_NONE)
     snprintf(r->method, sizeof r->method, "full");

@@ -57,8 +57,9 @@ static inline int sim_nranks(const sim_cluster_t *c) {
   return c->nodes * c->ppn;
 }
 
-/* How the collective is simulated. FULL: every rank; FAST: one representative rank per class
- * of a symmetry of the schedule (symmetry.c), AUTO: FAST where a symmetry holds, else FULL. */
+/* How the collective is simulated. FULL: every rank; FAST: a few pipeline rounds extended by
+ * their period (rounds.c: "rounds/K") or one representative rank per class of a symmetry of
+ * the schedule (symmetry.c); AUTO: FAST where one applies, else FULL. */
 typedef enum { SIM_AUTO = 0, SIM_FULL, SIM_FAST } sim_method_t;
 
 typedef struct sim_result {
@@ -136,6 +137,17 @@ int sim_build_peer(const sim_cluster_t *c, const sched_args_t *a, algo_t algo, s
 /* des.c: runs the lanes; returns 0 or -1 (msg says why). */
 int sim_des(const sim_cluster_t *c, const sim_lane_t *lanes, int nlanes, const sim_sym_t *sym,
             int esize, sim_result_t *r);
+/* The same, also recording when each step of lane i finished in done[i][step] (done[i] NULL:
+ * not recorded). */
+int sim_des_trace(const sim_cluster_t *c, const sim_lane_t *lanes, int nlanes, const sim_sym_t *sym,
+                  int esize, double *const *done, sim_result_t *r);
+/* rounds.c: the rounds method for algorithms with uniform pipeline rounds (algo_desc_t's
+ * round_elems): simulates the call with most middle rounds taken out, checks that every step
+ * of every lane repeats, a round later, the same period later, and extends that period over the
+ * rounds taken out. Returns 0 (r filled), 1 (the method does not apply or found no period:
+ * use another), -1 (r->msg says why). */
+int sim_run_rounds(const sim_cluster_t *c, const sched_args_t *a, algo_t algo, int esize,
+                   size_t max_steps, sim_result_t *r);
 
 #ifdef __cplusplus
 }
