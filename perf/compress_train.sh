@@ -15,13 +15,14 @@
 #          powersgd:2; the first is the baseline)  -E epochs (2)  -L train-limit for accuracy
 #          (0: all 60000)  -j parallel accuracy runs (1)  -l train-limit for timing (6000)
 #          -r timing repetitions (3)  -A: accuracy only  -M: timing only
-#          -o "extra tutti-train options" for both (e.g. "--optim sgd")
+#          -o "extra tutti-train options" for both (e.g. "--optim sgd")  -O dir: keep every
+#          run's output there
 set -euo pipefail
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src_dir=$(cd "$script_dir/.." && pwd)
 build="$src_dir/build" rate=1gbit kinds="none,bf16,int8,topk:0.01,powersgd:2" epochs=2 limit=0
-jobs=1 tlimit=6000 reps=3 do_acc=1 do_time=1 extra=""
-while getopts "B:R:k:E:L:j:l:r:AMo:h" opt; do
+jobs=1 tlimit=6000 reps=3 do_acc=1 do_time=1 extra="" keep=""
+while getopts "B:R:k:E:L:j:l:r:AMo:O:h" opt; do
   case $opt in
     B) build=$(cd "$OPTARG" && pwd) ;;
     R) rate=$OPTARG ;;
@@ -34,15 +35,16 @@ while getopts "B:R:k:E:L:j:l:r:AMo:h" opt; do
     A) do_time=0 ;;
     M) do_acc=0 ;;
     o) extra=$OPTARG ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    O) keep=$OPTARG ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
   esac
 done
 export TUTTI_NETNS_PREFIX=${TUTTI_NETNS_PREFIX:-compress15t-}
 bed="$src_dir/scripts/netns-cluster.sh"
 run="$build/bin/tutti-run"
 train="$build/bin/tutti-train"
-out=$(mktemp -d)
-trap '"$bed" down; rm -rf "$out"' EXIT
+if [[ -n $keep ]]; then out=$keep && mkdir -p "$out"; else out=$(mktemp -d); fi
+trap '"$bed" down; [[ -n $keep ]] || rm -rf "$out"' EXIT
 "$bed" down
 "$bed" up 2 --rate "$rate" >/dev/null
 IFS=, read -ra ks <<<"$kinds"
@@ -91,7 +93,8 @@ if [[ $do_time -eq 1 ]]; then
   for k in "${ks[@]}"; do
     t=$(for f in "$out/time.${k//[:,]/_}".*; do field "$f" '.*\| ([0-9.]+)s$'; done | med)
     x=$(for f in "$out/time.${k//[:,]/_}".*; do field "$f" '.*exposed +([0-9.]+)s.*'; done | med)
-    mb=$(grep -hE 'MB sent per step' "$out/time.${k//[:,]/_}.0" | sed -E 's/.*: ([0-9.]+) MB.*/\1/')
+    mb=$(grep -hE 'MB sent per step' "$out/time.${k//[:,]/_}.0" | sed -E 's/.*: ([0-9.]+) MB.*/\1/' ||
+      true) # none: no such line
     [[ -z $base ]] && base=$t
     printf '| %s | %s | %.2fx | %s | %s |\n' "$k" "$t" "$(echo "$base / $t" | bc -l)" "$x" \
       "${mb:-exact}"
