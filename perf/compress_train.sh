@@ -16,13 +16,14 @@
 #          (0: all 60000)  -j parallel accuracy runs (1)  -l train-limit for timing (6000)
 #          -r timing repetitions (3)  -A: accuracy only  -M: timing only
 #          -o "extra tutti-train options" for both (e.g. "--optim sgd")  -O dir: keep every
-#          run's output there
+#          run's output there  -X: accuracy runs one at a time under the lock and SCHED_RR
+#          like the timing runs (their epoch times are then measurements too)
 set -euo pipefail
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src_dir=$(cd "$script_dir/.." && pwd)
 build="$src_dir/build" rate=1gbit kinds="none,bf16,int8,topk:0.01,powersgd:2" epochs=2 limit=0
-jobs=1 tlimit=6000 reps=3 do_acc=1 do_time=1 extra="" keep=""
-while getopts "B:R:k:E:L:j:l:r:AMo:O:h" opt; do
+jobs=1 tlimit=6000 reps=3 do_acc=1 do_time=1 extra="" keep="" locked=0
+while getopts "B:R:k:E:L:j:l:r:AMXo:O:h" opt; do
   case $opt in
     B) build=$(cd "$OPTARG" && pwd) ;;
     R) rate=$OPTARG ;;
@@ -36,6 +37,7 @@ while getopts "B:R:k:E:L:j:l:r:AMo:O:h" opt; do
     M) do_acc=0 ;;
     o) extra=$OPTARG ;;
     O) keep=$OPTARG ;;
+    X) locked=1 ;;
     *) sed -n '2,21p' "$0"; exit 2 ;;
   esac
 done
@@ -50,8 +52,10 @@ trap '"$bed" down; [[ -n $keep ]] || rm -rf "$out"' EXIT
 IFS=, read -ra ks <<<"$kinds"
 lim=()
 [[ $limit -gt 0 ]] && lim=(--train-limit "$limit")
+prio=(nice -n 15)
+[[ $locked -eq 1 ]] && prio=(flock /tmp/tutti-measure.lock chrt -r 10) jobs=1
 # shellcheck disable=SC2086 # $extra: options split on spaces on purpose
-acc_run() { nice -n 15 "$run" --hosts h1,h2 "$train" --model cnn --epochs "$epochs" \
+acc_run() { "${prio[@]}" "$run" --hosts h1,h2 "$train" --model cnn --epochs "$epochs" \
   "${lim[@]}" --compress "$1" $extra >"$out/acc.${1//[:,]/_}" 2>&1; }
 field() { grep -E '^epoch' "$1" | tail -1 | sed -E "s/$2/\1/"; }
 
@@ -65,13 +69,17 @@ if [[ $do_acc -eq 1 ]]; then
   done
   wait
   base=""
-  printf '| compressor | test acc %% | vs %s |\n|---|---|---|\n' "${ks[0]}"
+  printf '| compressor | test acc %% | vs %s | mean epoch s | MB sent / step / rank |\n' "${ks[0]}"
+  printf '|---|---|---|---|---|\n'
   for k in "${ks[@]}"; do
     f="$out/acc.${k//[:,]/_}"
     grep -E '^epoch|MB sent' "$f" >&2 || { cat "$f" >&2; exit 1; }
     a=$(field "$f" '.*test +([0-9.]+)%.*')
+    secs=$(grep -E '^epoch' "$f" | sed -E 's/.*\| ([0-9.]+)s$/\1/' | awk '{s+=$1} END {print s/NR}')
+    mb=$(grep -E 'MB sent per step' "$f" | sed -E 's/.*: ([0-9.]+) MB.*/\1/' | tr '\n' ' ' || true)
     [[ -z $base ]] && base=$a
-    printf '| %s | %s | %+.2f |\n' "$k" "$a" "$(echo "$a - $base" | bc -l)"
+    printf '| %s | %s | %+.2f | %.1f | %s |\n' "$k" "$a" "$(echo "$a - $base" | bc -l)" "$secs" \
+      "${mb:-exact}"
   done
 fi
 
