@@ -348,19 +348,29 @@ typedef struct {
   tuttiCompressKind_t kind;
   float topkFraction; /* topk: fraction of the elements sent, in (0, 1] */
   int powerSgdRank;   /* powersgd: rank r of the factors, >= 1 */
-  int warmupSteps;    /* powersgd: dense (exact) all-reduces before compression starts */
+  int warmupSteps;    /* powersgd: dense (exact) all-reduces before compression starts; topk:
+                       * calls over which the fraction sent falls from all to topkFraction */
   int hierarchical;   /* 1: exact inside a host, compressed only between hosts' leaders */
 } tuttiCompressorConfig_t;
 
 typedef struct tuttiCompressor *tuttiCompressor_t;
 
 /* Parses "none", "bf16", "fp16", "int8", "topk:0.01", "powersgd:2" (an optional ",hier" suffix
- * sets hierarchical) into a config with the other fields at their defaults. */
+ * sets hierarchical) into a config with the other fields at their defaults (warmupSteps: 10 for
+ * powersgd, 0 for topk). */
 ncclResult_t tuttiCompressorParse(const char *spec, tuttiCompressorConfig_t *config);
 ncclResult_t tuttiCompressorCreate(tuttiCompressor_t *compressor,
                                    const tuttiCompressorConfig_t *config, size_t count,
                                    ncclDataType_t datatype);
 ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor);
+/* Tells a compressor which tensors its buffer holds, before its first all-reduce: tensor i is the
+ * next counts[i] elements, row-major rows of rowLengths[i] elements (a weight of shape
+ * (out, ...) has rowLength numel / out, as PyTorch's view(out, -1); a 1-D tensor: its count).
+ * The counts add up to the compressor's count. PowerSGD compresses each matrix on its own and
+ * sends 1-D tensors and matrices too small to gain exactly; without a layout it views the whole
+ * buffer as one matrix. The other kinds keep the layout and do not use it. */
+ncclResult_t tuttiCompressorSetLayout(tuttiCompressor_t compressor, int ntensors,
+                                      const size_t *counts, const size_t *rowLengths);
 /* Bytes this compressor's all-reduces have sent from this rank so far (headers included). */
 ncclResult_t tuttiCompressorBytesSent(tuttiCompressor_t compressor, uint64_t *bytes);
 ncclResult_t tuttiAllReduceCompressed(const void *sendbuff, void *recvbuff, size_t count,

@@ -230,6 +230,51 @@ TEST(CompressE2E, TopkFeedbackDelaysButLosesNothing) {
   EXPECT_LE(worst_gap(sh), bound) << "before the flush: " << before;
 }
 
+// topk warm-up over W calls: call s sends k_s = max(k, n >> floor((s + 1) H / (W + 1))) pairs,
+// H the halvings from n to k, and is an exact all-reduce while 2 k_s >= n. n = 4096, 1%: k = 41,
+// H = 7; W = 13: calls 0-2 exact, then 1024, 1024, 512, 512, 256, 256, 128, 128, 64, 64 pairs,
+// then 41. Integer inputs: the exact calls' averages (sums of halves) are exact in fp32; a
+// sparse call's result has at most R k_s nonzeros; the bytes are those of each call's path.
+TEST(CompressE2E, TopkWarmUpFallsFromExactToTheFraction) {
+  const int R = 2, W = 13, steps = 16;
+  const size_t n = 4096;
+  Shared sh(n * steps, R);
+  auto value = [](size_t i, int r, int t) { return (float)((int)((i * 5 + r * 7 + t) % 21) - 10); };
+  th::run_ranks_ok(Mode::kProcs, R, [&](RankCtx &ctx) {
+    tuttiCompressorConfig_t cfg;
+    tuttiCompressor_t c = nullptr;
+    NCCL_OK(ctx, tuttiCompressorParse("topk:0.01", &cfg));
+    cfg.warmupSteps = W;
+    NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, n, ncclFloat));
+    std::vector<float> x(n);
+    for (int t = 0; t < steps; t++) {
+      for (size_t i = 0; i < n; i++) x[i] = value(i, ctx.rank, t);
+      NCCL_OK(ctx, tuttiAllReduceCompressed(x.data(), sh.of(ctx.rank) + (size_t)t * n, n, ncclFloat,
+                                            ncclAvg, c, ctx.comm, nullptr));
+    }
+    NCCL_OK(ctx, tuttiCompressorBytesSent(c, &sh.sent[ctx.rank]));
+    NCCL_OK(ctx, tuttiCompressorDestroy(c));
+  });
+  expect_same_on_every_rank(sh, "topk warm-up");
+  const size_t ks[steps] = {n, n, n, 1024, 1024, 512, 512, 256, 256, 128, 128, 64, 64, 41, 41, 41};
+  uint64_t bytes = 0;
+  for (int t = 0; t < steps; t++) {
+    const float *y = sh.y + (size_t)t * n;
+    if (2 * ks[t] >= n) {
+      bytes += 2 * (R - 1) * (n / R) * sizeof(float);  // ring all-reduce of n floats
+      for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(y[i], (value(i, 0, t) + value(i, 1, t)) / 2) << "call " << t << " at " << i;
+    } else {
+      bytes += (R - 1) * (24 + 8 * ks[t]);  // the all-gather of a header and k_s pairs
+      size_t nonzero = 0;
+      for (size_t i = 0; i < n; i++) nonzero += y[i] != 0.0f;
+      EXPECT_LE(nonzero, R * ks[t]) << "call " << t;
+      EXPECT_GT(nonzero, 0u) << "call " << t;
+    }
+  }
+  EXPECT_EQ(sh.sent[0], bytes);
+}
+
 // PowerSGD on gradients of rank <= r is exact up to fp32 rounding once warm: P = M Q spans M's
 // column space, so P P^T M = M. Rank-2 gradients, r = 2, past the warm-up; compared with the
 // exact average, relative to its largest element: Gram-Schmidt and the products round at

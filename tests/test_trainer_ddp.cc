@@ -253,6 +253,23 @@ TEST_F(TrainerDdpQuick, CompressedGradientsSameOnEveryRankAndBytesLogged) {
   EXPECT_NE(bad.output.find("bad value 'zip' for --compress"), std::string::npos) << bad.output;
 }
 
+// --compress powersgd:2 with --compress-warmup 0: each bucket tells its compressor its tensors,
+// so every weight is its own matrix and biases go exactly. MLP buckets (backward order, the
+// first closed at 1 MiB): [fc3.b 10, fc3.w 10x256, fc2.b 256, fc2.w 256x512, fc1.b 512, the last
+// 192 rows of fc1.w (x784)] and [the first 320 rows of fc1.w]. Per step, with 2 ranks a ring
+// all-reduce of n floats sends 4n bytes: bucket 1 all-reduces the P of its three matrices
+// (2 x (10 + 256 + 192)) with its biases (10 + 256 + 512), then their Q (2 x (256 + 512 +
+// 784)); bucket 2 P (2 x 320) then Q (2 x 784): 4 x (1694 + 3104 + 640 + 1568) = 28,024 bytes,
+// printed as 0.028 MB (the whole buckets as two square matrices would send 16,560: 0.017).
+TEST_F(TrainerDdpQuick, PowerSgdCompressesEachWeightOnItsOwn) {
+  std::string out = train(2,
+                          "--model mlp --epochs 1 --batch 16 --train-limit 512 --test-limit "
+                          "100 --compress powersgd:2 --compress-warmup 0 --dump " +
+                              path("p"));
+  expect_ranks_identical(path("p"), 2, 512 / 32);
+  EXPECT_NE(out.find("compressed (powersgd:2): 0.028 MB sent per step"), std::string::npos) << out;
+}
+
 TEST_F(TrainerDdpQuick, TwoRanksEqualOneRankWithTwiceTheBatchAdamW) {
   run_equivalence(this, dir_, {"mlp", "adamw", 2, 16, 1, 10, ""});
 }

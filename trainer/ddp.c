@@ -38,6 +38,7 @@ struct ddp {
   int nbuckets;
   ddp_bucket_t buckets[DDP_MAX_BUCKETS];
   tuttiCompressor_t compressors[DDP_MAX_BUCKETS]; /* --compress: one per bucket, else NULL */
+  const char *compress_spec;
   /* per backward: */
   int sync;
   size_t pending[DDP_MAX_BUCKETS];  /* floats of the bucket still without their final gradient */
@@ -308,15 +309,36 @@ static void factor_setup(ddp_t *d, int factor) {
   }
 }
 
-/* One compressor per bucket (each owns its bucket's error-feedback residual). */
-static void compress_setup(ddp_t *d, const char *spec) {
+/* Tells bucket b's compressor its tensors (the part of each inside the bucket, whole rows):
+ * a weight is rows of fan_in elements (fc: (out, in); conv: (out, k, k, in)), a bias one row. */
+static ncclResult_t compress_layout(ddp_t *d, int b) {
+  const ddp_bucket_t *k = &d->buckets[b];
+  size_t counts[MODEL_MAX_TENSORS], rows[MODEL_MAX_TENSORS];
+  int n = 0;
+  for (int t = k->first_tensor; t < k->first_tensor + k->ntensors; t++) {
+    const param_tensor_t *pt = &d->model->tensors[t];
+    size_t in = bucket_overlap(k, pt->offset, pt->count);
+    if (!in) continue;
+    int bias = strstr(pt->name, ".bias") != NULL;
+    counts[n] = in, rows[n] = bias ? in : (size_t)pt->fan_in;
+    n++;
+  }
+  return tuttiCompressorSetLayout(d->compressors[b], n, counts, rows);
+}
+
+/* One compressor per bucket (each owns its bucket's error-feedback residual); warmup < 0: the
+ * spec's default warm-up. */
+static void compress_setup(ddp_t *d, const char *spec, int64_t warmup) {
   tuttiCompressorConfig_t cfg;
+  d->compress_spec = spec;
   if (d->world == 1 || !spec || tuttiCompressorParse(spec, &cfg) != ncclSuccess ||
       cfg.kind == tuttiCompressNone)
     return;
+  if (warmup >= 0) cfg.warmupSteps = warmup > 1 << 30 ? 1 << 30 : (int)warmup;
   for (int b = 0; b < d->nbuckets; b++)
     if (tuttiCompressorCreate(&d->compressors[b], &cfg, d->buckets[b].count, ncclFloat) !=
-        ncclSuccess) {
+            ncclSuccess ||
+        compress_layout(d, b) != ncclSuccess) {
       fprintf(stderr, "tutti-train: --compress %s: %s\n", spec, ncclGetLastError(NULL));
       exit(1);
     }
@@ -337,7 +359,7 @@ ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int 
   factor_setup(d, factor && !compressed);
   size_t bucket_bytes = bucket_mb > 0 ? (size_t)(bucket_mb * 1024 * 1024) : 1;
   make_buckets(d, bucket_bytes);
-  compress_setup(d, compress);
+  compress_setup(d, compress, -1);
   pthread_mutex_init(&d->lock, NULL);
   pthread_cond_init(&d->changed, NULL);
   if (d->world > 1) {
@@ -385,6 +407,14 @@ int ddp_sharded(const ddp_t *d) {
 
 int ddp_factored(const ddp_t *d) {
   return d->factor;
+}
+
+void ddp_compress_warmup(ddp_t *d, int64_t steps) {
+  for (int b = 0; b < d->nbuckets; b++) {
+    tuttiCompressorDestroy(d->compressors[b]);
+    d->compressors[b] = NULL;
+  }
+  compress_setup(d, d->compress_spec, steps);
 }
 
 uint64_t ddp_compressed_bytes(const ddp_t *d) {

@@ -57,6 +57,9 @@ static const char usage_text[] =
     "                         casts, int8 per 256 elements, the fraction F of largest elements,\n"
     "                         rank-R PowerSGD; all but the casts with error feedback. Implies\n"
     "                         --no-shard-optim and --no-factor-grads (docs/compression.md)\n"
+    "  --compress-warmup N    steps before compression is fully on: topk's fraction falls from\n"
+    "                         all to F over them, powersgd runs exact all-reduces (topk: the\n"
+    "                         learning-rate warm-up, powersgd: 10)\n"
     "  --blas-info            print the OpenBLAS kernels in use and exit\n";
 
 static void usage(int code) {
@@ -91,6 +94,7 @@ static void set_defaults(options_t *o) {
   o->momentum = 0.9f, o->weight_decay = -1.0f;
   o->warmup_epochs = 0.5f, o->final_lr_frac = 0.0f;
   o->seed = 1, o->bucket_mb = 25.0, o->compress = "none";
+  o->compress_warmup = -1;
   o->data_dir = DATA_DEFAULT_DIR;
   o->log_every = -1;
 }
@@ -200,6 +204,7 @@ static const option_spec_t specs[] = {
     {"test-limit", ARG_INT, FIELD(test_limit), 1, 1 << 30},
     {"dump", ARG_STRING, FIELD(dump_prefix)},
     {"compress", ARG_CALL, 0, 0, 0, parse_compress},
+    {"compress-warmup", ARG_INT, FIELD(compress_warmup), 0, 1 << 30},
     {"blas-info", ARG_FLAG, FIELD(blas_info)},
     {"help", ARG_ACTION, 0, 0, 0, help},
     {"version", ARG_ACTION, 0, 0, 0, version},

@@ -160,6 +160,10 @@ static void setup(trainer_t *t, int argc, char **argv) {
   if (t->steps_per_epoch == 0) die("the global batch is larger than the training set");
   t->total_steps = (int64_t)o->epochs * t->steps_per_epoch;
   t->warmup_steps = (int64_t)(o->warmup_epochs * t->steps_per_epoch + 0.5);
+  if (o->compress_warmup >= 0)
+    ddp_compress_warmup(t->ddp, o->compress_warmup);
+  else if (strncmp(o->compress, "topk", 4) == 0) /* sparse once the lr warm-up is over */
+    ddp_compress_warmup(t->ddp, t->warmup_steps);
   t->lr = options_scaled_lr(o, t->global_batch);
   t->x = tensor_alloc((size_t)o->batch * DATA_PIXELS * sizeof(float)); /* gathered (factors) */
   t->y = malloc((size_t)o->batch);

@@ -119,6 +119,8 @@ void compress_powersgd_shape(size_t count, size_t *rows, size_t *cols);
 
 /* Wire bytes of one all-reduce per rank (see tuttiCompressedWireBytes). */
 size_t compress_wire_bytes(const tuttiCompressorConfig_t *cfg, size_t count, int nranks);
+/* Bytes one rank sends in a ring all-reduce of `floats` fp32: 2 (R - 1) blocks of floats / R. */
+size_t compress_ring_allreduce_bytes(size_t floats, int nranks);
 
 #ifdef __cplusplus
 }

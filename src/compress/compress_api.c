@@ -53,9 +53,52 @@ API ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t c) {
   c->magic = 0;
   free(c->work), free(c->residual), free(c->residual2), free(c->acc);
   free(c->sendbuf), free(c->recvbuf), free(c->p), free(c->q), free(c->hier_sum);
+  free(c->seg), free(c->layout_count), free(c->layout_row);
   if (c->hier_leaders) ncclCommDestroy(c->hier_leaders);
   if (c->hier_host) ncclCommDestroy(c->hier_host);
   free(c);
+  return ncclSuccess;
+}
+
+static ncclResult_t check_layout(tuttiCompressor_t c, int ntensors, const size_t *counts,
+                                 const size_t *rowLengths) {
+  if (!c || c->magic != COMPRESSOR_MAGIC)
+    return TUTTI_ERR(ncclInvalidArgument, "compressor is not a live tuttiCompressor_t");
+  if (c->nranks != 0)
+    return TUTTI_ERR(ncclInvalidUsage, "compressor: the layout is set before its first call");
+  if (ntensors < 1) return TUTTI_ERR(ncclInvalidArgument, "ntensors %d is below 1", ntensors);
+  if (!counts || !rowLengths)
+    return TUTTI_ERR(ncclInvalidArgument, "%s is NULL", counts ? "rowLengths" : "counts");
+  size_t sum = 0;
+  for (int i = 0; i < ntensors; i++) {
+    if (counts[i] == 0) return TUTTI_ERR(ncclInvalidArgument, "counts[%d] is 0", i);
+    if (rowLengths[i] == 0 || counts[i] % rowLengths[i])
+      return TUTTI_ERR(ncclInvalidArgument, "rowLengths[%d] %zu does not divide counts[%d] %zu", i,
+                       rowLengths[i], i, counts[i]);
+    if (counts[i] > c->count - sum)
+      return TUTTI_ERR(ncclInvalidArgument, "counts: the tensors exceed the compressor's %zu",
+                       c->count);
+    sum += counts[i];
+  }
+  if (sum != c->count)
+    return TUTTI_ERR(ncclInvalidArgument, "counts add up to %zu, not the compressor's %zu", sum,
+                     c->count);
+  return ncclSuccess;
+}
+
+API ncclResult_t tuttiCompressorSetLayout(tuttiCompressor_t c, int ntensors, const size_t *counts,
+                                          const size_t *rowLengths) {
+  TUTTI_CHECK(check_layout(c, ntensors, counts, rowLengths));
+  size_t *cnt = malloc((size_t)ntensors * sizeof(size_t));
+  size_t *row = malloc((size_t)ntensors * sizeof(size_t));
+  if (!cnt || !row) {
+    free(cnt), free(row);
+    return TUTTI_ERR(ncclSystemError, "out of memory for a layout of %d tensors", ntensors);
+  }
+  memcpy(cnt, counts, (size_t)ntensors * sizeof(size_t));
+  memcpy(row, rowLengths, (size_t)ntensors * sizeof(size_t));
+  free(c->layout_count), free(c->layout_row);
+  c->layout_count = cnt, c->layout_row = row, c->layout_n = ntensors;
   return ncclSuccess;
 }
 

@@ -3,14 +3,41 @@
  * then adds them up in rank order into a zeroed result, so every rank computes the same bits.
  * The elements not sent stay in the residual (error feedback); those sent leave it. Three
  * passes over the buffer: residual += scale * x, the histogram, the selection (which zeroes
- * what it sends in the residual); then the result is zeroed and the pairs added. */
+ * what it sends in the residual); then the result is zeroed and the pairs added.
+ *
+ * Warm-up (as Deep Gradient Compression's): over the first W = warmupSteps calls the fraction
+ * sent falls geometrically from all to F, halving every (W + 1) / H calls, H the halvings
+ * from count to k: call s sends k_s = max(k, count >> floor((s + 1) H / (W + 1))), integers
+ * only, so every rank computes the same k_s. A call whose k_s is at least half the buffer is an
+ * exact ncclAllReduce of scale * x + residual (pairs would take more bytes), after which the
+ * residual is zero. Starting sparse from the first step would send, early on, values that
+ * had waited ~1/F steps in the residual, while the model moves fastest.
+ */
 #include <stdlib.h>
 #include <string.h>
 
 #include "compress/compressor.h"
 
+/* Halvings from count down to k (H above). */
+static size_t topk_halvings(size_t count, size_t k) {
+  size_t h = 0;
+  while ((count >> h) > k) h++;
+  return h;
+}
+
+/* k_s of call `step` (see above). */
+static size_t topk_k_at(const struct tuttiCompressor *c, uint32_t step) {
+  size_t n = c->count, k = compress_topk_k(n, c->cfg.topkFraction);
+  uint64_t w = (uint64_t)c->cfg.warmupSteps;
+  if (step >= w) return k;
+  size_t shift = (size_t)(((uint64_t)step + 1) * topk_halvings(n, k) / (w + 1));
+  size_t ks = n >> shift;
+  return ks > k ? ks : k;
+}
+
 ncclResult_t compress_topk_setup(struct tuttiCompressor *c, int nranks) {
   size_t k = compress_topk_k(c->count, c->cfg.topkFraction);
+  if (c->cfg.warmupSteps > 0 && c->count / 2 > k) k = c->count / 2; /* the largest sparse k_s */
   c->slot = COMPRESS_HEADER_BYTES + COMPRESS_TOPK_PAIR_BYTES * k;
   c->residual = calloc(c->count, sizeof(float));
   c->sendbuf = malloc(c->slot);
@@ -38,10 +65,23 @@ static const char *check_message(const struct tuttiCompressor *c, const uint8_t 
   return why ? why : compress_topk_check(msg + COMPRESS_HEADER_BYTES, k, c->count);
 }
 
+/* A warm-up call with k_s >= count / 2: the exact sum of scale * x + residual. */
+static ncclResult_t topk_dense(struct tuttiCompressor *c, const float *x, float *y, float scale,
+                               ncclComm_t comm) {
+  size_t n = c->count;
+  add_scaled(c->residual, x, n, scale);
+  c->sent += compress_ring_allreduce_bytes(n, c->nranks);
+  TUTTI_CHECK(ncclAllReduce(c->residual, y, n, ncclFloat, ncclSum, comm, NULL));
+  memset(c->residual, 0, n * sizeof(float));
+  return ncclSuccess;
+}
+
 ncclResult_t compress_topk_allreduce(struct tuttiCompressor *c, const float *x, float *y,
                                      float scale, int rank, ncclComm_t comm) {
-  size_t n = c->count, k = compress_topk_k(n, c->cfg.topkFraction);
-  add_scaled(c->residual, x, n, scale); /* the residual is now v */
+  size_t n = c->count, k = topk_k_at(c, c->step);
+  if (2 * k >= n && c->step < (uint32_t)c->cfg.warmupSteps) return topk_dense(c, x, y, scale, comm);
+  size_t msg = COMPRESS_HEADER_BYTES + COMPRESS_TOPK_PAIR_BYTES * k; /* <= c->slot */
+  add_scaled(c->residual, x, n, scale);                              /* the residual is now v */
   compress_header_t h = {.magic = COMPRESS_MAGIC,
                          .kind = (uint8_t)c->cfg.kind,
                          .phase = COMPRESS_PHASE_GATHER,
@@ -50,10 +90,10 @@ ncclResult_t compress_topk_allreduce(struct tuttiCompressor *c, const float *x, 
                          .count = k};
   compress_header_write(c->sendbuf, &h);
   compress_topk_take(c->residual, n, k, c->sendbuf + COMPRESS_HEADER_BYTES);
-  TUTTI_CHECK(ncclAllGather(c->sendbuf, c->recvbuf, c->slot, ncclUint8, comm, NULL));
-  c->sent += compress_wire_bytes(&c->cfg, n, c->nranks);
+  TUTTI_CHECK(ncclAllGather(c->sendbuf, c->recvbuf, msg, ncclUint8, comm, NULL));
+  c->sent += (size_t)(c->nranks - 1) * msg; /* a ring all-gather: R - 1 messages out */
   for (int src = 0; src < c->nranks; src++) {
-    const char *why = check_message(c, c->recvbuf + (size_t)src * c->slot, src, k);
+    const char *why = check_message(c, c->recvbuf + (size_t)src * msg, src, k);
     if (why)
       return TUTTI_ERR(ncclRemoteError,
                        "compressed all-reduce (topk): malformed message from "
@@ -62,6 +102,6 @@ ncclResult_t compress_topk_allreduce(struct tuttiCompressor *c, const float *x, 
   }
   memset(y, 0, n * sizeof(float));
   for (int src = 0; src < c->nranks; src++)
-    compress_topk_decode_add(c->recvbuf + (size_t)src * c->slot + COMPRESS_HEADER_BYTES, k, y);
+    compress_topk_decode_add(c->recvbuf + (size_t)src * msg + COMPRESS_HEADER_BYTES, k, y);
   return ncclSuccess;
 }

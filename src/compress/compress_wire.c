@@ -80,7 +80,7 @@ void compress_powersgd_shape(size_t count, size_t *rows, size_t *cols) {
 }
 
 /* A ring all-reduce of `floats` fp32 sends 2 (R - 1) blocks of ceil(floats / R). */
-static size_t ring_allreduce_bytes(size_t floats, int nranks) {
+size_t compress_ring_allreduce_bytes(size_t floats, int nranks) {
   size_t r1 = (size_t)nranks - 1;
   return 2 * r1 * ((floats + (size_t)nranks - 1) / (size_t)nranks) * sizeof(float);
 }
@@ -101,9 +101,10 @@ size_t compress_wire_bytes(const tuttiCompressorConfig_t *cfg, size_t count, int
   if (cfg->kind == tuttiCompressPowerSgd) { /* P then Q */
     size_t rows, cols, r = (size_t)cfg->powerSgdRank;
     compress_powersgd_shape(count, &rows, &cols);
-    return ring_allreduce_bytes(rows * r, nranks) + ring_allreduce_bytes(cols * r, nranks);
+    return compress_ring_allreduce_bytes(rows * r, nranks) +
+           compress_ring_allreduce_bytes(cols * r, nranks);
   }
-  return ring_allreduce_bytes(count, nranks);
+  return compress_ring_allreduce_bytes(count, nranks);
 }
 
 static const char *const kind_names[tuttiCompressNumKinds] = {"none", "bf16", "fp16",
@@ -149,6 +150,7 @@ API ncclResult_t tuttiCompressorParse(const char *spec, tuttiCompressorConfig_t 
                      "spec: unknown compressor '%s' (none, bf16, fp16, int8, topk:F, powersgd:R)",
                      buf);
   c.kind = (tuttiCompressKind_t)k;
+  if (c.kind == tuttiCompressTopk) c.warmupSteps = 0; /* sparse from the first call */
   if (arg) TUTTI_CHECK(parse_arg(buf, arg, &c));
   *config = c;
   return ncclSuccess;

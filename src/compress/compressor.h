@@ -5,6 +5,15 @@
 
 #include "compress/compress.h"
 
+/* A PowerSGD segment: count elements of the buffer from off, a rows x cols matrix (the last row
+ * zero padded when count < rows x cols); compressed: its matrix at work + work_off, its factors
+ * at p + p_off and q + q_off; else sent exactly, at p + p_total + exact_off. */
+typedef struct {
+  size_t off, count, rows, cols;
+  int compressed;
+  size_t work_off, p_off, q_off, exact_off;
+} compress_psgd_seg_t;
+
 struct tuttiCompressor {
   uint64_t magic;
   tuttiCompressorConfig_t cfg;
@@ -21,8 +30,16 @@ struct tuttiCompressor {
   float *work, *residual, *residual2, *acc;
   uint8_t *sendbuf, *recvbuf;
   size_t slot;
-  /* PowerSGD: the gradient as rows x cols (zero padded), factors P (rows x r), Q (cols x r) */
-  size_t rows, cols;
+  /* The buffer's tensors (tuttiCompressorSetLayout): tensor i is the next layout_count[i]
+   * elements, rows of layout_row[i]; layout_n == 0: not given (PowerSGD: one matrix) */
+  int layout_n;
+  size_t *layout_count, *layout_row;
+  /* PowerSGD (compress_powersgd.c): one segment per tensor (or the whole buffer); the
+   * compressed ones' factors P (rows x r) back to back in p, followed by the exact elements
+   * (exact_count); their Q (cols x r) back to back in q */
+  int nseg;
+  compress_psgd_seg_t *seg;
+  size_t p_total, q_total, exact_count;
   float *p, *q;
   /* hierarchical: the host's ranks, the hosts' leaders (NULL on other ranks), the host's sum */
   ncclComm_t hier_parent, hier_host, hier_leaders;
