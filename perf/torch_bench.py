@@ -80,6 +80,7 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=40, help="DDP steps per measurement")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--min-bytes", type=int, default=1 << 10)
     p.add_argument("--max-bytes", type=int, default=256 << 20)
     p.add_argument("--models", default="mlp,cnn")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -98,7 +99,7 @@ def main():
             out(f"ddp {kind:3s} batch {a.batch}/rank: tutti {r['tutti']:8.0f} samples/s  gloo "
                 f"{r['gloo']:8.0f} samples/s  tutti/gloo {r['tutti'] / r['gloo']:.2f}x  "
                 f"(no communication: {r['local']:8.0f} samples/s)", flush=True)
-    nbytes = 1024
+    nbytes = a.min_bytes
     while nbytes <= a.max_bytes:
         r = bench_allreduce(nbytes, a, groups)
         out(f"all_reduce fp32 {nbytes:>10d} B: tutti {r['tutti'] * 1e6:10.1f} us  gloo "
