@@ -5,7 +5,8 @@ Every rank holds a default "tutti" group and a "gloo" group of the same ranks. M
   1. DDP training samples/s on Fashion-MNIST, the MLP and the CNN of tutti-train (examples/
      torch_ddp.py's models), batch --batch per rank, one thread per rank, AdamW;
   2. torch.distributed.all_reduce time of fp32 tensors from 1 KiB to 256 MiB.
-Each measurement alternates tutti and gloo --reps times; rank 0 prints medians and ratios.
+Each measurement alternates tutti and gloo --reps times; rank 0 prints medians and ratios. The DDP
+measurement also times the models without DDP (no communication), the ceiling for both.
 Launch 2 ranks, e.g.  perf/torch_bench.sh  (tests/torch/launch.py -n 2 perf/torch_bench.py).
 """
 import argparse
@@ -36,15 +37,19 @@ def ddp_rate(model, opt, x, y, steps, batch, rank, world, group):
 
 
 def bench_ddp(kind, a, x, y, rank, world, groups):
-    nets, opts = {}, {}
-    for name, g in groups.items():
+    """Samples/s of DDP over each group, and of "local": the same model without DDP (every rank
+    trains alone, no communication), the ceiling any backend can reach on these CPUs."""
+    nets, opts, barrier_groups = {}, {}, dict(groups, local=groups["gloo"])
+    for name, g in barrier_groups.items():
         torch.manual_seed(1)
-        nets[name] = nn.parallel.DistributedDataParallel(make_model(kind), process_group=g)
+        nets[name] = make_model(kind)
+        if name != "local":
+            nets[name] = nn.parallel.DistributedDataParallel(nets[name], process_group=g)
         opts[name] = torch.optim.AdamW(nets[name].parameters(), lr=1e-3)
         ddp_rate(nets[name], opts[name], x, y, 3, a.batch, rank, world, g)  # warm-up
-    rates = {name: [] for name in groups}
+    rates = {name: [] for name in barrier_groups}
     for _ in range(a.reps):
-        for name, g in groups.items():
+        for name, g in barrier_groups.items():
             rates[name].append(ddp_rate(nets[name], opts[name], x, y, a.steps, a.batch, rank,
                                         world, g))
     return {k: statistics.median(v) for k, v in rates.items()}
@@ -75,6 +80,7 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=40, help="DDP steps per measurement")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--min-bytes", type=int, default=1 << 10)
     p.add_argument("--max-bytes", type=int, default=256 << 20)
     p.add_argument("--models", default="mlp,cnn")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -91,8 +97,9 @@ def main():
         for kind in a.models.split(","):
             r = bench_ddp(kind, a, x, y, rank, world, groups)
             out(f"ddp {kind:3s} batch {a.batch}/rank: tutti {r['tutti']:8.0f} samples/s  gloo "
-                f"{r['gloo']:8.0f} samples/s  tutti/gloo {r['tutti'] / r['gloo']:.2f}x", flush=True)
-    nbytes = 1024
+                f"{r['gloo']:8.0f} samples/s  tutti/gloo {r['tutti'] / r['gloo']:.2f}x  "
+                f"(no communication: {r['local']:8.0f} samples/s)", flush=True)
+    nbytes = a.min_bytes
     while nbytes <= a.max_bytes:
         r = bench_allreduce(nbytes, a, groups)
         out(f"all_reduce fp32 {nbytes:>10d} B: tutti {r['tutti'] * 1e6:10.1f} us  gloo "

@@ -143,8 +143,13 @@ void tutti_log_settings(void);
 /* Marks a function of the public API: the library is built with -fvisibility=hidden, so only
  * these are exported. */
 #define API __attribute__((visibility("default"), weak)) /* weak as NCCL: see include/tutti.h */
-/* Thread-locals on hot paths: initial-exec avoids a __tls_get_addr call per access. */
-#define TUTTI_TLS __thread __attribute__((tls_model("initial-exec")))
+/* Thread-locals. The default (dynamic) model, so libtutti.so and libnccl.so.2 can be opened with
+ * dlopen() at any time (Python extensions, a CUDA PyTorch loading libnccl.so.2): initial-exec
+ * would need glibc's small static-TLS reserve, which torch has used up by then. The library is
+ * built with TLS descriptors where the compiler has them (-mtls-dialect=gnu2, CMakeLists.txt):
+ * in a library loaded at start an access is then one call that returns a constant offset, not
+ * __tls_get_addr, and a static link relaxes it to a direct access. */
+#define TUTTI_TLS __thread
 uint64_t tutti_time_ns(void); /* CLOCK_MONOTONIC */
 #define TUTTI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TUTTI_MAX(a, b) ((a) > (b) ? (a) : (b))

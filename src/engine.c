@@ -238,12 +238,13 @@ static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_n
  * Waits that end while spinning let the limit grow back to TUTTI_SPIN_US. */
 static TUTTI_TLS uint64_t spin_limit_ns = UINT64_MAX;
 
-static void spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
-  if (spin_limit_ns > max_ns) spin_limit_ns = max_ns;
-  if (waited_ns > spin_limit_ns && waited_ns < spin_limit_ns + 20000)
-    spin_limit_ns = TUTTI_MAX(spin_limit_ns / 2, 1000);
-  else if (waited_ns <= spin_limit_ns)
-    spin_limit_ns = TUTTI_MIN(spin_limit_ns + spin_limit_ns / 8 + 100, max_ns);
+static uint64_t spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
+  uint64_t limit = TUTTI_MIN(spin_limit_ns, max_ns);
+  if (waited_ns > limit && waited_ns < limit + 20000)
+    limit = TUTTI_MAX(limit / 2, 1000);
+  else if (waited_ns <= limit)
+    limit = TUTTI_MIN(limit + limit / 8 + 100, max_ns);
+  return spin_limit_ns = limit;
 }
 
 /* Waits politely: spin (not when there are more local ranks than CPUs), then yield, then
@@ -252,12 +253,11 @@ static void spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
  * oversubscription such a rank sleeps at once (the kernel wakes it); with it, it yields first:
  * a rank that sleeps must be woken, and with more ranks than CPUs the wake-ups cost more than
  * the yields (docs/perf.md, "Waiting where ranks outnumber CPUs"). */
-static void backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend) {
-  uint64_t max_ns = (uint64_t)tutti_param_SpinUs() * 1000;
-  if (spin_limit_ns > max_ns) spin_limit_ns = max_ns;
+static void backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend,
+                    uint64_t spin_limit) {
   if (wc && (!wc->transport->wait || (wc->transport->wait_oversubscribed_only && !oversubscribed)))
     wc = NULL;
-  uint64_t spin_ns = oversubscribed || wc ? 0 : spin_limit_ns;
+  uint64_t spin_ns = oversubscribed || wc ? 0 : spin_limit;
   uint64_t yield_ns = wc && !oversubscribed ? 0 : spin_ns + (uint64_t)tutti_param_YieldUs() * 1000;
   if (idle_ns < spin_ns) {
     cpu_relax(); /* one pause: ~140 cycles on recent cores, eight would delay the wakeup */
@@ -295,6 +295,8 @@ static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase, int *send) {
 
 static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, int phase) {
   uint64_t idle = 0, idle_since = 0, last_check = 0;
+  uint64_t max_spin = (uint64_t)tutti_param_SpinUs() * 1000;
+  uint64_t spin_limit = TUTTI_MIN(spin_limit_ns, max_spin); /* read once: the loop polls */
   int oversub = 0;
   for (int i = 0; i < nlanes; i++) oversub |= lanes[i].comm->oversubscribed;
   for (;;) {
@@ -309,7 +311,7 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
     }
     if (!active) return ncclSuccess;
     if (moved) {
-      if (idle) spin_adapt(tutti_time_ns() - idle_since, (uint64_t)tutti_param_SpinUs() * 1000);
+      if (idle) spin_limit = spin_adapt(tutti_time_ns() - idle_since, max_spin);
       idle = 0;
       continue;
     }
@@ -324,7 +326,7 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
     }
     int wsend = 0;
     conn_t *wc = wait_conn(lanes, nlanes, phase, &wsend);
-    backoff(now - idle_since, oversub, wc, wsend);
+    backoff(now - idle_since, oversub, wc, wsend, spin_limit);
   }
 }
 

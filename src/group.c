@@ -67,37 +67,37 @@ static int comm_cmp(const void *a, const void *b) {
 }
 
 /* Distinct communicators of the group, sorted (a global lock order). */
-static int collect_comms(const pending_t *ops, size_t n) {
+static int collect_comms(group_state_t *g, const pending_t *ops, size_t n) {
   int nc = 0;
   for (size_t i = 0; i < n; i++) {
     int seen = 0;
-    for (int j = 0; j < nc && !seen; j++) seen = grp.comms[j] == ops[i].ctx.comm;
+    for (int j = 0; j < nc && !seen; j++) seen = g->comms[j] == ops[i].ctx.comm;
     if (seen) continue;
-    if (grow((void **)&grp.comms, &grp.comm_cap, (size_t)nc + 1, sizeof(ncclComm_t))) return -1;
-    grp.comms[nc++] = ops[i].ctx.comm;
+    if (grow((void **)&g->comms, &g->comm_cap, (size_t)nc + 1, sizeof(ncclComm_t))) return -1;
+    g->comms[nc++] = ops[i].ctx.comm;
   }
-  if (nc > 1) qsort(grp.comms, nc, sizeof(ncclComm_t), comm_cmp);
+  if (nc > 1) qsort(g->comms, nc, sizeof(ncclComm_t), comm_cmp);
   return nc;
 }
 
-static ncclResult_t build_lanes(int nc, int *nlanes) {
+static ncclResult_t build_lanes(group_state_t *g, int nc, int *nlanes) {
   int nl = 0;
   for (int c = 0; c < nc; c++) {
-    ncclComm_t comm = grp.comms[c];
+    ncclComm_t comm = g->comms[c];
     size_t need = (size_t)nl + 1 + 2 * (size_t)comm->nranks;
-    if (grow((void **)&grp.lanes, &grp.lane_cap, need, sizeof(lane_t)))
+    if (grow((void **)&g->lanes, &g->lane_cap, need, sizeof(lane_t)))
       return TUTTI_ERR(ncclSystemError, "out of memory");
     if (comm->sched_scratch.n)
-      grp.lanes[nl++] = (lane_t){.comm = comm,
-                                 .steps = comm->sched_scratch.steps,
-                                 .nsteps = comm->sched_scratch.n,
-                                 .phase = 0};
+      g->lanes[nl++] = (lane_t){.comm = comm,
+                                .steps = comm->sched_scratch.steps,
+                                .nsteps = comm->sched_scratch.n,
+                                .phase = 0};
     for (int p = 0; p < 2 * comm->nranks; p++)
       if (comm->p2p_lanes[p].n)
-        grp.lanes[nl++] = (lane_t){.comm = comm,
-                                   .steps = comm->p2p_lanes[p].steps,
-                                   .nsteps = comm->p2p_lanes[p].n,
-                                   .phase = 1};
+        g->lanes[nl++] = (lane_t){.comm = comm,
+                                  .steps = comm->p2p_lanes[p].steps,
+                                  .nsteps = comm->p2p_lanes[p].n,
+                                  .phase = 1};
   }
   *nlanes = nl;
   return ncclSuccess;
@@ -144,17 +144,27 @@ static ncclResult_t self_copies(const pending_t *ops, size_t n, int run) {
   return ncclSuccess;
 }
 
+/* The thread's group state. The empty asm hides that the pointer is &grp, so the compiler keeps
+ * it in a register instead of recomputing the thread-local's address (a TLS-descriptor call in
+ * the shared library, src/core.h) at every use. */
+static group_state_t *grp_self(void) {
+  group_state_t *g = &grp;
+  __asm__("" : "+r"(g));
+  return g;
+}
+
 static ncclResult_t group_run(pending_t *ops, size_t n) {
+  group_state_t *g = grp_self();
   ncclResult_t res = ncclSuccess;
-  int nc = collect_comms(ops, n), nlanes = 0, locked = 0;
-  if (nc < 0 || grow((void **)&grp.ctxs, &grp.ctx_cap, n, sizeof(op_ctx_t)))
+  int nc = collect_comms(g, ops, n), nlanes = 0, locked = 0;
+  if (nc < 0 || grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t)))
     return TUTTI_ERR(ncclSystemError, "out of memory");
   for (; locked < nc; locked++) {
-    pthread_mutex_lock(&grp.comms[locked]->lock);
-    TUTTI_CHECK_GOTO(comm_check_state(grp.comms[locked], "ncclGroupEnd"), res, out);
-    sched_reset(&grp.comms[locked]->sched_scratch);
-    for (int p = 0; p < 2 * grp.comms[locked]->nranks; p++)
-      sched_reset(&grp.comms[locked]->p2p_lanes[p]);
+    pthread_mutex_lock(&g->comms[locked]->lock);
+    TUTTI_CHECK_GOTO(comm_check_state(g->comms[locked], "ncclGroupEnd"), res, out);
+    sched_reset(&g->comms[locked]->sched_scratch);
+    for (int p = 0; p < 2 * g->comms[locked]->nranks; p++)
+      sched_reset(&g->comms[locked]->p2p_lanes[p]);
   }
   TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
   /* the check and the planner talk to the peers (exchanges, peer-memory handshakes): a failure
@@ -165,15 +175,15 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     goto out;
   }
   if ((res = plan_group(ops, n)) != ncclSuccess) goto failed;
-  for (size_t i = 0; i < n; i++) grp.ctxs[i] = ops[i].ctx;
+  for (size_t i = 0; i < n; i++) g->ctxs[i] = ops[i].ctx;
   TUTTI_CHECK_GOTO(self_copies(ops, n, 1), res, out);
-  TUTTI_CHECK_GOTO(build_lanes(nc, &nlanes), res, out);
-  res = engine_run(grp.lanes, nlanes, grp.ctxs);
+  TUTTI_CHECK_GOTO(build_lanes(g, nc, &nlanes), res, out);
+  res = engine_run(g->lanes, nlanes, g->ctxs);
 failed:
   if (res != ncclSuccess)
-    for (int c = 0; c < nc; c++) comm_set_error(grp.comms[c], res, tutti_last_error());
+    for (int c = 0; c < nc; c++) comm_set_error(g->comms[c], res, tutti_last_error());
 out:
-  for (int c = 0; c < locked; c++) pthread_mutex_unlock(&grp.comms[c]->lock);
+  for (int c = 0; c < locked; c++) pthread_mutex_unlock(&g->comms[c]->lock);
   plan_release();
   return res;
 }

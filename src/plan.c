@@ -332,21 +332,21 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
   static TUTTI_TLS int *cached;
   static TUTTI_TLS size_t cap;
   if (n > cap) {
-    int *c = realloc(cached, n * sizeof(int));
-    if (!c) return TUTTI_ERR(ncclSystemError, "out of memory planning a group");
-    cached = c, cap = n;
+    int *grown = realloc(cached, n * sizeof(int));
+    if (!grown) return TUTTI_ERR(ncclSystemError, "out of memory planning a group");
+    cached = grown, cap = n;
   }
-  int any_peer = 0;
+  int *c = cached, any_peer = 0; /* one thread-local access */
   for (size_t i = 0; i < n; i++) {
-    cached[i] = 0;
+    c[i] = 0;
     if (self_p2p(&ops[i])) continue;
     ops[i].ctx.seq = ops[i].ctx.comm->op_count++;
-    TUTTI_CHECK(plan_choose(ops[i].ctx.comm, &ops[i], &cached[i]));
+    TUTTI_CHECK(plan_choose(ops[i].ctx.comm, &ops[i], &c[i]));
     any_peer |= needs_peer_memory(&ops[i]);
   }
-  if (any_peer) TUTTI_CHECK(agree_all(ops, n, cached));
+  if (any_peer) TUTTI_CHECK(agree_all(ops, n, c));
   for (size_t i = 0; i < n; i++)
-    if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], cached[i], (uint16_t)i));
+    if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], c[i], (uint16_t)i));
   if (tutti_param_DumpSchedule()) dump_lanes(ops, n);
   return ncclSuccess;
 }

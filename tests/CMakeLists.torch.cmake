@@ -22,3 +22,9 @@ set_tests_properties(torch_ddp_equals_gloo torch_killed_rank PROPERTIES LABELS "
 add_test(NAME torch_ops_2hosts_x_2ranks
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/torch/multihost.sh ${CMAKE_BINARY_DIR})
 set_tests_properties(torch_ops_2hosts_x_2ranks PROPERTIES LABELS "slow" TIMEOUT 900 RUN_SERIAL TRUE)
+# libtutti.so and libnccl.so.2 load with dlopen() after torch; the module runs on libtutti.so.
+add_test(NAME torch_dlopen_after_torch
+         COMMAND ${TUTTI_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_dlopen.py
+                 ${CMAKE_BINARY_DIR})
+set_tests_properties(torch_dlopen_after_torch PROPERTIES LABELS "quick" TIMEOUT 120
+                     ENVIRONMENT "${tutti_torch_env}")

@@ -58,9 +58,9 @@ TEST(NcclSymbols, LibncclExportsEveryDeclaredFunction) {
   check_library_exports(LIBNCCL_PATH);
 }
 
-// libtutti.so is the same code as the libnccl.so.2 this process has loaded, so it cannot be
-// dlopen'ed next to it (their initial-exec TLS would not fit twice): read its dynamic symbol
-// table instead, where every declared function must be defined.
+// libtutti.so is the same code as the libnccl.so.2 this process has loaded, so it is not
+// dlopen'ed next to it (its calls to its own exported functions could bind to libnccl.so.2's):
+// read its dynamic symbol table instead, where every declared function must be defined.
 TEST(NcclSymbols, LibtuttiExportsEveryDeclaredFunction) {
   std::vector<std::string> names = header_functions();
   ASSERT_GE(names.size(), 82u);

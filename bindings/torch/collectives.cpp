@@ -131,30 +131,12 @@ void unflatten(const at::Tensor &flat, std::vector<at::Tensor> &list) {
   }
 }
 
-size_t staging_min_bytes() {
-  const char *v = getenv("TUTTI_TORCH_STAGING_MIN_BYTES");
-  return v ? strtoull(v, nullptr, 0) : (size_t)256 * 1024;
-}
-
-// All-reduce of a contiguous tensor in place. On a single-host group, large calls copy through
-// the group's ncclMemAlloc buffer: tutti then reduces by reading the peers' buffers in place
-// (two memcpys here instead of every byte crossing a FIFO twice). Every rank takes the same
-// branch: it depends only on the byte count and the group (TUTTI_TORCH_STAGING_MIN_BYTES, the
-// same on all ranks; 0 turns staging off).
+// All-reduce of a contiguous tensor in place, on the tensor's own (heap) memory: tutti pipelines
+// it through its FIFOs. Copying through an ncclMemAlloc buffer so that tutti could read the
+// peers' copies in place was slower at every size from 256 KiB to 256 MiB (docs/torch.md).
 void allreduce_dense(ProcessGroupTutti &pg, void *ptr, size_t count, ncclDataType_t type,
                      ncclRedOp_t op) {
-  size_t bytes = count * tuttiTypeSize(type);
-  static const size_t min_bytes = staging_min_bytes();
-  void *stage = nullptr;
-  if (pg.single_host() && pg.getSize() > 1 && min_bytes > 0 && bytes >= min_bytes)
-    stage = pg.staging().reserve(bytes);
-  if (!stage) {
-    call(pg, "ncclAllReduce", ncclAllReduce(ptr, ptr, count, type, op, pg.comm(), nullptr));
-    return;
-  }
-  memcpy(stage, ptr, bytes);
-  call(pg, "ncclAllReduce", ncclAllReduce(stage, stage, count, type, op, pg.comm(), nullptr));
-  memcpy(ptr, stage, bytes);
+  call(pg, "ncclAllReduce", ncclAllReduce(ptr, ptr, count, type, op, pg.comm(), nullptr));
 }
 
 }  // namespace

@@ -17,7 +17,6 @@ namespace {
 
 // Store keys, relative to the (already per-group prefixed) store torch hands over.
 constexpr const char *kIdKey = "tutti/unique_id";
-constexpr const char *kHostKeyPrefix = "tutti/host/";
 
 std::string local_host() {
   char name[256] = {0};
@@ -74,22 +73,6 @@ bool WorkTutti::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-// ---- staging buffer ----
-
-void *StagingBuffer::reserve(size_t need) {
-  if (need <= bytes) return ptr;
-  if (ptr) ncclMemFree(ptr), ptr = nullptr, bytes = 0;
-  size_t size = 1 << 20;
-  while (size < need) size <<= 1;
-  if (ncclMemAlloc(&ptr, size) != ncclSuccess) return ptr = nullptr;
-  bytes = size;
-  return ptr;
-}
-
-StagingBuffer::~StagingBuffer() {
-  if (ptr) ncclMemFree(ptr);
-}
-
 // ---- the group ----
 
 ProcessGroupTutti::ProcessGroupTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank,
@@ -102,8 +85,7 @@ ProcessGroupTutti::ProcessGroupTutti(const c10::intrusive_ptr<c10d::Store> &stor
 }
 
 // Rank 0 creates the unique id and publishes it; the others read it (Store::get waits, bounded
-// by the store's timeout). Every rank also publishes its host name, so the group knows whether
-// it lives on one host (where shared-memory staging pays).
+// by the store's timeout).
 void ProcessGroupTutti::rendezvous(const c10::intrusive_ptr<c10d::Store> &store) {
   ncclUniqueId id;
   if (rank_ == 0) {
@@ -114,13 +96,6 @@ void ProcessGroupTutti::rendezvous(const c10::intrusive_ptr<c10d::Store> &store)
     std::vector<uint8_t> bytes = store->get(kIdKey);
     TORCH_CHECK(bytes.size() == sizeof(id.internal), who(), ": malformed unique id in the store");
     memcpy(id.internal, bytes.data(), sizeof(id.internal));
-  }
-  store->set(kHostKeyPrefix + std::to_string(rank_),
-             std::vector<uint8_t>(host_.begin(), host_.end()));
-  single_host_ = true;
-  for (int r = 0; r < size_; r++) {
-    std::vector<uint8_t> h = store->get(kHostKeyPrefix + std::to_string(r));
-    if (std::string(h.begin(), h.end()) != host_) single_host_ = false;
   }
   ncclResult_t res = ncclCommInitRank(&comm_, size_, id, rank_);
   if (res != ncclSuccess) fail("ncclCommInitRank", res);

@@ -49,15 +49,6 @@ class WorkTutti : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// Reusable shared-memory buffer (ncclMemAlloc) through which large single-host calls on heap
-// tensors go: tutti reads the peers' copies in place instead of pipelining through its FIFOs.
-struct StagingBuffer {
-  void *ptr = nullptr;
-  size_t bytes = 0;
-  void *reserve(size_t need);  // grows (never shrinks); nullptr when shared memory is refused
-  ~StagingBuffer();
-};
-
 class ProcessGroupTutti : public c10d::ProcessGroup {
  public:
   ProcessGroupTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -110,8 +101,6 @@ class ProcessGroupTutti : public c10d::ProcessGroup {
   void abort_after_timeout(const char *op);
   [[noreturn]] void fail(const char *op, ncclResult_t res);  // throws the error of a tutti call
   ncclComm_t comm() const { return comm_; }
-  bool single_host() const { return single_host_; }
-  StagingBuffer &staging() { return staging_; }
   std::string who() const;  // "tutti: rank R of N (host)"
 
  private:
@@ -122,9 +111,7 @@ class ProcessGroupTutti : public c10d::ProcessGroup {
 
   ncclComm_t comm_ = nullptr;
   std::chrono::milliseconds timeout_;
-  bool single_host_ = false;
   std::string host_;
-  StagingBuffer staging_;
 
   std::mutex mutex_;  // guards queue_, stop_, broken_
   std::condition_variable cv_;
