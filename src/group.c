@@ -194,9 +194,10 @@ ncclResult_t group_run_now(pending_t *ops, size_t n) {
 
 /* The stream path: each communicator's calls of the group become one item of its proxy. */
 static ncclResult_t group_submit(pending_t *ops, size_t n) {
-  int nc = collect_comms(ops, n);
+  group_state_t *g = grp_self();
+  int nc = collect_comms(g, ops, n);
   if (nc < 0) return TUTTI_ERR(ncclSystemError, "out of memory");
-  return proxy_submit(grp.comms, nc, ops, n);
+  return proxy_submit(g->comms, nc, ops, n);
 }
 
 /* A group with a device buffer or a stream goes to the proxies and returns at once; any other

@@ -80,13 +80,15 @@ TEST(CompressLayout, PowerSgdPerTensorRecoversRankOneAndSendsVectorsExactly) {
       for (size_t i = off; i < off + kCounts[seg]; i++) {
         double exact = ((double)grad(i, 0, t) + grad(i, 1, t)) / 2;
         frob += exact * exact;
-        if (seg == 1 || seg == 2)  // sent exactly: the average is exact in fp32
+        if (seg == 1 || seg == 2) {  // sent exactly: the average is exact in fp32
           ASSERT_EQ(y[i], (float)exact) << "step " << t << " tensor " << seg << " element " << i;
+        }
         worst = std::max(worst, std::fabs(y[i] - exact));
       }
-      if (seg == 0 || seg == 3)
+      if (seg == 0 || seg == 3) {
         EXPECT_LE(worst, rank1_bound(kCounts[seg] / kRows[seg], kRows[seg], std::sqrt(frob)))
             << "step " << t << " tensor " << seg;
+      }
     }
   }
   // What went on the wire says which path ran: a ring all-reduce of T0's and T3's P (40 + 30
