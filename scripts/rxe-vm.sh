@@ -185,7 +185,7 @@ set +e
 timeout "$TIMEOUT" "$QEMU" -machine q35 -accel tcg,thread=multi -cpu max -smp "$CPUS" -m "$MEM" \
   -nodefaults -no-reboot -display none -chardev stdio,id=con,signal=off -serial chardev:con \
   -kernel "$KERNEL" -initrd "$RUN/initrd.gz" \
-  -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
+  -append "console=ttyS0 quiet loglevel=3 panic=-1 no_timer_check rdinit=/init" \
   -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
   -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
   -fsdev local,id=sharerw,path="$SHARE_RW",security_model=none,multidevs=remap \
