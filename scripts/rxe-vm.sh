@@ -11,7 +11,9 @@
 # binaries built here with this machine's libraries (libibverbs and its rxe provider), in the
 # directory the script was started from. Before CMD: crc32_generic (rdma_rxe's crc32 needs it),
 # rdma_rxe, dummy and veth are loaded, the rxe devices are created and tmpfs is mounted on
-# /dev/shm and /tmp. With --devices 1: rxe0 on dummy0, one RoCE v2 GID (index 0, the IPv6
+# /dev/shm and /tmp; the entries of the host's /tmp that hold the checkout, the build folder,
+# the cache or the current directory (a CI clone under /tmp) are bound into the guest's /tmp,
+# so CMD runs wherever the checkout lies. With --devices 1: rxe0 on dummy0, one RoCE v2 GID (index 0, the IPv6
 # link-local address); rxe loops traffic to its own address back internally. With --devices 2
 # (the default: two "NICs"): rxe0 and rxe1 on the two ends of a veth pair, 10.200.0.1 and
 # .2 (GID index 1, IPv4-mapped, RoCE v2), with policy routing that sends traffic for the other
@@ -107,6 +109,17 @@ done
   echo
 } >"$RUN/cmd.sh"
 
+# The first components of the host's /tmp the guest needs to see through its own /tmp.
+TMP_KEEP=""
+for d in "$REPO" "$PWD" "$SHARE_RW" "$CACHE"; do
+  case "$d/" in
+    /tmp/?*) t="${d#/tmp/}" t="${t%%/*}"
+      [[ " $TMP_KEEP " == *" $t "* ]] || TMP_KEEP="$TMP_KEEP $t" ;;
+  esac
+done
+[[ "$TMP_KEEP" != *[!A-Za-z0-9._\ -]* ]] ||
+  { echo "rxe-vm: a folder under /tmp with an unusual name:$TMP_KEEP" >&2; exit 2; }
+
 cat >"$RUN/initrd/init" <<EOF
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -117,8 +130,6 @@ fail() { echo "rxe-vm guest: \$*"; echo 1 > /newroot$RUN/rc 2>/dev/null; powerof
 for m in $NINE_P; do insmod /mod/\$m.ko || { echo "rxe-vm guest: insmod \$m failed"; poweroff -f; }; done
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose hostroot /newroot ||
   { echo "rxe-vm guest: cannot mount the host root"; poweroff -f; }
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 sharerw /newroot$SHARE_RW ||
-  fail "cannot mount $SHARE_RW read-write"
 mount --bind /newroot$MODDIR/.. /lib/modules || fail "no module tree"
 modprobe crc32_generic && modprobe rdma_rxe && modprobe dummy numdummies=1 && modprobe veth ||
   fail "cannot load crc32_generic, rdma_rxe, dummy"
@@ -127,7 +138,16 @@ mount -t sysfs sys /newroot/sys
 mount -t devtmpfs dev /newroot/dev
 mkdir -p /newroot/dev/shm
 mount -t tmpfs -o mode=1777 shm /newroot/dev/shm
+# The guest's own /tmp is a tmpfs (rendezvous files, mkstemp); the host's /tmp entries that hold
+# the checkout, the build folder, the cache or the working directory are bound back into it.
+mkdir -p /hosttmp && mount --bind /newroot/tmp /hosttmp || fail "cannot keep the host's /tmp"
 mount -t tmpfs -o mode=1777 tmp /newroot/tmp
+for t in $TMP_KEEP; do
+  mkdir -p /newroot/tmp/\$t && mount --bind /hosttmp/\$t /newroot/tmp/\$t ||
+    fail "cannot bind the host's /tmp/\$t"
+done
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 sharerw /newroot$SHARE_RW ||
+  fail "cannot mount $SHARE_RW read-write"
 hostname rxe-vm
 ip link set lo up
 hip() { chroot /newroot /usr/bin/ip "\$@"; } # iproute2 (busybox ip knows no veth)
@@ -165,7 +185,7 @@ set +e
 timeout "$TIMEOUT" "$QEMU" -machine q35 -accel tcg,thread=multi -cpu max -smp "$CPUS" -m "$MEM" \
   -nodefaults -no-reboot -display none -chardev stdio,id=con,signal=off -serial chardev:con \
   -kernel "$KERNEL" -initrd "$RUN/initrd.gz" \
-  -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
+  -append "console=ttyS0 quiet loglevel=3 panic=-1 no_timer_check rdinit=/init" \
   -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
   -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
   -fsdev local,id=sharerw,path="$SHARE_RW",security_model=none,multidevs=remap \

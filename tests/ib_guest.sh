@@ -8,13 +8,6 @@
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$(cd "${1:?usage: ib_guest.sh BUILD_DIR}" && pwd)
-# The guest mounts its own tmpfs on /tmp (rendezvous files, mkstemp), which hides a checkout or
-# build folder under the host's /tmp: there the test cannot run, and says so.
-for dir in "$src" "$build"; do
-  case "$dir/" in
-    /tmp/*) echo "SKIPPED: the source or build folder is under /tmp, which the guest's own tmpfs hides; build outside /tmp to run the ib guest test"; exit 77 ;;
-  esac
-done
 if [[ "${2:-}" != --inside ]]; then
   for b in test_ib test_collectives_quick; do
     [[ -x $build/bin/$b ]] || { echo "ib_guest: $build/bin/$b is not built" >&2; exit 1; }
