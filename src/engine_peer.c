@@ -14,8 +14,9 @@
  * one step of the kernel). Reading by copy, PEER_REDUCE reads each peer's piece of the segment
  * into an L2-sized buffer (TUTTI_CMA_PIECE_BYTES per peer) and reduces from there, piece by
  * piece, so the reads of the next piece follow the reduction of the last and the progress word
- * moves per piece; PEER_COPY reads what the owner's progress says is final straight into the
- * destination.
+ * moves per piece; with STEP_PUSH it then writes the piece, still in cache, into every other
+ * rank's destination (mem_write). PEER_COPY reads what the owner's progress says is final
+ * straight into the destination.
  *
  * Words: each rank publishes two words through its transport (PEER_WORD_PROGRESS, _DONE) that
  * only grow: progress = call << 40 | elements of its PEER_REDUCE final so far, done = calls
@@ -35,7 +36,7 @@
 #define PEER_BLOCK_BYTES (16 * 1024) /* multi-input reductions run block by block, in L1 */
 #define PEER_MSG_MAGIC 0x70656572u   /* "peer" */
 
-TUTTI_PARAM(CmaPieceBytes, "CMA_PIECE_BYTES", 128 * 1024)
+TUTTI_PARAM(CmaPieceBytes, "CMA_PIECE_BYTES", 512 * 1024)
 
 typedef struct agree_msg { /* where one rank's buffers are, for one call */
   uint32_t magic;
@@ -202,6 +203,20 @@ static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at
   return ncclSuccess;
 }
 
+/* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer. */
+static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
+                               const char *piece) {
+  ncclComm_t comm = o->comm;
+  int b = st->dst_buf == BUF_SEND ? 0 : 1;
+  for (int k = 1; k < comm->nranks; k++) {
+    int q = tutti_mod(comm->rank + k, comm->nranks);
+    const transport_t *t = peer_transport(comm, q);
+    TUTTI_CHECK(t->mem_write(comm, q, &o->peer_h[b][q], (st->dst_off + at) * o->esize, piece,
+                             len * o->esize));
+  }
+  return ncclSuccess;
+}
+
 static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   ncclComm_t comm = l->comm;
   volatile uint64_t *prog = peer_word(comm, comm->rank, PEER_WORD_PROGRESS);
@@ -219,6 +234,8 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
     size_t len = TUTTI_MIN(piece, st->count - at);
     if (gather_inputs(o, st, st->src_off + at, len, tmp, in) != ncclSuccess) return -1;
     reduce_inputs(o, st, in, len, dst + at * es);
+    if ((st->flags & STEP_PUSH) && push_piece(o, st, at, len, dst + at * es) != ncclSuccess)
+      return -1;
     if (prog) __atomic_store_n(prog, seq | (at + len), __ATOMIC_RELEASE);
   }
   *moved = 1;

@@ -26,8 +26,8 @@
 #define TUNER_SHM_MSG_CPU_US 2.0
 #define TUNER_PEER_LAT_US 10.0
 #define TUNER_PEER_GBPS 10.0
-#define TUNER_PEER_READ_LAT_US 4.0
-#define TUNER_PEER_READ_GBPS 9.0
+#define TUNER_PEER_READ_LAT_US 10.0
+#define TUNER_PEER_READ_GBPS 14.0
 
 /* A positive number setting (param.c; a bad one warns and keeps the default). */
 static double env_double(const char *name, double dflt) {

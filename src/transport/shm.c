@@ -197,14 +197,15 @@ static void cma_allow_peers(void) {
     INFO(SUB_SHM, "Yama ptrace_scope 1: peers of this user may read this process (PR_SET_PTRACER)");
 }
 
-/* process_vm_readv of all `bytes` at `remote` in process pid into dst (it may copy less than
- * asked per call); 0 or the errno. */
-static int cma_read(int pid, void *dst, uint64_t remote, size_t bytes) {
+/* process_vm_readv (write = 0) or process_vm_writev of all `bytes` between `local` here and
+ * `remote` in process pid (a call may move less than asked); 0 or the errno. */
+static int cma_move(int pid, void *local, uint64_t remote, size_t bytes, int write) {
   while (bytes > 0) {
-    struct iovec l = {dst, bytes}, r = {(void *)(uintptr_t)remote, bytes};
-    ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    struct iovec l = {local, bytes}, r = {(void *)(uintptr_t)remote, bytes};
+    ssize_t got =
+        write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (got <= 0) return got < 0 ? errno : EIO;
-    dst = (char *)dst + got, remote += (uint64_t)got, bytes -= (size_t)got;
+    local = (char *)local + got, remote += (uint64_t)got, bytes -= (size_t)got;
   }
   return 0;
 }
@@ -216,7 +217,7 @@ static int cma_probe(struct ncclComm *comm, char *why, size_t len) {
   for (int p = 0; st && p < comm->nranks; p++) {
     if (p == comm->rank || !st->peer_seg[p]) continue;
     uint64_t magic = 0;
-    int err = cma_read(comm->peers[p].pid, &magic, st->peer_seg_addr[p], sizeof(magic));
+    int err = cma_move(comm->peers[p].pid, &magic, st->peer_seg_addr[p], sizeof(magic), 0);
     if (err || magic != SHM_MAGIC)
       return snprintf(why, len, "process_vm_readv of rank %d (pid %d): %s", p, comm->peers[p].pid,
                       err ? strerror(err) : "read the wrong bytes"),
@@ -463,21 +464,35 @@ static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, 
   return PEER_EXPOSE_MAP;
 }
 
-/* One copy from the peer's buffer: memcpy within this process, process_vm_readv otherwise. */
-static ncclResult_t shm_mem_read(struct ncclComm *comm, int peer, const peer_handle_t *h,
-                                 size_t off, void *dst, size_t bytes) {
+/* One copy between a peer's buffer and `local`: memcpy within this process, process_vm_readv
+ * or process_vm_writev otherwise. */
+static ncclResult_t mem_move(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
+                             void *local, size_t bytes, int write) {
   shm_handle_t sh;
   memcpy(&sh, h->bytes, sizeof(sh));
+  char *remote = (char *)(uintptr_t)sh.addr + off;
   if (sh.pid == (int32_t)getpid()) {
-    memcpy(dst, (const char *)(uintptr_t)sh.addr + off, bytes);
+    memcpy(write ? remote : local, write ? local : remote, bytes);
     return ncclSuccess;
   }
-  int err = cma_read(sh.pid, dst, sh.addr + off, bytes);
+  int err = cma_move(sh.pid, local, sh.addr + off, bytes, write);
   if (err)
     return TUTTI_ERR(ncclSystemError,
-                     "rank %d: process_vm_readv of %zu bytes from rank %d (pid %d) failed: %s",
-                     comm->rank, bytes, peer, (int)sh.pid, strerror(err));
+                     "rank %d: process_vm_%s of %zu bytes %s rank %d (pid %d) "
+                     "failed: %s",
+                     comm->rank, write ? "writev" : "readv", bytes, write ? "to" : "from", peer,
+                     (int)sh.pid, strerror(err));
   return ncclSuccess;
+}
+
+static ncclResult_t shm_mem_read(struct ncclComm *comm, int peer, const peer_handle_t *h,
+                                 size_t off, void *dst, size_t bytes) {
+  return mem_move(comm, peer, h, off, dst, bytes, 0);
+}
+
+static ncclResult_t shm_mem_write(struct ncclComm *comm, int peer, const peer_handle_t *h,
+                                  size_t off, const void *src, size_t bytes) {
+  return mem_move(comm, peer, h, off, (void *)src, bytes, 1);
 }
 
 static ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_handle_t *h,
@@ -542,4 +557,5 @@ const transport_t shm_transport = {
     .mem_map = shm_mem_map,
     .mem_word = shm_mem_word,
     .mem_read = shm_mem_read,
+    .mem_write = shm_mem_write,
 };

@@ -40,6 +40,8 @@
  *   mem_read(comm, peer, &h, off, dst, n) -> copies n bytes at offset off of the buffer `peer`
  *                                    exposed as h into dst here, in one step of the kernel (shm:
  *                                    process_vm_readv, single copy); an error when it cannot.
+ *   mem_write(comm, peer, &h, off, src, n) -> the other direction: n bytes from src here into
+ *                                    the buffer `peer` exposed as h, at offset off.
  *   A transport with mem_read sets comm->peer_read during setup (collectively: 1 on every rank
  *   when every rank can read every local peer's memory, else 0 on every rank), so that the
  *   planner may choose an algorithm that reads by copy (ALGO_NEEDS_PEER_READ) on every rank
@@ -110,6 +112,8 @@ typedef struct transport {
   volatile uint64_t *(*mem_word)(struct ncclComm *comm, int rank, int which);
   ncclResult_t (*mem_read)(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
                            void *dst, size_t bytes);
+  ncclResult_t (*mem_write)(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
+                            const void *src, size_t bytes);
 } transport_t;
 
 extern const transport_t shm_transport;
