@@ -83,7 +83,8 @@ static tuner_topo_t plan_topo(ncclComm_t comm) {
       .ncpu = comm->tuner_ncpu,
       .host_blocks = comm->host_blocks,
       .peer_mem = comm->peer_mem && tutti_param_Direct(),
-      .peer_read = comm->peer_mem && comm->peer_read,
+      .peer_read = comm->peer_mem && comm->peer_read &&
+                   tutti_param_Direct(), /* TUTTI_DIRECT=0: no peer steps */
       .slot_bytes = comm->slot_bytes,
       .chunk_bytes = comm->chunk_bytes,
       .scratch_bytes = comm->scratch_bytes,
@@ -193,9 +194,18 @@ static int peer_fits(algo_t a, int agreed) {
 }
 
 /* After the handshake: a call whose ranks could not all map each other's buffers runs the best
- * algorithm that the answer allows (reading by copy, or no peer steps at all). */
+ * algorithm that the answer allows (reading by copy, or no peer steps at all). Buffers every
+ * rank can map go to the algorithms that map them (direct, or the FIFOs below its size) rather
+ * than to reading by copy, unless TUTTI_ALGO allows no mapping algorithm. */
 static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   ncclComm_t comm = p->ctx.comm;
+  uint32_t readers = algos_needing(ALGO_NEEDS_PEER_READ);
+  if (agreed == PEER_AGREE_MAP && ((1u << p->ctx.algo) & readers) &&
+      (comm->algo_mask[p->args.coll] & algos_needing(ALGO_NEEDS_PEER_MEMORY))) {
+    *cached = 0;
+    TUTTI_CHECK(choose_into(
+        comm, p, readers | (p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0)));
+  }
   if (!peer_fits(p->ctx.algo, agreed)) {
     *cached = 0;
     uint32_t exclude = algos_needing(ALGO_NEEDS_PEER_MEMORY) |
