@@ -67,6 +67,8 @@ struct ncclComm {
   void *memreg;        /* other processes' ncclMemAlloc regions mapped here (memreg.c) */
   struct proxy *proxy; /* the stream path's thread (proxy.c), started on first use */
   int peer_mem;        /* every peer reached through a transport with peer memory */
+  int peer_read;       /* every rank may read every peer's memory by copy (transport mem_read),
+                        * agreed by all ranks at setup */
   uint64_t peer_calls; /* calls run with peer steps so far, alike on every rank */
 
   pthread_mutex_t lock;     /* one operation at a time on this communicator */

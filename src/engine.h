@@ -22,6 +22,8 @@ typedef struct op_ctx { /* one collective or p2p call */
    * ([nranks] each, this rank's own included) and the call's number among the communicator's
    * peer-memory calls, which tags the progress and done words. */
   const char **peer_buf[2]; /* [0]: BUF_SEND, [1]: BUF_RECV */
+  peer_handle_t *peer_h[2]; /* the same buffers' handles, as exposed ([nranks] each) */
+  int peer_read;            /* 1: peers' buffers are read by copy (transport mem_read) */
   uint64_t peer_seq;
 } op_ctx_t;
 
@@ -56,9 +58,12 @@ ncclResult_t engine_exchange(const exchange_t *x, int nx);
 
 /* engine_peer.c. Before calls with peer steps: for each of the k calls, every rank exposes its
  * buffers (bytes[i][0] and bytes[i][1] long: send, receive) through its transports'
- * peer-memory capability, maps every other rank's into ops[i]->peer_buf (arrays of nranks the
- * caller provides) and learns whether every rank could: ok[i], the same on every rank.
+ * peer-memory capability, keeps every rank's handles in ops[i]->peer_h and learns what every
+ * rank could: ok[i], the same on every rank, is PEER_AGREE_MAP when every buffer can be mapped
+ * (then mapped into ops[i]->peer_buf), PEER_AGREE_READ when every buffer can at least be read
+ * by copy, else PEER_AGREE_NONE. (peer_buf and peer_h: arrays of nranks the caller provides.)
  * Collective, like engine_exchange; the k calls' handshakes run together. */
+enum { PEER_AGREE_NONE = 0, PEER_AGREE_READ = 1, PEER_AGREE_MAP = 2 };
 ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], int *ok, int k);
 /* Runs lane l's peer step st as far as it can without waiting: 1 when it is done (l->cur moved
  * past it), 0 when blocked (l->wait_peer says on whom), -1 on an error (recorded). *moved is

@@ -9,6 +9,15 @@
  * mapping that fails after that is an error of this rank (its peers see it fail), not a
  * fallback.
  *
+ * Two flavours (transport.h): mapped (PEER_AGREE_MAP, the direct algorithm) and read by copy
+ * (o->peer_read, the cma algorithm: the transport's mem_read copies from the peer's buffer in
+ * one step of the kernel). Reading by copy, PEER_REDUCE reads each peer's piece of the segment
+ * into an L2-sized buffer (TUTTI_CMA_PIECE_BYTES per peer) and reduces from there, piece by
+ * piece, so the reads of the next piece follow the reduction of the last and the progress word
+ * moves per piece; with STEP_PUSH it then writes the piece, still in cache, into every other
+ * rank's destination (mem_write). PEER_COPY reads what the owner's progress says is final
+ * straight into the destination.
+ *
  * Words: each rank publishes two words through its transport (PEER_WORD_PROGRESS, _DONE) that
  * only grow: progress = call << 40 | elements of its PEER_REDUCE final so far, done = calls
  * finished. Every rank numbers the communicator's peer-memory calls alike (op_ctx.peer_seq), so
@@ -27,9 +36,11 @@
 #define PEER_BLOCK_BYTES (16 * 1024) /* multi-input reductions run block by block, in L1 */
 #define PEER_MSG_MAGIC 0x70656572u   /* "peer" */
 
+TUTTI_PARAM(CmaPieceBytes, "CMA_PIECE_BYTES", 512 * 1024)
+
 typedef struct agree_msg { /* where one rank's buffers are, for one call */
   uint32_t magic;
-  int32_t exposed[2]; /* send, receive */
+  int32_t exposed[2]; /* send, receive: PEER_EXPOSE_* */
   peer_handle_t h[2];
 } agree_msg_t;
 
@@ -81,24 +92,30 @@ static void expose(const op_ctx_t *o, const size_t bytes[2], agree_msg_t *m) {
   for (int b = 0; b < 2; b++) {
     const char *buf = o->buf[b == 0 ? BUF_SEND : BUF_RECV];
     o->peer_buf[b][comm->rank] = buf;
-    m->exposed[b] = t->mem_expose && t->mem_expose(comm, buf, bytes[b], &m->h[b]);
+    m->exposed[b] = t->mem_expose ? t->mem_expose(comm, buf, bytes[b], &m->h[b]) : 0;
   }
 }
 
-/* *ok: every rank exposed both buffers (the same answer on every rank: all saw all messages);
- * then maps them. An error when a peer sent no handshake. */
+/* *ok: PEER_AGREE_* from every rank's answers for both buffers (the same on every rank: all
+ * saw all messages); maps the buffers when all can be mapped and keeps every handle. An error
+ * when a peer sent no handshake. */
 static ncclResult_t decide(const op_ctx_t *o, const agree_msg_t *all, int *ok) {
   ncclComm_t comm = o->comm;
-  *ok = 1;
+  int map = 1, read = 1;
   for (int p = 0; p < comm->nranks; p++) {
     if (all[p].magic != PEER_MSG_MAGIC)
       return TUTTI_ERR(ncclInvalidUsage,
                        "rank %d: rank %d sent no peer-memory handshake in nccl%s "
                        "(op #%llu): ranks called different collectives",
                        comm->rank, p, coll_name(o->coll), (unsigned long long)o->seq);
-    *ok &= all[p].exposed[0] && all[p].exposed[1];
+    for (int b = 0; b < 2; b++) {
+      map &= all[p].exposed[b] == PEER_EXPOSE_MAP;
+      read &= all[p].exposed[b] != PEER_EXPOSE_NONE;
+      if (o->peer_h[b]) o->peer_h[b][p] = all[p].h[b];
+    }
   }
-  for (int p = 0; *ok && p < comm->nranks; p++)
+  *ok = map ? PEER_AGREE_MAP : read && comm->peer_read ? PEER_AGREE_READ : PEER_AGREE_NONE;
+  for (int p = 0; map && p < comm->nranks; p++)
     if (p != comm->rank) TUTTI_CHECK(map_peer(comm, o, p, &all[p]));
   return ncclSuccess;
 }
@@ -125,24 +142,37 @@ ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], i
   return ncclSuccess;
 }
 
+/* The buffer peer reads by copy land in before they are reduced ((nranks - 1) pieces). */
+static char *tls_read_buffer(size_t bytes) {
+  static TUTTI_TLS char *buf;
+  static TUTTI_TLS size_t cap;
+  if (bytes > cap) {
+    free(buf);
+    buf = NULL, cap = 0;
+    if (posix_memalign((void **)&buf, 4096, bytes) != 0) return NULL;
+    cap = bytes;
+  }
+  return buf;
+}
+
 static int block(lane_t *l, int peer) {
   l->wait_peer = peer, l->wait_send = 0;
   return 0;
 }
 
-/* dst = x(f) (+) x(f+1) (+) ... (+) x(f-1) over `len` elements at element offset `at` of every
- * rank's src buffer. Partial sums stay in an L1 block until the last operand, so dst may be
- * any of the inputs (in place). */
-static void reduce_from_all(const op_ctx_t *o, const step_t *st, size_t at, size_t len, char *dst) {
+/* dst = x(f) (+) x(f+1) (+) ... (+) x(f-1) over `len` elements, where in[k] points at rank k's
+ * operand. Partial sums stay in an L1 block until the last operand, so dst may be any of the
+ * inputs (in place). */
+static void reduce_inputs(const op_ctx_t *o, const step_t *st, const char *const *in, size_t len,
+                          char *dst) {
   static TUTTI_TLS uint64_t acc[PEER_BLOCK_BYTES / 8];
   int n = o->comm->nranks, f = st->recv_peer;
-  const char *const *in = o->peer_buf[st->src_buf == BUF_SEND ? 0 : 1];
   size_t es = o->esize, blk = TUTTI_MAX(PEER_BLOCK_BYTES / es, 1);
   int post = (st->flags & STEP_POST) && o->rop.postdiv ? REDUCE_POST : 0;
   for (size_t i = 0; i < len; i += blk) {
-    size_t m = TUTTI_MIN(blk, len - i), off = (at + i) * es;
+    size_t m = TUTTI_MIN(blk, len - i), off = i * es;
     if (n == 1) {
-      reduce_copy(&o->rop, dst + i * es, in[f] + off, m, post);
+      reduce_copy(&o->rop, dst + off, in[f] + off, m, post);
       continue;
     }
     const char *a = in[f] + off;
@@ -150,18 +180,62 @@ static void reduce_from_all(const op_ctx_t *o, const step_t *st, size_t at, size
       reduce_combine(&o->rop, acc, a, in[tutti_mod(f + k, n)] + off, m, 0);
       a = (const char *)acc;
     }
-    reduce_combine(&o->rop, dst + i * es, a, in[tutti_mod(f + n - 1, n)] + off, m, post);
+    reduce_combine(&o->rop, dst + off, a, in[tutti_mod(f + n - 1, n)] + off, m, post);
   }
 }
 
+/* The operands at element offset `at` of every rank's src buffer: mapped (or this rank's own)
+ * in place; read by copy into tmp (one piece per peer) when o->peer_read. */
+static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
+                                  char *tmp, const char **in) {
+  ncclComm_t comm = o->comm;
+  int b = st->src_buf == BUF_SEND ? 0 : 1;
+  size_t es = o->esize;
+  for (int k = 0; k < comm->nranks; k++) {
+    if (!o->peer_read || k == comm->rank) {
+      in[k] = o->peer_buf[b][k] + at * es;
+      continue;
+    }
+    const transport_t *t = peer_transport(comm, k);
+    in[k] = tmp, tmp += len * es;
+    TUTTI_CHECK(t->mem_read(comm, k, &o->peer_h[b][k], at * es, (char *)in[k], len * es));
+  }
+  return ncclSuccess;
+}
+
+/* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer. */
+static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
+                               const char *piece) {
+  ncclComm_t comm = o->comm;
+  int b = st->dst_buf == BUF_SEND ? 0 : 1;
+  for (int k = 1; k < comm->nranks; k++) {
+    int q = tutti_mod(comm->rank + k, comm->nranks);
+    const transport_t *t = peer_transport(comm, q);
+    TUTTI_CHECK(t->mem_write(comm, q, &o->peer_h[b][q], (st->dst_off + at) * o->esize, piece,
+                             len * o->esize));
+  }
+  return ncclSuccess;
+}
+
 static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
-  volatile uint64_t *prog = peer_word(l->comm, l->comm->rank, PEER_WORD_PROGRESS);
-  size_t es = o->esize, piece = TUTTI_MAX(PEER_PIECE_BYTES / es, 1);
-  char *dst = o->buf[st->dst_buf] + st->dst_off * es;
+  ncclComm_t comm = l->comm;
+  volatile uint64_t *prog = peer_word(comm, comm->rank, PEER_WORD_PROGRESS);
+  size_t es = o->esize;
+  size_t piece_bytes = o->peer_read ? (size_t)tutti_param_CmaPieceBytes() : PEER_PIECE_BYTES;
+  size_t piece = TUTTI_MAX(piece_bytes / es, 1);
+  char *dst = o->buf[st->dst_buf] + st->dst_off * es, *tmp = NULL;
+  const char *in[comm->nranks];
   uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT;
+  if (o->peer_read && !(tmp = tls_read_buffer((size_t)(comm->nranks - 1) * piece * es))) {
+    TUTTI_ERR(ncclSystemError, "rank %d: out of memory for peer reads", comm->rank);
+    return -1;
+  }
   for (size_t at = 0; at < st->count; at += piece) {
     size_t len = TUTTI_MIN(piece, st->count - at);
-    reduce_from_all(o, st, st->src_off + at, len, dst + at * es);
+    if (gather_inputs(o, st, st->src_off + at, len, tmp, in) != ncclSuccess) return -1;
+    reduce_inputs(o, st, in, len, dst + at * es);
+    if ((st->flags & STEP_PUSH) && push_piece(o, st, at, len, dst + at * es) != ncclSuccess)
+      return -1;
     if (prog) __atomic_store_n(prog, seq | (at + len), __ATOMIC_RELEASE);
   }
   *moved = 1;
@@ -180,8 +254,17 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
                                                       : (size_t)(avail - seq);
   }
   if (ready > l->pos) {
-    const char *src = o->peer_buf[st->src_buf == BUF_SEND ? 0 : 1][q] + (st->src_off + l->pos) * es;
+    int b = st->src_buf == BUF_SEND ? 0 : 1;
     char *to = o->buf[st->dst_buf] + (st->dst_off + l->pos) * es;
+    if (o->peer_read) {
+      const transport_t *t = peer_transport(l->comm, q);
+      if (t->mem_read(l->comm, q, &o->peer_h[b][q], (st->src_off + l->pos) * es, to,
+                      (ready - l->pos) * es) != ncclSuccess)
+        return -1;
+      l->pos = ready, *moved = 1;
+      return l->pos < st->count ? block(l, q) : 1;
+    }
+    const char *src = o->peer_buf[b][q] + (st->src_off + l->pos) * es;
     if (o->stream)
       copy_stream(to, src, (ready - l->pos) * es);
     else
@@ -213,12 +296,12 @@ int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
   int rc = st->kind == STEP_PEER_REDUCE ? step_reduce(l, o, st, moved)
            : st->kind == STEP_PEER_COPY ? step_copy(l, o, st, moved)
            : st->kind == STEP_PEER_DONE ? step_done(l, o, moved)
-                                        : -1;
-  if (rc < 0)
+                                        : -2;
+  if (rc == -2)
     TUTTI_ERR(ncclInternalError, "rank %d: unknown step kind %d in nccl%s", l->comm->rank,
               (int)st->kind, coll_name(o->coll));
   if (rc == 1) l->cur++, l->pos = 0;
-  return rc;
+  return rc < 0 ? -1 : rc; /* -1: the error is recorded */
 }
 
 void engine_peer_free(ncclComm_t comm) {

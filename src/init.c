@@ -413,6 +413,10 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   c->peer_mem = c->nhosts == 1 && c->nranks > 1;
   for (int p = 0; p < nranks; p++)
     if (p != rank) c->peer_mem &= c->send_conn[p].transport->mem_expose != NULL;
+  for (int p = 0; p < nranks; p++) /* peer_read: set by the transport's setup, alike everywhere */
+    if (p != rank)
+      c->peer_read &= c->peer_mem && c->send_conn[p].transport->mem_read &&
+                      c->send_conn[p].transport->mem_write;
   /* scratch: in-place one-shot (oneshot_max_bytes), tree reduce partials (one chunk) */
   c->scratch_bytes = TUTTI_MAX(TUTTI_MAX(c->oneshot_max_bytes, c->chunk_bytes), 64);
   c->scratch = malloc(c->scratch_bytes);

@@ -4,11 +4,13 @@
  * registered algorithm that TUTTI_ALGO allows and whose preconditions hold (the tuner sees the
  * same topology on every rank, so every rank chooses alike). When TUTTI_ALGO allows nothing that
  * can run the call, the tuner chooses among all, with an INFO line. An algorithm with peer steps
- * (ALGO_NEEDS_PEER_MEMORY) then needs every rank's buffers mapped by every other rank: the
- * engine's handshake (engine_peer_agree) tells every rank the same answer, and when it is no,
- * the call runs the tuner's best algorithm without peer memory instead. That fallback is
- * decided here and nowhere else, and it holds when ranks' memory differs (heap on one rank,
- * ncclMemAlloc on another): the handshake's answer is collective.
+ * then needs every rank's buffers mapped by every other rank (ALGO_NEEDS_PEER_MEMORY: direct)
+ * or at least readable by copy (ALGO_NEEDS_PEER_READ: cma): the engine's handshake
+ * (engine_peer_agree) tells every rank the same answer. When the buffers cannot all be mapped
+ * but can be read, the call runs the tuner's best algorithm without mapping (cma where it is
+ * cheaper than the FIFOs); when they cannot even be read, the best without peer steps. That
+ * fallback is decided here and nowhere else, and it holds when ranks' memory differs (heap on
+ * one rank, ncclMemAlloc on another): the handshake's answer is collective.
  * Build: the registry's builder for the collective, with scratch from the communicator or a
  * temporary. Cache: the last call's steps per communicator (comm->plan), reused by a call with
  * the same key (collective, count, element size, root, in place), which skips the tuner and the
@@ -24,6 +26,7 @@
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 TUTTI_PARAM(Direct, "DIRECT", 1)
 TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 256 * 1024)
+TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 64 * 1024)
 
 /* ---- temporaries of the running group ---- */
 
@@ -81,11 +84,14 @@ static tuner_topo_t plan_topo(ncclComm_t comm) {
       .host_blocks = comm->host_blocks,
       .ring_grouped = comm->ring_grouped,
       .peer_mem = comm->peer_mem && tutti_param_Direct(),
+      .peer_read = comm->peer_mem && comm->peer_read &&
+                   tutti_param_Direct(), /* TUTTI_DIRECT=0: no peer steps */
       .slot_bytes = comm->slot_bytes,
       .chunk_bytes = comm->chunk_bytes,
       .scratch_bytes = comm->scratch_bytes,
       .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes),
-      .peer_min_bytes = (size_t)tutti_param_DirectMinBytes()};
+      .peer_min_bytes = (size_t)tutti_param_DirectMinBytes(),
+      .peer_read_min_bytes = (size_t)tutti_param_CmaMinBytes()};
 }
 
 /* Algorithms (bits) whose `needs` include any of `needs`. */
@@ -126,7 +132,7 @@ static ncclResult_t choose_into(ncclComm_t comm, pending_t *p, uint32_t exclude)
   if (ch.algo == ALGO_NUM)
     return TUTTI_ERR(ncclInvalidUsage, "nccl%s: no algorithm can run this call%s",
                      coll_name(p->args.coll),
-                     exclude & algos_needing(ALGO_NEEDS_PEER_MEMORY) ? " without peer memory" : "");
+                     exclude & algos_needing(ALGO_PEER_STEPS) ? " without peer memory" : "");
   p->ctx.algo = ch.algo;
   set_chunk(comm, p, ch.chunk_bytes);
   return ncclSuccess;
@@ -166,7 +172,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
 }
 
 static int needs_peer_memory(const pending_t *p) {
-  return (algo_get(p->ctx.algo)->needs & ALGO_NEEDS_PEER_MEMORY) != 0;
+  return (algo_get(p->ctx.algo)->needs & ALGO_PEER_STEPS) != 0;
 }
 
 /* Send and receive to self are the group's copies (group.c): no steps. */
@@ -181,21 +187,41 @@ static void peer_extents(const pending_t *p, size_t bytes[2]) {
   bytes[1] = p->args.coll == COLL_ALLGATHER ? big : small;
 }
 
+/* Whether the handshake's answer (PEER_AGREE_*) lets algorithm a run. */
+static int peer_fits(algo_t a, int agreed) {
+  unsigned needs = algo_get(a)->needs;
+  if (needs & ALGO_NEEDS_PEER_MEMORY) return agreed == PEER_AGREE_MAP;
+  return !(needs & ALGO_NEEDS_PEER_READ) || agreed >= PEER_AGREE_READ;
+}
+
 /* After the handshake: a call whose ranks could not all map each other's buffers runs the best
- * algorithm without peer memory. */
-static ncclResult_t peer_outcome(pending_t *p, int ok, int *cached) {
+ * algorithm that the answer allows (reading by copy, or no peer steps at all). Buffers every
+ * rank can map go to the algorithms that map them (direct, or the FIFOs below its size) rather
+ * than to reading by copy, unless TUTTI_ALGO allows no mapping algorithm. */
+static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   ncclComm_t comm = p->ctx.comm;
-  INFO(SUB_COLL, "nccl%s (op #%llu): %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
-       ok ? "direct, the peers' buffers read in place"
-          : "some rank's buffers cannot be mapped by the others: another algorithm");
-  if (ok) {
-    p->ctx.peer_seq = comm->peer_calls++;
-    return ncclSuccess;
+  uint32_t readers = algos_needing(ALGO_NEEDS_PEER_READ);
+  if (agreed == PEER_AGREE_MAP && ((1u << p->ctx.algo) & readers) &&
+      (comm->algo_mask[p->args.coll] & algos_needing(ALGO_NEEDS_PEER_MEMORY))) {
+    *cached = 0;
+    TUTTI_CHECK(choose_into(
+        comm, p, readers | (p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0)));
   }
-  *cached = 0;
-  return choose_into(comm, p,
-                     algos_needing(ALGO_NEEDS_PEER_MEMORY) |
-                         (p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0));
+  if (!peer_fits(p->ctx.algo, agreed)) {
+    *cached = 0;
+    uint32_t exclude = algos_needing(ALGO_NEEDS_PEER_MEMORY) |
+                       (agreed < PEER_AGREE_READ ? algos_needing(ALGO_NEEDS_PEER_READ) : 0) |
+                       (p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0);
+    TUTTI_CHECK(choose_into(comm, p, exclude));
+  }
+  int peer = needs_peer_memory(p);
+  p->ctx.peer_read = peer && (algo_get(p->ctx.algo)->needs & ALGO_NEEDS_PEER_READ) != 0;
+  INFO(SUB_COLL, "nccl%s (op #%llu): %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
+       !peer              ? "some rank's buffers cannot be mapped by the others: another algorithm"
+       : p->ctx.peer_read ? "cma, the peers' buffers read by copy"
+                          : "direct, the peers' buffers read in place");
+  if (peer) p->ctx.peer_seq = comm->peer_calls++;
+  return ncclSuccess;
 }
 
 /* The handshakes of all the group's peer-memory calls, run together. */
@@ -221,8 +247,10 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
     }
     int nr = ops[i].args.nranks;
     const char **tables = plan_temp_alloc(2 * (size_t)nr * sizeof(char *));
-    if (!tables) return TUTTI_ERR(ncclSystemError, "out of memory for peer buffer tables");
+    peer_handle_t *handles = plan_temp_alloc(2 * (size_t)nr * sizeof(peer_handle_t));
+    if (!tables || !handles) return TUTTI_ERR(ncclSystemError, "out of memory for peer tables");
     ops[i].ctx.peer_buf[0] = tables, ops[i].ctx.peer_buf[1] = tables + nr;
+    ops[i].ctx.peer_h[0] = handles, ops[i].ctx.peer_h[1] = handles + nr;
     ctx[k] = &ops[i].ctx, idx[k] = (int)i;
     peer_extents(&ops[i], bytes[k++]);
   }
@@ -292,7 +320,7 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
     return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
                      coll_name(p->args.coll), algo_name(p->ctx.algo));
   if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
-  if (!cached && !(algo_get(p->ctx.algo)->needs & (ALGO_NEEDS_PEER_MEMORY | ALGO_USES_LANES)) &&
+  if (!cached && !(algo_get(p->ctx.algo)->needs & (ALGO_PEER_STEPS | ALGO_USES_LANES)) &&
       plan_matches(comm, p) && comm->plan.algo == p->ctx.algo) {
     sched_reset(&comm->plan.steps);
     comm->plan.steps_valid =

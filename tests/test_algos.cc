@@ -1,10 +1,10 @@
-// The tree, halving-doubling, recursive-doubling, direct and (in a ring order) ring schedules
-// (src/algos/tree.c, rhd.c, direct.c, ring.c) run by the reference interpreter of steps
-// (src/algos/interp.c), as the engine runs them: steps cut into pieces of one slot, bounded FIFOs
-// (two chunks each, the least the engine guarantees), a sender blocks on a full FIFO, a piece of
-// the wrong size is an error. So a schedule that could deadlock, read a buffer it does not own, or
-// apply PreMulSum / Avg twice fails here. Values are int64: PRE multiplies a rank's own input by 3,
-// POST adds 2^40 (so "exactly once" is visible), the results are closed forms.
+// The tree, halving-doubling, recursive-doubling, direct, cma and (in a ring order) ring
+// schedules (src/algos/tree.c, rhd.c, direct.c, cma.c, ring.c) run by the reference interpreter of
+// steps (src/algos/interp.c), as the engine runs them: steps cut into pieces of one slot, bounded
+// FIFOs (two chunks each, the least the engine guarantees), a sender blocks on a full FIFO, a
+// piece of the wrong size is an error. So a schedule that could deadlock, read a buffer it does
+// not own, or apply PreMulSum / Avg twice fails here. Values are int64: PRE multiplies a rank's
+// own input by 3, POST adds 2^40 (so "exactly once" is visible), the results are closed forms.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -158,17 +158,19 @@ TEST(Algos, AllReduceTreeRhdRd) {
           for (bool ip : {false, true}) check({COLL_ALLREDUCE, algo, n, 0, c, chunk, ip});
 }
 
-// Direct reads the other ranks' buffers in place (peer steps): all-reduce, reduce-scatter and
-// all-gather, any number of ranks, in place or not, the same closed forms without PreMulSum.
-TEST(Algos, DirectPeerSteps) {
-  for (coll_t coll : {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER})
-    for (int n = 1; n <= 8; n++)
-      for (size_t c : kCounts)
-        for (bool ip : {false, true}) {
-          ::Setup u{coll, ALGO_DIRECT, n, 0, c, 4, ip};
-          u.plain = true;
-          check(u);
-        }
+// Direct reads the other ranks' buffers in place, cma by copy and pushes its all-reduce results
+// (peer steps, STEP_PUSH): all-reduce, reduce-scatter and all-gather, any number of ranks, in
+// place or not, the same closed forms without PreMulSum.
+TEST(Algos, DirectAndCmaPeerSteps) {
+  for (algo_t algo : {ALGO_DIRECT, ALGO_CMA})
+    for (coll_t coll : {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER})
+      for (int n = 1; n <= 8; n++)
+        for (size_t c : kCounts)
+          for (bool ip : {false, true}) {
+            ::Setup u{coll, algo, n, 0, c, 4, ip};
+            u.plain = true;
+            check(u);
+          }
 }
 
 // rd across hosts folds each host into its first rank: hosts in blocks, interleaved, uneven,

@@ -35,7 +35,9 @@ typedef struct tuner_model {
   double shm_msg_cpu_us; /* the same for a message through shared memory */
   tuner_level_t peer;    /* peer memory: lat_us the handshake and final wait of one call,
                             gbps the bandwidth of one rank reading and writing in place */
-  double piece_us;       /* engine time of one piece (slot) a rank sends (0: none) */
+  tuner_level_t peer_read; /* peer memory read by copy (CMA): lat_us the handshake, final wait
+                              and system calls of one call, gbps of one rank's reads + writes */
+  double piece_us;         /* engine time of one piece (slot) a rank sends (0: none) */
 } tuner_model_t;
 
 typedef struct tuner_topo {                /* what the communicator knows, the same on every rank */
@@ -46,10 +48,13 @@ typedef struct tuner_topo {                /* what the communicator knows, the s
   int ring_grouped;        /* 1: the ring order enters each host once (host_blocks implies it) */
   int peer_mem;            /* 1: every pair of ranks is connected by a transport with the
                               peer-memory capability (one host, shared memory) */
+  int peer_read;           /* 1: and every rank may read every other rank's memory by copy
+                              (transport mem_read, agreed by all ranks at setup) */
   size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
-  size_t peer_min_bytes; /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
-  int may_alloc;         /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
-  int nics;              /* NICs per host, local rank l on NIC l mod nics (0: one) */
+  size_t peer_min_bytes;      /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
+  size_t peer_read_min_bytes; /* the same for reading by copy (TUTTI_CMA_MIN_BYTES) */
+  int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
+  int nics;      /* NICs per host, local rank l on NIC l mod nics (0: one) */
 } tuner_topo_t;
 
 /* Reducing exchanges (rhd, rd) copy what they send into the FIFO in one step and reduce what

@@ -32,7 +32,7 @@ static int direct_done(sched_t *s) {
   return 0;
 }
 
-static int direct_allreduce(const sched_args_t *a, sched_t *s) {
+int direct_allreduce(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count, b = block_start(c, n, r);
   SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = r, .send_peer = -1, .src_buf = BUF_SEND,
@@ -48,7 +48,7 @@ static int direct_allreduce(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
-static int direct_reducescatter(const sched_args_t *a, sched_t *s) {
+int direct_reducescatter(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = tutti_mod(r + 1, n), .send_peer = -1,
              .src_buf = BUF_SEND, .dst_buf = BUF_RECV, .flags = STEP_STORE | STEP_POST,
@@ -56,7 +56,7 @@ static int direct_reducescatter(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
-static int direct_allgather(const sched_args_t *a, sched_t *s) {
+int direct_allgather(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count;
   SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,

@@ -117,6 +117,12 @@ static int peer_step(interp_t *in, int me, const step_t *st, lane_state_t *ls) {
       }
       dst[i] = acc + post;
     }
+    for (int k = 1; (st->flags & STEP_PUSH) && k < n; k++) { /* into every other rank's dst */
+      int64_t *y = at(in, (me + k) % n, st->dst_buf, st->dst_off, st->count);
+      if (!y)
+        return fail(in, "rank %d: PEER_REDUCE pushes outside rank %d's buffer", me, (me + k) % n);
+      memmove(y, dst, st->count * sizeof(int64_t));
+    }
     in->reduced[me] = 1;
   } else if (st->kind == STEP_PEER_COPY) {
     if ((st->flags & STEP_AFTER_PROGRESS) && !in->reduced[q]) return 0;

@@ -30,7 +30,8 @@ extern "C" {
   X(TREE, tree)        \
   X(RHD, rhd)          \
   X(RD, rd)            \
-  X(DIRECT, direct)
+  X(DIRECT, direct)    \
+  X(CMA, cma)
 
 typedef enum {
 #define TUTTI_ALGO_ENUM(e, name) ALGO_##e,
@@ -55,7 +56,11 @@ enum {
   ALGO_NEEDS_PEER_MEMORY = 1, /* peer steps: every rank maps every other rank's buffers */
   ALGO_USES_LANES = 2,        /* builds into the point-to-point lanes, not `col` */
   ALGO_NEEDS_PLAIN_OP = 4,    /* no PreMulSum (its reductions read each input once, unscaled) */
+  ALGO_NEEDS_PEER_READ = 8,   /* peer steps that read every other rank's buffers by copy
+                                 (transport mem_read) where they cannot be mapped */
 };
+/* Either kind of peer steps: the call needs the peer-memory handshake. */
+#define ALGO_PEER_STEPS (ALGO_NEEDS_PEER_MEMORY | ALGO_NEEDS_PEER_READ)
 
 typedef struct algo_desc {
   const char *name;    /* TUTTI_ALGO / NCCL_ALGO name, tutti-sim -a */
@@ -108,6 +113,10 @@ int ring_allreduce(const sched_args_t *a, sched_t *s);
 int ring_reducescatter(const sched_args_t *a, sched_t *s);
 int ring_allgather(const sched_args_t *a, sched_t *s);
 int oneshot_allreduce(const sched_args_t *a, sched_t *s);
+/* Peer-step schedules (direct.c), shared by direct (mapped) and cma (read by copy). */
+int direct_allreduce(const sched_args_t *a, sched_t *s);
+int direct_reducescatter(const sched_args_t *a, sched_t *s);
+int direct_allgather(const sched_args_t *a, sched_t *s);
 /* Hierarchical all-reduce (hier.c): host_of_rank[r] names rank r's host (any integer label). */
 int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
 /* 1 when hier_allreduce applies: at least 2 hosts, the same number of ranks on each. */

@@ -33,7 +33,15 @@ extern "C" {
 #endif
 
 enum { BUF_SEND = 0, BUF_RECV = 1, BUF_NONE = 2, BUF_SCRATCH = 3 };
-enum { STEP_REDUCE = 1, STEP_STORE = 2, STEP_PRE = 4, STEP_POST = 8, STEP_AFTER_PROGRESS = 16 };
+enum {
+  STEP_REDUCE = 1,
+  STEP_STORE = 2,
+  STEP_PRE = 4,
+  STEP_POST = 8,
+  STEP_AFTER_PROGRESS = 16,
+  STEP_PUSH = 32, /* PEER_REDUCE, read by copy only: also writes each finished piece of dst
+                     into the same place of every other rank's dst_buf */
+};
 
 /* What a step does. FIFO steps move pieces through connections (the semantics above). Peer
  * steps read other ranks' buffers in place through the transports' peer-memory capability
@@ -43,7 +51,9 @@ enum { STEP_REDUCE = 1, STEP_STORE = 2, STEP_PRE = 4, STEP_POST = 8, STEP_AFTER_
  *   PEER_REDUCE  dst[dst_off, +count) = x(f) (+) x(f+1) (+) ... (+) x(f-1), x(k) being rank k's
  *                src_buf at [src_off, +count) and f = recv_peer (the first operand: the order
  *                is fixed, so every rank's result has the same bits); publishes its progress
- *                (elements of dst final so far) for PEER_COPY steps of the other ranks
+ *                (elements of dst final so far) for PEER_COPY steps of the other ranks;
+ *                with STEP_PUSH (ALGO_NEEDS_PEER_READ algorithms) it also writes every finished
+ *                piece into the other ranks' dst_buf at the same place, so they copy nothing
  *   PEER_COPY    dst[dst_off, +count) = rank recv_peer's src_buf at [src_off, +count); with
  *                STEP_AFTER_PROGRESS only as far as that rank's PEER_REDUCE progress says
  *   PEER_DONE    says this rank is done with the call and waits until every rank is: nobody

@@ -26,6 +26,8 @@
 #define TUNER_SHM_MSG_CPU_US 2.0
 #define TUNER_PEER_LAT_US 10.0
 #define TUNER_PEER_GBPS 10.0
+#define TUNER_PEER_READ_LAT_US 10.0
+#define TUNER_PEER_READ_GBPS 14.0
 
 /* A positive number setting (param.c; a bad one warns and keeps the default). */
 static double env_double(const char *name, double dflt) {
@@ -39,6 +41,8 @@ void tuner_model_from_env(tuner_model_t *m) {
                            env_double("TUNER_NET_GBPS", TUNER_NET_GBPS)};
   m->peer = (tuner_level_t){env_double("TUNER_PEER_LAT_US", TUNER_PEER_LAT_US),
                             env_double("TUNER_PEER_GBPS", TUNER_PEER_GBPS)};
+  m->peer_read = (tuner_level_t){env_double("TUNER_PEER_READ_LAT_US", TUNER_PEER_READ_LAT_US),
+                                 env_double("TUNER_PEER_READ_GBPS", TUNER_PEER_READ_GBPS)};
   m->msg_cpu_us = env_double("TUNER_MSG_CPU_US", TUNER_MSG_CPU_US);
   m->shm_msg_cpu_us = env_double("TUNER_SHM_MSG_CPU_US", TUNER_SHM_MSG_CPU_US);
   /* engine time per piece: not charged unless set (the message CPU times stand for it) */

@@ -19,6 +19,13 @@
  * other end, after publishing the word, fences and wakes it if the flag is up (one cache line it
  * writes anyway).
  * Elsewhere nobody sleeps and the flags are never looked at.
+ * Peer memory: ncclMemAlloc regions are mapped by peers (memreg.c); any other memory of a local
+ * peer (heap) is read by copy with process_vm_readv (cross-memory attach: the kernel copies
+ * straight from the peer's pages, one copy where the FIFOs make two). Whether that works is
+ * decided once, at setup, by every rank alike: each rank reads its local peers' segment headers
+ * with process_vm_readv (the kernel allows it for processes of one user that are dumpable, under
+ * Yama's ptrace_scope 0, or with CAP_SYS_PTRACE), and the ranks' answers are all-gathered; one
+ * refusal, or TUTTI_CMA=0 on any rank, turns it off on every rank (comm->peer_read = 0).
  * The segment is created with MAP_POPULATE (page faults once, at init) and unlinked as soon as
  * every peer has mapped it, so nothing remains in /dev/shm even after kill -9. Segments left by
  * processes that died before unlinking (a kill during init) are removed by the next init.
@@ -33,17 +40,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "comm.h"
 #include "memreg.h"
 
 TUTTI_PARAM(ShmDisable, "SHM_DISABLE", 0)
 TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
 TUTTI_PARAM(ShmSlots, "SHM_NSLOTS", 8)
+TUTTI_PARAM(Cma, "CMA", 1)
 
 #define SHM_MAGIC 0x74757474692d7368ull
 #define SHM_PAGE 4096
@@ -97,13 +108,15 @@ typedef struct shm_state {
   size_t seg_bytes;
   char **peer_seg; /* [nranks] mapping of each local peer's segment */
   size_t *peer_bytes;
-  int *local_index; /* [nranks]: index among this host's ranks, -1 if remote */
-  shm_end_t *ends;  /* [2 * nranks]: send end to p, then receive end from p */
+  uint64_t *peer_seg_addr; /* [nranks] that segment's address in the peer's process */
+  int *local_index;        /* [nranks]: index among this host's ranks, -1 if remote */
+  shm_end_t *ends;         /* [2 * nranks]: send end to p, then receive end from p */
 } shm_state_t;
 
 typedef struct shm_blob {
   char name[96];
   uint64_t bytes;
+  uint64_t seg_addr; /* the segment's address in its owner, for the process_vm_readv probe */
   int32_t local_index;
 } shm_blob_t;
 
@@ -171,6 +184,71 @@ static ncclResult_t map_segment(const char *name, size_t bytes, int create, char
   return ncclSuccess;
 }
 
+/* Under Yama's ptrace_scope 1 only a process's ancestors may read it: let any process of this
+ * user read this one (what Open MPI's shared-memory transport does too), or peers' reads of it
+ * are refused and cma_agree turns reading by copy off everywhere. */
+static void cma_allow_peers(void) {
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int scope = 0;
+  if (!f) return;
+  if (fscanf(f, "%d", &scope) != 1) scope = 0;
+  fclose(f);
+  if (scope == 1 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+    INFO(SUB_SHM, "Yama ptrace_scope 1: peers of this user may read this process (PR_SET_PTRACER)");
+}
+
+/* process_vm_readv (write = 0) or process_vm_writev of all `bytes` between `local` here and
+ * `remote` in process pid (a call may move less than asked); 0 or the errno. */
+static int cma_move(int pid, void *local, uint64_t remote, size_t bytes, int write) {
+  while (bytes > 0) {
+    struct iovec l = {local, bytes}, r = {(void *)(uintptr_t)remote, bytes};
+    ssize_t got =
+        write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (got <= 0) return got < 0 ? errno : EIO;
+    local = (char *)local + got, remote += (uint64_t)got, bytes -= (size_t)got;
+  }
+  return 0;
+}
+
+/* This rank's answer to "can I read every local peer's memory by copy": 1, or 0 with why. */
+static int cma_probe(struct ncclComm *comm, char *why, size_t len) {
+  shm_state_t *st = comm->shm;
+  if (!tutti_param_Cma()) return snprintf(why, len, "TUTTI_CMA=0"), 0;
+  for (int p = 0; st && p < comm->nranks; p++) {
+    if (p == comm->rank || !st->peer_seg[p]) continue;
+    uint64_t magic = 0;
+    int err = cma_move(comm->peers[p].pid, &magic, st->peer_seg_addr[p], sizeof(magic), 0);
+    if (err || magic != SHM_MAGIC)
+      return snprintf(why, len, "process_vm_readv of rank %d (pid %d): %s", p, comm->peers[p].pid,
+                      err ? strerror(err) : "read the wrong bytes"),
+             0;
+  }
+  return 1;
+}
+
+/* Collective: comm->peer_read is 1 on every rank when every rank can read its local peers. */
+static ncclResult_t cma_agree(struct ncclComm *comm) {
+  int n = comm->nranks, first_no = -1;
+  int32_t *ok = calloc((size_t)n, sizeof(int32_t));
+  if (!ok) return TUTTI_ERR(ncclSystemError, "out of memory");
+  char why[200] = "";
+  ok[comm->rank] = cma_probe(comm, why, sizeof(why));
+  ncclResult_t res = bootstrap_allgather(comm, ok, sizeof(int32_t));
+  for (int r = 0; r < n && first_no < 0; r++)
+    if (!ok[r]) first_no = r;
+  free(ok);
+  TUTTI_CHECK(res);
+  comm->peer_read = first_no < 0;
+  if (first_no < 0)
+    INFO(SUB_SHM, "CMA: peers read heap buffers by copy (process_vm_readv), all ranks can");
+  else if (first_no == comm->rank)
+    INFO(SUB_SHM, "CMA refused here (%s): heap buffers go through the FIFOs on every rank", why);
+  else
+    INFO(SUB_SHM, "CMA refused on rank %d: heap buffers go through the FIFOs on every rank",
+         first_no);
+  return ncclSuccess;
+}
+
 static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]) {
   int n = comm->nranks;
   shm_state_t *st = calloc(1, sizeof(*st));
@@ -178,9 +256,10 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   comm->shm = st;
   st->peer_seg = calloc(n, sizeof(char *));
   st->peer_bytes = calloc(n, sizeof(size_t));
+  st->peer_seg_addr = calloc(n, sizeof(uint64_t));
   st->local_index = calloc(n, sizeof(int));
   st->ends = calloc(2 * (size_t)n, sizeof(shm_end_t));
-  if (!st->peer_seg || !st->peer_bytes || !st->local_index || !st->ends)
+  if (!st->peer_seg || !st->peer_bytes || !st->peer_seg_addr || !st->local_index || !st->ends)
     return TUTTI_ERR(ncclSystemError, "out of memory");
   int local = 0;
   for (int p = 0; p < n; p++)
@@ -190,6 +269,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
   size_t slot_bytes = TUTTI_ALIGN_UP((size_t)TUTTI_MAX(tutti_param_ShmSlotBytes(), 4096), 4096);
   shm_remove_stale();
+  if (tutti_param_Cma()) cma_allow_peers();
   snprintf(st->name, sizeof(st->name), "/tutti-%d-%016llx-%d", (int)getpid(),
            (unsigned long long)comm->id_hash, comm->rank);
   st->seg_bytes = seg_size(nslots, slot_bytes, local);
@@ -204,7 +284,9 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   if (!comm->slot_bytes || slot_bytes < comm->slot_bytes) comm->slot_bytes = slot_bytes;
   if (!comm->chunk_bytes || slot_bytes * (nslots / 2) < comm->chunk_bytes)
     comm->chunk_bytes = slot_bytes * (nslots / 2);
-  shm_blob_t b = {.bytes = st->seg_bytes, .local_index = st->local_index[comm->rank]};
+  shm_blob_t b = {.bytes = st->seg_bytes,
+                  .seg_addr = (uint64_t)(uintptr_t)st->seg,
+                  .local_index = st->local_index[comm->rank]};
   snprintf(b.name, sizeof(b.name), "%s", st->name);
   memcpy(blob, &b, sizeof(b));
   INFO(SUB_SHM, "created %s: %d local ranks x %u slots x %zu bytes", st->name, local, nslots,
@@ -220,6 +302,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
   if (!st->peer_seg[peer]) {
     TUTTI_CHECK(map_segment(b.name, b.bytes, 0, &st->peer_seg[peer]));
     st->peer_bytes[peer] = b.bytes;
+    st->peer_seg_addr[peer] = b.seg_addr;
   }
   shm_header_t *ph = (shm_header_t *)st->peer_seg[peer], *mh = (shm_header_t *)st->seg;
   if (ph->magic != SHM_MAGIC || ph->nslots != mh->nslots || ph->slot_bytes != mh->slot_bytes)
@@ -248,14 +331,18 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
   return ncclSuccess;
 }
 
-static ncclResult_t shm_post_connect(struct ncclComm *comm) {
+static void shm_unlink_own(struct ncclComm *comm) {
   shm_state_t *st = comm->shm;
   if (st && st->name[0]) {
     shm_unlink(st->name);
     INFO(SUB_SHM, "unlinked %s: every peer has mapped it", st->name);
     st->name[0] = '\0';
   }
-  return ncclSuccess;
+}
+
+static ncclResult_t shm_post_connect(struct ncclComm *comm) {
+  shm_unlink_own(comm);
+  return cma_agree(comm);
 }
 
 /* After publishing *word: wakes the other end if it sleeps on it (shm_wait). The fence pairs
@@ -363,17 +450,49 @@ typedef struct shm_handle { /* a peer_handle_t's bytes */
 } shm_handle_t;
 _Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a peer handle");
 
-/* A buffer can be exposed when it lies in one ncclMemAlloc region; a peer in the same process
- * (ranks as threads) uses the address as is, whatever the memory. */
+/* A buffer can be mapped when it lies in one ncclMemAlloc region; a peer in the same process
+ * (ranks as threads) uses the address as is, whatever the memory. Other memory can be read by
+ * copy where every rank agreed it can (comm->peer_read). */
 static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
   shm_handle_t sh = {.pid = (int32_t)getpid(), .addr = (uint64_t)(uintptr_t)buf};
   sh.shared = memreg_find(buf, bytes, &sh.ref);
   memset(h, 0, sizeof(*h));
   memcpy(h->bytes, &sh, sizeof(sh));
-  if (sh.shared) return 1;
-  for (int p = 0; p < comm->nranks; p++) /* heap memory: only peers of this process can use it */
-    if (comm->peers[p].pid != sh.pid) return 0;
-  return 1;
+  if (sh.shared) return PEER_EXPOSE_MAP;
+  for (int p = 0; p < comm->nranks; p++) /* heap memory: only peers of this process can map it */
+    if (comm->peers[p].pid != sh.pid) return comm->peer_read ? PEER_EXPOSE_READ : PEER_EXPOSE_NONE;
+  return PEER_EXPOSE_MAP;
+}
+
+/* One copy between a peer's buffer and `local`: memcpy within this process, process_vm_readv
+ * or process_vm_writev otherwise. */
+static ncclResult_t mem_move(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
+                             void *local, size_t bytes, int write) {
+  shm_handle_t sh;
+  memcpy(&sh, h->bytes, sizeof(sh));
+  char *remote = (char *)(uintptr_t)sh.addr + off;
+  if (sh.pid == (int32_t)getpid()) {
+    memcpy(write ? remote : local, write ? local : remote, bytes);
+    return ncclSuccess;
+  }
+  int err = cma_move(sh.pid, local, sh.addr + off, bytes, write);
+  if (err)
+    return TUTTI_ERR(ncclSystemError,
+                     "rank %d: process_vm_%s of %zu bytes %s rank %d (pid %d) "
+                     "failed: %s",
+                     comm->rank, write ? "writev" : "readv", bytes, write ? "to" : "from", peer,
+                     (int)sh.pid, strerror(err));
+  return ncclSuccess;
+}
+
+static ncclResult_t shm_mem_read(struct ncclComm *comm, int peer, const peer_handle_t *h,
+                                 size_t off, void *dst, size_t bytes) {
+  return mem_move(comm, peer, h, off, dst, bytes, 0);
+}
+
+static ncclResult_t shm_mem_write(struct ncclComm *comm, int peer, const peer_handle_t *h,
+                                  size_t off, const void *src, size_t bytes) {
+  return mem_move(comm, peer, h, off, (void *)src, bytes, 1);
 }
 
 static ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_handle_t *h,
@@ -405,12 +524,13 @@ static volatile uint64_t *shm_mem_word(struct ncclComm *comm, int rank, int whic
 static void shm_close(struct ncclComm *comm) {
   shm_state_t *st = comm->shm;
   if (!st) return;
-  shm_post_connect(comm); /* unlink if init failed before the barrier */
+  shm_unlink_own(comm); /* unlink if init failed before the barrier */
   for (int p = 0; p < comm->nranks; p++)
     if (st->peer_seg && st->peer_seg[p]) munmap(st->peer_seg[p], st->peer_bytes[p]);
   if (st->seg) munmap(st->seg, st->seg_bytes);
   free(st->peer_seg);
   free(st->peer_bytes);
+  free(st->peer_seg_addr);
   free(st->local_index);
   free(st->ends);
   free(st);
@@ -436,4 +556,6 @@ const transport_t shm_transport = {
     .mem_expose = shm_mem_expose,
     .mem_map = shm_mem_map,
     .mem_word = shm_mem_word,
+    .mem_read = shm_mem_read,
+    .mem_write = shm_mem_write,
 };

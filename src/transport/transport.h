@@ -28,12 +28,24 @@
  * to the peers it reaches through this transport and maps a peer's exposed buffer, so that
  * algorithms with peer steps (schedule.h) read each other's buffers in place; plus two words per
  * rank the peer steps publish and poll (progress of the rank's reduction, calls it finished).
- *   mem_expose(comm, buf, n, &h)  -> 1 and an opaque handle when peers can map [buf, buf + n)
+ *   mem_expose(comm, buf, n, &h)  -> PEER_EXPOSE_MAP (1) and an opaque handle when peers can
+ *                                    map [buf, buf + n); PEER_EXPOSE_READ when they can only
+ *                                    read it by copy (mem_read below); 0 when neither
  *                                    (shm: an ncclMemAlloc region, or a peer in this process)
  *   mem_map(comm, peer, &h, &addr) -> maps what `peer` exposed as h (cached); addr is its
  *                                    address here, NULL when it cannot be mapped
  *   mem_word(comm, rank, which)   -> PEER_WORD_PROGRESS / PEER_WORD_DONE of `rank` (this rank or
  *                                    a peer of this transport) as seen here; NULL if none
+ * A second flavour, for memory peers cannot map (heap): the peer reads it by copy.
+ *   mem_read(comm, peer, &h, off, dst, n) -> copies n bytes at offset off of the buffer `peer`
+ *                                    exposed as h into dst here, in one step of the kernel (shm:
+ *                                    process_vm_readv, single copy); an error when it cannot.
+ *   mem_write(comm, peer, &h, off, src, n) -> the other direction: n bytes from src here into
+ *                                    the buffer `peer` exposed as h, at offset off.
+ *   A transport with mem_read sets comm->peer_read during setup (collectively: 1 on every rank
+ *   when every rank can read every local peer's memory, else 0 on every rank), so that the
+ *   planner may choose an algorithm that reads by copy (ALGO_NEEDS_PEER_READ) on every rank
+ *   alike; mem_expose then answers PEER_EXPOSE_READ for a buffer it cannot share.
  * Handles travel between ranks as bytes; nothing outside the transport reads them.
  *
  * Setup happens in three collective phases driven by transport_connect_all():
@@ -64,6 +76,8 @@ typedef struct peer_handle {
   unsigned char bytes[PEER_HANDLE_BYTES];
 } peer_handle_t;
 enum { PEER_WORD_PROGRESS = 0, PEER_WORD_DONE = 1 };
+/* What mem_expose says about a buffer, ordered: every mappable buffer can also be read. */
+enum { PEER_EXPOSE_NONE = 0, PEER_EXPOSE_MAP = 1, PEER_EXPOSE_READ = 2 };
 
 typedef struct transport {
   const char *name;
@@ -96,6 +110,10 @@ typedef struct transport {
   ncclResult_t (*mem_map)(struct ncclComm *comm, int peer, const peer_handle_t *h,
                           const char **addr);
   volatile uint64_t *(*mem_word)(struct ncclComm *comm, int rank, int which);
+  ncclResult_t (*mem_read)(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
+                           void *dst, size_t bytes);
+  ncclResult_t (*mem_write)(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
+                            const void *src, size_t bytes);
 } transport_t;
 
 extern const transport_t shm_transport;

@@ -11,6 +11,8 @@
  *   PEER_COPY from q               a receive from q (its own lane per peer, so the copies of
  *                                   several peers overlap as the engine's do); without
  *                                   STEP_AFTER_PROGRESS q sends at the start of its schedule
+ *   PEER_REDUCE + STEP_PUSH        the same reduce, then one message of the result to every
+ *                                   other rank (received before its PEER_DONE)
  *   PEER_DONE                      one element to every other rank and one from each
  *
  * A message through shared memory costs its sender a copy (b / intra_bw), where the real copy
@@ -53,6 +55,25 @@ static int serve(lane_buf_t *main, const sched_t *all, int n, int q, int after) 
   return 0;
 }
 
+/* Rank r's receives of what the other ranks push (PEER_REDUCE with STEP_PUSH). */
+static int receive_pushes(const sched_t *all, int n, int r, lane_buf_t *lanes) {
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; q != r && i < all[q].n; i++) {
+      const step_t *st = &all[q].steps[i];
+      if (st->kind == STEP_PEER_REDUCE && (st->flags & STEP_PUSH) &&
+          lane_push(&lanes[1 + q], (sim_step_t){q, -1, (uint32_t)st->count, STEP_STORE}))
+        return -1;
+    }
+  return 0;
+}
+
+/* Rank r's pushes of its finished segment to every other rank. */
+static int push_all(lane_buf_t *main, int n, int r, uint32_t count) {
+  for (int q = 0; q < n; q++)
+    if (q != r && lane_push(main, (sim_step_t){-1, q, count, 0})) return -1;
+  return 0;
+}
+
 /* Rank r's lanes: lanes[0] its main lane, lanes[1 + q] what it receives from q. */
 static int translate(const sched_t *all, int n, int r, lane_buf_t *lanes) {
   lane_buf_t *main = &lanes[0];
@@ -65,10 +86,10 @@ static int translate(const sched_t *all, int n, int r, lane_buf_t *lanes) {
       rc = lane_push(main, (sim_step_t){st->recv_peer, st->send_peer, c, st->flags});
     else if (st->kind == STEP_PEER_REDUCE)
       rc = lane_push(main, (sim_step_t){-1, -1, c * (uint32_t)(n - 1), STEP_REDUCE}) ||
-           serve(main, all, n, r, 1);
+           serve(main, all, n, r, 1) || ((st->flags & STEP_PUSH) && push_all(main, n, r, c));
     else if (st->kind == STEP_PEER_COPY)
       rc = lane_push(&lanes[1 + st->recv_peer], (sim_step_t){st->recv_peer, -1, c, STEP_STORE});
-    else
+    else if ((rc = receive_pushes(all, n, r, lanes)) == 0)
       for (int q = 0; q < n && rc == 0; q++)
         if (q != r)
           rc = lane_push(main, (sim_step_t){-1, q, 1, 0}) ||

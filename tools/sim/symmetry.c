@@ -209,7 +209,7 @@ int sim_build(const sim_cluster_t *c, const sched_args_t *a, algo_t algo, sim_me
   builder_t b;
   *lanes = NULL, *nlanes = 0, *approx = 0;
   *sym = (sim_sym_t){SYM_NONE, sim_nranks(c), sim_nranks(c)};
-  if (algo_get(algo)->needs & ALGO_NEEDS_PEER_MEMORY) {
+  if (algo_get(algo)->needs & ALGO_PEER_STEPS) {
     int rc = sim_build_peer(c, a, algo, lanes, nlanes);
     if (rc == -1) snprintf(msg, msglen, "out of memory building the schedules");
     return rc;

@@ -1,0 +1,64 @@
+/* CMA all-reduce, reduce-scatter and all-gather: ranks of one host read (and write) each
+ * other's buffers by copy (the transport's mem_read / mem_write; shm: process_vm_readv and
+ * process_vm_writev, "cross-memory attach"), for memory the peers cannot map (heap). The
+ * engine (engine_peer.c) runs the peer steps reading instead of mapping:
+ *
+ *   all-reduce, n ranks, segment r = block_start(count, n, r) owned by rank r:
+ *   PEER_REDUCE + STEP_PUSH  per piece of TUTTI_CMA_PIECE_BYTES: read the piece of every peer's
+ *                send buffer into an L2-resident buffer (kernel copy: peer's pages -> buffer),
+ *                reduce it with this rank's own piece into the receive buffer, then write the
+ *                piece, still in cache, into every peer's receive buffer (kernel copy again)
+ *   PEER_DONE    wait until every owner has pushed its segment (and read all it needs)
+ *   reduce-scatter: direct's schedule (PEER_REDUCE of the own block, PEER_DONE)
+ *   all-gather:     direct's schedule (PEER_COPY of every peer's send buffer, PEER_DONE)
+ *
+ * Pushing rather than pulling the result: segment r of every rank's buffers is touched by its
+ * owner r alone (read, then written), so no rank waits for another's progress, and the writes
+ * come from the owner's cache instead of lines another core has just read (in place, pulling
+ * would write lines the peer holds).
+ *
+ * Cost per rank, n ranks, S bytes: 2(n-1)/n S through the kernel's copy for the all-reduce
+ * (half read into the L2 buffer, half written into the peers' results), (n-1)/n S for the others,
+ * plus the handshake (every rank's buffer addresses, one FIFO message per peer), one system call
+ * per piece and peer, and the final wait: lat + moved / b_read, with TUTTI_TUNER_PEER_READ_LAT_US
+ * and TUTTI_TUNER_PEER_READ_GBPS. The FIFOs (ring) copy every byte twice (into a slot, out of
+ * it) and cost a hop per chunk; the tuner weighs the two. Preconditions: one host, every rank
+ * able to read every other's memory (agreed by all ranks when the communicator was set up:
+ * comm->peer_read), the call at least TUTTI_CMA_MIN_BYTES, no PreMulSum. The invariants are
+ * direct's: one owner per segment (bitwise the same result on every rank, run to run), in place
+ * safe because a rank reads another's segment k only once k's owner says it is final.
+ */
+#include "algos/registry.h"
+#include "core.h"
+
+static double cma_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
+  int n = t->nranks;
+  if (!t->peer_read || n < 2 || t->nhosts != 1 || S < (double)t->peer_read_min_bytes) return -1;
+  double moved = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
+  return m->peer_read.lat_us + moved / (m->peer_read.gbps * 1e3);
+}
+
+static int cma_allreduce(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank;
+  size_t c = a->count, b = block_start(c, n, r);
+  SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = r, .send_peer = -1, .src_buf = BUF_SEND,
+             .dst_buf = BUF_RECV, .flags = STEP_STORE | STEP_POST | STEP_PUSH, .src_off = b,
+             .dst_off = b, .count = block_start(c, n, r + 1) - b);
+  SCHED_PUSH(.kind = STEP_PEER_DONE, .recv_peer = -1, .send_peer = -1, .src_buf = BUF_NONE,
+             .dst_buf = BUF_NONE);
+  return 0;
+}
+
+ALGO_COL_BUILDER(build_allreduce, cma_allreduce)
+ALGO_COL_BUILDER(build_reducescatter, direct_reducescatter)
+ALGO_COL_BUILDER(build_allgather, direct_allgather)
+
+const algo_desc_t algo_cma = {
+    .name = "cma",
+    .summary = "one host: read the peers' buffers by copy (process_vm_readv; heap memory)",
+    .build = {[COLL_ALLREDUCE] = build_allreduce,
+              [COLL_REDUCESCATTER] = build_reducescatter,
+              [COLL_ALLGATHER] = build_allgather},
+    .cost_us = cma_cost,
+    .needs = ALGO_NEEDS_PEER_READ | ALGO_NEEDS_PLAIN_OP,
+};
