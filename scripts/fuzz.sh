@@ -17,7 +17,7 @@ cc=$(command -v clang-14 || command -v clang)
 cxx=$(command -v clang++-14 || command -v clang++)
 CC=$cc CXX=$cxx cmake -S . -B $dir -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_FUZZ=ON \
   -DTUTTI_SANITIZE=address,undefined -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
-  -DTUTTI_BUILD_PERF=OFF -DTUTTI_BUILD_TORCH=OFF -DTUTTI_CUDA=OFF >/dev/null
+  -DTUTTI_BUILD_PERF=ON -DTUTTI_BUILD_TORCH=OFF -DTUTTI_CUDA=OFF >/dev/null
 build_targets=()
 for t in $targets; do build_targets+=(fuzz_$t fuzz_${t}_replay); done
 nice -n 5 cmake --build $dir -j"${FUZZ_BUILD_JOBS:-2}" --target "${build_targets[@]}"

@@ -37,6 +37,7 @@ typedef struct request { /* rank -> root */
 
 struct bootstrap {
   int fd;
+  char root[80]; /* the root's address, for messages */
 };
 
 struct root_gather;
@@ -143,6 +144,7 @@ static void reply_error(int fd, const char *msg) {
  * rank, ...) the root keeps answering the ranks still to come with the same error until all
  * nranks arrived or the deadline passed, so every rank learns what to fix. */
 #define ROOT_HELLO_MS 5000
+#define BOOTSTRAP_MAX_RANKS (1 << 16) /* a peer table of 1<<16 ranks: 44 MiB */
 
 typedef struct root_gather {
   root_t *r;
@@ -178,6 +180,13 @@ static const char *root_on_hello(void *arg, int fd, const void *bytes) {
   h.info.settings[sizeof(h.info.settings) - 1] = '\0';
   pthread_mutex_lock(&g->lock);
   if (r->nranks == 0) {
+    if (h.nranks > BOOTSTRAP_MAX_RANKS) {
+      pthread_mutex_unlock(&g->lock);
+      snprintf(g->msg, g->len, "rank %d (host %s) says nranks=%d: the bootstrap serves at most %d",
+               h.info.rank, h.info.hostname, h.nranks, BOOTSTRAP_MAX_RANKS);
+      reply_error(fd, g->msg);
+      return NULL; /* reply_error closed fd */
+    }
     int n = h.nranks > 0 ? h.nranks : 1;
     r->fds = malloc(sizeof(int) * n);
     r->peers = calloc(n, sizeof(peer_info_t));
@@ -233,6 +242,22 @@ static ncclResult_t root_gather_start(root_t *r) {
   return res;
 }
 
+/* ": rank 2, rank 5 did not join" (the first 8), for an init that timed out; its length. */
+static int root_missing_ranks(const root_t *r, char *out, size_t len) {
+  int n = 0, listed = 0;
+  for (int i = 0; i < r->nranks && listed < 8 && (size_t)n < len; i++) {
+    if (r->fds[i] >= 0) continue;
+    int k = snprintf(out + n, len - (size_t)n, "%srank %d", listed ? ", " : ": ", i);
+    if (k < 0) break;
+    n += k, listed++;
+  }
+  if (listed && (size_t)n < len) {
+    int k = snprintf(out + n, len - (size_t)n, "%s did not join", listed == 8 ? ", ..." : "");
+    n += k > 0 ? k : 0;
+  }
+  return TUTTI_MIN(n, (int)len - 1);
+}
+
 /* Waits until every rank presented a hello (or the deadline), then stops the acceptor. */
 static int root_gather_hellos(root_t *r) {
   root_gather_t *g = r->g;
@@ -254,6 +279,7 @@ static int root_gather_hellos(root_t *r) {
                      "only %d of %d ranks joined within "
                      "TUTTI_INIT_TIMEOUT=%llds",
                      g->joined, r->nranks, (long long)tutti_param_InitTimeout());
+    n += root_missing_ranks(r, r->msg + n, sizeof(r->msg) - (size_t)n);
     if (g->dropped && n > 0 && (size_t)n < sizeof(r->msg))
       snprintf(r->msg + n, sizeof(r->msg) - (size_t)n,
                " (the root dropped %d connection(s); "
@@ -277,51 +303,68 @@ static int root_reply_all(root_t *r, const void *data, uint32_t len) {
   return 0;
 }
 
+/* A round's requests: every rank's header first, all alike, before any payload is read or any
+ * buffer sized by them; a round of more than BOOTSTRAP_MAX_ROUND bytes is refused. */
+#define BOOTSTRAP_MAX_ROUND ((uint64_t)1 << 30)
+
+static int root_read_headers(root_t *r, request_t *first, char *msg, size_t len) {
+  for (int i = 0; i < r->nranks; i++) {
+    request_t q;
+    if (sock_recv_all(r->fds[i], &q, sizeof(q), ms_left(r->deadline)) != ncclSuccess) {
+      snprintf(msg, len, "rank %d (host %s, pid %d) disconnected or stalled during init", i,
+               r->peers[i].hostname, r->peers[i].pid);
+      close(r->fds[i]);
+      r->fds[i] = -1;
+      return -1;
+    }
+    if (i == 0) *first = q;
+    if (q.type != first->type || q.len != first->len) {
+      snprintf(msg, len, "ranks disagree during init (rank %d sent %d/%u, rank 0 %d/%u)", i, q.type,
+               q.len, first->type, first->len);
+      return -1;
+    }
+  }
+  if (first->type != MSG_ALLGATHER && first->type != MSG_DONE) {
+    snprintf(msg, len, "the ranks sent a request of unknown type %d during init", first->type);
+    return -1;
+  }
+  if ((uint64_t)first->len * (uint64_t)r->nranks > BOOTSTRAP_MAX_ROUND) {
+    snprintf(msg, len, "the ranks asked for an all-gather of %u bytes x %d ranks (at most %llu)",
+             first->len, r->nranks, (unsigned long long)BOOTSTRAP_MAX_ROUND);
+    return -1;
+  }
+  return 0;
+}
+
 /* Serves allgather rounds until all ranks send DONE. */
 static int root_serve(root_t *r, char *msg, size_t len) {
-  char *buf = NULL;
   for (;;) {
     request_t first = {0};
+    if (root_read_headers(r, &first, msg, len) != 0) return -1;
+    if (first.type == MSG_DONE) { /* answer only now: nobody exits while others still wait */
+      root_reply_all(r, "", 0);
+      return 0;
+    }
+    char *buf = malloc((size_t)first.len * r->nranks + 1);
+    if (!buf) {
+      snprintf(msg, len, "the bootstrap root is out of memory");
+      return -1;
+    }
     for (int i = 0; i < r->nranks; i++) {
-      request_t q;
-      if (sock_recv_all(r->fds[i], &q, sizeof(q), ms_left(r->deadline)) != ncclSuccess) {
-        snprintf(msg, len, "rank %d (host %s, pid %d) disconnected or stalled during init", i,
-                 r->peers[i].hostname, r->peers[i].pid);
-        close(r->fds[i]);
-        r->fds[i] = -1;
-        free(buf);
-        return -1;
-      }
-      if (i == 0) {
-        first = q;
-        free(buf);
-        buf = malloc((size_t)q.len * r->nranks + 1);
-        if (!buf) return -1;
-      } else if (q.type != first.type || q.len != first.len) {
-        snprintf(msg, len, "ranks disagree during init (rank %d sent %d/%u, rank 0 %d/%u)", i,
-                 q.type, q.len, first.type, first.len);
-        free(buf);
-        return -1;
-      }
-      if (q.type == MSG_ALLGATHER && sock_recv_all(r->fds[i], buf + (size_t)i * q.len, q.len,
-                                                   ms_left(r->deadline)) != ncclSuccess) {
+      if (sock_recv_all(r->fds[i], buf + (size_t)i * first.len, first.len, ms_left(r->deadline)) !=
+          ncclSuccess) {
         snprintf(msg, len, "rank %d (host %s) disconnected during init", i, r->peers[i].hostname);
         free(buf);
         return -1;
       }
     }
-    if (first.type == MSG_DONE) { /* answer only now: nobody exits while others still wait */
-      root_reply_all(r, "", 0);
-      break;
-    }
-    if (root_reply_all(r, buf, first.len * (uint32_t)r->nranks) != 0) {
+    int rc = root_reply_all(r, buf, first.len * (uint32_t)r->nranks);
+    free(buf);
+    if (rc != 0) {
       snprintf(msg, len, "a rank disconnected during init");
-      free(buf);
       return -1;
     }
   }
-  free(buf);
-  return 0;
 }
 
 static void *root_main(void *arg) {
@@ -384,8 +427,8 @@ static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   if (res != ncclSuccess) {
     char why[512];
     snprintf(why, sizeof(why), "%s", tutti_last_error());
-    return TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root during init (%s)",
-                     comm->rank, why);
+    return TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root at %s during init (%s)",
+                     comm->rank, comm->bootstrap->root, why);
   }
   if (rep.status != 0) {
     char msg[1024] = "";
@@ -410,6 +453,7 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
   comm->bootstrap = calloc(1, sizeof(struct bootstrap));
   if (!comm->bootstrap) return TUTTI_ERR(ncclSystemError, "out of memory");
   comm->bootstrap->fd = -1;
+  sock_addr_str(&b.root, comm->bootstrap->root, sizeof(comm->bootstrap->root));
   TUTTI_CHECK(sock_connect(&b.root, (int)bootstrap_init_timeout_ms(), &comm->bootstrap->fd));
   hello_t h = {.magic = HELLO_MAGIC, .nranks = comm->nranks, .info = comm->peers[comm->rank]};
   memcpy(h.secret, b.secret, 16);

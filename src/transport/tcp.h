@@ -107,5 +107,7 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
 ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
                                conn_t *recv);
 ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st);
+/* NULL if a peer's blob is well formed, else why not. */
+const char *tcp_blob_check(const tcp_blob_t *b);
 
 #endif

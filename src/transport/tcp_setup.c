@@ -266,6 +266,22 @@ static tcp_conn_t *conn_new(tcp_state_t *st, int peer, int is_send, int nsocks, 
   return c;
 }
 
+/* NULL when a peer's published geometry is one this rank could have published itself (the
+ * socket counts, the slot size, a terminated interface name), else what is wrong: every number
+ * that sizes this rank's connection is checked before it is used. */
+const char *tcp_blob_check(const tcp_blob_t *b) {
+  if (b->nthreads < 1 || b->nthreads > TCP_MAX_THREADS || b->per_thread < 1 ||
+      b->per_thread > TCP_MAX_SOCKS / b->nthreads)
+    return "has socket counts out of range";
+  if (b->slot_bytes < 4096 || b->slot_bytes > (1u << 30) || b->nslots < 2 ||
+      b->nslots > TCP_MAX_SLOTS)
+    return "has a slot geometry out of range";
+  if (!memchr(b->ifname, '\0', sizeof(b->ifname))) return "has an unterminated interface name";
+  if (b->addr.sa.sa_family != AF_INET && b->addr.sa.sa_family != AF_INET6)
+    return "has an address that is neither IPv4 nor IPv6";
+  return NULL;
+}
+
 ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
                                conn_t *recv) {
   tcp_state_t *st = tcp_state_of(comm);
@@ -274,6 +290,10 @@ ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer
   if (!st || b.magic != TCP_BLOB_MAGIC)
     return TUTTI_ERR(ncclInternalError, "rank %d: rank %d published no tcp address", comm->rank,
                      peer);
+  const char *bad = tcp_blob_check(&b);
+  if (bad)
+    return TUTTI_ERR(ncclRemoteError, "rank %d: the tcp address rank %d (host %s) published %s",
+                     comm->rank, peer, tcp_host_of(st, peer), bad);
   /* both ends take the smaller of the two settings, so they agree on the geometry */
   int nthreads = TUTTI_MIN(st->nthreads, b.nthreads), per = TUTTI_MIN(st->per_thread, b.per_thread);
   size_t slot = TUTTI_MIN(st->slot_bytes, (size_t)b.slot_bytes);

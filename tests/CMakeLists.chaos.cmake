@@ -1,0 +1,7 @@
+# The chaos test (test_chaos.cc) on the namespace test bed: needs root; label "slow" (100
+# trials of 4 ranks, each waits for a failure to be noticed).
+tutti_test(test_chaos test_chaos.cc test_chaos_ranks.cc)
+target_compile_definitions(test_chaos PRIVATE TUTTI_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+add_dependencies(test_chaos tutti-run)
+gtest_discover_tests(test_chaos PROPERTIES LABELS "slow" RUN_SERIAL TRUE TIMEOUT 3600
+                     DISCOVERY_TIMEOUT 60)
