@@ -2,6 +2,7 @@
 #include "bootstrap.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -442,6 +443,21 @@ static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   return sock_recv_all(fd, data, expect, tmo);
 }
 
+/* Sends to the root; when that fails, the root may have said why before it closed (it tells
+ * every rank what ended the init): that answer, else the root is named as lost. */
+static ncclResult_t send_to_root(ncclComm_t comm, const void *buf, size_t len) {
+  if (sock_send_all(comm->bootstrap->fd, buf, len, (int)bootstrap_init_timeout_ms()) == ncclSuccess)
+    return ncclSuccess;
+  char none[1];
+  struct pollfd pf = {.fd = comm->bootstrap->fd, .events = POLLIN};
+  ncclResult_t res = ncclSuccess; /* the root's word, if it is there within a second */
+  if (poll(&pf, 1, 1000) > 0) res = recv_reply(comm, none, 0);
+  return res != ncclSuccess
+             ? res
+             : TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root at %s during init",
+                         comm->rank, comm->bootstrap->root);
+}
+
 ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
   bootstrap_id_t b;
   memcpy(&b, id->internal, sizeof(b));
@@ -457,7 +473,7 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
   TUTTI_CHECK(sock_connect(&b.root, (int)bootstrap_init_timeout_ms(), &comm->bootstrap->fd));
   hello_t h = {.magic = HELLO_MAGIC, .nranks = comm->nranks, .info = comm->peers[comm->rank]};
   memcpy(h.secret, b.secret, 16);
-  TUTTI_CHECK(sock_send_all(comm->bootstrap->fd, &h, sizeof(h), (int)bootstrap_init_timeout_ms()));
+  TUTTI_CHECK(send_to_root(comm, &h, sizeof(h)));
   TUTTI_CHECK(recv_reply(comm, comm->peers, sizeof(peer_info_t) * comm->nranks));
   char buf[80];
   INFO(SUB_BOOTSTRAP | SUB_INIT, "rank %d/%d joined through root %s", comm->rank, comm->nranks,
@@ -467,9 +483,8 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
 
 ncclResult_t bootstrap_allgather(ncclComm_t comm, void *data, size_t bytes) {
   request_t q = {.type = MSG_ALLGATHER, .len = (uint32_t)bytes};
-  int fd = comm->bootstrap->fd, tmo = (int)bootstrap_init_timeout_ms();
-  TUTTI_CHECK(sock_send_all(fd, &q, sizeof(q), tmo));
-  TUTTI_CHECK(sock_send_all(fd, (char *)data + bytes * comm->rank, bytes, tmo));
+  TUTTI_CHECK(send_to_root(comm, &q, sizeof(q)));
+  TUTTI_CHECK(send_to_root(comm, (char *)data + bytes * comm->rank, bytes));
   return recv_reply(comm, data, bytes * comm->nranks);
 }
 

@@ -58,7 +58,9 @@ std::string self_exe() {
 
 const std::string kCluster = std::string(TUTTI_SOURCE_DIR) + "/scripts/netns-cluster.sh";
 const std::string kRun = std::string(TUTTI_BIN_DIR) + "/tutti-run";
-const int kTimeout = 6;  // TUTTI_TIMEOUT and TUTTI_INIT_TIMEOUT of the trials, seconds
+// TUTTI_TIMEOUT and TUTTI_INIT_TIMEOUT of the trials, seconds: an init on a loaded 2-CPU
+// machine (builds, fuzzers) took up to 4 s, so the init limit leaves room for that.
+const int kTimeout = 10, kInitTimeout = 15;
 
 std::string sh(const std::string &cmd) {
   std::string out;
@@ -178,6 +180,10 @@ Trial draw(int seed) {
 
 class Chaos : public ::testing::Test {
  protected:
+  // Failures recorded so far in this test (gtest's own count: HasFailure() stays set).
+  static int problems() {
+    return ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+  }
   std::string prefix, h1_addr;
   bool up = false;
 
@@ -258,7 +264,7 @@ class Chaos : public ::testing::Test {
     Proc p;
     std::vector<std::string> env = {"TUTTI_CHAOS_HELPER=1",
                                     "TUTTI_TIMEOUT=" + std::to_string(kTimeout),
-                                    "TUTTI_INIT_TIMEOUT=" + std::to_string(kTimeout),
+                                    "TUTTI_INIT_TIMEOUT=" + std::to_string(kInitTimeout),
                                     "TUTTI_CHAOS_SEED=" + std::to_string(t.seed),
                                     "TUTTI_CHAOS_CALLS=12",
                                     "TUTTI_CHAOS_CALL=" + std::to_string(t.call),
@@ -268,25 +274,31 @@ class Chaos : public ::testing::Test {
     p.start({kRun, "--hosts", "h1:2,h2:2", "--netns-prefix", prefix, "--timeout", "120",
              "--keep-going", self_exe()},
             env);
-    ASSERT_TRUE(reach(p, t)) << "the moment never came\n" << p.out;
+    int before = problems();
+    if (!reach(p, t)) {  // the job failed before the fault: a problem of its own
+      p.wait(now_s() + 60);
+      ADD_FAILURE() << "trial " << t.seed << ": the moment never came\n" << p.out;
+      expect_clean(p.out);
+      return;
+    }
     double t0 = now_s();
     if (t.cut) {
       usleep((useconds_t)t.delay_us);
       t0 = now_s();
       bed("link h2 down");
     }
-    double end = p.wait(t0 + kTimeout + 5 + 30);
+    int limit = (t.phase == 0 ? kInitTimeout : kTimeout) + 5;
+    double end = p.wait(t0 + limit + 30);
     double took = end - t0;
     worst = std::max(worst, took);
     if (t.cut) bed("link h2 up");
     printf("[ trial %d ] %s during %s (call %d, +%d us): tutti-run ended %.1f s later\n", t.seed,
            t.cut ? "cut h2" : ("kill rank " + std::to_string(t.victim)).c_str(), kPhases[t.phase],
            t.call, t.delay_us, took);
-    EXPECT_LE(took, kTimeout + 5.0) << "trial " << t.seed << ": ranks took " << took << " s\n"
-                                    << p.out;
+    EXPECT_LE(took, limit) << "trial " << t.seed << ": ranks took " << took << " s\n" << p.out;
     check_names(t, p.out, failed, done);
     expect_clean(p.out);
-    if (HasFailure() || getenv("TUTTI_CHAOS_VERBOSE"))
+    if (problems() > before || getenv("TUTTI_CHAOS_VERBOSE"))
       printf("trial %d output:\n%s\n", t.seed, p.out.c_str());
   }
 };
@@ -295,18 +307,17 @@ TEST_F(Chaos, EverySurvivorNamesTheFaultAndNothingIsLeft) {
   const char *v = getenv("TUTTI_CHAOS_TRIALS");
   const char *f = getenv("TUTTI_CHAOS_FIRST");
   int trials = v && atoi(v) > 0 ? atoi(v) : 100, first = f ? atoi(f) : 0;
-  int failed = 0, done = 0, bad_trials = 0;
+  int failed = 0, done = 0, bad_trials = 0, ran = 0;
   double worst = 0, t0 = now_s();
-  for (int i = first; i < first + trials; i++) {
-    bool before = HasFailure();
+  for (int i = first; i < first + trials; i++, ran++) {
+    int before = problems();
     run_trial(draw(i), failed, done, worst);
-    if (!before && HasFailure()) bad_trials++;
-    if (HasFatalFailure()) break;
+    bad_trials += problems() > before;
   }
   printf(
       "chaos: %d trials in %.0f s; ranks that failed naming the fault %d, finished %d; "
       "slowest exit %.1f s after a fault; %d trial(s) with a problem\n",
-      trials, now_s() - t0, failed, done, worst, bad_trials);
+      ran, now_s() - t0, failed, done, worst, bad_trials);
 }
 
 }  // namespace

@@ -26,6 +26,11 @@ TUTTI_PARAM(NsocksPerThread, "NSOCKS_PERTHREAD", 1)
 TUTTI_PARAM(Nsocks, "NSOCKS", 0) /* the short name of NSOCKS_PERTHREAD; 0: not given */
 TUTTI_PARAM(TcpSlotBytes, "TCP_SLOT_BYTES", 256 * 1024) /* smaller: the piece stays in cache */
 TUTTI_PARAM(TcpSlots, "TCP_NSLOTS", 16)
+/* A CRC32C on every piece, checked on receipt (docs/hardening.md: its cost): corruption that
+ * the kernel's TCP checksum let through (a NIC, a driver, memory) becomes an error naming the
+ * link instead of a wrong result. */
+TUTTI_PARAM(Checksum, "CHECKSUM", 0)
+TUTTI_PARAM(TestCorruptRecv, "TEST_CORRUPT_RECV", 0) /* test hook: see rx_check in tcp.c */
 /* SO_SNDBUF and SO_RCVBUF. The kernel's buffers are the FIFO of a connection (the engine sends
  * from and receives into the user's memory), so they hold at least TCP_NSLOTS x TCP_SLOT_BYTES:
  * the agreed chunk is at most half of that, and a ring needs two chunks in flight. */
@@ -171,6 +176,8 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   int64_t per = tutti_param_Nsocks() > 0 ? tutti_param_Nsocks() : tutti_param_NsocksPerThread();
   st->per_thread = (int)TUTTI_MIN(TUTTI_MAX(per, 1), TCP_MAX_SOCKS / st->nthreads);
   st->nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlots(), 2), TCP_MAX_SLOTS);
+  st->checksum = tutti_param_Checksum() != 0;
+  st->corrupt_piece = tutti_param_TestCorruptRecv();
   st->slot_bytes =
       TUTTI_ALIGN_UP((size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlotBytes(), 4096), 1 << 30), 4096);
   TUTTI_CHECK(net_local_addr(&st->addr, st->ifname, sizeof(st->ifname)));
@@ -260,6 +267,7 @@ static tcp_conn_t *conn_new(tcp_state_t *st, int peer, int is_send, int nsocks, 
   tcp_conn_t *c = p; /* mmap gives zeroed memory */
   c->st = st, c->peer = peer, c->is_send = is_send, c->nsocks = nsocks;
   c->slot_bytes = slot_bytes, c->arena_bytes = bytes;
+  c->checksum = st->checksum;
   c->slots = (char *)p + head;
   for (int k = 0; k < TCP_MAX_SOCKS; k++) c->fds[k] = -1;
   pthread_mutex_init(&c->tx_mu, NULL);

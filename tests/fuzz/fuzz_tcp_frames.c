@@ -3,7 +3,8 @@
  * The first byte picks a reader, the rest is what arrives:
  *   0  the data port's hellos (port_hello): records of sizeof(tcp_hello_t), as the acceptor
  *      hands them over (job secret, communicator hash, ranks, socket index)
- *   1  a receive connection's pieces into the staging slot (recv_slot): [u8 nsocks-1]
+ *   1  a receive connection's pieces into the staging slot (recv_slot): [u8 nsocks-1, bit 2:
+ *      TUTTI_CHECKSUM]
  *      [u16 slot bytes], then per socket [u16 length][bytes]: headers (data, goodbye, abort
  *      with its reason) and payloads, then EOF
  *   2  the same read straight into a buffer of a given size (recv_into), as the engine does
@@ -77,10 +78,12 @@ static void read_pieces(conn_t *conn, tcp_conn_t *c, int into, size_t want) {
 static void fuzz_pieces(fuzz_in_t *in, int into) {
   fuzz_comm_t f;
   fuzz_comm_init(&f);
-  int nsocks = 1 + (int)fuzz_take(in, 1) % 4;
+  uint32_t geometry = fuzz_take(in, 1);
+  int nsocks = 1 + (int)(geometry % 4), checksum = (int)(geometry >> 2) & 1;
   size_t slot = 1 + fuzz_take(in, 2) % 8192;
   tcp_conn_t *c = calloc(1, sizeof(*c));
-  *c = (tcp_conn_t){.st = &f.st, .peer = 1, .nsocks = nsocks, .slot_bytes = slot};
+  *c = (tcp_conn_t){
+      .st = &f.st, .peer = 1, .nsocks = nsocks, .slot_bytes = slot, .checksum = checksum};
   c->slots = malloc(slot);
   int peer[4];
   for (int k = 0; k < TCP_MAX_SOCKS; k++) c->fds[k] = -1;
@@ -142,7 +145,9 @@ void fuzz_seeds(fuzz_put_fn put, void *arg) {
   for (int into = 0; into < 2; into++) { /* 2 sockets, slot 64: 3 pieces of 64, then goodbye */
     uint8_t s0[256], s1[256], *a = s0, *b = s1;
     for (int piece = 0; piece < 3; piece++) {
-      tcp_hdr_t h = {.kind = HDR_DATA, .bytes = 64};
+      uint8_t payload[64];
+      memset(payload, piece, 64);
+      tcp_hdr_t h = {.kind = HDR_DATA, .bytes = 64, .crc = crc32c(0, payload, 64)};
       uint8_t **q = piece % 2 ? &b : &a;
       memcpy(*q, &h, sizeof(h)), *q += sizeof(h);
       memset(*q, piece, 64), *q += 64;
@@ -150,8 +155,8 @@ void fuzz_seeds(fuzz_put_fn put, void *arg) {
     tcp_hdr_t bye = {.kind = HDR_BYE, .bytes = 0};
     memcpy(b, &bye, sizeof(bye)), b += sizeof(bye);
     p = buf;
-    *p++ = (uint8_t)(1 + into), *p++ = 1;
-    uint16_t slot = 63; /* the target reads 1 + this */
+    *p++ = (uint8_t)(1 + into), *p++ = (uint8_t)(1 | into << 2); /* 2 sockets; into: checksum */
+    uint16_t slot = 63;                                          /* the target reads 1 + this */
     memcpy(p, &slot, 2), p += 2;
     p = put_stream(p, s0, (size_t)(a - s0));
     p = put_stream(p, s1, (size_t)(b - s1));
