@@ -5,6 +5,9 @@
  *
  * Input: [u8 ranks][u8 rank], then nranks records of sizeof(collcheck_rec_t) bytes. collcheck.c
  * is compiled into this file so that its static comparison runs as the library runs it. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "../../src/collcheck.c"
 #include "fuzz.h"
 
@@ -15,8 +18,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   comm.rank = (int)(fuzz_take(&in, 1) % (uint32_t)comm.nranks);
   collcheck_rec_t *all = calloc((size_t)comm.nranks, sizeof(*all));
   memcpy(all, in.p, TUTTI_MIN(in.left, (size_t)comm.nranks * sizeof(*all)));
-  rec_compare(&comm, all);
+  int malformed = 0;
+  for (int p = 0; p < comm.nranks; p++) malformed |= all[p].ncalls < 0;
+  ncclResult_t res = rec_compare(&comm, all);
   free(all);
+  /* the oracle: a record with a negative count of calls is refused as malformed (once it was
+   * used to index the calls: an out-of-bounds read found by this target) */
+  if (malformed && (res == ncclSuccess || !strstr(tutti_last_error(), "malformed record"))) abort();
   return 0;
 }
 
@@ -50,4 +58,11 @@ void fuzz_seeds(fuzz_put_fn put, void *arg) {
     static const char *const names[] = {"equal", "count-differs", "ncalls-differs"};
     put(arg, names[variant], buf, sizeof(buf));
   }
+  /* regression: rank 0 claims -3 calls, rank 1 two (the difference indexed calls[-3]) */
+  buf[0] = 1, buf[1] = 0;
+  collcheck_rec_t bad = seed_rec(0, 100, 2), good = seed_rec(1, 100, 2);
+  bad.ncalls = -3, bad.hash = 1;
+  memcpy(buf + 2, &bad, sizeof(bad));
+  memcpy(buf + 2 + sizeof(bad), &good, sizeof(good));
+  put(arg, "regress-negative-ncalls", buf, 2 + 2 * sizeof(bad));
 }

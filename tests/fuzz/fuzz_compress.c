@@ -134,9 +134,10 @@ static void seed_block(fuzz_put_fn put, void *arg, tuttiCompressKind_t kind, con
                              .block = (uint32_t)blk,
                              .step = step,
                              .count = n};
-      uint8_t *msg = buf + len + (size_t)b * slot;
+      uint8_t *msg = buf + len + (size_t)b * slot, payload[1024] __attribute__((aligned(8)));
       compress_header_write(msg, &h);
-      codec->encode(x, n, 1.0f, msg + COMPRESS_HEADER_BYTES);
+      codec->encode(x, n, 1.0f, payload); /* the library's slots are 8-byte aligned; msg is not */
+      memcpy(msg + COMPRESS_HEADER_BYTES, payload, codec->payload_bytes(n));
     }
     len += (size_t)R * slot;
   }

@@ -91,7 +91,7 @@ static void fuzz_pieces(fuzz_in_t *in, int into) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) sv[0] = sv[1] = -1;
     c->fds[k] = sv[0], peer[k] = sv[1];
-    size_t n = TUTTI_MIN((size_t)fuzz_take(in, 2), in->left);
+    size_t want = fuzz_take(in, 2), n = TUTTI_MIN(want, in->left); /* TUTTI_MIN evaluates twice */
     if (n && sv[1] >= 0 && write(sv[1], in->p, n) < 0) n = 0;
     in->p += n, in->left -= n;
     if (sv[1] >= 0) shutdown(sv[1], SHUT_WR);
