@@ -31,7 +31,7 @@ run_one() {
   local extra=()
   [ "$t" = topo_xml ] && extra=(tests/fixtures)
   nice -n 15 "$dir/bin/fuzz_$t" "$corpus" "$seeds" "${extra[@]}" -max_total_time="$secs" \
-    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -timeout=60 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$dir/fuzz-artifacts/$t-" >"$dir/fuzz-logs/$t.log" 2>&1
   local rc=$?
   local runs

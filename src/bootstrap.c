@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -368,6 +369,17 @@ static int root_serve(root_t *r, char *msg, size_t len) {
   }
 }
 
+/* Closes a rank's connection so that what was just sent to it arrives: a close with unread
+ * bytes (a request the root gave up on) sends a reset, and a reset can discard the error
+ * message still on its way to the rank. So: end the sending side, read what is left, close. */
+static void root_close(int fd) {
+  char sink[4096];
+  shutdown(fd, SHUT_WR);
+  for (int i = 0; i < 64 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++) {
+  }
+  close(fd);
+}
+
 static void *root_main(void *arg) {
   root_t *r = arg;
   char *msg = r->msg;
@@ -380,7 +392,7 @@ static void *root_main(void *arg) {
     root_send_error_all(r, msg);
   }
   for (int i = 0; i < r->nranks; i++)
-    if (r->fds[i] >= 0) close(r->fds[i]);
+    if (r->fds[i] >= 0) root_close(r->fds[i]);
   close(r->listen_fd);
   free(r->fds);
   free(r->peers);
@@ -421,9 +433,15 @@ ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
 
 /* ---- client ---- */
 
+/* A rank waits for the root a little longer than the root waits for the ranks
+ * (TUTTI_INIT_TIMEOUT from its start), so that when the root gives up, its answer saying why
+ * arrives before the rank's own wait ends. */
+#define BOOTSTRAP_REPLY_GRACE_MS 3000
+
 static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   reply_t rep;
-  int fd = comm->bootstrap->fd, tmo = (int)bootstrap_init_timeout_ms();
+  int fd = comm->bootstrap->fd;
+  int tmo = (int)TUTTI_MIN(bootstrap_init_timeout_ms() + BOOTSTRAP_REPLY_GRACE_MS, INT32_MAX);
   ncclResult_t res = sock_recv_all(fd, &rep, sizeof(rep), tmo);
   if (res != ncclSuccess) {
     char why[512];
