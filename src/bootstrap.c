@@ -39,7 +39,8 @@ typedef struct request { /* rank -> root */
 
 struct bootstrap {
   int fd;
-  char root[80]; /* the root's address, for messages */
+  uint64_t deadline; /* of the whole init on this rank (see BOOTSTRAP_REPLY_GRACE_MS) */
+  char root[80];     /* the root's address, for messages */
 };
 
 struct root_gather;
@@ -62,7 +63,7 @@ int64_t bootstrap_init_timeout_ms(void) {
 
 static int ms_left(uint64_t deadline) {
   uint64_t now = tutti_time_ns();
-  return now >= deadline ? 0 : (int)((deadline - now) / 1000000ull);
+  return now >= deadline ? 0 : (int)TUTTI_MIN((deadline - now) / 1000000ull, (uint64_t)INT32_MAX);
 }
 
 void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncclUniqueId *id) {
@@ -295,12 +296,19 @@ static int root_gather_hellos(root_t *r) {
   return complete && !failed ? 0 : -1;
 }
 
+/* Answers every rank; a rank that cannot be answered is named in r->msg (and its connection
+ * closed), so that the others learn who left. */
 static int root_reply_all(root_t *r, const void *data, uint32_t len) {
   reply_t rep = {.status = 0, .len = len};
   for (int i = 0; i < r->nranks; i++) {
     if (sock_send_all(r->fds[i], &rep, sizeof(rep), ms_left(r->deadline)) != ncclSuccess ||
-        sock_send_all(r->fds[i], data, len, ms_left(r->deadline)) != ncclSuccess)
+        sock_send_all(r->fds[i], data, len, ms_left(r->deadline)) != ncclSuccess) {
+      snprintf(r->msg, sizeof(r->msg), "rank %d (host %s, pid %d) disconnected during init", i,
+               r->peers[i].hostname, r->peers[i].pid);
+      close(r->fds[i]);
+      r->fds[i] = -1;
       return -1;
+    }
   }
   return 0;
 }
@@ -360,12 +368,9 @@ static int root_serve(root_t *r, char *msg, size_t len) {
         return -1;
       }
     }
-    int rc = root_reply_all(r, buf, first.len * (uint32_t)r->nranks);
+    int rc = root_reply_all(r, buf, first.len * (uint32_t)r->nranks); /* names who left */
     free(buf);
-    if (rc != 0) {
-      snprintf(msg, len, "a rank disconnected during init");
-      return -1;
-    }
+    if (rc != 0) return -1;
   }
 }
 
@@ -433,15 +438,14 @@ ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
 
 /* ---- client ---- */
 
-/* A rank waits for the root a little longer than the root waits for the ranks
- * (TUTTI_INIT_TIMEOUT from its start), so that when the root gives up, its answer saying why
- * arrives before the rank's own wait ends. */
+/* A rank's waits for the root during init all end at one deadline, TUTTI_INIT_TIMEOUT after it
+ * joined plus a grace: a little later than the root gives up (TUTTI_INIT_TIMEOUT after its start),
+ * so that the root's answer saying why arrives before the rank's own wait ends. */
 #define BOOTSTRAP_REPLY_GRACE_MS 3000
 
 static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   reply_t rep;
-  int fd = comm->bootstrap->fd;
-  int tmo = (int)TUTTI_MIN(bootstrap_init_timeout_ms() + BOOTSTRAP_REPLY_GRACE_MS, INT32_MAX);
+  int fd = comm->bootstrap->fd, tmo = ms_left(comm->bootstrap->deadline);
   ncclResult_t res = sock_recv_all(fd, &rep, sizeof(rep), tmo);
   if (res != ncclSuccess) {
     char why[512];
@@ -487,6 +491,9 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
   comm->bootstrap = calloc(1, sizeof(struct bootstrap));
   if (!comm->bootstrap) return TUTTI_ERR(ncclSystemError, "out of memory");
   comm->bootstrap->fd = -1;
+  comm->bootstrap->deadline =
+      tutti_time_ns() +
+      (uint64_t)(bootstrap_init_timeout_ms() + BOOTSTRAP_REPLY_GRACE_MS) * 1000000ull;
   sock_addr_str(&b.root, comm->bootstrap->root, sizeof(comm->bootstrap->root));
   TUTTI_CHECK(sock_connect(&b.root, (int)bootstrap_init_timeout_ms(), &comm->bootstrap->fd));
   hello_t h = {.magic = HELLO_MAGIC, .nranks = comm->nranks, .info = comm->peers[comm->rank]};
