@@ -374,15 +374,23 @@ static int root_serve(root_t *r, char *msg, size_t len) {
   }
 }
 
-/* Closes a rank's connection so that what was just sent to it arrives: a close with unread
- * bytes (a request the root gave up on) sends a reset, and a reset can discard the error
- * message still on its way to the rank. So: end the sending side, read what is left, close. */
-static void root_close(int fd) {
+/* Closes the ranks' connections so that what was just sent to them arrives: a close with
+ * unread bytes, or bytes still coming (a request the root gave up on), sends a reset, and a reset
+ * discards the error message still on its way to the rank. So: end the sending sides, then read
+ * and drop until each rank closes (it does once it has the answer), for at most 2 s in all. */
+static void root_close_all(root_t *r) {
   char sink[4096];
-  shutdown(fd, SHUT_WR);
-  for (int i = 0; i < 64 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++) {
+  uint64_t deadline = tutti_time_ns() + 2000ull * 1000000ull;
+  for (int i = 0; i < r->nranks; i++)
+    if (r->fds[i] >= 0) shutdown(r->fds[i], SHUT_WR);
+  for (int i = 0; i < r->nranks; i++) {
+    while (r->fds[i] >= 0 && ms_left(deadline) > 0) {
+      struct pollfd pf = {.fd = r->fds[i], .events = POLLIN};
+      if (poll(&pf, 1, ms_left(deadline)) <= 0) break;
+      if (recv(r->fds[i], sink, sizeof(sink), MSG_DONTWAIT) <= 0) break; /* EOF: it closed */
+    }
+    if (r->fds[i] >= 0) close(r->fds[i]), r->fds[i] = -1;
   }
-  close(fd);
 }
 
 static void *root_main(void *arg) {
@@ -396,8 +404,7 @@ static void *root_main(void *arg) {
     WARN("bootstrap root: %s", msg);
     root_send_error_all(r, msg);
   }
-  for (int i = 0; i < r->nranks; i++)
-    if (r->fds[i] >= 0) root_close(r->fds[i]);
+  root_close_all(r);
   close(r->listen_fd);
   free(r->fds);
   free(r->peers);

@@ -240,7 +240,10 @@ class Chaos : public ::testing::Test {
         names = {"rank " + std::to_string(t.victim) + " "};
         names.push_back("rank " + std::to_string(t.victim) + ",");
         names.push_back("rank " + std::to_string(t.victim) + ")");
-        if (t.victim == 0) names.push_back("bootstrap root");
+        if (t.victim == 0) {  // rank 0's process holds the bootstrap root, at h1's address
+          names.push_back("bootstrap root");
+          names.push_back(h1_addr + ":");
+        }
       }
       bool named = false;
       for (auto &n : names) named = named || mine.find(n) != std::string::npos;
