@@ -82,13 +82,22 @@ void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncc
 
 /* ---- root ---- */
 
+/* Tells every rank why init failed: the ranks of other processes first, this process's own
+ * last (it may exit as soon as it knows, and this thread with it), each connection's sending
+ * side ended and what it had sent dropped, so that closing it later sends no reset that would
+ * discard the message on its way. */
 static void root_send_error_all(root_t *r, const char *msg) {
   reply_t rep = {.status = ncclInvalidUsage, .len = (uint32_t)strlen(msg) + 1};
-  for (int i = 0; i < r->nranks; i++) {
-    if (r->fds[i] < 0) continue;
-    if (sock_send_all(r->fds[i], &rep, sizeof(rep), 1000) == ncclSuccess)
-      sock_send_all(r->fds[i], msg, rep.len, 1000);
-  }
+  char sink[4096];
+  for (int own = 0; own < 2; own++)
+    for (int i = 0; i < r->nranks; i++) {
+      if (r->fds[i] < 0 || (r->peers[i].pid == (int32_t)getpid()) != own) continue;
+      if (sock_send_all(r->fds[i], &rep, sizeof(rep), 1000) == ncclSuccess)
+        sock_send_all(r->fds[i], msg, rep.len, 1000);
+      shutdown(r->fds[i], SHUT_WR);
+      for (int k = 0; k < 64 && recv(r->fds[i], sink, sizeof(sink), MSG_DONTWAIT) > 0; k++) {
+      }
+    }
 }
 
 /* Checks one hello against what the root already has; fills msg on a problem. */
