@@ -27,6 +27,7 @@ run_one() {
   local t=$1 secs=$2 dir=$3
   local seeds=$dir/fuzz-seeds/$t corpus=$dir/fuzz-corpus/$t
   mkdir -p "$seeds" "$corpus"
+  local t0=$SECONDS
   "$dir/bin/fuzz_${t}_replay" --write-seeds "$seeds"
   local extra=()
   [ "$t" = topo_xml ] && extra=(tests/fixtures)
@@ -36,7 +37,7 @@ run_one() {
   local rc=$?
   local runs
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/fuzz-logs/$t.log" | grep -o '[0-9]*$' || echo '?')
-  echo "fuzz $t: exit $rc, $runs inputs in ${secs}s (log $dir/fuzz-logs/$t.log)"
+  echo "fuzz $t: exit $rc, $runs inputs in $((SECONDS - t0))s (log $dir/fuzz-logs/$t.log)"
   return $rc
 }
 export -f run_one
