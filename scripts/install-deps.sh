@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config        # build
   clang-format                            # the format check of .ci/run (scripts/check-format.sh)
+  clang libclang-rt-14-dev                # fuzzing: libFuzzer + sanitizers (scripts/fuzz.sh)
   libgtest-dev                            # tests (GoogleTest)
   libhwloc-dev hwloc                      # topology discovery
   libibverbs-dev                          # InfiniBand transport (compiled; runs where there is IB)

@@ -27,6 +27,7 @@ static const char *const agreed_names[] = {
     "DIRECT", /* the direct all-reduce path */
     "DIRECT_MIN_BYTES",
     "CHECK_COLL", /* an extra exchange before each group's collectives */
+    "CHECKSUM",   /* a CRC32C on every piece the tcp transport sends */
 };
 #define AGREED_N (sizeof(agreed_names) / sizeof(agreed_names[0]))
 

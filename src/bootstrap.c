@@ -2,11 +2,13 @@
 #include "bootstrap.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +39,8 @@ typedef struct request { /* rank -> root */
 
 struct bootstrap {
   int fd;
+  uint64_t deadline; /* of the whole init on this rank (see BOOTSTRAP_REPLY_GRACE_MS) */
+  char root[80];     /* the root's address, for messages */
 };
 
 struct root_gather;
@@ -59,7 +63,7 @@ int64_t bootstrap_init_timeout_ms(void) {
 
 static int ms_left(uint64_t deadline) {
   uint64_t now = tutti_time_ns();
-  return now >= deadline ? 0 : (int)((deadline - now) / 1000000ull);
+  return now >= deadline ? 0 : (int)TUTTI_MIN((deadline - now) / 1000000ull, (uint64_t)INT32_MAX);
 }
 
 void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncclUniqueId *id) {
@@ -78,13 +82,22 @@ void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncc
 
 /* ---- root ---- */
 
+/* Tells every rank why init failed: the ranks of other processes first, this process's own
+ * last (it may exit as soon as it knows, and this thread with it), each connection's sending
+ * side ended and what it had sent dropped, so that closing it later sends no reset that would
+ * discard the message on its way. */
 static void root_send_error_all(root_t *r, const char *msg) {
   reply_t rep = {.status = ncclInvalidUsage, .len = (uint32_t)strlen(msg) + 1};
-  for (int i = 0; i < r->nranks; i++) {
-    if (r->fds[i] < 0) continue;
-    if (sock_send_all(r->fds[i], &rep, sizeof(rep), 1000) == ncclSuccess)
-      sock_send_all(r->fds[i], msg, rep.len, 1000);
-  }
+  char sink[4096];
+  for (int own = 0; own < 2; own++)
+    for (int i = 0; i < r->nranks; i++) {
+      if (r->fds[i] < 0 || (r->peers[i].pid == (int32_t)getpid()) != own) continue;
+      if (sock_send_all(r->fds[i], &rep, sizeof(rep), 1000) == ncclSuccess)
+        sock_send_all(r->fds[i], msg, rep.len, 1000);
+      shutdown(r->fds[i], SHUT_WR);
+      for (int k = 0; k < 64 && recv(r->fds[i], sink, sizeof(sink), MSG_DONTWAIT) > 0; k++) {
+      }
+    }
 }
 
 /* Checks one hello against what the root already has; fills msg on a problem. */
@@ -143,6 +156,7 @@ static void reply_error(int fd, const char *msg) {
  * rank, ...) the root keeps answering the ranks still to come with the same error until all
  * nranks arrived or the deadline passed, so every rank learns what to fix. */
 #define ROOT_HELLO_MS 5000
+#define BOOTSTRAP_MAX_RANKS (1 << 16) /* a peer table of 1<<16 ranks: 44 MiB */
 
 typedef struct root_gather {
   root_t *r;
@@ -178,6 +192,13 @@ static const char *root_on_hello(void *arg, int fd, const void *bytes) {
   h.info.settings[sizeof(h.info.settings) - 1] = '\0';
   pthread_mutex_lock(&g->lock);
   if (r->nranks == 0) {
+    if (h.nranks > BOOTSTRAP_MAX_RANKS) {
+      pthread_mutex_unlock(&g->lock);
+      snprintf(g->msg, g->len, "rank %d (host %s) says nranks=%d: the bootstrap serves at most %d",
+               h.info.rank, h.info.hostname, h.nranks, BOOTSTRAP_MAX_RANKS);
+      reply_error(fd, g->msg);
+      return NULL; /* reply_error closed fd */
+    }
     int n = h.nranks > 0 ? h.nranks : 1;
     r->fds = malloc(sizeof(int) * n);
     r->peers = calloc(n, sizeof(peer_info_t));
@@ -233,6 +254,22 @@ static ncclResult_t root_gather_start(root_t *r) {
   return res;
 }
 
+/* ": rank 2, rank 5 did not join" (the first 8), for an init that timed out; its length. */
+static int root_missing_ranks(const root_t *r, char *out, size_t len) {
+  int n = 0, listed = 0;
+  for (int i = 0; i < r->nranks && listed < 8 && (size_t)n < len; i++) {
+    if (r->fds[i] >= 0) continue;
+    int k = snprintf(out + n, len - (size_t)n, "%srank %d", listed ? ", " : ": ", i);
+    if (k < 0) break;
+    n += k, listed++;
+  }
+  if (listed && (size_t)n < len) {
+    int k = snprintf(out + n, len - (size_t)n, "%s did not join", listed == 8 ? ", ..." : "");
+    n += k > 0 ? k : 0;
+  }
+  return TUTTI_MIN(n, (int)len - 1);
+}
+
 /* Waits until every rank presented a hello (or the deadline), then stops the acceptor. */
 static int root_gather_hellos(root_t *r) {
   root_gather_t *g = r->g;
@@ -254,6 +291,7 @@ static int root_gather_hellos(root_t *r) {
                      "only %d of %d ranks joined within "
                      "TUTTI_INIT_TIMEOUT=%llds",
                      g->joined, r->nranks, (long long)tutti_param_InitTimeout());
+    n += root_missing_ranks(r, r->msg + n, sizeof(r->msg) - (size_t)n);
     if (g->dropped && n > 0 && (size_t)n < sizeof(r->msg))
       snprintf(r->msg + n, sizeof(r->msg) - (size_t)n,
                " (the root dropped %d connection(s); "
@@ -267,61 +305,101 @@ static int root_gather_hellos(root_t *r) {
   return complete && !failed ? 0 : -1;
 }
 
+/* Answers every rank; a rank that cannot be answered is named in r->msg (and its connection
+ * closed), so that the others learn who left. */
 static int root_reply_all(root_t *r, const void *data, uint32_t len) {
   reply_t rep = {.status = 0, .len = len};
   for (int i = 0; i < r->nranks; i++) {
     if (sock_send_all(r->fds[i], &rep, sizeof(rep), ms_left(r->deadline)) != ncclSuccess ||
-        sock_send_all(r->fds[i], data, len, ms_left(r->deadline)) != ncclSuccess)
+        sock_send_all(r->fds[i], data, len, ms_left(r->deadline)) != ncclSuccess) {
+      snprintf(r->msg, sizeof(r->msg), "rank %d (host %s, pid %d) disconnected during init", i,
+               r->peers[i].hostname, r->peers[i].pid);
+      close(r->fds[i]);
+      r->fds[i] = -1;
       return -1;
+    }
+  }
+  return 0;
+}
+
+/* A round's requests: every rank's header first, all alike, before any payload is read or any
+ * buffer sized by them; a round of more than BOOTSTRAP_MAX_ROUND bytes is refused. */
+#define BOOTSTRAP_MAX_ROUND ((uint64_t)1 << 30)
+
+static int root_read_headers(root_t *r, request_t *first, char *msg, size_t len) {
+  for (int i = 0; i < r->nranks; i++) {
+    request_t q;
+    if (sock_recv_all(r->fds[i], &q, sizeof(q), ms_left(r->deadline)) != ncclSuccess) {
+      snprintf(msg, len, "rank %d (host %s, pid %d) disconnected or stalled during init", i,
+               r->peers[i].hostname, r->peers[i].pid);
+      close(r->fds[i]);
+      r->fds[i] = -1;
+      return -1;
+    }
+    if (i == 0) *first = q;
+    if (q.type != first->type || q.len != first->len) {
+      snprintf(msg, len, "ranks disagree during init (rank %d sent %d/%u, rank 0 %d/%u)", i, q.type,
+               q.len, first->type, first->len);
+      return -1;
+    }
+  }
+  if (first->type != MSG_ALLGATHER && first->type != MSG_DONE) {
+    snprintf(msg, len, "the ranks sent a request of unknown type %d during init", first->type);
+    return -1;
+  }
+  if ((uint64_t)first->len * (uint64_t)r->nranks > BOOTSTRAP_MAX_ROUND) {
+    snprintf(msg, len, "the ranks asked for an all-gather of %u bytes x %d ranks (at most %llu)",
+             first->len, r->nranks, (unsigned long long)BOOTSTRAP_MAX_ROUND);
+    return -1;
   }
   return 0;
 }
 
 /* Serves allgather rounds until all ranks send DONE. */
 static int root_serve(root_t *r, char *msg, size_t len) {
-  char *buf = NULL;
   for (;;) {
     request_t first = {0};
+    if (root_read_headers(r, &first, msg, len) != 0) return -1;
+    if (first.type == MSG_DONE) { /* answer only now: nobody exits while others still wait */
+      root_reply_all(r, "", 0);
+      return 0;
+    }
+    char *buf = malloc((size_t)first.len * r->nranks + 1);
+    if (!buf) {
+      snprintf(msg, len, "the bootstrap root is out of memory");
+      return -1;
+    }
     for (int i = 0; i < r->nranks; i++) {
-      request_t q;
-      if (sock_recv_all(r->fds[i], &q, sizeof(q), ms_left(r->deadline)) != ncclSuccess) {
-        snprintf(msg, len, "rank %d (host %s, pid %d) disconnected or stalled during init", i,
-                 r->peers[i].hostname, r->peers[i].pid);
-        close(r->fds[i]);
-        r->fds[i] = -1;
-        free(buf);
-        return -1;
-      }
-      if (i == 0) {
-        first = q;
-        free(buf);
-        buf = malloc((size_t)q.len * r->nranks + 1);
-        if (!buf) return -1;
-      } else if (q.type != first.type || q.len != first.len) {
-        snprintf(msg, len, "ranks disagree during init (rank %d sent %d/%u, rank 0 %d/%u)", i,
-                 q.type, q.len, first.type, first.len);
-        free(buf);
-        return -1;
-      }
-      if (q.type == MSG_ALLGATHER && sock_recv_all(r->fds[i], buf + (size_t)i * q.len, q.len,
-                                                   ms_left(r->deadline)) != ncclSuccess) {
+      if (sock_recv_all(r->fds[i], buf + (size_t)i * first.len, first.len, ms_left(r->deadline)) !=
+          ncclSuccess) {
         snprintf(msg, len, "rank %d (host %s) disconnected during init", i, r->peers[i].hostname);
         free(buf);
         return -1;
       }
     }
-    if (first.type == MSG_DONE) { /* answer only now: nobody exits while others still wait */
-      root_reply_all(r, "", 0);
-      break;
-    }
-    if (root_reply_all(r, buf, first.len * (uint32_t)r->nranks) != 0) {
-      snprintf(msg, len, "a rank disconnected during init");
-      free(buf);
-      return -1;
-    }
+    int rc = root_reply_all(r, buf, first.len * (uint32_t)r->nranks); /* names who left */
+    free(buf);
+    if (rc != 0) return -1;
   }
-  free(buf);
-  return 0;
+}
+
+/* Closes the ranks' connections so that what was just sent to them arrives: a close with
+ * unread bytes, or bytes still coming (a request the root gave up on), sends a reset, and a reset
+ * discards the error message still on its way to the rank. So: end the sending sides, then read
+ * and drop until each rank closes (it does once it has the answer), for at most 2 s in all. */
+static void root_close_all(root_t *r) {
+  char sink[4096];
+  uint64_t deadline = tutti_time_ns() + 2000ull * 1000000ull;
+  for (int i = 0; i < r->nranks; i++)
+    if (r->fds[i] >= 0) shutdown(r->fds[i], SHUT_WR);
+  for (int i = 0; i < r->nranks; i++) {
+    while (r->fds[i] >= 0 && ms_left(deadline) > 0) {
+      struct pollfd pf = {.fd = r->fds[i], .events = POLLIN};
+      if (poll(&pf, 1, ms_left(deadline)) <= 0) break;
+      if (recv(r->fds[i], sink, sizeof(sink), MSG_DONTWAIT) <= 0) break; /* EOF: it closed */
+    }
+    if (r->fds[i] >= 0) close(r->fds[i]), r->fds[i] = -1;
+  }
 }
 
 static void *root_main(void *arg) {
@@ -335,8 +413,7 @@ static void *root_main(void *arg) {
     WARN("bootstrap root: %s", msg);
     root_send_error_all(r, msg);
   }
-  for (int i = 0; i < r->nranks; i++)
-    if (r->fds[i] >= 0) close(r->fds[i]);
+  root_close_all(r);
   close(r->listen_fd);
   free(r->fds);
   free(r->peers);
@@ -377,15 +454,20 @@ ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
 
 /* ---- client ---- */
 
+/* A rank's waits for the root during init all end at one deadline, TUTTI_INIT_TIMEOUT after it
+ * joined plus a grace: a little later than the root gives up (TUTTI_INIT_TIMEOUT after its start),
+ * so that the root's answer saying why arrives before the rank's own wait ends. */
+#define BOOTSTRAP_REPLY_GRACE_MS 3000
+
 static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   reply_t rep;
-  int fd = comm->bootstrap->fd, tmo = (int)bootstrap_init_timeout_ms();
+  int fd = comm->bootstrap->fd, tmo = ms_left(comm->bootstrap->deadline);
   ncclResult_t res = sock_recv_all(fd, &rep, sizeof(rep), tmo);
   if (res != ncclSuccess) {
     char why[512];
     snprintf(why, sizeof(why), "%s", tutti_last_error());
-    return TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root during init (%s)",
-                     comm->rank, why);
+    return TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root at %s during init (%s)",
+                     comm->rank, comm->bootstrap->root, why);
   }
   if (rep.status != 0) {
     char msg[1024] = "";
@@ -399,6 +481,21 @@ static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   return sock_recv_all(fd, data, expect, tmo);
 }
 
+/* Sends to the root; when that fails, the root may have said why before it closed (it tells
+ * every rank what ended the init): that answer, else the root is named as lost. */
+static ncclResult_t send_to_root(ncclComm_t comm, const void *buf, size_t len) {
+  if (sock_send_all(comm->bootstrap->fd, buf, len, (int)bootstrap_init_timeout_ms()) == ncclSuccess)
+    return ncclSuccess;
+  char none[1];
+  struct pollfd pf = {.fd = comm->bootstrap->fd, .events = POLLIN};
+  ncclResult_t res = ncclSuccess; /* the root's word, if it is there within a second */
+  if (poll(&pf, 1, 1000) > 0) res = recv_reply(comm, none, 0);
+  return res != ncclSuccess
+             ? res
+             : TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root at %s during init",
+                         comm->rank, comm->bootstrap->root);
+}
+
 ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
   bootstrap_id_t b;
   memcpy(&b, id->internal, sizeof(b));
@@ -410,10 +507,14 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
   comm->bootstrap = calloc(1, sizeof(struct bootstrap));
   if (!comm->bootstrap) return TUTTI_ERR(ncclSystemError, "out of memory");
   comm->bootstrap->fd = -1;
+  comm->bootstrap->deadline =
+      tutti_time_ns() +
+      (uint64_t)(bootstrap_init_timeout_ms() + BOOTSTRAP_REPLY_GRACE_MS) * 1000000ull;
+  sock_addr_str(&b.root, comm->bootstrap->root, sizeof(comm->bootstrap->root));
   TUTTI_CHECK(sock_connect(&b.root, (int)bootstrap_init_timeout_ms(), &comm->bootstrap->fd));
   hello_t h = {.magic = HELLO_MAGIC, .nranks = comm->nranks, .info = comm->peers[comm->rank]};
   memcpy(h.secret, b.secret, 16);
-  TUTTI_CHECK(sock_send_all(comm->bootstrap->fd, &h, sizeof(h), (int)bootstrap_init_timeout_ms()));
+  TUTTI_CHECK(send_to_root(comm, &h, sizeof(h)));
   TUTTI_CHECK(recv_reply(comm, comm->peers, sizeof(peer_info_t) * comm->nranks));
   char buf[80];
   INFO(SUB_BOOTSTRAP | SUB_INIT, "rank %d/%d joined through root %s", comm->rank, comm->nranks,
@@ -423,9 +524,8 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
 
 ncclResult_t bootstrap_allgather(ncclComm_t comm, void *data, size_t bytes) {
   request_t q = {.type = MSG_ALLGATHER, .len = (uint32_t)bytes};
-  int fd = comm->bootstrap->fd, tmo = (int)bootstrap_init_timeout_ms();
-  TUTTI_CHECK(sock_send_all(fd, &q, sizeof(q), tmo));
-  TUTTI_CHECK(sock_send_all(fd, (char *)data + bytes * comm->rank, bytes, tmo));
+  TUTTI_CHECK(send_to_root(comm, &q, sizeof(q)));
+  TUTTI_CHECK(send_to_root(comm, (char *)data + bytes * comm->rank, bytes));
   return recv_reply(comm, data, bytes * comm->nranks);
 }
 

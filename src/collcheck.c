@@ -108,9 +108,17 @@ static int rec_first_difference(const collcheck_rec_t *a, const collcheck_rec_t 
   return a->ncalls != b->ncalls ? n : COLLCHECK_CALLS;
 }
 
-/* Every rank names the same pair: rank 0 and the lowest rank whose calls differ from it. */
+/* Every rank names the same pair: rank 0 and the lowest rank whose calls differ from it. A
+ * record is its sender's word: a count of calls below 0 is refused before anything indexes by
+ * it, and ranks are named by where their record arrived, not by what it says. */
 static ncclResult_t rec_compare(ncclComm_t comm, const collcheck_rec_t *all) {
   const collcheck_rec_t *lo = &all[0];
+  for (int p = 0; p < comm->nranks; p++)
+    if (all[p].ncalls < 0)
+      return TUTTI_ERR(ncclRemoteError,
+                       "TUTTI_CHECK_COLL: rank %d sent a malformed record (%d calls); nothing "
+                       "was run",
+                       p, all[p].ncalls);
   for (int p = 1; p < comm->nranks; p++) {
     const collcheck_rec_t *hi = &all[p];
     if (hi->ncalls == lo->ncalls && hi->hash == lo->hash && hi->seq == lo->seq) continue;
@@ -122,7 +130,7 @@ static ncclResult_t rec_compare(ncclComm_t comm, const collcheck_rec_t *all) {
                      "TUTTI_CHECK_COLL: collective mismatch at call %llu of "
                      "the communicator (group position %d): rank %d called %s but rank %d "
                      "called %s (sequence %llu vs %llu); nothing was run",
-                     (unsigned long long)all[comm->rank].seq, i + 1, lo->rank, a, hi->rank, b,
+                     (unsigned long long)all[comm->rank].seq, i + 1, 0, a, p, b,
                      (unsigned long long)lo->seq, (unsigned long long)hi->seq);
   }
   return ncclSuccess;

@@ -16,6 +16,7 @@
 #include "reduce.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CAST_HAVE_F16C 1
 #endif
@@ -83,9 +84,13 @@ __attribute__((target("avx,f16c"))) static size_t f16c_decode(const uint16_t *q,
   return i;
 }
 
+/* F16C from CPUID (leaf 1, ECX): clang's __builtin_cpu_supports does not know "f16c"; AVX from
+ * the builtin, which also checks that the OS saves the AVX registers. */
 static int have_f16c(void) {
   static int have = -1;
-  if (have < 0) have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  unsigned a, b, c = 0, d;
+  if (have < 0)
+    have = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
   return have;
 }
 #endif

@@ -58,6 +58,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crc32c.h"
+
 TUTTI_PARAM(NetDrainMs, "NET_DRAIN_MS", 5000) /* close: how long a goodbye may wait */
 TUTTI_PARAM_DECL(Timeout);
 
@@ -146,7 +148,7 @@ static size_t tcp_send_from(conn_t *conn, const void *buf, size_t bytes) {
     return 0;
   pthread_mutex_lock(&c->tx_mu); /* only an abort notice ever waits for it */
   if (c->tx_left == 0) {
-    c->tx_hdr = (tcp_hdr_t){HDR_DATA, (uint32_t)bytes};
+    c->tx_hdr = (tcp_hdr_t){HDR_DATA, (uint32_t)bytes, c->checksum ? crc32c(0, buf, bytes) : 0};
     c->tx_hdr_left = sizeof(tcp_hdr_t), c->tx_left = bytes;
     c->tx_fd = c->fds[c->tx_piece++ % (uint64_t)c->nsocks];
   }
@@ -212,13 +214,35 @@ static int rx_header(tcp_conn_t *c) {
   return -1;
 }
 
+/* TUTTI_CHECKSUM: folds the k bytes of the current piece just read at p into its CRC, and at
+ * the piece's end compares it with the sender's; 0, or -1 after failing the connection with a
+ * message naming the link. TUTTI_TEST_CORRUPT_RECV=N first flips a bit of the Nth piece this
+ * rank receives, as a fault on the wire would (the test of this check). */
+static int rx_check(tcp_conn_t *c, char *p, size_t k) {
+  tcp_state_t *st = c->st;
+  if (c->rx_got == 0 && st->corrupt_piece > 0 &&
+      __atomic_add_fetch(&st->pieces_in, 1, __ATOMIC_RELAXED) == st->corrupt_piece && k > 0)
+    p[0] ^= 0x10;
+  if (!c->checksum) return 0;
+  c->rx_crc = crc32c(c->rx_got == 0 ? 0 : c->rx_crc, p, k);
+  if (c->rx_got + k < c->rx_hdr.bytes || c->rx_crc == c->rx_hdr.crc) return 0;
+  char what[200];
+  snprintf(what, sizeof(what),
+           "data corrupted on the wire (TUTTI_CHECKSUM: piece %llu of %u bytes has CRC32C "
+           "%08x, the sender's was %08x)",
+           (unsigned long long)c->rx_piece, c->rx_hdr.bytes, c->rx_crc, c->rx_hdr.crc);
+  conn_fail(c, -1, what);
+  return -1;
+}
+
 /* The next piece, read into the staging slot (the kernel's socket buffer is the FIFO). */
 static const void *tcp_recv_slot(conn_t *conn, size_t *bytes) {
   tcp_conn_t *c = conn->priv;
   if (rx_header(c) != 1) return NULL;
+  if (c->rx_hdr.bytes == 0 && c->rx_got == 0 && rx_check(c, c->slots, 0) != 0) return NULL;
   while (c->rx_got < c->rx_hdr.bytes) {
     ssize_t k = rx_read(c, c->slots + c->rx_got, c->rx_hdr.bytes - c->rx_got);
-    if (k <= 0) return NULL;
+    if (k <= 0 || rx_check(c, c->slots + c->rx_got, (size_t)k) != 0) return NULL;
     c->rx_got += (size_t)k;
   }
   *bytes = c->rx_hdr.bytes;
@@ -240,7 +264,7 @@ static size_t tcp_recv_into(conn_t *conn, void *buf, size_t bytes) {
     return 0;
   }
   ssize_t k = rx_read(c, buf, bytes);
-  if (k <= 0) return 0;
+  if (k <= 0 || rx_check(c, buf, (size_t)k) != 0) return 0;
   if ((c->rx_got += (size_t)k) == c->rx_hdr.bytes) c->rx_hdr_got = c->rx_got = 0, c->rx_piece++;
   return (size_t)k;
 }

@@ -25,6 +25,7 @@
 typedef struct tcp_hdr {
   uint32_t kind; /* HDR_DATA, HDR_BYE or HDR_ABORT */
   uint32_t bytes;
+  uint32_t crc; /* DATA with TUTTI_CHECKSUM=1: CRC32C of the payload (else 0) */
 } tcp_hdr_t;
 
 typedef struct tcp_hello {
@@ -68,6 +69,8 @@ typedef struct tcp_conn {
   size_t rx_hdr_got, rx_got; /* header and payload bytes of it read so far */
   uint64_t rx_piece;         /* pieces done: piece s comes on socket s % nsocks */
   int rx_fd, byes;           /* byes: the peer said goodbye */
+  int checksum;              /* TUTTI_CHECKSUM: pieces carry and are checked against a CRC32C */
+  uint32_t rx_crc;           /* CRC32C of the piece's payload read so far */
   int claimed, failed;       /* failed is set once reason is written */
   char reason[384];
 } tcp_conn_t;
@@ -85,6 +88,9 @@ typedef struct tcp_state {
   pthread_mutex_t life_mu;  /* mark_failed (any thread) vs. the start of tcp_close */
   int nremote;              /* remote failures seen (the first is a WARN, others INFO) */
   int nthreads, per_thread; /* this rank's settings */
+  int checksum;             /* TUTTI_CHECKSUM (an agreed setting: the same on every rank) */
+  int64_t corrupt_piece;    /* TUTTI_TEST_CORRUPT_RECV: flip a bit of the Nth piece received */
+  int64_t pieces_in;        /* pieces received on every connection (for corrupt_piece) */
   uint32_t nslots;
   size_t slot_bytes, fifo_bytes; /* fifo_bytes: what one socket holds in flight (0: unknown) */
   tcp_conn_t **send, **recv;     /* [nranks] */
@@ -107,5 +113,7 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
 ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
                                conn_t *recv);
 ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st);
+/* NULL if a peer's blob is well formed, else why not. */
+const char *tcp_blob_check(const tcp_blob_t *b);
 
 #endif

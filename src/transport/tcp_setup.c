@@ -26,6 +26,11 @@ TUTTI_PARAM(NsocksPerThread, "NSOCKS_PERTHREAD", 1)
 TUTTI_PARAM(Nsocks, "NSOCKS", 0) /* the short name of NSOCKS_PERTHREAD; 0: not given */
 TUTTI_PARAM(TcpSlotBytes, "TCP_SLOT_BYTES", 256 * 1024) /* smaller: the piece stays in cache */
 TUTTI_PARAM(TcpSlots, "TCP_NSLOTS", 16)
+/* A CRC32C on every piece, checked on receipt (docs/hardening.md: its cost): corruption that
+ * the kernel's TCP checksum let through (a NIC, a driver, memory) becomes an error naming the
+ * link instead of a wrong result. */
+TUTTI_PARAM(Checksum, "CHECKSUM", 0)
+TUTTI_PARAM(TestCorruptRecv, "TEST_CORRUPT_RECV", 0) /* test hook: see rx_check in tcp.c */
 /* SO_SNDBUF and SO_RCVBUF. The kernel's buffers are the FIFO of a connection (the engine sends
  * from and receives into the user's memory), so they hold at least TCP_NSLOTS x TCP_SLOT_BYTES:
  * the agreed chunk is at most half of that, and a ring needs two chunks in flight. */
@@ -171,6 +176,8 @@ ncclResult_t tcp_setup_listen(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   int64_t per = tutti_param_Nsocks() > 0 ? tutti_param_Nsocks() : tutti_param_NsocksPerThread();
   st->per_thread = (int)TUTTI_MIN(TUTTI_MAX(per, 1), TCP_MAX_SOCKS / st->nthreads);
   st->nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlots(), 2), TCP_MAX_SLOTS);
+  st->checksum = tutti_param_Checksum() != 0;
+  st->corrupt_piece = tutti_param_TestCorruptRecv();
   st->slot_bytes =
       TUTTI_ALIGN_UP((size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_TcpSlotBytes(), 4096), 1 << 30), 4096);
   TUTTI_CHECK(net_local_addr(&st->addr, st->ifname, sizeof(st->ifname)));
@@ -260,10 +267,27 @@ static tcp_conn_t *conn_new(tcp_state_t *st, int peer, int is_send, int nsocks, 
   tcp_conn_t *c = p; /* mmap gives zeroed memory */
   c->st = st, c->peer = peer, c->is_send = is_send, c->nsocks = nsocks;
   c->slot_bytes = slot_bytes, c->arena_bytes = bytes;
+  c->checksum = st->checksum;
   c->slots = (char *)p + head;
   for (int k = 0; k < TCP_MAX_SOCKS; k++) c->fds[k] = -1;
   pthread_mutex_init(&c->tx_mu, NULL);
   return c;
+}
+
+/* NULL when a peer's published geometry is one this rank could have published itself (the
+ * socket counts, the slot size, a terminated interface name), else what is wrong: every number
+ * that sizes this rank's connection is checked before it is used. */
+const char *tcp_blob_check(const tcp_blob_t *b) {
+  if (b->nthreads < 1 || b->nthreads > TCP_MAX_THREADS || b->per_thread < 1 ||
+      b->per_thread > TCP_MAX_SOCKS / b->nthreads)
+    return "has socket counts out of range";
+  if (b->slot_bytes < 4096 || b->slot_bytes > (1u << 30) || b->nslots < 2 ||
+      b->nslots > TCP_MAX_SLOTS)
+    return "has a slot geometry out of range";
+  if (!memchr(b->ifname, '\0', sizeof(b->ifname))) return "has an unterminated interface name";
+  if (b->addr.sa.sa_family != AF_INET && b->addr.sa.sa_family != AF_INET6)
+    return "has an address that is neither IPv4 nor IPv6";
+  return NULL;
 }
 
 ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
@@ -274,6 +298,10 @@ ncclResult_t tcp_setup_connect(struct ncclComm *comm, int peer, const char *peer
   if (!st || b.magic != TCP_BLOB_MAGIC)
     return TUTTI_ERR(ncclInternalError, "rank %d: rank %d published no tcp address", comm->rank,
                      peer);
+  const char *bad = tcp_blob_check(&b);
+  if (bad)
+    return TUTTI_ERR(ncclRemoteError, "rank %d: the tcp address rank %d (host %s) published %s",
+                     comm->rank, peer, tcp_host_of(st, peer), bad);
   /* both ends take the smaller of the two settings, so they agree on the geometry */
   int nthreads = TUTTI_MIN(st->nthreads, b.nthreads), per = TUTTI_MIN(st->per_thread, b.per_thread);
   size_t slot = TUTTI_MIN(st->slot_bytes, (size_t)b.slot_bytes);

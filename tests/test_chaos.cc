@@ -1,0 +1,326 @@
+// Chaos test (issue 13): randomised trials of 4 ranks on 2 namespace hosts x 2, each with one
+// fault at a random moment: a rank killed with SIGKILL, or host h2's link cut, during init, in a
+// collective, between collectives or during destroy (test_chaos_ranks.cc runs the ranks and
+// their random collectives, every result checked exactly).
+//
+// Every trial, every rank that was not killed must either finish every call (the fault came
+// too late to matter) or fail with an error that names the failed side: "rank <victim>" for a
+// killed rank (the bootstrap root, when rank 0 died before the job had its addresses), the other
+// host ("host h1" / "host h2", or the root's address on h1) for a cut link. tutti-run must end
+// within TUTTI_TIMEOUT (or TUTTI_INIT_TIMEOUT during init) + 5 s of the fault, and afterwards no
+// process is left on either host, no /dev/shm segment of any rank, and no listening socket in
+// either namespace.
+//
+// TUTTI_CHAOS_TRIALS sets the number of trials (100), TUTTI_CHAOS_FIRST the first trial's
+// number (trial i uses seed i, so a failed trial can be rerun alone). Needs root (network
+// namespaces); skipped only where namespaces cannot be made.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#ifndef TUTTI_SOURCE_DIR
+#error "build with -DTUTTI_SOURCE_DIR=..."
+#endif
+
+extern "C" int chaos_helper_main();  // test_chaos_ranks.cc
+
+namespace {
+
+__attribute__((constructor)) void maybe_helper() {
+  const char *mode = getenv("TUTTI_CHAOS_HELPER");
+  if (mode && *mode) exit(chaos_helper_main());
+}
+
+double now_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  buf[n > 0 ? n : 0] = '\0';
+  return buf;
+}
+
+const std::string kCluster = std::string(TUTTI_SOURCE_DIR) + "/scripts/netns-cluster.sh";
+const std::string kRun = std::string(TUTTI_BIN_DIR) + "/tutti-run";
+// TUTTI_TIMEOUT and TUTTI_INIT_TIMEOUT of the trials, seconds: an init on a loaded 2-CPU
+// machine (builds, fuzzers) took up to 4 s, so the init limit leaves room for that.
+const int kTimeout = 10, kInitTimeout = 15;
+
+std::string sh(const std::string &cmd) {
+  std::string out;
+  FILE *f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+// tutti-run, its stdout+stderr read as it comes.
+struct Proc {
+  pid_t pid = -1;
+  int fd = -1, status = -1;
+  std::string out;
+
+  void start(const std::vector<std::string> &argv, const std::vector<std::string> &env) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    pid = fork();
+    if (pid == 0) {
+      dup2(p[1], 1);
+      dup2(p[1], 2);
+      close(p[0]);
+      close(p[1]);
+      for (auto &e : env) putenv(strdup(e.c_str()));
+      std::vector<char *> a;
+      for (auto &s : argv) a.push_back(strdup(s.c_str()));
+      a.push_back(nullptr);
+      execv(a[0], a.data());
+      _exit(127);
+    }
+    close(p[1]);
+    fd = p[0];
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+  }
+  bool read_until(const std::function<bool(const std::string &)> &pred, double deadline) {
+    while (!pred(out)) {
+      if (fd < 0 || now_s() > deadline) return pred(out);
+      pollfd pf = {fd, POLLIN, 0};
+      poll(&pf, 1, 20);
+      char buf[65536];
+      ssize_t n = read(fd, buf, sizeof buf);
+      if (n > 0)
+        out.append(buf, (size_t)n);
+      else if (n == 0)
+        close(fd), fd = -1;
+    }
+    return true;
+  }
+  // Reads until EOF (every rank and tutti-run gone) or the deadline; the time EOF came.
+  double wait(double deadline) {
+    read_until([](const std::string &) { return false; }, deadline);
+    double t = now_s();
+    if (fd >= 0) {  // still running: a hang
+      kill(pid, SIGKILL);
+      read_until([](const std::string &) { return false; }, now_s() + 5);
+    }
+    waitpid(pid, &status, 0);
+    if (fd >= 0) close(fd), fd = -1;
+    return t;
+  }
+  ~Proc() {
+    if (fd >= 0) close(fd);
+    if (pid > 0 && status == -1) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+  }
+};
+
+std::string lines_of_rank(const std::string &out, int rank) {
+  std::string res, mine = "R" + std::to_string(rank) + "| ";
+  for (size_t p = 0; p < out.size();) {
+    size_t e = out.find('\n', p);
+    if (e == std::string::npos) e = out.size();
+    std::string line = out.substr(p, e - p);
+    if (line.rfind(mine, 0) == 0) res += line + "\n";
+    p = e + 1;
+  }
+  return res;
+}
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  int below(int n) { return (int)(next() % (uint64_t)n); }
+};
+
+const char *const kPhases[] = {"init", "coll", "between", "destroy"};
+
+struct Trial {
+  int seed;
+  bool cut;    // else a SIGKILL
+  int victim;  // the killed rank (kill)
+  int phase;   // index in kPhases
+  int call;    // the call the fault is tied to (coll, between)
+  int delay_us;
+};
+
+Trial draw(int seed) {
+  Rng r = {(uint64_t)seed * 7919u + 1};
+  Trial t;
+  t.seed = seed;
+  t.cut = r.below(3) == 0;
+  t.victim = r.below(4);
+  t.phase = r.below(4);
+  t.call = r.below(10);
+  const int max_delay[] = {150000, 3000, 250000, 3000};  // within the moment, microseconds
+  t.delay_us = r.below(max_delay[t.phase]);
+  return t;
+}
+
+class Chaos : public ::testing::Test {
+ protected:
+  // Failures recorded so far in this test (gtest's own count: HasFailure() stays set).
+  static int problems() {
+    return ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+  }
+  std::string prefix, h1_addr;
+  bool up = false;
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    ASSERT_EQ(system("ip netns list >/dev/null 2>&1"), 0) << "root without `ip netns` (iproute2)";
+    prefix = "tch" + std::to_string(getpid()) + "-";
+    std::string probe = prefix + "probe";
+    if (system(("ip netns add " + probe + " 2>/dev/null").c_str()) != 0)
+      GTEST_SKIP() << "root, but this machine cannot create network namespaces";
+    ASSERT_EQ(system(("ip netns del " + probe).c_str()), 0);
+    std::string out = bed("up 2");
+    ASSERT_NE(out.find("hosts up"), std::string::npos) << out;
+    up = true;
+    h1_addr = bed("addr h1");
+    h1_addr.erase(h1_addr.find_last_not_of("\n") + 1);
+  }
+  void TearDown() override {
+    if (up) bed("down");
+    EXPECT_EQ(sh("ip netns list | grep '^" + prefix + "' || true"), "") << "namespaces left";
+  }
+  std::string bed(const std::string &args) {
+    return sh("TUTTI_NETNS_PREFIX=" + prefix + " " + kCluster + " " + args + " 2>&1");
+  }
+
+  // Waits for the moment of the fault as the ranks' lines tell it; false if it never came.
+  bool reach(Proc &p, const Trial &t) {
+    std::string who = "R" + std::to_string(t.cut ? 2 : t.victim) + "| ";
+    std::string mark = t.phase == 0   ? who + "Pid"
+                       : t.phase == 1 ? who + "call " + std::to_string(t.call) + "\n"
+                       : t.phase == 2 ? who + "pause"
+                                      : who + "destroying";
+    return p.read_until([&](const std::string &o) { return o.find(mark) != std::string::npos; },
+                        now_s() + 60);
+  }
+
+  void check_names(const Trial &t, const std::string &out, int &failed, int &done) {
+    for (int r = 0; r < 4; r++) {
+      if (!t.cut && r == t.victim) continue;
+      std::string mine = lines_of_rank(out, r);
+      EXPECT_EQ(mine.find("WRONG"), std::string::npos) << "rank " << r << " got a wrong value\n"
+                                                       << out;
+      bool ok = mine.find("| done") != std::string::npos;
+      bool fail = mine.find("FAILED") != std::string::npos;
+      EXPECT_TRUE(ok || fail) << "rank " << r << " neither finished nor failed\n" << out;
+      done += ok, failed += fail;
+      if (!fail) continue;
+      std::vector<std::string> names;
+      if (t.cut) {
+        // h2's ranks may learn it from the bootstrap root, rank 0's process on h1: its address
+        names = {r < 2 ? "host h2" : "host h1"};
+        if (r >= 2) names.push_back("root at " + h1_addr + ":");
+      } else {
+        names = {"rank " + std::to_string(t.victim) + " "};
+        names.push_back("rank " + std::to_string(t.victim) + ",");
+        names.push_back("rank " + std::to_string(t.victim) + ")");
+        if (t.victim == 0) {  // rank 0's process holds the bootstrap root, at h1's address
+          names.push_back("bootstrap root");
+          names.push_back(h1_addr + ":");
+        }
+      }
+      bool named = false;
+      for (auto &n : names) named = named || mine.find(n) != std::string::npos;
+      EXPECT_TRUE(named) << "rank " << r << " did not name " << names[0] << "\n" << out;
+    }
+  }
+
+  void expect_clean(const std::string &out) {
+    for (const char *h : {"h1", "h2"}) {
+      EXPECT_EQ(bed(std::string("pids ") + h), "") << "processes left on " << h;
+      EXPECT_EQ(bed(std::string("exec ") + h + " ss -Hltn"), "") << "a port left open on " << h;
+    }
+    std::regex pid_re("Pid ([0-9]+)");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), pid_re);
+         it != std::sregex_iterator(); ++it)
+      EXPECT_EQ(sh("ls /dev/shm | grep '^tutti-" + (*it)[1].str() + "-' || true"), "")
+          << "shared memory left by pid " << (*it)[1].str();
+  }
+
+  void run_trial(const Trial &t, int &failed, int &done, double &worst) {
+    Proc p;
+    std::vector<std::string> env = {"TUTTI_CHAOS_HELPER=1",
+                                    "TUTTI_TIMEOUT=" + std::to_string(kTimeout),
+                                    "TUTTI_INIT_TIMEOUT=" + std::to_string(kInitTimeout),
+                                    "TUTTI_CHAOS_SEED=" + std::to_string(t.seed),
+                                    "TUTTI_CHAOS_CALLS=12",
+                                    "TUTTI_CHAOS_CALL=" + std::to_string(t.call),
+                                    "TUTTI_CHAOS_VICTIM=" + std::to_string(t.cut ? -1 : t.victim),
+                                    "TUTTI_CHAOS_PHASE=" + std::string(kPhases[t.phase]),
+                                    "TUTTI_CHAOS_DELAY_US=" + std::to_string(t.delay_us)};
+    p.start({kRun, "--hosts", "h1:2,h2:2", "--netns-prefix", prefix, "--timeout", "120",
+             "--keep-going", self_exe()},
+            env);
+    int before = problems();
+    if (!reach(p, t)) {  // the job failed before the fault: a problem of its own
+      p.wait(now_s() + 60);
+      ADD_FAILURE() << "trial " << t.seed << ": the moment never came\n" << p.out;
+      expect_clean(p.out);
+      return;
+    }
+    double t0 = now_s();
+    if (t.cut) {
+      usleep((useconds_t)t.delay_us);
+      t0 = now_s();
+      bed("link h2 down");
+    }
+    int limit = (t.phase == 0 ? kInitTimeout : kTimeout) + 5;
+    double end = p.wait(t0 + limit + 30);
+    double took = end - t0;
+    worst = std::max(worst, took);
+    if (t.cut) bed("link h2 up");
+    printf("[ trial %d ] %s during %s (call %d, +%d us): tutti-run ended %.1f s later\n", t.seed,
+           t.cut ? "cut h2" : ("kill rank " + std::to_string(t.victim)).c_str(), kPhases[t.phase],
+           t.call, t.delay_us, took);
+    EXPECT_LE(took, limit) << "trial " << t.seed << ": ranks took " << took << " s\n" << p.out;
+    check_names(t, p.out, failed, done);
+    expect_clean(p.out);
+    if (problems() > before || getenv("TUTTI_CHAOS_VERBOSE"))
+      printf("trial %d output:\n%s\n", t.seed, p.out.c_str());
+  }
+};
+
+TEST_F(Chaos, EverySurvivorNamesTheFaultAndNothingIsLeft) {
+  const char *v = getenv("TUTTI_CHAOS_TRIALS");
+  const char *f = getenv("TUTTI_CHAOS_FIRST");
+  int trials = v && atoi(v) > 0 ? atoi(v) : 100, first = f ? atoi(f) : 0;
+  int failed = 0, done = 0, bad_trials = 0, ran = 0;
+  double worst = 0, t0 = now_s();
+  for (int i = first; i < first + trials; i++, ran++) {
+    int before = problems();
+    run_trial(draw(i), failed, done, worst);
+    bad_trials += problems() > before;
+  }
+  printf(
+      "chaos: %d trials in %.0f s; ranks that failed naming the fault %d, finished %d; "
+      "slowest exit %.1f s after a fault; %d trial(s) with a problem\n",
+      ran, now_s() - t0, failed, done, worst, bad_trials);
+}
+
+}  // namespace
