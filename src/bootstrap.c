@@ -413,8 +413,8 @@ static void *root_main(void *arg) {
     WARN("bootstrap root: %s", msg);
     root_send_error_all(r, msg);
   }
+  close(r->listen_fd); /* no joiner is served any more: the port closes at once */
   root_close_all(r);
-  close(r->listen_fd);
   free(r->fds);
   free(r->peers);
   free(r);

@@ -188,7 +188,8 @@ out:
   return res;
 }
 
-ncclResult_t group_run_now(pending_t *ops, size_t n) {
+/* Plans and runs calls now, in the calling thread (the proxy's path into the engine). */
+static ncclResult_t group_run_now(pending_t *ops, size_t n) {
   return group_run(ops, n);
 }
 
@@ -197,7 +198,7 @@ static ncclResult_t group_submit(pending_t *ops, size_t n) {
   group_state_t *g = grp_self();
   int nc = collect_comms(g, ops, n);
   if (nc < 0) return TUTTI_ERR(ncclSystemError, "out of memory");
-  return proxy_submit(g->comms, nc, ops, n);
+  return proxy_submit(g->comms, nc, ops, n, group_run_now);
 }
 
 /* A group with a device buffer or a stream goes to the proxies and returns at once; any other

@@ -9,8 +9,6 @@
 ncclResult_t group_enqueue(const pending_t *p);
 /* Marks the thread's open group as failed (an invalid call inside it): GroupEnd runs nothing. */
 void group_fail(ncclResult_t res);
-/* Plans and runs calls now, in the calling thread (the proxy's path into the engine). */
-ncclResult_t group_run_now(pending_t *ops, size_t n);
 /* Depth of the thread's open groups (0: none). */
 int group_depth(void);
 

@@ -42,7 +42,6 @@
 #include <time.h>
 
 #include "device.h"
-#include "group.h"
 
 #define PROXY_SLOTS 256     /* items in flight per communicator */
 #define PROXY_MAX_STREAMS 4 /* distinct streams in one group on one communicator */
@@ -59,6 +58,7 @@ typedef struct proxy_item {
   int nstreams;
   void *streams[PROXY_MAX_STREAMS];
   ncclResult_t fail; /* set at submission: complete at once without running */
+  proxy_run_fn run;
   size_t n;
   pending_t *ops;
   struct proxy_item *next;
@@ -237,7 +237,7 @@ static ncclResult_t proxy_run_item(struct proxy *px, const proxy_item_t *it) {
     px->run[i] = it->ops[i];
     TUTTI_CHECK(proxy_stage_call(px, &px->run[i], &px->out[i], &at));
   }
-  TUTTI_CHECK(group_run_now(px->run, it->n));
+  TUTTI_CHECK(it->run(px->run, it->n));
   for (size_t i = 0; i < it->n; i++)
     if (px->out[i].bytes)
       TUTTI_CHECK(proxy_copy(px, px->out[i].user, px->out[i].staged, px->out[i].bytes, "recvbuff"));
@@ -366,7 +366,7 @@ static ncclResult_t proxy_reserve_seq(struct proxy *px, uint32_t *seq) {
 /* Phase one of a submission: the item, its sequence number, and the start words its streams
  * write when they get there. */
 static ncclResult_t proxy_item_start(ncclComm_t comm, const pending_t *ops, size_t n,
-                                     proxy_item_t **out) {
+                                     proxy_run_fn run, proxy_item_t **out) {
   struct proxy *px;
   TUTTI_CHECK(proxy_get(comm, &px));
   proxy_item_t *it = calloc(1, sizeof(*it));
@@ -378,7 +378,7 @@ static ncclResult_t proxy_item_start(ncclComm_t comm, const pending_t *ops, size
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
     if (ops[i].ctx.comm == comm) mine[m++] = ops[i];
-  *it = (proxy_item_t){.n = m, .ops = mine};
+  *it = (proxy_item_t){.run = run, .n = m, .ops = mine};
   ncclResult_t res = proxy_streams(px, mine, m, it->streams, &it->nstreams);
   if (res == ncclSuccess) res = proxy_reserve_seq(px, &it->seq);
   if (res != ncclSuccess) {
@@ -425,13 +425,14 @@ static ncclResult_t proxy_item_finish(ncclComm_t comm, proxy_item_t *it) {
 
 /* All start writes of the group before any wait: ranks of one process whose calls share a
  * stream (one thread driving several ranks) do not wait for each other's operations. */
-ncclResult_t proxy_submit(ncclComm_t const *comms, int nc, const pending_t *ops, size_t n) {
+ncclResult_t proxy_submit(ncclComm_t const *comms, int nc, const pending_t *ops, size_t n,
+                          proxy_run_fn run) {
   proxy_item_t **items = calloc((size_t)nc, sizeof(*items));
   if (!items) return TUTTI_ERR(ncclSystemError, "out of memory");
   ncclResult_t res = ncclSuccess;
   int started = 0;
   for (; started < nc && res == ncclSuccess; started++)
-    res = proxy_item_start(comms[started], ops, n, &items[started]);
+    res = proxy_item_start(comms[started], ops, n, run, &items[started]);
   if (res != ncclSuccess) started--; /* comms[started] has no item */
   for (int c = 0; c < started; c++) {
     if (res != ncclSuccess && items[c]->fail == ncclSuccess)

@@ -10,7 +10,11 @@
  * streams what orders them: a proxy starts once the work queued before on every stream of its
  * item is done, and later work on those streams waits for it. Returns at once; errors found
  * later go to ncclCommGetAsyncError. */
-ncclResult_t proxy_submit(ncclComm_t const *comms, int nc, const pending_t *ops, size_t n);
+typedef ncclResult_t (*proxy_run_fn)(pending_t *ops, size_t n);
+/* `run` runs an item's calls as a group does (group.c hands over group_run_now: the proxy sits
+ * below the group and does not call up into it by name). */
+ncclResult_t proxy_submit(ncclComm_t const *comms, int nc, const pending_t *ops, size_t n,
+                          proxy_run_fn run);
 /* Waits until the proxy ran everything handed to it (a synchronous call must not overtake
  * them); gives up when the communicator is aborted or failed. */
 void proxy_drain(ncclComm_t comm);

@@ -195,9 +195,10 @@ std::vector<long> ring_chunks(const std::string &text) {
 // The segment's FIFOs take SHM_NSLOTS slots of SHM_SLOT_BYTES (INFO SHM line), and the pipeline
 // chunk follows the slot: a whole number of slots, 131072 floats with the default 128 KiB slots,
 // a multiple of 3072 floats below that with slots of 12288 bytes. The sums stay exact through the
-// smaller FIFO.
+// smaller FIFO. TUTTI_CMA=0 keeps the 400 KB call on the FIFOs (the ring) instead of peer reads.
 TEST(Settings, ShmSlotsAndSlotBytesShapeTheFifos) {
-  const std::string base = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM TUTTI_DUMP_SCHEDULE=1 ";
+  const std::string base =
+      "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM TUTTI_DUMP_SCHEDULE=1 TUTTI_CMA=0 ";
   Out dflt = launch(base);
   expect_ok(dflt);
   EXPECT_EQ(count(dflt.text, "2 local ranks x 8 slots x 131072 bytes"), 2) << dflt.text;
