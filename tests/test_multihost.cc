@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "child_proc.h"
 #include "tutti.h"
 
 #ifndef TUTTI_SOURCE_DIR
@@ -39,18 +40,8 @@ __attribute__((constructor)) void maybe_helper() {
   if (mode && *mode) exit(multihost_helper_main(mode));
 }
 
-double now_s() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  buf[n > 0 ? n : 0] = '\0';
-  return buf;
-}
+using child_proc::now_s;
+using child_proc::self_exe;
 
 const std::string kCluster = std::string(TUTTI_SOURCE_DIR) + "/scripts/netns-cluster.sh";
 const std::string kRun = std::string(TUTTI_BIN_DIR) + "/tutti-run";
@@ -66,66 +57,13 @@ std::string sh(const std::string &cmd) {
   return out;
 }
 
-// A child process (tutti-run) whose stdout+stderr we read line by line.
-struct Proc {
-  pid_t pid = -1;
-  int fd = -1;
-  std::string out, partial;
-  int status = -1;
-
-  void start(const std::vector<std::string> &argv, const std::vector<std::string> &env) {
-    int p[2];
-    ASSERT_EQ(pipe(p), 0);
-    pid = fork();
-    if (pid == 0) {
-      dup2(p[1], 1);
-      dup2(p[1], 2);
-      close(p[0]);
-      close(p[1]);
-      for (auto &e : env) putenv(strdup(e.c_str()));
-      std::vector<char *> a;
-      for (auto &s : argv) a.push_back(strdup(s.c_str()));
-      a.push_back(nullptr);
-      execv(a[0], a.data());
-      _exit(127);
-    }
-    close(p[1]);
-    fd = p[0];
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-  }
-  // Reads output until pred(out) holds, the process ends or the deadline passes.
-  bool read_until(const std::function<bool(const std::string &)> &pred, double deadline) {
-    while (!pred(out)) {
-      if (fd < 0 || now_s() > deadline) return pred(out);
-      pollfd pf = {fd, POLLIN, 0};
-      poll(&pf, 1, 100);
-      char buf[65536];
-      ssize_t n = read(fd, buf, sizeof buf);
-      if (n > 0)
-        out.append(buf, (size_t)n);
-      else if (n == 0)
-        close(fd), fd = -1;
-    }
-    return true;
-  }
-  // Waits for the exit (killing the process group after the deadline); returns the status.
+// tutti-run; on its deadline it gets SIGTERM.
+struct Proc : child_proc::Proc {
+  // Waits for the exit (stopping it after the deadline); returns the status.
   int wait(double deadline) {
-    read_until([](const std::string &) { return false; }, deadline);
+    finish(deadline, SIGTERM);
     if (getenv("TUTTI_MH_VERBOSE")) fprintf(stderr, "%s", out.c_str());
-    if (fd >= 0) {  // still running: stop it
-      kill(pid, SIGTERM);
-      read_until([](const std::string &) { return false; }, now_s() + 5);
-    }
-    waitpid(pid, &status, 0);
-    if (fd >= 0) close(fd), fd = -1;
     return status;
-  }
-  ~Proc() {
-    if (fd >= 0) close(fd);
-    if (pid > 0 && status == -1) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
   }
 };
 
