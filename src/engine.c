@@ -193,20 +193,11 @@ static int peer_process_dead(int pid) {
   return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
-/* Checks why a blocked lane may never move again. Returns ncclSuccess to keep waiting.
- * A peer that failed reports the reason it recorded (naming the rank that failed first); a
- * peer whose process is gone without a word is reported as dead. */
-static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_ns, int check_pids) {
-  ncclComm_t comm = l->comm;
-  /* the lane may be past its last step, its last piece still going out */
-  const op_ctx_t *o = &ops[l->steps[TUTTI_MIN(l->cur, l->nsteps - 1)].op];
-  int p = l->wait_peer;
+/* A peer that failed reports the reason it recorded (naming the rank that failed first); a
+ * peer whose process is gone without a word is reported as dead (check_pids). */
+static ncclResult_t peer_blame(ncclComm_t comm, int p, conn_t *c, const op_ctx_t *o,
+                               int check_pids) {
   const peer_info_t *pi = &comm->peers[p];
-  conn_t *c = l->wait_send ? &comm->send_conn[p] : &comm->recv_conn[p];
-  if (comm->abort_flag)
-    return TUTTI_ERR(ncclInvalidUsage,
-                     "rank %d: communicator aborted (ncclCommAbort) during nccl%s", comm->rank,
-                     coll_name(o->coll));
   if (c->transport->peer_failed(c)) { /* its reason names the rank that failed first */
     const char *why = c->transport->peer_reason ? c->transport->peer_reason(c) : NULL;
     return TUTTI_ERR(ncclRemoteError,
@@ -223,6 +214,26 @@ static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_n
                      "(op #%llu)",
                      comm->rank, p, pi->pid, pi->hostname, coll_name(o->coll),
                      (unsigned long long)o->seq);
+  return ncclSuccess;
+}
+
+ncclResult_t engine_peer_blame(ncclComm_t comm, int p, const op_ctx_t *o) {
+  return peer_blame(comm, p, &comm->recv_conn[p], o, 1);
+}
+
+/* Checks why a blocked lane may never move again. Returns ncclSuccess to keep waiting. */
+static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_ns, int check_pids) {
+  ncclComm_t comm = l->comm;
+  /* the lane may be past its last step, its last piece still going out */
+  const op_ctx_t *o = &ops[l->steps[TUTTI_MIN(l->cur, l->nsteps - 1)].op];
+  int p = l->wait_peer;
+  const peer_info_t *pi = &comm->peers[p];
+  conn_t *c = l->wait_send ? &comm->send_conn[p] : &comm->recv_conn[p];
+  if (comm->abort_flag)
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "rank %d: communicator aborted (ncclCommAbort) during nccl%s", comm->rank,
+                     coll_name(o->coll));
+  TUTTI_CHECK(peer_blame(comm, p, c, o, check_pids));
   if (comm->timeout_ms > 0 && waited_ns / 1000000ull > (uint64_t)comm->timeout_ms)
     return TUTTI_ERR(ncclSystemError,
                      "rank %d: timed out after %llds waiting to %s rank %d (pid %d on host %s) in "
@@ -305,7 +316,7 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
       lane_t *l = &lanes[i];
       if (l->phase != phase || lane_done(l)) continue;
       int r = lane_advance(l, ops);
-      if (r < 0) return ncclInvalidUsage;
+      if (r < 0) return l->err != ncclSuccess ? l->err : ncclInvalidUsage;
       moved |= r;
       active += !lane_done(l);
     }

@@ -38,8 +38,14 @@ typedef struct lane {
   conn_t *tx_conn;          /* send_from: the piece still going out, before anything else */
   const char *tx;
   size_t tx_left;
-  size_t rx_got; /* recv_into: bytes of the current piece already in place */
+  size_t rx_got;    /* recv_into: bytes of the current piece already in place */
+  ncclResult_t err; /* the code of a failed step (0: ncclInvalidUsage, its message recorded) */
 } lane_t;
+
+/* When an operation on rank p (a peer-memory access, a wait) failed: is p to blame? It failed
+ * and said why (the error then names the rank that failed first), or its process is gone (same
+ * host); the error is recorded and returned. ncclSuccess: p is not known to be the cause. */
+ncclResult_t engine_peer_blame(ncclComm_t comm, int p, const op_ctx_t *o);
 
 /* Runs all lanes to completion (or the first error). ops is indexed by step_t.op. */
 ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops);

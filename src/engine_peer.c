@@ -184,10 +184,20 @@ static void reduce_inputs(const op_ctx_t *o, const step_t *st, const char *const
   }
 }
 
+/* A peer-memory access to rank `peer` failed (res, its message recorded). The peer is blamed
+ * where it failed first or died (a read from a process that exited after a failure names the
+ * rank that failed first); else the access's own error stands. */
+static int access_failed(lane_t *l, const op_ctx_t *o, int peer, ncclResult_t res) {
+  ncclResult_t blame = engine_peer_blame(l->comm, peer, o);
+  l->err = blame != ncclSuccess ? blame : res;
+  return -1;
+}
+
 /* The operands at element offset `at` of every rank's src buffer: mapped (or this rank's own)
- * in place; read by copy into tmp (one piece per peer) when o->peer_read. */
+ * in place; read by copy into tmp (one piece per peer) when o->peer_read (*bad: the peer a
+ * failed read was from). */
 static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
-                                  char *tmp, const char **in) {
+                                  char *tmp, const char **in, int *bad) {
   ncclComm_t comm = o->comm;
   int b = st->src_buf == BUF_SEND ? 0 : 1;
   size_t es = o->esize;
@@ -198,19 +208,22 @@ static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at
     }
     const transport_t *t = peer_transport(comm, k);
     in[k] = tmp, tmp += len * es;
+    *bad = k;
     TUTTI_CHECK(t->mem_read(comm, k, &o->peer_h[b][k], at * es, (char *)in[k], len * es));
   }
   return ncclSuccess;
 }
 
-/* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer. */
+/* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer (*bad: the
+ * peer a failed write was to). */
 static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
-                               const char *piece) {
+                               const char *piece, int *bad) {
   ncclComm_t comm = o->comm;
   int b = st->dst_buf == BUF_SEND ? 0 : 1;
   for (int k = 1; k < comm->nranks; k++) {
     int q = tutti_mod(comm->rank + k, comm->nranks);
     const transport_t *t = peer_transport(comm, q);
+    *bad = q;
     TUTTI_CHECK(t->mem_write(comm, q, &o->peer_h[b][q], (st->dst_off + at) * o->esize, piece,
                              len * o->esize));
   }
@@ -232,10 +245,13 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
   }
   for (size_t at = 0; at < st->count; at += piece) {
     size_t len = TUTTI_MIN(piece, st->count - at);
-    if (gather_inputs(o, st, st->src_off + at, len, tmp, in) != ncclSuccess) return -1;
+    int bad = -1;
+    ncclResult_t res = gather_inputs(o, st, st->src_off + at, len, tmp, in, &bad);
+    if (res != ncclSuccess) return access_failed(l, o, bad, res);
     reduce_inputs(o, st, in, len, dst + at * es);
-    if ((st->flags & STEP_PUSH) && push_piece(o, st, at, len, dst + at * es) != ncclSuccess)
-      return -1;
+    if ((st->flags & STEP_PUSH) &&
+        (res = push_piece(o, st, at, len, dst + at * es, &bad)) != ncclSuccess)
+      return access_failed(l, o, bad, res);
     if (prog) __atomic_store_n(prog, seq | (at + len), __ATOMIC_RELEASE);
   }
   *moved = 1;
@@ -258,9 +274,9 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
     char *to = o->buf[st->dst_buf] + (st->dst_off + l->pos) * es;
     if (o->peer_read) {
       const transport_t *t = peer_transport(l->comm, q);
-      if (t->mem_read(l->comm, q, &o->peer_h[b][q], (st->src_off + l->pos) * es, to,
-                      (ready - l->pos) * es) != ncclSuccess)
-        return -1;
+      ncclResult_t res = t->mem_read(l->comm, q, &o->peer_h[b][q], (st->src_off + l->pos) * es, to,
+                                     (ready - l->pos) * es);
+      if (res != ncclSuccess) return access_failed(l, o, q, res);
       l->pos = ready, *moved = 1;
       return l->pos < st->count ? block(l, q) : 1;
     }
