@@ -173,9 +173,11 @@ class Chaos : public ::testing::Test {
       if (!fail) continue;
       std::vector<std::string> names;
       if (t.cut) {
-        // h2's ranks may learn it from the bootstrap root, rank 0's process on h1: its address
+        // h2's ranks may learn it from the bootstrap root, rank 0's process on h1: its address;
+        // a cut during init: h1's ranks name h2's ranks, which never joined
         names = {r < 2 ? "host h2" : "host h1"};
-        if (r >= 2) names.push_back("root at " + h1_addr + ":");
+        if (r >= 2) names.push_back(h1_addr + ":");
+        if (r < 2) names.insert(names.end(), {"rank 2 did not join", "rank 3 did not join"});
       } else {
         names = {"rank " + std::to_string(t.victim) + " "};
         names.push_back("rank " + std::to_string(t.victim) + ",");
