@@ -151,6 +151,8 @@ void tutti_log_settings(void);
  * __tls_get_addr, and a static link relaxes it to a direct access. */
 #define TUTTI_TLS __thread
 uint64_t tutti_time_ns(void); /* CLOCK_MONOTONIC */
+/* 1 when process pid is gone or a zombie (killed, not yet reaped by its parent). */
+int tutti_pid_gone(int pid);
 #define TUTTI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TUTTI_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define TUTTI_DIV_UP(a, b) (((a) + (b)-1) / (b))

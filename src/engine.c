@@ -180,17 +180,7 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
 
 /* Is the process of a same-host peer gone (or a zombie)? */
 static int peer_process_dead(int pid) {
-  if (pid <= 0 || pid == getpid()) return 0;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-  char path[64], buf[256];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[len] = '\0';
-  char *close_paren = strrchr(buf, ')');
-  return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+  return pid > 0 && pid != getpid() && tutti_pid_gone(pid);
 }
 
 /* A peer that failed reports the reason it recorded (naming the rank that failed first); a

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -29,6 +30,18 @@ inline std::string self_exe() {
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   buf[n > 0 ? n : 0] = '\0';
   return buf;
+}
+
+// A shell command's stdout.
+inline std::string sh(const std::string &cmd) {
+  std::string out;
+  FILE *f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
 }
 
 struct Proc {

@@ -54,16 +54,7 @@ const std::string kRun = std::string(TUTTI_BIN_DIR) + "/tutti-run";
 // machine (builds, fuzzers) took up to 4 s, so the init limit leaves room for that.
 const int kTimeout = 10, kInitTimeout = 15;
 
-std::string sh(const std::string &cmd) {
-  std::string out;
-  FILE *f = popen(cmd.c_str(), "r");
-  if (!f) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  pclose(f);
-  return out;
-}
+using child_proc::sh;
 
 // tutti-run; a hang past its deadline gets SIGKILL.
 struct Proc : child_proc::Proc {

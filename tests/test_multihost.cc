@@ -46,16 +46,7 @@ using child_proc::self_exe;
 const std::string kCluster = std::string(TUTTI_SOURCE_DIR) + "/scripts/netns-cluster.sh";
 const std::string kRun = std::string(TUTTI_BIN_DIR) + "/tutti-run";
 
-std::string sh(const std::string &cmd) {
-  std::string out;
-  FILE *f = popen(cmd.c_str(), "r");
-  if (!f) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  pclose(f);
-  return out;
-}
+using child_proc::sh;
 
 // tutti-run; on its deadline it gets SIGTERM.
 struct Proc : child_proc::Proc {

@@ -135,20 +135,6 @@ static int shm_can_connect(struct ncclComm *comm, int peer) {
          comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash;
 }
 
-/* Is the process gone, or a zombie (killed, not yet reaped by its parent)? */
-static int pid_gone(int pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  char path[64], buf[256];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[len] = '\0';
-  char *paren = strrchr(buf, ')');
-  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
-}
-
 /* Removes /dev/shm/tutti-<pid>-* segments whose creating process no longer exists (or is a
  * zombie: a rank killed during init leaves its segment before any peer could unlink it). */
 static void shm_remove_stale(void) {
@@ -158,7 +144,7 @@ static void shm_remove_stale(void) {
   while ((e = readdir(d)) != NULL) {
     int pid = 0;
     if (sscanf(e->d_name, "tutti-%d-", &pid) != 1 || pid <= 0) continue;
-    if (!pid_gone(pid)) continue;
+    if (!tutti_pid_gone(pid)) continue;
     char path[300];
     snprintf(path, sizeof(path), "/%s", e->d_name);
     if (shm_unlink(path) == 0)
@@ -316,7 +302,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
   memcpy(&b, peer_blob, sizeof(b));
   if (!st->peer_seg[peer]) {
     ncclResult_t res = map_segment(b.name, b.bytes, 0, &st->peer_seg[peer]);
-    if (res != ncclSuccess && pid_gone(comm->peers[peer].pid))
+    if (res != ncclSuccess && tutti_pid_gone(comm->peers[peer].pid))
       return TUTTI_ERR(
           ncclRemoteError, "rank %d: peer rank %d (pid %d on host %s) died during init (%s)",
           comm->rank, peer, comm->peers[peer].pid, comm->peers[peer].hostname, tutti_last_error());
