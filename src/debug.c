@@ -176,17 +176,23 @@ const char *tutti_last_error(void) {
   return last_error;
 }
 
-int tutti_pid_gone(int pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  char path[64], buf[256];
+const char *tutti_proc_stat(int pid, char *buf, size_t len) {
+  char path[64];
   snprintf(path, sizeof(path), "/proc/%d/stat", pid);
   FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+  if (!f) return NULL;
+  size_t n = fread(buf, 1, len - 1, f);
   fclose(f);
-  buf[len] = '\0';
-  const char *paren = strrchr(buf, ')'); /* the state follows the command name */
-  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  return paren && paren[1] == ' ' ? paren + 2 : NULL;
+}
+
+int tutti_pid_gone(int pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char buf[256];
+  const char *state = tutti_proc_stat(pid, buf, sizeof(buf));
+  return state && (*state == 'Z' || *state == 'X');
 }
 
 uint64_t tutti_time_ns(void) {

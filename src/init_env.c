@@ -157,16 +157,10 @@ static void rdv_path(const launch_t *l, char *path, size_t len) {
 
 /* Start time of a process (clock ticks after boot, /proc/<pid>/stat field 22); 0 if gone. */
 static unsigned long long proc_start_time(int pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  char buf[1024];
+  const char *p = tutti_proc_stat(pid, buf, sizeof(buf));
   unsigned long long start = 0;
-  if (!p || sscanf(p + 2,
+  if (!p || sscanf(p,
                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
                    "%*d %*d %llu",
                    &start) != 1)
