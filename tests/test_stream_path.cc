@@ -249,26 +249,47 @@ TEST(StreamPathProtocol, GroupOverTwoStreamsLaunchesTogether) {
   for (auto *b : r) delete b;
 }
 
+// Two ranks (one process) whose all-reduce of k int32 waits on each stream behind a closed
+// gate; the test ends the communicators itself (abort, destroy), the streams go with this.
+struct GatedPair {
+  static const int n = 2;
+  const size_t k;
+  std::vector<ncclComm_t> comms = std::vector<ncclComm_t>(n);
+  std::vector<void *> streams = std::vector<void *>(n);
+  DevBuf s0, s1, r0, r1;
+  DevBuf *s[2] = {&s0, &s1}, *r[2] = {&r0, &r1};
+  Gate gate;
+  explicit GatedPair(size_t count)
+      : k(count), s0(count * 4), s1(count * 4), r0(count * 4), r1(count * 4) {}
+  ~GatedPair() {
+    for (auto x : streams)
+      if (x) device_emu_stream_destroy(x);
+  }
+  void launch() {
+    ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+    for (auto &x : streams) x = device_emu_stream_create();
+    for (int i = 0; i < n; i++)
+      fill(*s[i], i, k), device_emu_stream_call(streams[i], Gate::wait, &gate);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int i = 0; i < n; i++)
+      ASSERT_EQ(ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ncclSum, comms[i],
+                              static_cast<cudaStream_t>(streams[i])),
+                ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  }
+};
+
 // ncclCommAbort while operations wait on their streams: it returns promptly, the operations
 // fail, nothing is written to the receive buffers, and the streams are released.
 TEST(StreamPathProtocol, AbortWhileInFlightReleasesTheStreams) {
-  const int n = 2;
-  const size_t k = 1000;
-  std::vector<ncclComm_t> comms(n);
-  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
-  std::vector<void *> streams(n);
-  for (auto &x : streams) x = device_emu_stream_create();
-  DevBuf s0(k * 4), s1(k * 4), r0(k * 4), r1(k * 4);
-  DevBuf *s[] = {&s0, &s1}, *r[] = {&r0, &r1};
-  Gate gate;
-  for (int i = 0; i < n; i++)
-    fill(*s[i], i, k), device_emu_stream_call(streams[i], Gate::wait, &gate);
-  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  for (int i = 0; i < n; i++)
-    ASSERT_EQ(ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ncclSum, comms[i],
-                            static_cast<cudaStream_t>(streams[i])),
-              ncclSuccess);
-  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  GatedPair g(1000);
+  ASSERT_NO_FATAL_FAILURE(g.launch());
+  const int n = g.n;
+  const size_t k = g.k;
+  auto &comms = g.comms;
+  auto &streams = g.streams;
+  auto &r = g.r;
+  Gate &gate = g.gate;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; i++) ASSERT_EQ(ncclCommAbort(comms[i]), ncclSuccess);
   double s_abort = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -277,7 +298,6 @@ TEST(StreamPathProtocol, AbortWhileInFlightReleasesTheStreams) {
   for (auto x : streams) ASSERT_EQ(device_emu_stream_sync(x, 10000), 0) << "stream not released";
   for (int i = 0; i < n; i++)
     for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->host<int32_t>()[j], 0) << "written on error";
-  for (auto x : streams) device_emu_stream_destroy(x);
 }
 
 // One rank aborts while the other's operation runs: the survivor's error shows in
@@ -426,23 +446,14 @@ TEST(StreamPathProtocol, CaptureAndTooManyStreamsAreRefused) {
 
 // ncclCommDestroy with an operation still waiting for its stream runs it first.
 TEST(StreamPathProtocol, DestroyRunsQueuedOperationsFirst) {
-  const int n = 2;
-  const size_t k = 2000;
-  std::vector<ncclComm_t> comms(n);
-  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
-  std::vector<void *> streams(n);
-  for (auto &x : streams) x = device_emu_stream_create();
-  DevBuf s0(k * 4), s1(k * 4), r0(k * 4), r1(k * 4);
-  DevBuf *s[] = {&s0, &s1}, *r[] = {&r0, &r1};
-  Gate gate;
-  for (int i = 0; i < n; i++)
-    fill(*s[i], i, k), device_emu_stream_call(streams[i], Gate::wait, &gate);
-  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  for (int i = 0; i < n; i++)
-    ASSERT_EQ(ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ncclSum, comms[i],
-                            static_cast<cudaStream_t>(streams[i])),
-              ncclSuccess);
-  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  GatedPair g(2000);
+  ASSERT_NO_FATAL_FAILURE(g.launch());
+  const int n = g.n;
+  const size_t k = g.k;
+  auto &comms = g.comms;
+  auto &streams = g.streams;
+  auto &r = g.r;
+  Gate &gate = g.gate;
   std::thread opener([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     gate.open = 1;
@@ -457,7 +468,6 @@ TEST(StreamPathProtocol, DestroyRunsQueuedOperationsFirst) {
   for (auto x : streams) ASSERT_EQ(device_emu_stream_sync(x, 10000), 0);
   for (int i = 0; i < n; i++)
     for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->host<int32_t>()[j], in(0, j) + in(1, j));
-  for (auto x : streams) device_emu_stream_destroy(x);
 }
 
 // Ranks as processes over shm: each process has its own emulated device and proxy.
