@@ -8,6 +8,14 @@
  * way, so collectives on it go through the FIFOs (ranks that are threads of one process, from
  * ncclCommInitAll, share every buffer anyway).
  *
+ * Shared pages cost more than private ones where shared memory gets no transparent huge pages
+ * (Debian's default, shmem_enabled "never"): every reduction over 4 KiB pages pays TLB misses,
+ * which a virtual machine's nested page walks make dear, and process_vm_readv pins them one by
+ * one. So ncclMemAlloc chooses the backing (TUTTI_MEM_ALLOC): "shared" (the memfd above, read
+ * in place by the direct algorithm), "private" (anonymous memory with huge pages, which the
+ * peers read by copy, cma, like any heap buffer), or "auto" (default): private where anonymous
+ * memory may get huge pages and shared memory may not, shared otherwise.
+ *
  * ncclCommRegister checks its arguments and records the buffer; on host memory it changes
  * nothing else: what decides the path is where the memory comes from (ncclMemAlloc or not).
  * Regions are named by a process-unique id, so a freed and reallocated region is never taken
@@ -37,7 +45,7 @@
 typedef struct region {
   char *base;
   size_t bytes;
-  int fd;
+  int fd; /* the memfd; -1: private memory (TUTTI_MEM_ALLOC) */
   uint64_t id;
 } region_t;
 
@@ -51,6 +59,7 @@ int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref) {
   int found = 0;
   pthread_mutex_lock(&regions_lock);
   for (int i = 0; i < nregions && !found; i++) {
+    if (regions[i].fd < 0) continue; /* private: not mappable by other processes */
     uintptr_t b = (uintptr_t)regions[i].base;
     if (p >= b && p - b <= regions[i].bytes && bytes <= regions[i].bytes - (p - b)) {
       *ref = (memreg_ref_t){
@@ -62,14 +71,89 @@ int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref) {
   return found;
 }
 
+/* The bracketed word of a transparent-huge-page setting ("" when the file is missing). */
+static void thp_setting(const char *file, char *word, size_t len) {
+  char buf[160] = "", path[128];
+  snprintf(path, sizeof(path), "/sys/kernel/mm/transparent_hugepage/%s", file);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    if (!fgets(buf, sizeof(buf), f)) buf[0] = '\0';
+    fclose(f);
+  }
+  const char *b = strchr(buf, '['), *e = b ? strchr(b, ']') : NULL;
+  size_t n = b && e ? (size_t)(e - b - 1) : 0;
+  if (n >= len) n = len - 1;
+  memcpy(word, b ? b + 1 : "", n);
+  word[n] = '\0';
+}
+
+/* 1: shared (memfd), 0: private, -1: TUTTI_MEM_ALLOC is not a known value. */
+static int alloc_shared(void) {
+  const char *v = tutti_getenv("MEM_ALLOC");
+  if (v && strcmp(v, "shared") == 0) return 1;
+  if (v && strcmp(v, "private") == 0) return 0;
+  if (v && strcmp(v, "auto") != 0) return -1;
+  char anon[32], shmem[32];
+  thp_setting("enabled", anon, sizeof(anon));
+  thp_setting("shmem_enabled", shmem, sizeof(shmem));
+  int anon_huge = strcmp(anon, "always") == 0 || strcmp(anon, "madvise") == 0;
+  int shmem_huge = strcmp(shmem, "always") == 0 || strcmp(shmem, "within_size") == 0 ||
+                   strcmp(shmem, "advise") == 0 || strcmp(shmem, "force") == 0;
+  return shmem_huge || !anon_huge;
+}
+
+/* Private memory: anonymous, huge pages asked for before the pages are touched. */
+static void *alloc_private(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return p;
+#endif
+  for (size_t off = 0; off < bytes; off += 4096) ((volatile char *)p)[off] = 0;
+  return p;
+}
+
+static ncclResult_t region_add(void *p, size_t bytes, int fd, uint64_t id) {
+  pthread_mutex_lock(&regions_lock);
+  if (nregions == regions_cap) {
+    int cap = regions_cap ? 2 * regions_cap : 16;
+    region_t *r = realloc(regions, (size_t)cap * sizeof(*r));
+    if (r) regions = r, regions_cap = cap;
+  }
+  int ok = nregions < regions_cap;
+  if (ok) regions[nregions++] = (region_t){.base = p, .bytes = bytes, .fd = fd, .id = id};
+  pthread_mutex_unlock(&regions_lock);
+  if (ok) return ncclSuccess;
+  munmap(p, bytes);
+  if (fd >= 0) close(fd);
+  return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: out of memory for the region table");
+}
+
 API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   tutti_clear_error();
   if (!ptr) return TUTTI_ERR(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
   if (size == 0) return TUTTI_ERR(ncclInvalidArgument, "ncclMemAlloc: size is 0");
   size_t bytes = TUTTI_ALIGN_UP(size, 4096);
+  int shared = alloc_shared();
+  if (shared < 0)
+    return TUTTI_ERR(ncclInvalidArgument,
+                     "ncclMemAlloc: TUTTI_MEM_ALLOC=%s is not auto, shared or private",
+                     tutti_getenv("MEM_ALLOC"));
   pthread_mutex_lock(&regions_lock);
   uint64_t id = next_region_id++;
   pthread_mutex_unlock(&regions_lock);
+  if (!shared) {
+    void *p = alloc_private(bytes);
+    if (!p)
+      return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes,
+                       strerror(errno));
+    TUTTI_CHECK(region_add(p, bytes, -1, id));
+    INFO(SUB_SHM, "ncclMemAlloc: %zu bytes at %p (region %llu, private: peers read it by copy)",
+         bytes, p, (unsigned long long)id);
+    *ptr = p;
+    return ncclSuccess;
+  }
   char name[48];
   snprintf(name, sizeof(name), "tutti-mem-%llu", (unsigned long long)id);
   int fd = memfd_create(name, MFD_CLOEXEC);
@@ -88,20 +172,7 @@ API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
     return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes,
                      strerror(err));
   }
-  pthread_mutex_lock(&regions_lock);
-  if (nregions == regions_cap) {
-    int cap = regions_cap ? 2 * regions_cap : 16;
-    region_t *r = realloc(regions, (size_t)cap * sizeof(*r));
-    if (r) regions = r, regions_cap = cap;
-  }
-  int ok = nregions < regions_cap;
-  if (ok) regions[nregions++] = (region_t){.base = p, .bytes = bytes, .fd = fd, .id = id};
-  pthread_mutex_unlock(&regions_lock);
-  if (!ok) {
-    munmap(p, bytes);
-    close(fd);
-    return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: out of memory for the region table");
-  }
+  TUTTI_CHECK(region_add(p, bytes, fd, id));
   INFO(SUB_SHM, "ncclMemAlloc: %zu bytes at %p (region %llu, memfd %d)", bytes, p,
        (unsigned long long)id, fd);
   *ptr = p;
@@ -126,7 +197,7 @@ API ncclResult_t ncclMemFree(void *ptr) {
                      "(or was freed already)",
                      ptr);
   munmap(r.base, r.bytes);
-  close(r.fd);
+  if (r.fd >= 0) close(r.fd);
   return ncclSuccess;
 }
 

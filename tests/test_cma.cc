@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,9 @@ std::vector<Case> cases_of(Coll coll, ncclDataType_t type, Op op, const std::vec
 
 // Runs every case of the three collectives on heap buffers; returns the calls that went cma.
 int run_cases(int n, const th::Options &opt, const std::vector<ncclDataType_t> &types,
-              const std::vector<Op> &ops, const std::vector<size_t> &counts) {
-  th::case_buffers_from_memalloc(false);
+              const std::vector<Op> &ops, const std::vector<size_t> &counts,
+              bool memalloc = false) {
+  th::case_buffers_from_memalloc(memalloc);
   log_capture::clear();
   th::run_ranks_ok(
       Mode::kProcs, n,
@@ -70,7 +72,17 @@ int run_cases(int n, const th::Options &opt, const std::vector<ncclDataType_t> &
             }
       },
       opt, "heap-buffer collectives, nranks " + std::to_string(n));
+  th::case_buffers_from_memalloc(false);
   return log_capture::count(kCmaLine);
+}
+
+// Mappings of memfd-backed ncclMemAlloc regions (shared memory) in this process.
+int memfd_region_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) n += line.find("/memfd:tutti-mem-") != std::string::npos;
+  return n;
 }
 
 // TUTTI_ALGO=cma with TUTTI_CMA_MIN_BYTES=1: every non-empty call reads by copy. Pieces of
@@ -112,6 +124,32 @@ TEST(Cma, PlannerChoosesCmaForLargeHeapBuffers) {
 
 // Heap buffers on 3 ranks for calls that must not go cma: TUTTI_CMA=0 on rank 1 only turns
 // reading by copy off on every rank (decided at init), the calls run through the FIFOs exactly.
+// TUTTI_MEM_ALLOC=private: ncclMemAlloc returns anonymous memory (huge pages asked for) that the
+// peers read by copy, like heap memory: every call of 1 Mi elements goes cma, no rank holds a
+// memfd mapping, and the results are exact.
+TEST(Cma, PrivateMemAllocBuffersAreReadByCopy) {
+  th::Options opt;
+  opt.env = {{"TUTTI_MEM_ALLOC", "private"}};
+  opt.before_init = [](int) {
+    void *p = nullptr;
+    if (ncclMemAlloc(&p, 1 << 20) != ncclSuccess || memfd_region_mappings() != 0) _exit(3);
+    ncclMemFree(p);
+  };
+  int cma = run_cases(2, opt, {ncclFloat32}, {Op::kSum}, {1 << 20}, true);
+  EXPECT_EQ(cma, 2 * 3 * 2) << "3 collectives x in/out of place x 2 ranks";
+}
+
+// A value TUTTI_MEM_ALLOC does not know is an error naming the setting; nothing is allocated.
+TEST(Cma, UnknownMemAllocSettingIsAnError) {
+  setenv("TUTTI_MEM_ALLOC", "huge", 1);
+  void *p = nullptr;
+  EXPECT_EQ(ncclMemAlloc(&p, 4096), ncclInvalidArgument);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("TUTTI_MEM_ALLOC=huge"), std::string::npos)
+      << ncclGetLastError(nullptr);
+  unsetenv("TUTTI_MEM_ALLOC");
+}
+
 TEST(Cma, TuttiCmaZeroOnOneRankTurnsItOffEverywhere) {
   th::Options opt;
   opt.env = {{"TUTTI_CMA_MIN_BYTES", "1"}};

@@ -20,6 +20,10 @@
 
 namespace {
 
+// Every test here is about shared (memfd) ncclMemAlloc memory, which the peers map: the choice
+// ncclMemAlloc makes by default depends on the machine's huge-page settings (src/memreg.c).
+const bool g_shared = (setenv("TUTTI_MEM_ALLOC", "shared", 1), true);
+
 using th::Case;
 using th::Coll;
 using th::Mode;

@@ -80,6 +80,7 @@ void killed_rank(bool reduce_to_root0, bool shareable = false) {
   ASSERT_NE(rep, nullptr);
   th::Options opt;
   opt.env = {{"TUTTI_TIMEOUT", "10"}};
+  if (shareable) opt.env.push_back({"TUTTI_MEM_ALLOC", "shared"});  // mapped: the direct path
   opt.timeout_s = 60;
   opt.while_running = [&](const std::vector<pid_t> &pids) {
     double until = th::now_s() + 30;
