@@ -161,8 +161,8 @@ if [[ -z $analyze ]]; then
   done
   if ((memlimit)); then
     run_one algos 1
-    sed -n 's/.*sendbuff \([^ ]*\) recvbuff \([^ ]*\) count \([0-9]*\) .* algo \([a-z0-9_]*\).*/\3 \1 \2 \4/p' \
-      "$outdir/algos.1.txt" | awk '{ print $1, ($2 == $3), $4 }' | sort -u -k1,2n |
+    sed -n 's/.*ncclAllReduce: opCount.* sendbuff \([^ ]*\) recvbuff \([^ ]*\) count \([0-9]*\) .* algo \([a-z0-9_]*\).*/\3 \1 \2 \4/p' \
+      "$outdir/algos.1.txt" | awk '{ print $1, ($2 == $3), $4 }' | sort -u -k1,1n -k2,2n |
       "$bindir/memlimit" --coll all_reduce --nranks "$nranks" >"$outdir/memlimit.txt"
   fi
 fi
@@ -226,13 +226,13 @@ def ratio(a, b):
 
 
 def read_copy(path):
-    """membw's rows: size, time (us), copy rate per process, all processes."""
+    """membw's rows: size, time (us), copy rate per process (GB/s), all processes."""
     rows = {}
     with open(path) as f:
         for line in f:
             fields = line.split()
             if len(fields) == 4 and fields[0].isdigit():
-                rows[int(fields[0])] = float(fields[1])
+                rows[int(fields[0])] = float(fields[2])
     return rows
 
 
@@ -243,7 +243,7 @@ def copy_rates(lib):
     except OSError:
         return {}
     sizes = set.intersection(*(set(r) for r in runs)) if runs else set()
-    return {s: s / statistics.median(r[s] for r in runs) / 1e3 for s in sizes}
+    return {s: statistics.median(r[s] for r in runs) for s in sizes}
 
 
 def traffic():
