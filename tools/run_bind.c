@@ -5,8 +5,8 @@
  * binds to cores; with more ranks than CPUs they run unbound, and tutti-run says so. Which core
  * comes from the topology module (topo_place_ranks, src/topology/topo_place.c): NUMA nodes
  * filled by --map (pack: node by node, Open MPI's --map-by core; spread: balanced over the
- * nodes in blocks of consecutive ranks; default pack up to 2 ranks and spread above, as
- * mpirun's default mapping).
+ * nodes in blocks of consecutive ranks; default pack up to 2 ranks and spread above, as Open
+ * MPI 4.1's mpirun maps by core up to 2 ranks and round-robin by socket above).
  *
  * Jobs side by side: every binding tutti-run job records the CPUs it took in a registry file
  * (TUTTI_RUN_CPU_REGISTRY, default /dev/shm/tutti-run-cpus, flock'ed while read or written):
