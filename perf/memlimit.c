@@ -77,8 +77,13 @@ static int call_traffic(coll_t c, algo_t algo, int n, size_t count, int in_place
   int rc = lanes ? 0 : -1;
   memset(worst, 0, sizeof(*worst));
   for (int r = 0; r < n && rc == 0; r++) {
-    sched_args_t a = {.coll = c, .rank = r, .nranks = n, .root = 0, .count = count,
-                      .chunk = 131072 / esize, .in_place = in_place};
+    sched_args_t a = {.coll = c,
+                      .rank = r,
+                      .nranks = n,
+                      .root = 0,
+                      .count = count,
+                      .chunk = 131072 / esize,
+                      .in_place = in_place};
     traffic_t t = {0, 0};
     rc = sched_build(algo, &a, NULL, &col, lanes);
     if (rc != 0) break;
@@ -114,10 +119,14 @@ int main(int argc, char **argv) {
   int n = 0;
   long esize = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--coll") == 0) coll = argv[i + 1];
-    else if (strcmp(argv[i], "--nranks") == 0) n = atoi(argv[i + 1]);
-    else if (strcmp(argv[i], "--esize") == 0) esize = atol(argv[i + 1]);
-    else usage();
+    if (strcmp(argv[i], "--coll") == 0)
+      coll = argv[i + 1];
+    else if (strcmp(argv[i], "--nranks") == 0)
+      n = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--esize") == 0)
+      esize = atol(argv[i + 1]);
+    else
+      usage();
   }
   int c = coll ? coll_parse(coll) : -1;
   if (c < 0 || n < 1 || n > 4096 || esize < 1 || esize > 64 || argc % 2 == 0) usage();

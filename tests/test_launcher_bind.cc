@@ -130,7 +130,9 @@ std::string registry_text() {
   return s.str();
 }
 
-void write_registry(const std::string &text) { std::ofstream(registry.path) << text; }
+void write_registry(const std::string &text) {
+  std::ofstream(registry.path) << text;
+}
 
 // Field 22 of /proc/self/stat: this process's start time, as the registry records it.
 std::string my_start_time() {
@@ -170,8 +172,8 @@ TEST(LauncherBind, MoreRanksThanCpusRunUnboundAndSaySo) {
   std::map<int, std::string> cpus = rank_cpus(r.out);
   ASSERT_EQ(cpus.size(), static_cast<size_t>(n)) << r.out;
   for (const auto &[rank, list] : cpus) EXPECT_EQ(list, mask_list()) << "rank " << rank;
-  EXPECT_TRUE(contains(r.out, std::to_string(n) + " ranks on " +
-                                  std::to_string(n - 1) + " CPUs: ranks not bound"))
+  EXPECT_TRUE(contains(
+      r.out, std::to_string(n) + " ranks on " + std::to_string(n - 1) + " CPUs: ranks not bound"))
       << r.out;
 }
 
@@ -180,12 +182,12 @@ TEST(LauncherBind, MoreRanksThanCpusRunUnboundAndSaySo) {
 TEST(LauncherBind, RestrictedMaskIsRespected) {
   std::vector<int> mask = mask_cpus();
   std::string last = std::to_string(mask.back());
-  JobResult one = run({"/usr/bin/taskset", "-c", last, TUTTI_RUN_PATH, "-n", "1", "sh", "-c",
-                 kPrintCpus});
+  JobResult one =
+      run({"/usr/bin/taskset", "-c", last, TUTTI_RUN_PATH, "-n", "1", "sh", "-c", kPrintCpus});
   ASSERT_EQ(one.status, 0) << one.out;
   EXPECT_EQ(rank_cpus(one.out), (std::map<int, std::string>{{0, last}})) << one.out;
-  JobResult two = run({"/usr/bin/taskset", "-c", last, TUTTI_RUN_PATH, "-n", "2", "sh", "-c",
-                 kPrintCpus});
+  JobResult two =
+      run({"/usr/bin/taskset", "-c", last, TUTTI_RUN_PATH, "-n", "2", "sh", "-c", kPrintCpus});
   ASSERT_EQ(two.status, 0) << two.out;
   EXPECT_EQ(rank_cpus(two.out), (std::map<int, std::string>{{0, last}, {1, last}})) << two.out;
   EXPECT_TRUE(contains(two.out, "2 ranks on 1 CPUs: ranks not bound")) << two.out;
@@ -198,8 +200,8 @@ TEST(LauncherBind, ConcurrentJobsDoNotPileOntoTheSameCpus) {
   write_registry("");
   Proc a;
   a.start(launcher({"-n", "1", "sh", "-c", std::string(kPrintCpus) + "; exec sleep 60"}), {});
-  ASSERT_TRUE(a.read_until([](const std::string &o) { return contains(o, "rank 0 cpus"); },
-                           now_s() + 30))
+  ASSERT_TRUE(
+      a.read_until([](const std::string &o) { return contains(o, "rank 0 cpus"); }, now_s() + 30))
       << a.out;
   int cpu_a = -1;
   ASSERT_TRUE(is_single_cpu(rank_cpus(a.out)[0], &cpu_a)) << a.out;
@@ -241,8 +243,8 @@ TEST(LauncherBind, StaleClaimsAreIgnoredAndDropped) {
   if (dead == 0) _exit(0);
   waitpid(dead, nullptr, 0);
   std::string every = mask_list();
-  write_registry(std::to_string(dead) + " 12345 " + every + "\n" +            // gone
-                 std::to_string(getpid()) + " 1 " + every + "\n" +            // pid reused
+  write_registry(std::to_string(dead) + " 12345 " + every + "\n" +  // gone
+                 std::to_string(getpid()) + " 1 " + every + "\n" +  // pid reused
                  "garbage line\n");
   int n = static_cast<int>(std::min<size_t>(mask.size(), 4));
   JobResult r = run(launcher({"-n", std::to_string(n), "sh", "-c", kPrintCpus}));
@@ -271,8 +273,8 @@ std::vector<std::string> reported(const std::vector<std::string> &args) {
   std::vector<std::string> argv = launcher({"--report-bindings"});
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back("true");
-  JobResult r = run(argv, {std::string("TUTTI_TOPO_FILE=") + TUTTI_FIXTURES_DIR +
-                     "/pcie-4gpu-2socket.xml"});
+  JobResult r =
+      run(argv, {std::string("TUTTI_TOPO_FILE=") + TUTTI_FIXTURES_DIR + "/pcie-4gpu-2socket.xml"});
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "reported, not applied")) << r.out;
   std::vector<std::string> lines;
@@ -283,19 +285,20 @@ std::vector<std::string> reported(const std::vector<std::string> &args) {
 }
 
 TEST(LauncherBind, NumaPlacementFromTheTopology) {
-  EXPECT_EQ(reported({"-n", "4"}),  // default above 2 ranks: spread, in blocks
-            (std::vector<std::string>{"0 bound to CPUs 0,16 (NUMA 0)", "1 bound to CPUs 1,17 (NUMA 0)",
-                                      "2 bound to CPUs 8,24 (NUMA 1)",
-                                      "3 bound to CPUs 9,25 (NUMA 1)"}));
-  EXPECT_EQ(reported({"-n", "3", "--map", "pack"}),
-            (std::vector<std::string>{"0 bound to CPUs 0,16 (NUMA 0)", "1 bound to CPUs 1,17 (NUMA 0)",
-                                      "2 bound to CPUs 2,18 (NUMA 0)"}));
-  EXPECT_EQ(reported({"-n", "2"}),  // default up to 2 ranks: pack (mpirun's --map-by core)
-            (std::vector<std::string>{"0 bound to CPUs 0,16 (NUMA 0)",
-                                      "1 bound to CPUs 1,17 (NUMA 0)"}));
-  EXPECT_EQ(reported({"-n", "2", "--map-by", "numa"}),
-            (std::vector<std::string>{"0 bound to CPUs 0,16 (NUMA 0)",
-                                      "1 bound to CPUs 8,24 (NUMA 1)"}));
+  EXPECT_EQ(
+      reported({"-n", "4"}),  // default above 2 ranks: spread, in blocks
+      (std::vector<std::string>{"0 bound to CPUs 0,16 (NUMA 0)", "1 bound to CPUs 1,17 (NUMA 0)",
+                                "2 bound to CPUs 8,24 (NUMA 1)", "3 bound to CPUs 9,25 (NUMA 1)"}));
+  EXPECT_EQ(
+      reported({"-n", "3", "--map", "pack"}),
+      (std::vector<std::string>{"0 bound to CPUs 0,16 (NUMA 0)", "1 bound to CPUs 1,17 (NUMA 0)",
+                                "2 bound to CPUs 2,18 (NUMA 0)"}));
+  EXPECT_EQ(
+      reported({"-n", "2"}),  // default up to 2 ranks: pack (mpirun's --map-by core)
+      (std::vector<std::string>{"0 bound to CPUs 0,16 (NUMA 0)", "1 bound to CPUs 1,17 (NUMA 0)"}));
+  EXPECT_EQ(
+      reported({"-n", "2", "--map-by", "numa"}),
+      (std::vector<std::string>{"0 bound to CPUs 0,16 (NUMA 0)", "1 bound to CPUs 8,24 (NUMA 1)"}));
   EXPECT_EQ(reported({"-n", "3", "--bind", "numa"}),
             (std::vector<std::string>{"0 bound to CPUs 0-7,16-23 (NUMA 0)",
                                       "1 bound to CPUs 0-7,16-23 (NUMA 0)",

@@ -254,8 +254,9 @@ struct RankRun {
 // Runs placement_rank under tutti-run -n 2 --bind none (the ranks start with this process's
 // binding; environment of this process plus `env`), output and errors together.
 RankRun run_ranks(const std::string &env, const char *arg = "") {
-  std::string cmd =
-      "env " + env + " timeout 90 " TUTTI_RUN_PATH " -n 2 --bind none " PLACEMENT_RANK_PATH " " + arg + " 2>&1";
+  std::string cmd = "env " + env +
+                    " timeout 90 " TUTTI_RUN_PATH " -n 2 --bind none " PLACEMENT_RANK_PATH " " +
+                    arg + " 2>&1";
   RankRun r;
   FILE *p = popen(cmd.c_str(), "r");
   if (!p) return r;

@@ -41,8 +41,8 @@ typedef struct {
   int report_bindings;     /* --report-bindings */
   int oversubscribe;       /* --oversubscribe: more ranks than CPUs unbinds */
   cpu_set_t *rank_sets;    /* [nranks] rank r's CPUs; NULL: ranks not bound */
-  double timeout_s; /* 0: no timeout */
-  char **prog_argv; /* NULL-terminated, points into argv */
+  double timeout_s;        /* 0: no timeout */
+  char **prog_argv;        /* NULL-terminated, points into argv */
 } run_options_t;
 
 /* One relayed output stream of one rank (--prefix only). */

@@ -17,7 +17,8 @@
  * time differs) is stale: ignored and dropped at the next write. A new job places its ranks on
  * CPUs no live job claimed; when too few are free, auto leaves the ranks unbound and an explicit
  * --bind core|numa binds them anyway; either way a WARN line names the jobs in the way. The
- * launcher removes its line when the job ends (a SIGKILLed launcher's line goes stale).
+ * launcher removes its line when the job ends (a SIGKILLed launcher's line goes stale). Only
+ * tutti-run jobs of this pid namespace are seen: a launcher in another one looks gone.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -140,10 +141,9 @@ static void run_registry_filter(char *text, pid_t drop_pid, cpu_set_t *busy, cha
     char cpus[4096];
     cpu_set_t set;
     int n = 0;
-    if (next - line >= (long)sizeof cpus || sscanf(line, "%d %llu %4095s%n", &pid, &start, cpus,
-                                                   &n) != 3 ||
-        pid <= 0 || pid == drop_pid || run_start_time(pid) != start ||
-        run_cpulist_parse(cpus, &set) != 0)
+    if (next - line >= (long)sizeof cpus ||
+        sscanf(line, "%d %llu %4095s%n", &pid, &start, cpus, &n) != 3 || pid <= 0 ||
+        pid == drop_pid || run_start_time(pid) != start || run_cpulist_parse(cpus, &set) != 0)
       continue; /* stale, ours, or not a line of ours */
     CPU_OR(busy, busy, &set);
     size_t w = strlen(who);
@@ -233,8 +233,7 @@ static void report_bindings(const run_options_t *o, const topo_place_t *p, int a
   fprintf(stderr, "tutti-run: --bind %s: %s%s\n", bind_name(o->bind_mode), p->reason,
           applied ? "" : " (topology from a file: reported, not applied)");
   for (int r = 0; r < o->nranks; r++)
-    fprintf(stderr, "tutti-run: rank %d bound to CPUs %s (NUMA %d)\n", r, p->cpuset[r],
-            p->numa[r]);
+    fprintf(stderr, "tutti-run: rank %d bound to CPUs %s (NUMA %d)\n", r, p->cpuset[r], p->numa[r]);
 }
 
 /* Places the ranks (a decision from the topology, the mask and the registry) and, when they
@@ -274,8 +273,8 @@ static void place_with_topology(run_options_t *o, const topo_t *t, int reg) {
       char line[4200];
       run_cpulist_format(&claim, list, sizeof list);
       run_claim_pid = getpid();
-      snprintf(line, sizeof line, "%d %llu %s\n", (int)run_claim_pid,
-               run_start_time(run_claim_pid), list);
+      snprintf(line, sizeof line, "%d %llu %s\n", (int)run_claim_pid, run_start_time(run_claim_pid),
+               list);
       size_t n = strlen(text);
       if (n + strlen(line) <= RUN_REGISTRY_MAX_BYTES) strcat(text, line);
       atexit(run_claim_release);

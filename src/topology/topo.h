@@ -203,9 +203,9 @@ ncclResult_t topo_ring_global(const topo_t *t, int nranks, const uint64_t *host_
 typedef enum { TOPO_PLACE_CORE = 0, TOPO_PLACE_NUMA = 1 } topo_place_unit_t;
 #define TOPO_PLACE_MAX_RANKS 1024
 typedef struct topo_place {
-  int nranks; /* ranks placed: nranks, or 0 when they do not fit (core units) */
-  int fits;   /* 1: at most one rank per unit */
-  int units;  /* units (cores, or hardware threads) within the mask */
+  int nranks;    /* ranks placed: nranks, or 0 when they do not fit (core units) */
+  int fits;      /* 1: at most one rank per unit */
+  int units;     /* units (cores, or hardware threads) within the mask */
   int hwthreads; /* 1: more ranks than cores, so one hardware thread each */
   int shared;    /* ranks placed on units the busy set claims (the free ones did not suffice) */
   char (*cpuset)[TOPO_SET_CHARS]; /* [nranks] rank r's CPUs, hwloc list syntax */

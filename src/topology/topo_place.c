@@ -78,7 +78,8 @@ static int place_add_threads(place_ctx_t *c, int n, hwloc_bitmap_t covered) {
     for (int i = 0; i < ncores; i++) {
       hwloc_obj_t core =
           hwloc_get_obj_inside_cpuset_by_type(hw, node_cpuset(c, n), HWLOC_OBJ_CORE, (unsigned)i);
-      hwloc_obj_t pu = hwloc_get_obj_inside_cpuset_by_type(hw, core->cpuset, HWLOC_OBJ_PU, (unsigned)k);
+      hwloc_obj_t pu =
+          hwloc_get_obj_inside_cpuset_by_type(hw, core->cpuset, HWLOC_OBJ_PU, (unsigned)k);
       if (!pu) continue;
       more = 1;
       if (place_add(c, pu->cpuset, n, covered) != 0) return -1;
@@ -101,8 +102,8 @@ static int place_collect(place_ctx_t *c, hwloc_obj_type_t type) {
       continue;
     }
     hwloc_obj_t o = NULL;
-    while (rc == 0 && (o = hwloc_get_next_obj_inside_cpuset_by_type(c->t->hw, node_cpuset(c, n),
-                                                                    type, o)))
+    while (rc == 0 &&
+           (o = hwloc_get_next_obj_inside_cpuset_by_type(c->t->hw, node_cpuset(c, n), type, o)))
       rc = place_add(c, o->cpuset, n, covered);
   }
   rc = rc || !c->units || !covered ? -1 : c->nunits;
@@ -158,7 +159,7 @@ static void place_quotas(int nnodes, const int *cap, int nranks, int spread, int
   for (int n = 0; n < nnodes; n++) room += cap[n] > 0;
   if (room == 0) return;
   for (int n = 0; !spread && n < nnodes && left > 0; n++) {
-    int take = unlimited && n == nnodes - 1 ? left : (cap[n] < left ? cap[n] : left);
+    int take = cap[n] < left ? cap[n] : left;
     quota[n] = take, left -= take;
   }
   while (left > 0)
@@ -216,8 +217,8 @@ static void place_reason(const place_ctx_t *c, int nranks, int spread, topo_plac
                         unit == TOPO_PLACE_NUMA ? " (bound to their NUMA node's CPUs)" : "");
   for (int n = 0; n < c->nnodes && o < len; n++)
     if (quota[n] > 0)
-      o += (size_t)snprintf(p + o, len - o, "%s NUMA %d: %d", n ? "," : ";",
-                            node_os_index(c, n), quota[n]);
+      o += (size_t)snprintf(p + o, len - o, "%s NUMA %d: %d", n ? "," : ";", node_os_index(c, n),
+                            quota[n]);
   if (o < len)
     o += (size_t)snprintf(p + o, len - o, " (%s)",
                           spread ? "spread: balanced over NUMA nodes, consecutive ranks together"
@@ -246,6 +247,11 @@ ncclResult_t topo_place_ranks(const topo_t *t, const char *allowed, const char *
     goto done;
   }
   if (rc != 0 || place_units(&c, nranks, unit, out) != 0) goto oom;
+  if (c.nunits == 0) {
+    res = TUTTI_ERR(ncclInvalidUsage, "topo_place_ranks: no CPU of %s in the topology (%s)",
+                    allowed ? allowed : "the current binding", topo_source(t));
+    goto done;
+  }
   order = calloc((size_t)c.nunits + 1, sizeof(int));
   cap = calloc((size_t)c.nnodes, sizeof(int));
   quota = calloc((size_t)c.nnodes, sizeof(int));
