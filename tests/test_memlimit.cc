@@ -3,7 +3,7 @@
 // multiples of n x 4 bytes, so every block is whole and the counts are exact integers.
 #include <gtest/gtest.h>
 
-#include "memlimit.h"
+#include "perf/memlimit.h"
 
 namespace {
 

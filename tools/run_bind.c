@@ -112,7 +112,7 @@ static int run_registry_lock(void) {
 }
 
 static char *run_registry_read(int fd) {
-  char *text = calloc(1, RUN_REGISTRY_MAX_BYTES + 1);
+  char *text = calloc(1, RUN_REGISTRY_MAX_BYTES + 2); /* + a newline the last line lacked */
   size_t n = 0;
   ssize_t k;
   if (text == NULL) die("out of memory");
@@ -236,10 +236,48 @@ static void report_bindings(const run_options_t *o, const topo_place_t *p, int a
     fprintf(stderr, "tutti-run: rank %d bound to CPUs %s (NUMA %d)\n", r, p->cpuset[r], p->numa[r]);
 }
 
+/* Appends this launcher's line (its CPUs) to the registry text, released at exit. */
+static void run_claim_add(char *text, const cpu_set_t *claim) {
+  char list[4096], line[4200];
+  run_cpulist_format(claim, list, sizeof list);
+  run_claim_pid = getpid();
+  snprintf(line, sizeof line, "%d %llu %s\n", (int)run_claim_pid, run_start_time(run_claim_pid),
+           list);
+  if (strlen(text) + strlen(line) <= RUN_REGISTRY_MAX_BYTES) strcat(text, line);
+  atexit(run_claim_release);
+}
+
+/* What the placement means for the job: unbound (with the reason said), or bound (with a WARN
+ * when ranks share CPUs with other jobs) and claimed. text: the registry's live lines, or NULL. */
+static void apply_placement(run_options_t *o, const topo_place_t *p, int live, char *text,
+                            const char *who, const char *busy_list) {
+  cpu_set_t claim;
+  if (!p->fits && o->bind_mode != RUN_BIND_NUMA) {
+    handle_no_fit(o, p);
+    return;
+  }
+  if (p->shared > 0 && o->bind_mode == RUN_BIND_AUTO) {
+    fprintf(stderr,
+            "tutti-run: WARN: CPUs %s are bound by other tutti-run jobs (launcher pid %s, %s); "
+            "too few free for %d ranks: ranks not bound (--bind core binds them anyway)\n",
+            busy_list, who, run_registry_path(), o->nranks);
+    return;
+  }
+  if (p->shared > 0)
+    fprintf(stderr,
+            "tutti-run: WARN: %d rank(s) share CPUs with other tutti-run jobs (launcher pid %s "
+            "bound CPUs %s, %s): too few free CPUs\n",
+            p->shared, who, busy_list, run_registry_path());
+  if (!run_take_sets(o, p, &claim)) die("cannot read the placement's CPU sets");
+  if (!live) free(o->rank_sets), o->rank_sets = NULL;
+  if (o->report_bindings) report_bindings(o, p, live);
+  if (live && text) run_claim_add(text, &claim);
+}
+
 /* Places the ranks (a decision from the topology, the mask and the registry) and, when they
  * are bound, records their CPUs in the registry until the job ends. */
 static void place_with_topology(run_options_t *o, const topo_t *t, int reg) {
-  cpu_set_t mask, busy, claim;
+  cpu_set_t mask, busy;
   char list[4096], busy_list[4096], who[512] = "";
   int live = topo_is_live(t);
   char *text = reg >= 0 ? run_registry_read(reg) : NULL;
@@ -253,34 +291,8 @@ static void place_with_topology(run_options_t *o, const topo_t *t, int reg) {
                        o->bind_mode == RUN_BIND_NUMA ? TOPO_PLACE_NUMA : TOPO_PLACE_CORE, spread,
                        &p) != ncclSuccess)
     die("cannot place the ranks: %s", tutti_last_error());
-  if (!p.fits && o->bind_mode != RUN_BIND_NUMA) {
-    handle_no_fit(o, &p);
-  } else if (p.shared > 0 && o->bind_mode == RUN_BIND_AUTO) {
-    fprintf(stderr,
-            "tutti-run: WARN: CPUs %s are bound by other tutti-run jobs (launcher pid %s, %s); "
-            "too few free for %d ranks: ranks not bound (--bind core binds them anyway)\n",
-            busy_list, who, run_registry_path(), o->nranks);
-  } else {
-    if (p.shared > 0)
-      fprintf(stderr,
-              "tutti-run: WARN: %d rank(s) share CPUs with other tutti-run jobs (launcher pid "
-              "%s bound CPUs %s, %s): too few free CPUs\n",
-              p.shared, who, busy_list, run_registry_path());
-    if (!run_take_sets(o, &p, &claim)) die("cannot read the placement's CPU sets");
-    if (!live) free(o->rank_sets), o->rank_sets = NULL;
-    if (o->report_bindings) report_bindings(o, &p, live);
-    if (live && reg >= 0 && text) { /* claim our CPUs */
-      char line[4200];
-      run_cpulist_format(&claim, list, sizeof list);
-      run_claim_pid = getpid();
-      snprintf(line, sizeof line, "%d %llu %s\n", (int)run_claim_pid, run_start_time(run_claim_pid),
-               list);
-      size_t n = strlen(text);
-      if (n + strlen(line) <= RUN_REGISTRY_MAX_BYTES) strcat(text, line);
-      atexit(run_claim_release);
-    }
-  }
-  if (reg >= 0 && text) run_registry_write(reg, text);
+  apply_placement(o, &p, live, text, who, busy_list);
+  if (text) run_registry_write(reg, text);
   free(text);
   topo_place_free(&p);
 }
