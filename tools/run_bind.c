@@ -297,12 +297,36 @@ static void place_with_topology(run_options_t *o, const topo_t *t, int reg) {
   topo_place_free(&p);
 }
 
+/* The topology, loaded with the library's logging at its default (WARN, stderr) and without a
+ * topology dump: the ranks' TUTTI_DEBUG / TUTTI_DEBUG_FILE / TUTTI_TOPO_DUMP_FILE (and NCCL's
+ * names) are meant for them, not for the launcher. The variables stay in the environment the
+ * ranks inherit; the library reads its logging settings once, here. */
+static ncclResult_t load_topology_quietly(const topo_t **t) {
+  static const char *const names[] = {"TUTTI_DEBUG",          "NCCL_DEBUG",
+                                      "TUTTI_DEBUG_FILE",     "NCCL_DEBUG_FILE",
+                                      "TUTTI_TOPO_DUMP_FILE", "NCCL_TOPO_DUMP_FILE"};
+  enum { N = sizeof names / sizeof names[0] };
+  char *saved[N];
+  for (int i = 0; i < N; i++) {
+    const char *v = getenv(names[i]);
+    saved[i] = v ? strdup(v) : NULL;
+    unsetenv(names[i]);
+  }
+  tutti_log_enabled(LOG_WARN, 0); /* the library's logging settles with the masked settings */
+  ncclResult_t res = topo_get_process(t);
+  for (int i = 0; i < N; i++) {
+    if (saved[i] && setenv(names[i], saved[i], 1) != 0) die("setenv: %s", strerror(errno));
+    free(saved[i]);
+  }
+  return res;
+}
+
 void plan_binding(run_options_t *o) {
   const char *env = getenv("TUTTI_RUN_BIND");
   if (!o->bind_set && env && *env) o->bind_mode = parse_bind(env);
   if (o->bind_mode == RUN_BIND_NONE) return;
   const topo_t *t = NULL;
-  if (topo_get_process(&t) != ncclSuccess || t == NULL) {
+  if (load_topology_quietly(&t) != ncclSuccess || t == NULL) {
     if (o->bind_mode != RUN_BIND_AUTO)
       die("--bind %s: no topology: %s", bind_name(o->bind_mode), tutti_last_error());
     fprintf(stderr, "tutti-run: no topology (%s): ranks not bound\n", tutti_last_error());

@@ -84,7 +84,8 @@ void write_all(int fd, const char *p, size_t n) {
 static const char run_usage[] =
     "Usage: tutti-run -n N [options] [--] prog [args...]\n"
     "       (mpirun's spellings work too: -np N, -x VAR, -H h1:2,h2:2,\n"
-    "       --bind-to core|none, --map-by core|numa, --report-bindings, --oversubscribe)\n";
+    "       --bind-to core|numa|none, --map-by core|numa, --report-bindings,\n"
+    "       --oversubscribe)\n";
 
 static const char run_help[] =
     "Starts N ranks of prog on this host and waits for them. Each rank gets TUTTI_RANK,\n"
@@ -103,7 +104,9 @@ static const char run_help[] =
     "                    no other tutti-run job holds them; else unbound, with a line saying\n"
     "                    why. core: the same, but binds even onto CPUs another job holds (with\n"
     "                    a WARN) and refuses more ranks than CPUs. numa: each rank on all the\n"
-    "                    CPUs of its NUMA node. none: ranks keep tutti-run's own mask\n"
+    "                    CPUs of its NUMA node. none: ranks keep tutti-run's own mask.\n"
+    "                    Jobs record their CPUs in $TUTTI_RUN_CPU_REGISTRY (default\n"
+    "                    /dev/shm/tutti-run-cpus)\n"
     "  --map spread|pack how ranks fill NUMA nodes: pack one node before the next, or spread\n"
     "  --map-by core|numa them evenly in blocks of consecutive ranks (default: pack up to 2\n"
     "                    ranks, spread above, as mpirun)\n"
