@@ -17,8 +17,9 @@
  * time differs) is stale: ignored and dropped at the next write. A new job places its ranks on
  * CPUs no live job claimed; when too few are free, auto leaves the ranks unbound and an explicit
  * --bind core|numa binds them anyway; either way a WARN line names the jobs in the way. The
- * launcher removes its line when the job ends (a SIGKILLed launcher's line goes stale). Only
- * tutti-run jobs of this pid namespace are seen: a launcher in another one looks gone.
+ * launcher removes its line when the job ends (a SIGKILLed launcher's line goes stale), and the
+ * file with its last line. Only tutti-run jobs of this pid namespace are seen: a launcher in
+ * another one looks gone.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -93,22 +94,37 @@ static const char *run_registry_path(void) {
   return p && *p ? p : RUN_REGISTRY_DEFAULT;
 }
 
+static int run_flock(int fd) {
+  while (flock(fd, LOCK_EX) != 0)
+    if (errno != EINTR) return -1;
+  return 0;
+}
+
+/* 1 while fd is still the file at path: the last job removes the file (run_registry_write), so
+ * a launcher that waited for the lock on the removed file opens the path again. */
+static int run_still_linked(int fd, const char *path) {
+  struct stat a, b;
+  return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 /* Opens and locks the registry; -1 (errno set) when it cannot be opened for writing. */
 static int run_registry_lock(void) {
   const char *path = run_registry_path();
-  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-  if (fd < 0) return -1;
-  struct stat st;
-  if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0666) != 0666)
-    (void)fchmod(fd, 0666); /* every user's jobs share the machine's CPUs */
-  while (flock(fd, LOCK_EX) != 0)
-    if (errno != EINTR) {
+  for (;;) {
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0666) != 0666)
+      (void)fchmod(fd, 0666); /* every user's jobs share the machine's CPUs */
+    if (run_flock(fd) != 0) {
       int e = errno;
       close(fd);
       errno = e;
       return -1;
     }
-  return fd;
+    if (run_still_linked(fd, path)) return fd;
+    close(fd);
+  }
 }
 
 static char *run_registry_read(int fd) {
@@ -156,8 +172,11 @@ static void run_registry_filter(char *text, pid_t drop_pid, cpu_set_t *busy, cha
   *out = '\0';
 }
 
+/* Replaces the registry's lines with text; with none left the file goes (under the lock), so
+ * that no file outlives the last job. */
 static void run_registry_write(int fd, const char *text) {
   size_t n = strlen(text), off = 0;
+  if (n == 0 && unlink(run_registry_path()) == 0) return;
   if (ftruncate(fd, 0) != 0) return;
   while (off < n) {
     ssize_t k = pwrite(fd, text + off, n - off, (off_t)off);
