@@ -9,6 +9,14 @@
 # hold:
 #   busbw >= 2 x Open MPI   for 1 MiB .. 256 MiB
 #   time  <= Open MPI       for 8 B .. 4 KiB
+# Every tutti figure is also put against the memory system (docs/perf.md, "memory limit"):
+# per size, the copy bandwidth of one core (membw -p 1: memcpy of the same size, one process)
+# and of n cores copying at once (membw -p n, n = the ranks), measured in the same repetitions;
+# the algorithm the library ran for that size (one extra run with TUTTI_DEBUG=INFO reads the
+# COLL lines); the bytes that algorithm's schedule makes the busiest rank copy per byte of
+# busbw (memlimit, from the steps sched_build gives); and so the busbw the memory allows,
+# limit = copy rate of n cores / (bytes per busbw byte), and tutti's busbw as a fraction of it.
+# -L leaves these columns out.
 # To keep a whole comparison to a few minutes on a 2-core machine, each size runs
 # min(-n, max(3, iter-bytes / size)) iterations (the perf programs' --iter-bytes): ~0.1-0.3 s
 # per size at Open MPI's bandwidth here.
@@ -39,6 +47,7 @@ usage: $(basename "$0") [options]
   -M         tutti's buffers from ncclMemAlloc (all_reduce_perf -R 1): memory the other
              ranks of the host map, so an all-reduce reads the peers' buffers in place instead
              of copying through the FIFOs (Open MPI's buffers stay as they are)
+  -L         no memory-limit columns (skips the membw runs and the algorithm run)
   -R prio    run both programs under SCHED_FIFO priority prio (chrt -f; needs root): on a
              machine shared with other work this keeps the other processes off the two cores
              while a run lasts, for both systems alike (the kernel still leaves them 5%)
@@ -48,14 +57,14 @@ EOF
 }
 
 build="" nranks=2 reps=5 minb=8 maxb=256M factor=2 iters=1000 iter_bytes=512M warmup=5
-place=out json="" keep="" run_timeout=600 analyze="" rt="" memalloc=()
-while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:Mh" opt; do
+place=out json="" keep="" run_timeout=600 analyze="" rt="" memalloc=() memlimit=1
+while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:MLh" opt; do
   case $opt in
     B) build=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;;
     b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
     n) iters=$OPTARG ;; I) iter_bytes=$OPTARG ;; w) warmup=$OPTARG ;;
     P) place=$OPTARG ;; J) json=$OPTARG ;; K) keep=$OPTARG ;; A) analyze=$OPTARG ;;
-    T) run_timeout=$OPTARG ;; R) rt=$OPTARG ;; M) memalloc=(-R 1) ;;
+    T) run_timeout=$OPTARG ;; R) rt=$OPTARG ;; M) memalloc=(-R 1) ;; L) memlimit=0 ;;
     h) usage 0 ;; *) usage 2 ;;
   esac
 done
@@ -73,7 +82,9 @@ perf_args=(-b "$minb" -e "$maxb" -f "$factor" -n "$iters" --iter-bytes "$iter_by
            -w "$warmup" -d float -o sum -c 0 -a 3) # -a 3: time = max over ranks
 [[ -x $PY ]] || { echo "$PY not found" >&2; exit 2; }
 if [[ -z $analyze ]]; then
-  for prog in tutti-run all_reduce_perf mpi_allreduce_perf; do
+  progs=(tutti-run all_reduce_perf mpi_allreduce_perf)
+  ((memlimit == 0)) || progs+=(membw memlimit)
+  for prog in "${progs[@]}"; do
     [[ -x $bindir/$prog ]] || { echo "missing $bindir/$prog (build first, or -B)" >&2; exit 2; }
   done
   command -v mpirun >/dev/null || { echo "mpirun not found" >&2; exit 2; }
@@ -112,6 +123,22 @@ run_ompi() {
     "$bindir/mpi_allreduce_perf" "${perf_args[@]}"
 }
 
+# The memory reference: one process copying, and as many as there are ranks at once.
+run_mcpy1() {
+  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/membw" -p 1 "${perf_args[@]}"
+}
+run_mcpyn() {
+  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/membw" -p "$nranks" "${perf_args[@]}"
+}
+# The algorithm of every call, from the COLL lines of one short run (2 iterations per size).
+run_algos() {
+  local args=("${perf_args[@]}")
+  args[7]=2 args[11]=1 # -n 2 -w 1 (positions in perf_args)
+  timeout -k 10 "$run_timeout" "$bindir/tutti-run" -n "$nranks" "${tbind[@]}" \
+    -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL -- \
+    "$bindir/all_reduce_perf" "${args[@]}" "${memalloc[@]}"
+}
+
 # run_one LIB REP: runs one program, its output in $outdir/LIB.REP.txt; stops on failure.
 run_one() {
   local lib=$1 rep=$2 out="$outdir/$1.$2.txt" t0=$EPOCHREALTIME rc=0
@@ -129,8 +156,15 @@ if [[ -z $analyze ]]; then
   echo "# comparing all_reduce: $nranks ranks, ${perf_args[*]}, $reps repetitions${rt:+, under chrt -f $rt}${memalloc:+, tutti with ncclMemAlloc buffers (-R 1)}" >&2
   for ((rep = 1; rep <= reps; rep++)); do
     if ((rep % 2)); then order=(tutti ompi); else order=(ompi tutti); fi
+    ((memlimit == 0)) || order+=(mcpy1 mcpyn)
     for lib in "${order[@]}"; do run_one "$lib" "$rep"; done
   done
+  if ((memlimit)); then
+    run_one algos 1
+    sed -n 's/.*ncclAllReduce: opCount.* sendbuff \([^ ]*\) recvbuff \([^ ]*\) count \([0-9]*\) .* algo \([a-z0-9_]*\).*/\3 \1 \2 \4/p' \
+      "$outdir/algos.1.txt" | awk '{ print $1, ($2 == $3), $4 }' | sort -u -k1,1n -k2,2n |
+      "$bindir/memlimit" --coll all_reduce --nranks "$nranks" >"$outdir/memlimit.txt"
+  fi
 fi
 
 "$PY" - "$outdir" "$reps" "$place" "$nranks" "$json" "${perf_args[*]}${memalloc:+ (tutti: -R 1)}" <<'PYEOF'
@@ -191,16 +225,59 @@ def ratio(a, b):
     return a / b if b > 0 else float("inf")
 
 
+def read_copy(path):
+    """membw's rows: size, time (us), copy rate per process (GB/s), all processes."""
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) == 4 and fields[0].isdigit():
+                rows[int(fields[0])] = float(fields[2])
+    return rows
+
+
+def copy_rates(lib):
+    """Median memcpy rate per size (GB/s per process) of the membw runs, {} when absent."""
+    try:
+        runs = [read_copy(f"{outdir}/{lib}.{r}.txt") for r in range(1, reps + 1)]
+    except OSError:
+        return {}
+    sizes = set.intersection(*(set(r) for r in runs)) if runs else set()
+    return {s: statistics.median(r[s] for r in runs) for s in sizes}
+
+
+def traffic():
+    """{(bytes, in_place): (algo, copy bytes per busbw byte)} from memlimit's output."""
+    out = {}
+    try:
+        with open(f"{outdir}/memlimit.txt") as f:
+            for line in f:
+                count, in_place, algo, size, _, _, _, k = line.split()
+                out[(int(float(size)), int(in_place))] = (algo, float(k))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 tutti, ompi = medians("tutti"), medians("ompi")
+mcpy1, mcpyn, moved = copy_rates("mcpy1"), copy_rates("mcpyn"), traffic()
+limits = bool(moved and mcpyn)
 sizes = sorted(set(tutti) & set(ompi))
 if not sizes:
     sys.exit("no result rows to compare (see the raw outputs with -K)")
 where = "out-of-place" if place == "out" else "in-place"
 print(f"# all_reduce float sum, {nranks} ranks, {where}, median of {reps} runs each")
 print(f"# perf args: {args}")
+if limits:
+    print(f"# memory limit: algo = what tutti ran; B/bus = bytes the busiest rank copies per byte "
+          f"of busbw (its schedule); mcpy1, mcpy{nranks} = memcpy GB/s per process, 1 and "
+          f"{nranks} processes at once; limit = mcpy{nranks} / (B/bus); frac = tutti busbw / limit")
 hdr = "#{:>11} {:>10} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}"
-print(hdr.format("size", "tutti", "tutti", "ompi", "ompi", "busbw", "time", "bw>=2x", "t<=ompi"))
-print(hdr.format("(B)", "(us)", "(GB/s)", "(us)", "(GB/s)", "ratio", "ratio", "1M-256M", "8B-4K"))
+lim_hdr = " {:>8} {:>6} {:>7} {:>7} {:>7} {:>6}"
+print(hdr.format("size", "tutti", "tutti", "ompi", "ompi", "busbw", "time", "bw>=2x", "t<=ompi")
+      + (lim_hdr.format("algo", "B/bus", "mcpy1", f"mcpy{nranks}", "limit", "frac") if limits else ""))
+print(hdr.format("(B)", "(us)", "(GB/s)", "(us)", "(GB/s)", "ratio", "ratio", "1M-256M", "8B-4K")
+      + (lim_hdr.format("", "", "(GB/s)", "(GB/s)", "(GB/s)", "") if limits else ""))
 rows, counts = [], {"bw": [0, 0], "time": [0, 0]}
 for s in sizes:
     t, m = tutti[s], ompi[s]
@@ -211,11 +288,21 @@ for s in sizes:
             counts[key][1] += 1
     t_r = ratio(t["time_us"], m["time_us"])
     bw_r = ratio(m["time_us"], t["time_us"])
+    lim = ""
+    row = {"bytes": s, "tutti": t, "ompi": m, "busbw_ratio": bw_r, "time_ratio": t_r,
+           "busbw_target": word(bw_ok), "time_target": word(time_ok)}
+    algo, k = moved.get((s, 1 if place == "in" else 0), ("?", 0.0))
+    if limits and k > 0 and s in mcpyn:
+        limit = mcpyn[s] / k
+        lim = " {:>8} {:>6.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>6.1%}".format(
+            algo, k, mcpy1.get(s, 0.0), mcpyn[s], limit, t["busbw"] / limit)
+        row["memory_limit"] = {"algo": algo, "bytes_per_busbw_byte": k,
+                               "memcpy_1_gbps": mcpy1.get(s), "memcpy_n_gbps": mcpyn[s],
+                               "limit_busbw": limit, "fraction": t["busbw"] / limit}
     print("{:>12} {:>10.2f} {:>8.3f} {:>10.2f} {:>8.3f} {:>8.2f} {:>8.2f} {:>8} {:>8}".format(
         s, t["time_us"], t["busbw"], m["time_us"], m["busbw"], bw_r, t_r, word(bw_ok),
-        word(time_ok)))
-    rows.append({"bytes": s, "tutti": t, "ompi": m, "busbw_ratio": bw_r, "time_ratio": t_r,
-                 "busbw_target": word(bw_ok), "time_target": word(time_ok)})
+        word(time_ok)) + lim)
+    rows.append(row)
 print(f"# busbw >= 2x Open MPI (1 MiB..256 MiB): {counts['bw'][0]}/{counts['bw'][1]} PASS")
 print(f"# time <= Open MPI (8 B..4 KiB):         {counts['time'][0]}/{counts['time'][1]} PASS")
 all_ok = all(c[0] == c[1] for c in counts.values())

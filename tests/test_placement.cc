@@ -251,11 +251,12 @@ struct RankRun {
   std::string out;
 };
 
-// Runs placement_rank under tutti-run -n 2 (environment of this process plus `env`), output
-// and errors together.
+// Runs placement_rank under tutti-run -n 2 --bind none (the ranks start with this process's
+// binding; environment of this process plus `env`), output and errors together.
 RankRun run_ranks(const std::string &env, const char *arg = "") {
-  std::string cmd =
-      "env " + env + " timeout 90 " TUTTI_RUN_PATH " -n 2 " PLACEMENT_RANK_PATH " " + arg + " 2>&1";
+  std::string cmd = "env " + env +
+                    " timeout 90 " TUTTI_RUN_PATH " -n 2 --bind none " PLACEMENT_RANK_PATH " " +
+                    arg + " 2>&1";
   RankRun r;
   FILE *p = popen(cmd.c_str(), "r");
   if (!p) return r;

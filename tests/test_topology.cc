@@ -543,6 +543,47 @@ TEST_F(Topo, Pcie4RingGlobal) {
   EXPECT_EQ(std::vector<int>(order, order + 8), (std::vector<int>{0, 2, 6, 4, 1, 3, 5, 7}));
 }
 
+// Launcher placement (topo_place_ranks) on the 2-socket fixture: NUMA 0 = cores 0-7 (PUs k and
+// k+16), NUMA 1 = cores 8-15. Cores another job holds are skipped while free ones suffice.
+std::vector<std::string> placed(const topo_t *t, const char *allowed, const char *busy, int n,
+                                topo_place_unit_t unit, int spread, int *shared) {
+  topo_place_t p;
+  EXPECT_EQ(topo_place_ranks(t, allowed, busy, n, unit, spread, &p), ncclSuccess)
+      << tutti_last_error();
+  std::vector<std::string> sets;
+  for (int r = 0; r < p.nranks; r++)
+    sets.push_back(std::string(p.cpuset[r]) + "@" + std::to_string(p.numa[r]));
+  *shared = p.shared;
+  topo_place_free(&p);
+  return sets;
+}
+
+TEST_F(Topo, Pcie4PlaceRanks) {
+  load("pcie-4gpu-2socket.xml");
+  int shared = -1;
+  EXPECT_EQ(placed(t_, "0-31", "0-1,16-17,8", 4, TOPO_PLACE_CORE, 1, &shared),
+            (std::vector<std::string>{"2,18@0", "3,19@0", "9,25@1", "10,26@1"}));
+  EXPECT_EQ(shared, 0);
+  EXPECT_EQ(placed(t_, "0-31", "0-1", 3, TOPO_PLACE_CORE, 0, &shared),
+            (std::vector<std::string>{"2,18@0", "3,19@0", "4,20@0"}));
+  // A mask of two CPUs, one of them busy, two ranks: both used, one rank counted as sharing.
+  EXPECT_EQ(placed(t_, "5,13", "5", 2, TOPO_PLACE_CORE, 0, &shared),
+            (std::vector<std::string>{"5@0", "13@1"}));
+  EXPECT_EQ(shared, 1);
+  EXPECT_EQ(placed(t_, "5,13", "5", 1, TOPO_PLACE_CORE, 0, &shared),
+            (std::vector<std::string>{"13@1"}));
+  EXPECT_EQ(placed(t_, "0-3", nullptr, 4, TOPO_PLACE_NUMA, 1, &shared),
+            (std::vector<std::string>{"0-3@0", "0-3@0", "0-3@0", "0-3@0"}));
+  topo_place_t p;  // more ranks than hardware threads: nothing placed, with the counts
+  ASSERT_EQ(topo_place_ranks(t_, "0-3", "", 5, TOPO_PLACE_CORE, 1, &p), ncclSuccess);
+  EXPECT_EQ(p.fits, 0);
+  EXPECT_EQ(p.nranks, 0);
+  EXPECT_EQ(p.units, 4);
+  topo_place_free(&p);
+  EXPECT_EQ(topo_place_ranks(t_, "banana", "", 1, TOPO_PLACE_CORE, 1, &p), ncclInvalidArgument);
+  topo_place_free(&p);
+}
+
 // ---------------------------------------------------------------- this machine, env, dump
 
 class TopoLive : public Topo {};

@@ -1,8 +1,9 @@
-/* tools/run.h: what tutti-run's two files share (tutti_run.c: command line, job setup,
- * launching; run_supervise.c: signals, output relay, supervision). */
+/* tools/run.h: what tutti-run's files share (tutti_run.c: command line, job setup, launching;
+ * run_supervise.c: signals, output relay, supervision; run_bind.c: placement on CPUs). */
 #ifndef TUTTI_RUN_H_
 #define TUTTI_RUN_H_
 
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -19,7 +20,8 @@
 #define RUN_EXIT_NOEXEC 127
 
 #define RUN_MAX_HOSTS 256
-#define RUN_MAX_CPUS 1024
+
+enum { RUN_BIND_AUTO = 0, RUN_BIND_NONE, RUN_BIND_CORE, RUN_BIND_NUMA };
 
 typedef struct {
   char name[48];
@@ -34,12 +36,13 @@ typedef struct {
   int nhosts;
   const char *netns_prefix;
   int print_settings;
-  int bind, bind_set;     /* --bind core; bind_set: given on the command line */
-  int oversubscribe;      /* --oversubscribe: more ranks than CPUs unbinds */
-  int cpus[RUN_MAX_CPUS]; /* --bind core: rank r runs on cpus[r] */
-  int ncpus;
-  double timeout_s; /* 0: no timeout */
-  char **prog_argv; /* NULL-terminated, points into argv */
+  int bind_mode, bind_set; /* RUN_BIND_*; bind_set: given on the command line */
+  int map_spread;          /* --map: 1 spread, 0 pack, -1 mpirun's rule */
+  int report_bindings;     /* --report-bindings */
+  int oversubscribe;       /* --oversubscribe: more ranks than CPUs unbinds */
+  cpu_set_t *rank_sets;    /* [nranks] rank r's CPUs; NULL: ranks not bound */
+  double timeout_s;        /* 0: no timeout */
+  char **prog_argv;        /* NULL-terminated, points into argv */
 } run_options_t;
 
 /* One relayed output stream of one rank (--prefix only). */
@@ -71,6 +74,14 @@ typedef struct {
 } run_job_t;
 
 __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...);
+__attribute__((format(printf, 1, 2), noreturn)) void usage_error(const char *fmt, ...);
+int parse_bind(const char *v); /* RUN_BIND_*; a usage error for anything else */
+/* run_bind.c: decides each rank's CPUs (and claims them in the registry) before any rank
+ * starts; bind_rank applies rank r's in its child. */
+void plan_binding(run_options_t *o);
+void bind_rank(const run_options_t *o, int rank);
+int run_cpulist_parse(const char *s, cpu_set_t *set);
+void run_cpulist_format(const cpu_set_t *set, char *buf, size_t len);
 double now_s(void);
 void write_all(int fd, const char *p, size_t n);
 void install_signal_handlers(void);

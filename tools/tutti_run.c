@@ -84,7 +84,8 @@ void write_all(int fd, const char *p, size_t n) {
 static const char run_usage[] =
     "Usage: tutti-run -n N [options] [--] prog [args...]\n"
     "       (mpirun's spellings work too: -np N, -x VAR, -H h1:2,h2:2,\n"
-    "       --bind-to core|none, --oversubscribe)\n";
+    "       --bind-to core|numa|none, --map-by core|numa, --report-bindings,\n"
+    "       --oversubscribe)\n";
 
 static const char run_help[] =
     "Starts N ranks of prog on this host and waits for them. Each rank gets TUTTI_RANK,\n"
@@ -98,11 +99,20 @@ static const char run_help[] =
     "  --timeout SEC     stop the job after SEC seconds (exit status 124)\n"
     "  -x VAR=VALUE      add VAR=VALUE to the ranks' environment (repeatable); -x VAR passes\n"
     "                    this environment's VAR (the ranks inherit the environment anyway)\n"
-    "  --bind core|none  core: pin rank r to the r-th CPU the launcher may run on (also\n"
-    "  --bind-to ...     spelled --bind-to); refused when there are more ranks than CPUs.\n"
-    "                    Default none (or $TUTTI_RUN_BIND): concurrent jobs would pile on CPU 0\n"
+    "  --bind MODE       auto (default, or $TUTTI_RUN_BIND): each rank on a core of its own\n"
+    "  --bind-to MODE    when the ranks fit the CPUs tutti-run may use (its affinity mask) and\n"
+    "                    no other tutti-run job holds them; else unbound, with a line saying\n"
+    "                    why. core: the same, but binds even onto CPUs another job holds (with\n"
+    "                    a WARN) and refuses more ranks than CPUs. numa: each rank on all the\n"
+    "                    CPUs of its NUMA node. none: ranks keep tutti-run's own mask.\n"
+    "                    Jobs record their CPUs in $TUTTI_RUN_CPU_REGISTRY (default\n"
+    "                    /dev/shm/tutti-run-cpus)\n"
+    "  --map spread|pack how ranks fill NUMA nodes: pack one node before the next, or spread\n"
+    "  --map-by core|numa them evenly in blocks of consecutive ranks (default: pack up to 2\n"
+    "                    ranks, spread above, as mpirun)\n"
+    "  --report-bindings print each rank's CPUs and NUMA node (stderr)\n"
     "  --oversubscribe   more ranks than CPUs with --bind core: run them unbound instead of\n"
-    "                    refusing (tutti-run never refuses unbound oversubscription)\n"
+    "                    refusing\n"
     "  --print-settings  print the TUTTI_* and NCCL_* variables passed to the ranks\n"
     "  -H, --hosts LIST  run on the hosts of the namespace test bed (scripts/netns-cluster.sh):\n"
     "                    \"h1:2,h2:2\" (ranks per host), \"h1,h2\" (one each) or \"h1,h2\" with\n"
@@ -118,7 +128,7 @@ static const char run_help[] =
     "if it was killed), 124 on timeout, 127 if prog cannot be executed, 128+signal if\n"
     "tutti-run itself was stopped by SIGINT or SIGTERM, 2 on a usage error.\n";
 
-static void usage_error(const char *fmt, ...) {
+void usage_error(const char *fmt, ...) {
   va_list ap;
   fputs("tutti-run: ", stderr);
   va_start(ap, fmt);
@@ -229,43 +239,24 @@ static int host_of_rank(const run_options_t *o, int r, int *local_rank) {
   return -1;
 }
 
-/* Parses the option at argv[*i]; returns 0 if it is not one we know. */
-static int parse_bind(const char *v) {
-  if (strcmp(v, "core") == 0) return 1;
-  if (strcmp(v, "none") == 0) return 0;
-  usage_error("--bind takes core or none, not '%s'", v);
-  return 0;
+int parse_bind(const char *v) {
+  static const struct {
+    const char *name;
+    int mode;
+  } modes[] = {{"auto", RUN_BIND_AUTO},
+               {"none", RUN_BIND_NONE},
+               {"core", RUN_BIND_CORE},
+               {"numa", RUN_BIND_NUMA}};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+    if (strcmp(v, modes[i].name) == 0) return modes[i].mode;
+  usage_error("--bind takes auto, core, numa or none, not '%s'", v);
 }
 
-/* --bind core: the CPUs the launcher may use, in order; rank r gets the r-th. Checked before
- * any rank starts, so a job that cannot be bound is a usage error, not a slow run. */
-static void plan_binding(run_options_t *o) {
-  cpu_set_t set;
-  if (!o->bind) return;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) die("sched_getaffinity: %s", strerror(errno));
-  o->ncpus = 0;
-  for (int c = 0; c < CPU_SETSIZE && o->ncpus < RUN_MAX_CPUS; c++)
-    if (CPU_ISSET(c, &set)) o->cpus[o->ncpus++] = c;
-  if (o->nranks > o->ncpus && o->oversubscribe) {
-    fprintf(stderr, "tutti-run: --oversubscribe: %d ranks on %d CPUs, not binding\n", o->nranks,
-            o->ncpus);
-    o->bind = 0;
-  } else if (o->nranks > o->ncpus) {
-    usage_error(
-        "--bind core: %d ranks but only %d CPUs to bind them to (add --oversubscribe "
-        "to run them unbound)",
-        o->nranks, o->ncpus);
-  }
-}
-
-static void bind_rank(const run_options_t *o, int rank) {
-  if (!o->bind) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(o->cpus[rank], &set);
-  if (sched_setaffinity(0, sizeof set, &set) != 0)
-    fprintf(stderr, "tutti-run: rank %d: cannot bind to CPU %d: %s\n", rank, o->cpus[rank],
-            strerror(errno));
+/* --map spread|pack; mpirun's --map-by core (pack) and numa (spread) are taken too. */
+static int parse_map(const char *v) {
+  if (strcmp(v, "spread") == 0 || strcmp(v, "numa") == 0) return 1;
+  if (strcmp(v, "pack") == 0 || strcmp(v, "core") == 0) return 0;
+  usage_error("--map takes spread or pack, not '%s'", v);
 }
 
 /* Long options; getopt_long_only also takes them after one dash, as mpirun does ("-np 4",
@@ -278,7 +269,9 @@ enum {
   OPT_NETNS,
   OPT_KEEP,
   OPT_VERSION,
-  OPT_OVERSUB
+  OPT_OVERSUB,
+  OPT_MAP,
+  OPT_REPORT
 };
 static const struct option run_long_options[] = {
     {"np", required_argument, NULL, 'n'},
@@ -287,6 +280,9 @@ static const struct option run_long_options[] = {
     {"bind", required_argument, NULL, OPT_BIND},
     {"bind-to", required_argument, NULL, OPT_BIND},
     {"oversubscribe", no_argument, NULL, OPT_OVERSUB},
+    {"map", required_argument, NULL, OPT_MAP},
+    {"map-by", required_argument, NULL, OPT_MAP},
+    {"report-bindings", no_argument, NULL, OPT_REPORT},
     {"print-settings", no_argument, NULL, OPT_PRINT},
     {"hosts", required_argument, NULL, 'H'},
     {"host", required_argument, NULL, 'H'},
@@ -311,7 +307,13 @@ static void parse_option(int c, char *v, run_options_t *o) {
       o->prefix = 1;
       break;
     case OPT_BIND:
-      o->bind = parse_bind(v), o->bind_set = 1;
+      o->bind_mode = parse_bind(v), o->bind_set = 1;
+      break;
+    case OPT_MAP:
+      o->map_spread = parse_map(v);
+      break;
+    case OPT_REPORT:
+      o->report_bindings = 1;
       break;
     case OPT_OVERSUB:
       o->oversubscribe = 1;
@@ -350,8 +352,6 @@ static void parse_args(int argc, char **argv, run_options_t *o) {
   int i = optind;
   if (o->hosts) place_ranks(o);
   if (o->nranks == 0) usage_error("the rank count -n N (or -np N) is required");
-  const char *bind = getenv("TUTTI_RUN_BIND");
-  if (!o->bind_set && bind && *bind) o->bind = parse_bind(bind);
   plan_binding(o);
   if (!o->netns_prefix) o->netns_prefix = getenv("TUTTI_NETNS_PREFIX");
   if (!o->netns_prefix || !*o->netns_prefix) o->netns_prefix = "tutti-";
@@ -696,6 +696,7 @@ int main(int argc, char **argv) {
   run_job_t job;
   memset(&job, 0, sizeof job);
   job.listen_fd = -1;
+  job.opt.map_spread = -1; /* mpirun's rule: pack up to 2 ranks, spread above */
   ensure_stdio_open();
   parse_args(argc, argv, &job.opt);
   job.grace_s = read_kill_grace();
@@ -709,5 +710,6 @@ int main(int argc, char **argv) {
   supervise(&job);
   free(job.ranks);
   free(job.opt.hosts);
+  free(job.opt.rank_sets);
   return job.exit_code;
 }

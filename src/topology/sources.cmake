@@ -9,6 +9,7 @@ set(TUTTI_TOPOLOGY_SOURCES
   src/topology/topo_path.c
   src/topology/topo_decide.c
   src/topology/topo_ring.c
+  src/topology/topo_place.c
   src/topology/topo_dump.c
 )
 list(APPEND TUTTI_SOURCES ${TUTTI_TOPOLOGY_SOURCES})

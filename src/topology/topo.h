@@ -199,6 +199,30 @@ void topo_ring_hosts(int nranks, const uint64_t *host_hash, const int *local_pos
 ncclResult_t topo_ring_global(const topo_t *t, int nranks, const uint64_t *host_hash,
                               const topo_rank_loc_t *locs, int *order);
 
+/* ---- launcher placement (tutti-run --bind, topo_place.c) ---- */
+typedef enum { TOPO_PLACE_CORE = 0, TOPO_PLACE_NUMA = 1 } topo_place_unit_t;
+#define TOPO_PLACE_MAX_RANKS 1024
+typedef struct topo_place {
+  int nranks;    /* ranks placed: nranks, or 0 when they do not fit (core units) */
+  int fits;      /* 1: at most one rank per unit */
+  int units;     /* units (cores, or hardware threads) within the mask */
+  int hwthreads; /* 1: more ranks than cores, so one hardware thread each */
+  int shared;    /* ranks placed on units the busy set claims (the free ones did not suffice) */
+  char (*cpuset)[TOPO_SET_CHARS]; /* [nranks] rank r's CPUs, hwloc list syntax */
+  int *numa;                      /* [nranks] rank r's NUMA node (os index), -1 unknown */
+  char reason[TOPO_REASON_CHARS];
+} topo_place_t;
+/* Places nranks ranks of one job on the CPUs of allowed (hwloc list; NULL: the calling thread's
+ * binding on the live machine, the whole machine for a file), avoiding busy (CPUs other jobs
+ * claimed; NULL or "" none) while the free units suffice. unit CORE: one core per rank (one
+ * hardware thread when ranks outnumber cores); with more ranks than hardware threads nothing is
+ * placed (fits 0, nranks 0). unit NUMA: each rank gets its node's candidate CPUs (any number of
+ * ranks). spread 1: ranks balanced over the NUMA nodes in blocks of consecutive ranks; 0: pack,
+ * node by node. Pure (nothing is bound); free with topo_place_free. */
+ncclResult_t topo_place_ranks(const topo_t *t, const char *allowed, const char *busy, int nranks,
+                              topo_place_unit_t unit, int spread, topo_place_t *out);
+void topo_place_free(topo_place_t *p);
+
 /* ---- output ---- */
 /* Readable tree: packages, NUMA nodes, caches, cores, the PCI tree with GPUs and NICs, then
  * the GPU/NIC path matrix (as `nvidia-smi topo -m`). */
