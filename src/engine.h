@@ -80,9 +80,9 @@ ncclResult_t engine_exchange(const exchange_t *x, int nx);
 enum { PEER_AGREE_NONE = 0, PEER_AGREE_READ = 1, PEER_AGREE_MAP = 2 };
 ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], int *ok, int k);
 /* Runs lane l's peer step st as far as it can without waiting (also any step of a call on
- * device buffers, o->dev: the local copies of its schedule run through the device): 1 when it is done (l->cur moved
- * past it), 0 when blocked (l->wait_peer says on whom), -1 on an error (recorded). *moved is
- * set when something happened. */
+ * device buffers, o->dev: the local copies of its schedule run through the device): 1 when it is
+ * done (l->cur moved past it), 0 when blocked (l->wait_peer says on whom), -1 on an error
+ * (recorded). *moved is set when something happened. */
 int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved);
 /* Frees the communicator's peer-memory state (the mappings of its peers' buffers). */
 void engine_peer_free(ncclComm_t comm);

@@ -248,8 +248,8 @@ static int device_failed(lane_t *l, const op_ctx_t *o, const char *what, int rc)
 /* reduce_inputs on device memory (a kernel per operand, on the proxy's queue): the same order
  * of operands, so the same bits as the host; partial sums in o->dev_scratch (len elements fit),
  * so dst may be any of the inputs. 0 or the device's error. */
-static int reduce_inputs_dev(const op_ctx_t *o, const step_t *st, const char *const *in,
-                             size_t len, char *dst) {
+static int reduce_inputs_dev(const op_ctx_t *o, const step_t *st, const char *const *in, size_t len,
+                             char *dst) {
   const device_ops_t *d = o->dev;
   int n = o->comm->nranks, f = st->recv_peer;
   int post = (st->flags & STEP_POST) && o->rop.postdiv ? REDUCE_POST : 0;
@@ -383,10 +383,10 @@ static int step_done(lane_t *l, const op_ctx_t *o, int *moved) {
 
 int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   int rc = st->kind == STEP_FIFO && o->dev ? step_local_dev(l, o, st, moved)
-           : st->kind == STEP_PEER_REDUCE   ? step_reduce(l, o, st, moved)
-           : st->kind == STEP_PEER_COPY ? step_copy(l, o, st, moved)
-           : st->kind == STEP_PEER_DONE ? step_done(l, o, moved)
-                                        : -2;
+           : st->kind == STEP_PEER_REDUCE  ? step_reduce(l, o, st, moved)
+           : st->kind == STEP_PEER_COPY    ? step_copy(l, o, st, moved)
+           : st->kind == STEP_PEER_DONE    ? step_done(l, o, moved)
+                                           : -2;
   if (rc == -2)
     TUTTI_ERR(ncclInternalError, "rank %d: unknown step kind %d in nccl%s", l->comm->rank,
               (int)st->kind, coll_name(o->coll));

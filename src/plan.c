@@ -156,14 +156,19 @@ static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclud
   tuner_topo_t t = plan_topo(comm);
   t.peer_mem = comm->dev_peer && comm->peer_mem && tutti_param_Direct();
   t.peer_read = 0, t.peer_min_bytes = 0;
-  uint32_t mask = comm->algo_mask[c] & algos_needing(ALGO_RUNS_ON_DEVICE) & ~exclude;
+  uint32_t can = 0; /* the device algorithms that implement c */
+  for (int a = 0; a < ALGO_NUM; a++)
+    if (algo_implements((algo_t)a, c)) can |= 1u << a;
+  can &= algos_needing(ALGO_RUNS_ON_DEVICE) & ~exclude;
+  uint32_t mask = comm->algo_mask[c] & can;
   tuner_choice_t ch = {.algo = ALGO_NUM};
   if (mask) ch = tuner_choose(&comm->tuner, &t, c, bytes, mask, 0);
   *ok = ch.algo != ALGO_NUM;
   if (!*ok)
-    return plan_stage(p, !t.peer_mem ? "the ranks' devices cannot map each other's memory "
-                                       "(cuda_p2p off, or TUTTI_DIRECT=0)"
-                                     : "no algorithm TUTTI_ALGO allows runs it on the device");
+    return plan_stage(p, !can          ? "no algorithm runs this collective on device memory"
+                         : !t.peer_mem ? "the ranks' devices cannot map each other's memory "
+                                         "(cuda_p2p off, or TUTTI_DIRECT=0)"
+                                       : "TUTTI_ALGO allows no algorithm that runs on the device");
   p->ctx.algo = ch.algo;
   set_chunk(comm, p, ch.chunk_bytes);
   return ncclSuccess;

@@ -35,7 +35,7 @@
 
 typedef struct p2p_handle { /* a peer_handle_t's bytes */
   int32_t pid;
-  int32_t kind; /* CUDA_P2P_HANDLE_KIND */
+  int32_t kind;    /* CUDA_P2P_HANDLE_KIND */
   uint64_t addr;   /* the buffer's address in process pid */
   uint64_t offset; /* of the buffer in its allocation */
   unsigned char ipc[DEVICE_IPC_BYTES];
@@ -85,8 +85,9 @@ static void p2p_log(ncclComm_t comm, const int32_t *verdict, const p2p_id_t *ids
            ids[r].disabled ? "set TUTTI_P2P_DISABLE" : "has no device usable for peer memory");
     return;
   }
-  INFO(SUB_INIT, "cuda_p2p: every rank reaches every rank's device: the direct algorithm reads "
-                 "device buffers in place (CUDA IPC)");
+  INFO(SUB_INIT,
+       "cuda_p2p: every rank reaches every rank's device: the direct algorithm reads "
+       "device buffers in place (CUDA IPC)");
 }
 
 ncclResult_t cuda_p2p_agree(ncclComm_t comm) {
@@ -126,9 +127,8 @@ int cuda_p2p_is_handle(const peer_handle_t *h) {
 }
 
 int cuda_p2p_expose(ncclComm_t comm, const void *buf, size_t bytes, peer_handle_t *h) {
-  p2p_handle_t ph = {.pid = (int32_t)getpid(),
-                     .kind = CUDA_P2P_HANDLE_KIND,
-                     .addr = (uint64_t)(uintptr_t)buf};
+  p2p_handle_t ph = {
+      .pid = (int32_t)getpid(), .kind = CUDA_P2P_HANDLE_KIND, .addr = (uint64_t)(uintptr_t)buf};
   memset(h, 0, sizeof(*h));
   if (!comm->dev_peer) return PEER_EXPOSE_NONE;
   int others = 0; /* peers in other processes need the IPC handle */
@@ -178,7 +178,8 @@ static ncclResult_t p2p_open(ncclComm_t comm, int peer, const unsigned char *ipc
       if (!rc) dev->ipc_close(b);
       res = TUTTI_ERR(ncclUnhandledCudaError,
                       "rank %d: cannot open the device buffer rank %d (pid %d) exposed: %s (%d)",
-                      comm->rank, peer, comm->peers[peer].pid, rc ? dev->error_string(rc) : "out of memory", rc);
+                      comm->rank, peer, comm->peers[peer].pid,
+                      rc ? dev->error_string(rc) : "out of memory", rc);
       goto out;
     }
     memcpy(o->ipc, ipc, DEVICE_IPC_BYTES);
