@@ -69,8 +69,14 @@ static int p2p_first_unreached(ncclComm_t comm, const p2p_id_t *ids) {
   const device_ops_t *dev = device_get();
   const p2p_id_t *me = &ids[comm->rank];
   if (!me->has || me->disabled) return comm->rank;
-  for (int p = 0; p < comm->nranks; p++)
+  for (int p = 0; p < comm->nranks; p++) {
     if (!ids[p].has || ids[p].disabled || !dev->can_reach(me->id, ids[p].id)) return p;
+    /* ranks as threads of one process use each other's pointers as they are: on two GPUs
+     * that would need peer access enabled between their contexts, which this does not do */
+    if (comm->peers[p].pid == comm->peers[comm->rank].pid &&
+        memcmp(me->id, ids[p].id, DEVICE_ID_BYTES))
+      return p;
+  }
   return -1;
 }
 

@@ -46,8 +46,8 @@ jobs=$(nproc)
 step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_CUDA=ON \
   -DTUTTI_BUILD_TESTS=ON -DTUTTI_BUILD_PERF=ON || { log "build failed"; exit 1; }
 step build cmake --build "$build" -j"$jobs" --target tutti nccl_compat tutti_cuda \
-  test_gpu_kernels gpu_memcpy_bw gpu_coll test_cuda_driver test_stream_path all_reduce_perf \
-  tutti-run || { log "build failed"; exit 1; }
+  test_gpu_kernels gpu_memcpy_bw gpu_coll test_cuda_driver test_stream_path test_p2p_protocol \
+  all_reduce_perf tutti-run || { log "build failed"; exit 1; }
 bin=$build/bin
 if ((build_only)); then log "built only (--build-only)"; exit 0; fi
 
@@ -69,16 +69,27 @@ step gpu_kernels "$bin/test_gpu_kernels"
 step cuda_driver "$bin/test_cuda_driver"
 # The stream path's protocol tests (host emulation; they run in CI too).
 step stream_protocol "$bin/test_stream_path"
+step p2p_protocol "$bin/test_p2p_protocol"
 # Every collective x datatype on device buffers, stream order, device scalar, capture, abort.
 for n in 1 2 4; do step "device_collectives_${n}ranks" run_n "$n" "$bin/gpu_coll" check; done
 for n in 2 4; do step "device_collectives_${n}threads" timeout 240 "$bin/gpu_coll" threads "$n"; done
 # Peer figure: device-to-device copy bandwidth, this run.
 step d2d_memcpy "$bin/gpu_memcpy_bw" $((256 << 20))
 d2d=$(awk '/^d2d_memcpy / { for (i = 1; i <= NF; i++) if ($i ~ /^GB\/s=/) { sub("GB/s=", "", $i); v = $i } } END { print v }' "$results")
-# All-reduce on device buffers, 2 ranks on the GPU: busbw at 256 MiB and the 8 B latency.
-step allreduce_device_2ranks run_n 2 "$bin/gpu_coll" bench
+# All-reduce on device buffers, 2 ranks on the GPU: busbw at 256 MiB and the 8 B latency,
+# through cuda_p2p (CUDA IPC, kernels and the copy engine); the INIT lines say it was on.
+step allreduce_device_2ranks env TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=INIT \
+  run_n 2 "$bin/gpu_coll" bench
 busbw=$(result allreduce_256MiB_busbw_GBps)
 lat=$(result allreduce_8B_latency_us)
+if grep -q "cuda_p2p: every rank reaches every rank's device" "$results"; then
+  log "cuda_p2p: on (device buffers read in place through CUDA IPC)"
+else
+  log "cuda_p2p: FAIL: not on for 2 ranks on one GPU (see the INIT lines above)"; failed=1
+fi
+# The same with cuda_p2p off (every byte staged through pinned host memory), for comparison.
+step allreduce_device_2ranks_staged env TUTTI_P2P_DISABLE=1 GPU_COLL_TAG=staged \
+  run_n 2 "$bin/gpu_coll" bench
 # Targets (docs/gpu.md): busbw >= 35% of the copy bandwidth; 8 B latency <= 25 us.
 target() { # target NAME OK-EXPRESSION TEXT
   if [ -n "$3" ] && awk "BEGIN { exit !($2) }"; then log "TARGET $1: met ($3)"
