@@ -47,7 +47,7 @@ step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_
   -DTUTTI_BUILD_TESTS=ON -DTUTTI_BUILD_PERF=ON || { log "build failed"; exit 1; }
 step build cmake --build "$build" -j"$jobs" --target tutti nccl_compat tutti_cuda \
   test_gpu_kernels gpu_memcpy_bw gpu_coll test_cuda_driver test_stream_path test_p2p_protocol \
-  all_reduce_perf tutti-run || { log "build failed"; exit 1; }
+  all_reduce_perf tutti-run tutti-train || { log "build failed"; exit 1; }
 bin=$build/bin
 if ((build_only)); then log "built only (--build-only)"; exit 0; fi
 
@@ -101,6 +101,22 @@ target latency_8B "${lat:-1e9} <= 25" "8 B all-reduce ${lat:-?} us"
 # Host-buffer all-reduce for reference.
 step allreduce_host_2ranks "$bin/tutti-run" -n 2 --timeout 120 -- \
   "$bin/all_reduce_perf" -b 8 -e 64M -f 8 -c 1
+
+# One epoch of the MLP on the GPU (tutti-train --device cuda, 2 ranks on GPU 0, gradients
+# all-reduced on the device), and the same epoch on the host for comparison: same init, data
+# order and update rules, sums in other orders, so the test accuracies differ by little; more
+# than 1.5 points after one epoch means the GPU trainer is wrong.
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+  step train_cuda_1epoch run_n 2 "$bin/tutti-train" --device cuda --model mlp --epochs 1 --data "$data"
+  step train_cpu_1epoch run_n 2 "$bin/tutti-train" --model mlp --epochs 1 --threads 4 --data "$data"
+  acc() { grep -E "^epoch +1/1" "$results" | sed -n "$1p" | sed -E 's/.*test +([0-9.]+)%.*/\1/'; }
+  gpu_acc=$(acc 1) cpu_acc=$(acc 2)
+  target train_accuracy_vs_host "${gpu_acc:-0} - ${cpu_acc:-100} <= 1.5 && ${cpu_acc:-100} - ${gpu_acc:-0} <= 1.5" \
+    "test accuracy after 1 epoch: GPU ${gpu_acc:-?}%, host ${cpu_acc:-?}%"
+else
+  log "NOT RUN train_cuda: no Fashion-MNIST at $data (set FASHION_MNIST_DIR; Debian: dataset-fashion-mnist)"
+fi
 
 # nccl-tests built unchanged against tutti's nccl.h and libnccl.so.2, where its sources are.
 nt=${NCCL_TESTS_DIR:-$root/../nccl-tests}
