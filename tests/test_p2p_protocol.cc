@@ -94,6 +94,7 @@ int collectives(int rank, ncclComm_t comm, int n, size_t k) {
     return res == ncclSuccess && device_emu_stream_sync(st, 60000) == 0;
   };
   cudaStream_t cs = (cudaStream_t)st;
+  CHILD_CHECK(run(ncclAllReduce(s.d, r.d, 0, ncclInt32, ncclSum, comm, cs)), 10, "count 0");
   for (size_t j = 0; j < k * n; j++) s.h()[j] = in(rank, j);
   CHILD_CHECK(run(ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs)), 10, "allreduce");
   for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == sum(n, j), 11, "allreduce at %zu", j);

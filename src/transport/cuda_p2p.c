@@ -38,6 +38,7 @@ typedef struct p2p_handle { /* a peer_handle_t's bytes */
   int32_t kind;    /* CUDA_P2P_HANDLE_KIND */
   uint64_t addr;   /* the buffer's address in process pid */
   uint64_t offset; /* of the buffer in its allocation */
+  uint64_t bytes;  /* 0: nothing to open (the peers never read an empty buffer) */
   unsigned char ipc[DEVICE_IPC_BYTES];
 } p2p_handle_t;
 _Static_assert(sizeof(p2p_handle_t) <= PEER_HANDLE_BYTES, "device handle must fit a peer handle");
@@ -133,8 +134,10 @@ int cuda_p2p_is_handle(const peer_handle_t *h) {
 }
 
 int cuda_p2p_expose(ncclComm_t comm, const void *buf, size_t bytes, peer_handle_t *h) {
-  p2p_handle_t ph = {
-      .pid = (int32_t)getpid(), .kind = CUDA_P2P_HANDLE_KIND, .addr = (uint64_t)(uintptr_t)buf};
+  p2p_handle_t ph = {.pid = (int32_t)getpid(),
+                     .kind = CUDA_P2P_HANDLE_KIND,
+                     .addr = (uint64_t)(uintptr_t)buf,
+                     .bytes = bytes};
   memset(h, 0, sizeof(*h));
   if (!comm->dev_peer) return PEER_EXPOSE_NONE;
   int others = 0; /* peers in other processes need the IPC handle */
@@ -202,7 +205,7 @@ out:
 ncclResult_t cuda_p2p_map(ncclComm_t comm, int peer, const peer_handle_t *h, const char **addr) {
   p2p_handle_t ph;
   memcpy(&ph, h->bytes, sizeof(ph));
-  if (ph.pid == (int32_t)getpid()) {
+  if (ph.pid == (int32_t)getpid() || !ph.bytes) { /* this process's, or never read */
     *addr = (const char *)(uintptr_t)ph.addr;
     return ncclSuccess;
   }
