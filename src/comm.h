@@ -94,6 +94,7 @@ struct ncclComm {
   size_t slot_bytes;  /* 0 when there is no peer */
   size_t chunk_bytes; /* bytes a ring step may move per round (<= half a FIFO) */
   sched_t *p2p_lanes; /* [2 * nranks], reused */
+  int lanes_used;     /* p2p_lanes hold steps (an ALGO_USES_LANES call was planned) */
 
   /* The last collective's plan: a call with the same key (collective, count, element size,
    * root, in place) reuses its algorithm and chunk, and its steps when they were cached
@@ -110,6 +111,7 @@ struct ncclComm {
   int64_t timeout_ms;
   size_t oneshot_max_bytes;
   size_t nt_threshold;          /* calls at least this large write results with streaming stores */
+  int device_possible;          /* a device layer or a CUDA driver exists: buffers may be device */
   uint32_t algo_mask[COLL_NUM]; /* algorithms TUTTI_ALGO / NCCL_ALGO allows, per collective */
   tuner_model_t tuner;          /* cost model (TUTTI_TUNER_*) */
 };

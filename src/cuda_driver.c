@@ -59,6 +59,11 @@ static void drv_load(void) {
        drv.get_attr ? "" : "; every buffer is host memory");
 }
 
+int cuda_driver_ready(void) {
+  pthread_once(&drv.once, drv_load);
+  return drv.get_attr != NULL;
+}
+
 const char *cuda_driver_state(void) {
   pthread_once(&drv.once, drv_load);
   return drv.state;

@@ -19,6 +19,7 @@ typedef enum { MEM_KIND_HOST = 0, MEM_KIND_DEVICE = 1 } mem_kind_t;
 /* Host for any pointer the driver does not own as device memory (malloc'ed, pinned or managed
  * memory; anything when there is no driver). */
 mem_kind_t cuda_driver_mem_kind(const void *p);
+int cuda_driver_ready(void); /* the driver loaded and knows device pointers */
 /* "ready", or why the driver is not used ("libcuda.so.1 not loadable: ...", "cuInit failed
  * (CUDA error 34)"), after loading it if not done yet. For logs and tests. */
 const char *cuda_driver_state(void);

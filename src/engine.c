@@ -296,8 +296,7 @@ static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase, int *send) {
 
 static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, int phase) {
   uint64_t idle = 0, idle_since = 0, last_check = 0;
-  uint64_t max_spin = (uint64_t)tutti_param_SpinUs() * 1000;
-  uint64_t spin_limit = TUTTI_MIN(spin_limit_ns, max_spin); /* read once: the loop polls */
+  uint64_t max_spin = 0, spin_limit = 0; /* read at the first wait: a call may never wait */
   int oversub = 0;
   for (int i = 0; i < nlanes; i++) oversub |= lanes[i].comm->oversubscribed;
   for (;;) {
@@ -317,7 +316,13 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
       continue;
     }
     uint64_t now = tutti_time_ns();
-    if (idle++ == 0) idle_since = last_check = now;
+    if (idle++ == 0) {
+      idle_since = last_check = now;
+      if (!max_spin) {
+        max_spin = (uint64_t)tutti_param_SpinUs() * 1000;
+        spin_limit = TUTTI_MIN(spin_limit_ns, max_spin); /* read once: the loop polls */
+      }
+    }
     if ((idle & 63) == 0) {
       int check_pids = now - last_check > 50000000ull;
       if (check_pids) last_check = now;
@@ -332,7 +337,10 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
 }
 
 ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops) {
-  for (int phase = 0; phase < 2; phase++) TUTTI_CHECK(run_phase(lanes, nlanes, ops, phase));
+  unsigned phases = 0;
+  for (int i = 0; i < nlanes; i++) phases |= 1u << lanes[i].phase;
+  for (int phase = 0; phase < 2; phase++)
+    if (phases & (1u << phase)) TUTTI_CHECK(run_phase(lanes, nlanes, ops, phase));
   return ncclSuccess;
 }
 

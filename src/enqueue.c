@@ -129,7 +129,7 @@ static ncclResult_t check_overlap(const call_t *c, size_t sbytes, size_t rbytes,
 static ncclResult_t check_mem_kind(const call_t *c, const char *name, const void *buf, size_t n,
                                    int *on_device) {
   *on_device = 0;
-  if (!n) return ncclSuccess;
+  if (!n || !c->comm->device_possible) return ncclSuccess; /* every buffer is host memory */
   if (device_get()) {
     *on_device = device_mem_kind(buf) == MEM_KIND_DEVICE;
     return ncclSuccess;
@@ -146,14 +146,12 @@ static ncclResult_t check_mem_kind(const call_t *c, const char *name, const void
 }
 
 /* A stream needs a device; device buffers or a stream take the stream path (proxy.c). */
-static ncclResult_t check_stream(const call_t *c, pending_t *p) {
+static ncclResult_t check_stream(const call_t *c) {
   if (c->stream != NULL && !device_get())
     return TUTTI_ERR(ncclInvalidArgument,
                      "%s: stream must be NULL for host buffers when there is no CUDA device "
                      "(%s)",
                      c->fn, cuda_driver_state());
-  p->stream = c->stream;
-  p->on_stream = c->stream != NULL || p->on_device[0] || p->on_device[1];
   return ncclSuccess;
 }
 
@@ -175,10 +173,14 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   buffer_counts(c, comm->nranks, comm->rank, &ns, &nr);
   if (ns && !c->sendbuff) return TUTTI_ERR(ncclInvalidArgument, "%s: sendbuff is NULL", c->fn);
   if (nr && !c->recvbuff) return TUTTI_ERR(ncclInvalidArgument, "%s: recvbuff is NULL", c->fn);
+  int dev_send = 0, dev_recv = 0; /* locals: p's fields are written once, never reloaded */
+  TUTTI_CHECK(check_mem_kind(c, "sendbuff", c->sendbuff, ns, &dev_send));
+  TUTTI_CHECK(check_mem_kind(c, "recvbuff", c->recvbuff, nr, &dev_recv));
+  TUTTI_CHECK(check_stream(c));
   memset(p, 0, sizeof(*p));
-  TUTTI_CHECK(check_mem_kind(c, "sendbuff", c->sendbuff, ns, &p->on_device[0]));
-  TUTTI_CHECK(check_mem_kind(c, "recvbuff", c->recvbuff, nr, &p->on_device[1]));
-  TUTTI_CHECK(check_stream(c, p));
+  p->on_device[0] = dev_send, p->on_device[1] = dev_recv;
+  p->stream = c->stream;
+  p->on_stream = c->stream != NULL || dev_send || dev_recv;
   p->bytes[0] = ns * es, p->bytes[1] = nr * es;
   if (coll_has_op(c->coll))
     TUTTI_CHECK(check_op(c, &p->ctx.rop, &p->scalar_dev));

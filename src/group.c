@@ -92,7 +92,7 @@ static ncclResult_t build_lanes(group_state_t *g, int nc, int *nlanes) {
                                 .steps = comm->sched_scratch.steps,
                                 .nsteps = comm->sched_scratch.n,
                                 .phase = 0};
-    for (int p = 0; p < 2 * comm->nranks; p++)
+    for (int p = 0; comm->lanes_used && p < 2 * comm->nranks; p++)
       if (comm->p2p_lanes[p].n)
         g->lanes[nl++] = (lane_t){.comm = comm,
                                   .steps = comm->p2p_lanes[p].steps,
@@ -162,9 +162,10 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
   for (; locked < nc; locked++) {
     pthread_mutex_lock(&g->comms[locked]->lock);
     TUTTI_CHECK_GOTO(comm_check_state(g->comms[locked], "ncclGroupEnd"), res, out);
-    sched_reset(&g->comms[locked]->sched_scratch);
-    for (int p = 0; p < 2 * g->comms[locked]->nranks; p++)
-      sched_reset(&g->comms[locked]->p2p_lanes[p]);
+    ncclComm_t comm = g->comms[locked];
+    sched_reset(&comm->sched_scratch);
+    for (int p = 0; comm->lanes_used && p < 2 * comm->nranks; p++) sched_reset(&comm->p2p_lanes[p]);
+    comm->lanes_used = 0;
   }
   TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
   /* the check and the planner talk to the peers (exchanges, peer-memory handshakes): a failure
@@ -207,15 +208,13 @@ static ncclResult_t group_launch(pending_t *ops, size_t n) {
   int on_stream = 0;
   for (size_t i = 0; i < n; i++) on_stream |= ops[i].on_stream;
   if (on_stream) return group_submit(ops, n);
-  for (size_t i = 0; i < n; i++) proxy_drain(ops[i].ctx.comm);
+  for (size_t i = 0; i < n; i++)
+    if (ops[i].ctx.comm->proxy) proxy_drain(ops[i].ctx.comm);
   return group_run(ops, n);
 }
 
-ncclResult_t group_enqueue(const pending_t *p) {
-  if (grp.depth == 0) {
-    pending_t one = *p;
-    return group_launch(&one, 1);
-  }
+ncclResult_t group_enqueue(pending_t *p) {
+  if (grp.depth == 0) return group_launch(p, 1);
   if (grp.n >= 65535) return TUTTI_ERR(ncclInvalidUsage, "more than 65535 calls in one group");
   if (grow((void **)&grp.ops, &grp.cap, grp.n + 1, sizeof(pending_t)))
     return TUTTI_ERR(ncclSystemError, "out of memory");

@@ -5,8 +5,9 @@
 
 #include "plan.h"
 
-/* Queues the call in the thread's open group, or runs it at once when no group is open. */
-ncclResult_t group_enqueue(const pending_t *p);
+/* Queues the call in the thread's open group (a copy), or runs it at once when no group is
+ * open (*p is then planned in place: the caller's copy is the one that runs). */
+ncclResult_t group_enqueue(pending_t *p);
 /* Marks the thread's open group as failed (an invalid call inside it): GroupEnd runs nothing. */
 void group_fail(ncclResult_t res);
 /* Depth of the thread's open groups (0: none). */

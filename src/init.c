@@ -10,6 +10,8 @@
 #include "agreed.h"
 #include "bootstrap.h"
 #include "comm.h"
+#include "cuda_driver.h"
+#include "device.h"
 #include "group.h"
 #include "net_addr.h"
 #include "plan.h"
@@ -404,6 +406,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   tuner_parse_algo(tutti_getenv("ALGO"), c->algo_mask);
   tuner_model_from_env(&c->tuner);
   c->nt_threshold = (size_t)tutti_param_NtThreshold();
+  c->device_possible = device_get() != NULL || cuda_driver_ready();
   TUTTI_CHECK_GOTO(bind_setting(&bind), res, fail);
   TUTTI_CHECK_GOTO(bootstrap_join(c, id), res, fail);
   comm_topology(c);

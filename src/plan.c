@@ -394,7 +394,10 @@ static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
     TUTTI_CHECK(copy_alltoall_input(comm, p));
   TUTTI_CHECK(build(comm, p, cached, &comm->sched_scratch));
   tag_steps(&comm->sched_scratch, op_index);
-  for (int i = 0; i < 2 * comm->nranks; i++) tag_steps(&comm->p2p_lanes[i], op_index);
+  if (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) {
+    comm->lanes_used = 1;
+    for (int i = 0; i < 2 * comm->nranks; i++) tag_steps(&comm->p2p_lanes[i], op_index);
+  }
   return ncclSuccess;
 }
 
