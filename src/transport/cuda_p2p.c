@@ -97,26 +97,33 @@ static void p2p_log(ncclComm_t comm, const int32_t *verdict, const p2p_id_t *ids
        "device buffers in place (CUDA IPC)");
 }
 
+/* Every rank sees the same nhosts and, after the first all-gather, the same ids: the early
+ * returns are taken by every rank alike (no all-gather at all across hosts, one where no rank
+ * has a device). */
 ncclResult_t cuda_p2p_agree(ncclComm_t comm) {
   int n = comm->nranks;
   const device_ops_t *dev = device_get();
+  comm->dev_peer = 0;
+  if (comm->nhosts != 1 || n < 2) return ncclSuccess;
   p2p_id_t *ids = calloc((size_t)n, sizeof(*ids));
   int32_t *verdict = calloc((size_t)n, sizeof(*verdict));
   ncclResult_t res = ncclSuccess;
+  int any = 0;
   if (!ids || !verdict) {
     res = TUTTI_ERR(ncclSystemError, "out of memory");
     goto out;
   }
-  int one_host = comm->nhosts == 1 && n > 1;
   const char *off = tutti_getenv("P2P_DISABLE"); /* read per communicator: tests flip it */
   ids[comm->rank].disabled = off && strcmp(off, "0") != 0;
-  ids[comm->rank].has = one_host && dev && dev->device_id(ids[comm->rank].id) == 0;
+  ids[comm->rank].has = dev && dev->device_id(ids[comm->rank].id) == 0;
   TUTTI_CHECK_GOTO(bootstrap_allgather(comm, ids, sizeof(*ids)), res, out);
+  for (int r = 0; r < n; r++) any |= ids[r].has;
+  if (!any) goto out; /* no device anywhere: nothing to agree on */
   verdict[comm->rank] = p2p_first_unreached(comm, ids);
   TUTTI_CHECK_GOTO(bootstrap_allgather(comm, verdict, sizeof(*verdict)), res, out);
-  comm->dev_peer = one_host;
+  comm->dev_peer = 1;
   for (int r = 0; r < n; r++) comm->dev_peer &= verdict[r] < 0;
-  if (one_host && dev) p2p_log(comm, verdict, ids);
+  p2p_log(comm, verdict, ids);
 out:
   free(ids);
   free(verdict);

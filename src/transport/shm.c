@@ -463,7 +463,7 @@ _Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a
  * (ranks as threads) uses the address as is, whatever the memory. Other memory can be read by
  * copy where every rank agreed it can (comm->peer_read). */
 static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
-  if (cuda_p2p_is_device(buf)) return cuda_p2p_expose(comm, buf, bytes, h);
+  if (comm->device_possible && cuda_p2p_is_device(buf)) return cuda_p2p_expose(comm, buf, bytes, h);
   shm_handle_t sh = {.pid = (int32_t)getpid(), .addr = (uint64_t)(uintptr_t)buf};
   sh.shared = memreg_find(buf, bytes, &sh.ref);
   memset(h, 0, sizeof(*h));
