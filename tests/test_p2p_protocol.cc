@@ -98,6 +98,9 @@ int collectives(int rank, ncclComm_t comm, int n, size_t k) {
   for (size_t j = 0; j < k * n; j++) s.h()[j] = in(rank, j);
   CHILD_CHECK(run(ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs)), 10, "allreduce");
   for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == sum(n, j), 11, "allreduce at %zu", j);
+  // ncclAvg: the division applied once, by the segment's owner (integer division truncates)
+  CHILD_CHECK(run(ncclAllReduce(s.d, r.d, k, ncclInt32, ncclAvg, comm, cs)), 10, "avg");
+  for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == sum(n, j) / n, 11, "avg at %zu", j);
   CHILD_CHECK(run(ncclAllReduce(s.d, s.d, k, ncclInt32, ncclMax, comm, cs)), 10, "in place");
   for (size_t j = 0; j < k; j++) CHILD_CHECK(s.h()[j] == in(n - 1, j), 11, "max at %zu", j);
   for (size_t j = 0; j < k * n; j++) s.h()[j] = in(rank, j);
