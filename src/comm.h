@@ -70,6 +70,9 @@ struct ncclComm {
   int peer_read;       /* every rank may read every peer's memory by copy (transport mem_read),
                         * agreed by all ranks at setup */
   uint64_t peer_calls; /* calls run with peer steps so far, alike on every rank */
+  int dev_peer;        /* every rank's device buffers can be mapped by every other rank
+                        * (transport/cuda_p2p.c), agreed by all ranks at setup */
+  void *cuda_p2p;      /* the peers' device allocations this communicator opened */
 
   pthread_mutex_t lock;     /* one operation at a time on this communicator */
   volatile int abort_flag;  /* set by ncclCommAbort (any thread) */

@@ -25,6 +25,11 @@
 extern "C" {
 #endif
 
+#define DEVICE_ID_BYTES 16
+#define DEVICE_IPC_BYTES 64 /* sizeof(CUipcMemHandle) */
+
+struct reduce_op;
+
 typedef struct device_ops {
   const char *name;
   mem_kind_t (*mem_kind)(const void *p);
@@ -49,6 +54,31 @@ typedef struct device_ops {
   int (*copy)(void *q, void *dst, const void *src, size_t bytes);
   /* Text for an error code of this implementation. */
   const char *(*error_string)(int rc);
+
+  /* ---- peer memory between ranks of one host (transport/cuda_p2p.c) ---- */
+  /* The identity of the calling thread's device (16 bytes, a UUID for CUDA); nonzero when there
+   * is none or the device cannot take part in peer memory (no kernel library, see reduce). */
+  int (*device_id)(unsigned char id[DEVICE_ID_BYTES]);
+  /* 1 when this process's device `mine` can read and write device memory of `theirs` (the same
+   * device, or peer access between the two); 0 otherwise. */
+  int (*can_reach)(const unsigned char mine[DEVICE_ID_BYTES],
+                   const unsigned char theirs[DEVICE_ID_BYTES]);
+  /* A handle another process of this host opens (ipc_open) to reach the allocation holding
+   * [p, p + bytes); *offset is p's offset in that allocation (CUDA: cuIpcGetMemHandle of
+   * cuMemGetAddressRange's base). Nonzero when the memory cannot be shared that way. */
+  int (*ipc_export)(const void *p, size_t bytes, unsigned char h[DEVICE_IPC_BYTES], size_t *offset);
+  /* Opens another process's handle: *base is the allocation's start in this process (device
+   * memory here, usable by copy and reduce). ipc_close releases it. */
+  int (*ipc_open)(const unsigned char h[DEVICE_IPC_BYTES], void **base);
+  void (*ipc_close)(void *base);
+  /* Device memory for the proxy's scratch. */
+  int (*dev_alloc)(void **p, size_t bytes);
+  void (*dev_free)(void *p);
+  /* dst[i] = post(pre(a[i]) OP b[i]) for count elements of device memory (any of them opened
+   * from a peer; dst may alias a or b), run on the copy queue and waited for. CUDA: the kernel
+   * of libtutti_cuda.so (src/cuda/), the element-wise functions of reduce_ops.h. */
+  int (*reduce)(void *q, void *dst, const void *a, const void *b, size_t count,
+                const struct reduce_op *op, int flags);
 } device_ops_t;
 
 /* The device in use: the emulation when TUTTI_DEVICE_EMULATION=1, else the CUDA driver when it
@@ -83,6 +113,13 @@ void device_emu_stream_set_capturing(void *stream, int on);
 /* Waits until everything queued so far on the stream ran (at most timeout_ms): 0, or -1 on
  * timeout. */
 int device_emu_stream_sync(void *stream, int64_t timeout_ms);
+/* What the emulation did in this process since the start, for tests that must show which path
+ * ran: handles opened from other processes, reductions and copies between two pieces of device
+ * memory (the peer path), copies between device and host memory (staging). */
+typedef struct device_emu_counts {
+  uint64_t ipc_opens, dev_reduces, dev_copies, staging_copies;
+} device_emu_counts_t;
+device_emu_counts_t device_emu_counts(void);
 
 #ifdef __cplusplus
 }

@@ -11,17 +11,34 @@
  *   cuStreamCreate(CUstream *, unsigned)          cuStreamDestroy_v2(CUstream)
  *   cuMemcpyAsync(CUdeviceptr, CUdeviceptr, size_t, CUstream)
  *   cuStreamSynchronize(CUstream)                 cuGetErrorString(CUresult, const char **)
+ * and for peer memory between processes of one host (transport/cuda_p2p.c):
+ *   cuCtxGetDevice(CUdevice *)                    cuDeviceGetUuid_v2(CUuuid *, CUdevice)
+ *   cuDeviceGetCount(int *)                       cuDeviceGet(CUdevice *, int)
+ *   cuDeviceCanAccessPeer(int *, CUdevice, CUdevice)
+ *   cuMemGetAddressRange_v2(CUdeviceptr *, size_t *, CUdeviceptr)
+ *   cuIpcGetMemHandle(CUipcMemHandle *, CUdeviceptr)
+ *   cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned)  (the handle by value)
+ *   cuIpcCloseMemHandle(CUdeviceptr)
+ *   cuMemAlloc_v2(CUdeviceptr *, size_t)          cuMemFree_v2(CUdeviceptr)
+ * Reductions on device memory run the kernels of libtutti_cuda.so (src/cuda/), opened with
+ * dlopen on first use (TUTTI_CUDA_KERNELS_LIB, else libtutti_cuda.so.0 next to this library,
+ * else on the library path) and checked against TUTTI_CUDA_ABI_VERSION; without it a rank
+ * has no device id, so peer memory is off on every rank (the proxy stages instead).
  * The _v2 stream memory operations are always available since CUDA 12 (the first ones needed
  * a driver option). Words the GPU writes and waits on live in pinned, device-mapped host memory
  * (CU_MEMHOSTALLOC_DEVICEMAP | PORTABLE), so the proxy thread reads and writes them with plain
  * atomic loads and stores.
  */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core.h"
+#include "cuda/tutti_cuda.h"
 #include "device.h"
+#include "reduce_impl.h"
 
 typedef unsigned long long cu_ptr_t; /* CUdeviceptr */
 
@@ -32,7 +49,14 @@ enum {
   CU_STREAM_WAIT_VALUE_GEQ = 0x0,
   CU_STREAM_WRITE_VALUE_DEFAULT = 0x0,
   CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1,
+  CU_ERROR_LAUNCH_FAILED = 719,
+  CU_ERROR_NOT_FOUND = 500,
 };
+
+typedef struct cu_ipc_handle { /* CUipcMemHandle */
+  unsigned char reserved[DEVICE_IPC_BYTES];
+} cu_ipc_handle_t;
 
 static struct {
   int (*ctx_get)(void **);
@@ -48,6 +72,17 @@ static struct {
   int (*memcpy_async)(cu_ptr_t, cu_ptr_t, size_t, void *);
   int (*stream_sync)(void *);
   int (*error_string)(int, const char **);
+  int (*ctx_device)(int *);
+  int (*uuid)(unsigned char *, int);
+  int (*device_count)(int *);
+  int (*device_get)(int *, int);
+  int (*can_access)(int *, int, int);
+  int (*addr_range)(cu_ptr_t *, size_t *, cu_ptr_t);
+  int (*ipc_get)(cu_ipc_handle_t *, cu_ptr_t);
+  int (*ipc_open)(cu_ptr_t *, cu_ipc_handle_t, unsigned);
+  int (*ipc_close)(cu_ptr_t);
+  int (*mem_alloc)(cu_ptr_t *, size_t);
+  int (*mem_free)(cu_ptr_t);
 } cu;
 
 #define CU_SYM(field, name) \
@@ -70,6 +105,17 @@ static const struct {
     CU_SYM(memcpy_async, "cuMemcpyAsync"),
     CU_SYM(stream_sync, "cuStreamSynchronize"),
     CU_SYM(error_string, "cuGetErrorString"),
+    CU_SYM(ctx_device, "cuCtxGetDevice"),
+    CU_SYM(uuid, "cuDeviceGetUuid_v2"),
+    CU_SYM(device_count, "cuDeviceGetCount"),
+    CU_SYM(device_get, "cuDeviceGet"),
+    CU_SYM(can_access, "cuDeviceCanAccessPeer"),
+    CU_SYM(addr_range, "cuMemGetAddressRange_v2"),
+    CU_SYM(ipc_get, "cuIpcGetMemHandle"),
+    CU_SYM(ipc_open, "cuIpcOpenMemHandle_v2"),
+    CU_SYM(ipc_close, "cuIpcCloseMemHandle"),
+    CU_SYM(mem_alloc, "cuMemAlloc_v2"),
+    CU_SYM(mem_free, "cuMemFree_v2"),
 };
 
 const char *device_cuda_symbol(size_t i) {
@@ -157,6 +203,127 @@ static const char *cuda_error_string(int rc) {
   return "unknown CUDA error";
 }
 
+/* ---- peer memory ---- */
+
+typedef int (*kernel_reduce_fn)(void *, const void *, const void *, size_t, ncclDataType_t,
+                                const reduce_args_t *, void *);
+static kernel_reduce_fn kernel_reduce;
+static char kernel_why[256] = "not loaded";
+static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
+
+/* libtutti_cuda.so.0 in the directory this library was loaded from, or what dlopen finds. */
+static void *kernel_lib_open(void) {
+  const char *forced = tutti_getenv("CUDA_KERNELS_LIB");
+  if (forced) return dlopen(forced, RTLD_NOW | RTLD_LOCAL);
+  Dl_info info;
+  char path[4096];
+  if (dladdr((void *)kernel_lib_open, &info) && info.dli_fname) {
+    const char *slash = strrchr(info.dli_fname, '/');
+    int dir = slash ? (int)(slash - info.dli_fname) : 0;
+    snprintf(path, sizeof(path), "%.*s/libtutti_cuda.so.0", dir, info.dli_fname);
+    void *lib = slash ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (lib) return lib;
+  }
+  return dlopen("libtutti_cuda.so.0", RTLD_NOW | RTLD_LOCAL);
+}
+
+static void kernel_lib_load(void) {
+  void *lib = kernel_lib_open();
+  if (!lib) {
+    snprintf(kernel_why, sizeof(kernel_why), "libtutti_cuda.so not loadable: %s", dlerror());
+    return;
+  }
+  int (*abi)(void) = (int (*)(void))dlsym(lib, "tutti_cuda_abi_version");
+  kernel_reduce_fn fn = (kernel_reduce_fn)dlsym(lib, "tutti_cuda_reduce");
+  if (!abi || !fn || abi() != TUTTI_CUDA_ABI_VERSION) {
+    snprintf(kernel_why, sizeof(kernel_why), "libtutti_cuda.so: ABI %d, this library needs %d",
+             abi ? abi() : -1, TUTTI_CUDA_ABI_VERSION);
+    return;
+  }
+  kernel_reduce = fn;
+  INFO(SUB_INIT, "device: reduction kernels from libtutti_cuda.so (ABI %d)", abi());
+}
+
+static int cuda_device_id(unsigned char id[DEVICE_ID_BYTES]) {
+  pthread_once(&kernel_once, kernel_lib_load);
+  if (!kernel_reduce) {
+    INFO(SUB_INIT, "device: no peer memory (%s)", kernel_why);
+    return CU_ERROR_NOT_FOUND;
+  }
+  int dev = 0;
+  int rc = cu.ctx_device(&dev);
+  return rc ? rc : cu.uuid(id, dev);
+}
+
+/* The ordinal of the device with this UUID in this process, or -1. */
+static int cuda_device_by_id(const unsigned char id[DEVICE_ID_BYTES]) {
+  int n = 0;
+  if (cu.device_count(&n)) return -1;
+  for (int i = 0; i < n; i++) {
+    int dev = 0;
+    unsigned char u[DEVICE_ID_BYTES];
+    if (cu.device_get(&dev, i) == 0 && cu.uuid(u, dev) == 0 && !memcmp(u, id, DEVICE_ID_BYTES))
+      return dev;
+  }
+  return -1;
+}
+
+static int cuda_can_reach(const unsigned char mine[DEVICE_ID_BYTES],
+                          const unsigned char theirs[DEVICE_ID_BYTES]) {
+  if (!memcmp(mine, theirs, DEVICE_ID_BYTES)) return 1; /* several ranks on one GPU */
+  int a = cuda_device_by_id(mine), b = cuda_device_by_id(theirs), ok = 0;
+  if (a < 0 || b < 0) return 0; /* not visible here (CUDA_VISIBLE_DEVICES) */
+  return cu.can_access(&ok, a, b) == 0 && ok;
+}
+
+static int cuda_ipc_export(const void *p, size_t bytes, unsigned char h[DEVICE_IPC_BYTES],
+                           size_t *offset) {
+  cu_ptr_t base = 0, ptr = (cu_ptr_t)(uintptr_t)p;
+  size_t size = 0;
+  int rc = cu.addr_range(&base, &size, ptr);
+  if (rc) return rc;
+  if (ptr - base + bytes > size) return CU_ERROR_NOT_FOUND; /* spans two allocations */
+  cu_ipc_handle_t handle;
+  rc = cu.ipc_get(&handle, base);
+  if (rc) return rc;
+  memcpy(h, handle.reserved, DEVICE_IPC_BYTES);
+  *offset = (size_t)(ptr - base);
+  return 0;
+}
+
+static int cuda_ipc_open(const unsigned char h[DEVICE_IPC_BYTES], void **base) {
+  cu_ipc_handle_t handle;
+  memcpy(handle.reserved, h, DEVICE_IPC_BYTES);
+  cu_ptr_t d = 0;
+  int rc = cu.ipc_open(&d, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  *base = rc ? NULL : (void *)(uintptr_t)d;
+  return rc;
+}
+
+static void cuda_ipc_close(void *base) {
+  if (base) cu.ipc_close((cu_ptr_t)(uintptr_t)base);
+}
+
+static int cuda_dev_alloc(void **p, size_t bytes) {
+  cu_ptr_t d = 0;
+  int rc = cu.mem_alloc(&d, bytes ? bytes : 1);
+  *p = rc ? NULL : (void *)(uintptr_t)d;
+  return rc;
+}
+
+static void cuda_dev_free(void *p) {
+  if (p) cu.mem_free((cu_ptr_t)(uintptr_t)p);
+}
+
+static int cuda_reduce(void *q, void *dst, const void *a, const void *b, size_t count,
+                       const reduce_op_t *op, int flags) {
+  reduce_args_t args;
+  if (!kernel_reduce || !reduce_args_decode(op, flags, &args)) return CU_ERROR_NOT_FOUND;
+  if (!count) return 0;
+  if (kernel_reduce(dst, a, b, count, op->type, &args, q) != 0) return CU_ERROR_LAUNCH_FAILED;
+  return cu.stream_sync(q);
+}
+
 const device_ops_t device_cuda_ops = {
     .name = "cuda",
     .mem_kind = cuda_driver_mem_kind,
@@ -171,4 +338,12 @@ const device_ops_t device_cuda_ops = {
     .copy_queue_destroy = cuda_copy_queue_destroy,
     .copy = cuda_copy,
     .error_string = cuda_error_string,
+    .device_id = cuda_device_id,
+    .can_reach = cuda_can_reach,
+    .ipc_export = cuda_ipc_export,
+    .ipc_open = cuda_ipc_open,
+    .ipc_close = cuda_ipc_close,
+    .dev_alloc = cuda_dev_alloc,
+    .dev_free = cuda_dev_free,
+    .reduce = cuda_reduce,
 };

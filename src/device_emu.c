@@ -4,73 +4,142 @@
  * so any load or store through a device pointer by the library is a SIGSEGV; the bytes live
  * in a separate host block that copies (and the tests, through device_emu_view) reach. So a
  * protocol test that passes shows the host engine never touched a device buffer: every byte
- * went through the proxy's copies.
+ * went through the proxy's copies, or through this interface's copy and reduce between device
+ * buffers (the peer path, transport/cuda_p2p.c).
+ * Peer memory: the bytes of an allocation live in a memfd; its exported handle names the fd
+ * in the exporting process, and another process opens it through /proc/<pid>/fd (the same
+ * user may), as cuIpcOpenMemHandle opens a peer's allocation. Reductions between device
+ * buffers run the host kernels (reduce.c) on the bytes behind them.
  * Streams: one thread each, running its queue in order: the application's work
  * (device_emu_stream_call), word writes and word waits (what cuStreamWriteValue32 and
  * cuStreamWaitValue32 do on a GPU). The NULL stream is one process-wide default stream.
  */
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core.h"
 #include "device.h"
+#include "reduce.h"
 
 /* ---- memory ---- */
 
+/* An allocation: its reserved range and the bytes behind it. The bytes of an allocation made
+ * here live in a memfd (shared mapping), so another process can open it from an exported
+ * handle (/proc/<pid>/fd/<fd>), as CUDA IPC opens another process's device allocation; an
+ * opened handle is a block of its own here (imported), with the same bytes behind it. A block
+ * allocated before a fork() is shared with the child (a real device allocation is unusable in
+ * a forked child anyway); allocate after forking. */
 typedef struct emu_block {
   char *base; /* reserved, PROT_NONE */
   size_t bytes, reserved;
-  char *backing;
+  char *backing; /* MAP_SHARED of the memfd */
+  int fd;        /* the memfd (-1 for an imported block) */
+  int imported;
+  uint64_t serial; /* unique in this process: a handle never names a later allocation */
   struct emu_block *next;
 } emu_block_t;
 
 static pthread_mutex_t emu_lock = PTHREAD_MUTEX_INITIALIZER;
 static emu_block_t *emu_blocks;
+static device_emu_counts_t emu_counts;
+static uint64_t emu_serial;
 
-void *device_emu_alloc(size_t bytes) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t reserved = (bytes + page - 1) / page * page;
-  if (!reserved) reserved = page;
+device_emu_counts_t device_emu_counts(void) {
+  pthread_mutex_lock(&emu_lock);
+  device_emu_counts_t c = emu_counts;
+  pthread_mutex_unlock(&emu_lock);
+  return c;
+}
+
+static void emu_count(uint64_t *counter) {
+  pthread_mutex_lock(&emu_lock);
+  (*counter)++;
+  pthread_mutex_unlock(&emu_lock);
+}
+
+/* A new block over `backing` (reserved bytes); NULL when out of address space. */
+static void *emu_block_add(char *backing, size_t bytes, size_t reserved, int fd, int imported) {
   emu_block_t *b = calloc(1, sizeof(*b));
   void *base = mmap(NULL, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  char *backing = calloc(1, reserved);
-  if (!b || base == MAP_FAILED || !backing) {
+  if (!b || base == MAP_FAILED) {
     if (base != MAP_FAILED) munmap(base, reserved);
-    free(b), free(backing);
+    free(b);
     return NULL;
   }
-  *b = (emu_block_t){.base = base, .bytes = bytes, .reserved = reserved, .backing = backing};
+  *b = (emu_block_t){.base = base,
+                     .bytes = bytes,
+                     .reserved = reserved,
+                     .backing = backing,
+                     .fd = fd,
+                     .imported = imported};
   pthread_mutex_lock(&emu_lock);
+  b->serial = ++emu_serial;
   b->next = emu_blocks, emu_blocks = b;
   pthread_mutex_unlock(&emu_lock);
   return base;
 }
 
-void device_emu_free(void *p) {
-  pthread_mutex_lock(&emu_lock);
-  for (emu_block_t **pp = &emu_blocks; *pp; pp = &(*pp)->next) {
-    emu_block_t *b = *pp;
-    if (b->base != p) continue;
-    *pp = b->next;
-    munmap(b->base, b->reserved);
-    free(b->backing), free(b);
-    break;
+void *device_emu_alloc(size_t bytes) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t reserved = (bytes + page - 1) / page * page;
+  if (!reserved) reserved = page;
+  int fd = memfd_create("tutti-emu-device", MFD_CLOEXEC);
+  if (fd < 0) return NULL;
+  char *backing = MAP_FAILED;
+  if (ftruncate(fd, (off_t)reserved) == 0)
+    backing = mmap(NULL, reserved, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *base = backing == MAP_FAILED ? NULL : emu_block_add(backing, bytes, reserved, fd, 0);
+  if (!base) {
+    if (backing != MAP_FAILED) munmap(backing, reserved);
+    close(fd);
   }
+  return base;
+}
+
+/* Removes the block starting at p (of the given kind); 1 when there was one. */
+static int emu_block_remove(void *p, int imported) {
+  emu_block_t *found = NULL;
+  pthread_mutex_lock(&emu_lock);
+  for (emu_block_t **pp = &emu_blocks; *pp; pp = &(*pp)->next)
+    if ((*pp)->base == p && (*pp)->imported == imported) {
+      found = *pp;
+      *pp = found->next;
+      break;
+    }
   pthread_mutex_unlock(&emu_lock);
+  if (!found) return 0;
+  munmap(found->base, found->reserved);
+  munmap(found->backing, found->reserved);
+  if (found->fd >= 0) close(found->fd);
+  free(found);
+  return 1;
+}
+
+void device_emu_free(void *p) {
+  emu_block_remove(p, 0);
+}
+
+/* The block holding [p, p + bytes), under emu_lock. */
+static emu_block_t *emu_find_locked(const void *p, size_t bytes) {
+  const char *c = p;
+  for (emu_block_t *b = emu_blocks; b; b = b->next)
+    if (c >= b->base && c < b->base + b->reserved && bytes <= (size_t)(b->base + b->bytes - c))
+      return b;
+  return NULL;
 }
 
 /* The backing bytes of [p, p + bytes) when that range lies inside one allocation. */
 static char *emu_lookup(const void *p, size_t bytes) {
-  const char *c = p;
-  char *hit = NULL;
   pthread_mutex_lock(&emu_lock);
-  for (emu_block_t *b = emu_blocks; b && !hit; b = b->next)
-    if (c >= b->base && c < b->base + b->reserved && bytes <= (size_t)(b->base + b->bytes - c))
-      hit = b->backing + (c - b->base);
+  emu_block_t *b = emu_find_locked(p, bytes);
+  char *hit = b ? b->backing + ((const char *)p - b->base) : NULL;
   pthread_mutex_unlock(&emu_lock);
   return hit;
 }
@@ -273,16 +342,117 @@ static void emu_copy_queue_destroy(void *q) {
 static int emu_copy(void *q, void *dst, const void *src, size_t bytes) {
   (void)q;
   if (!bytes) return 0;
-  char *d = emu_mem_kind(dst) == MEM_KIND_DEVICE ? emu_lookup(dst, bytes) : dst;
-  const char *s = emu_mem_kind(src) == MEM_KIND_DEVICE ? emu_lookup(src, bytes) : src;
+  int dd = emu_mem_kind(dst) == MEM_KIND_DEVICE, sd = emu_mem_kind(src) == MEM_KIND_DEVICE;
+  char *d = dd ? emu_lookup(dst, bytes) : dst;
+  const char *s = sd ? emu_lookup(src, bytes) : src;
   if (!d || !s) return 1;
   memcpy(d, s, bytes);
+  emu_count(dd && sd ? &emu_counts.dev_copies : &emu_counts.staging_copies);
+  return 0;
+}
+
+/* ---- peer memory ---- */
+
+typedef struct emu_ipc { /* the bytes of an exported handle */
+  uint64_t magic;
+  int32_t pid, fd; /* the memfd in the exporting process */
+  uint64_t bytes, reserved, serial;
+} emu_ipc_t;
+#define EMU_IPC_MAGIC 0x74757474692d6970ull
+_Static_assert(sizeof(emu_ipc_t) <= DEVICE_IPC_BYTES, "emulated handle must fit");
+
+/* One emulated device per process, all reaching each other; TUTTI_DEVICE_EMULATION_ID (a
+ * number) gives a process another device, which no other device reaches (for tests of the
+ * fallback between devices without peer access). */
+static int emu_device_id(unsigned char id[DEVICE_ID_BYTES]) {
+  const char *which = tutti_getenv("DEVICE_EMULATION_ID");
+  memset(id, 0, DEVICE_ID_BYTES);
+  snprintf((char *)id, DEVICE_ID_BYTES, "emu-%s", which ? which : "0");
+  return 0;
+}
+
+static int emu_can_reach(const unsigned char mine[DEVICE_ID_BYTES],
+                         const unsigned char theirs[DEVICE_ID_BYTES]) {
+  return memcmp(mine, theirs, DEVICE_ID_BYTES) == 0;
+}
+
+static int emu_ipc_export(const void *p, size_t bytes, unsigned char h[DEVICE_IPC_BYTES],
+                          size_t *offset) {
+  pthread_mutex_lock(&emu_lock);
+  emu_block_t *b = emu_find_locked(p, bytes);
+  emu_ipc_t e = {0};
+  if (b && !b->imported)
+    e = (emu_ipc_t){.magic = EMU_IPC_MAGIC,
+                    .pid = (int32_t)getpid(),
+                    .fd = b->fd,
+                    .bytes = b->bytes,
+                    .reserved = b->reserved,
+                    .serial = b->serial};
+  if (b) *offset = (size_t)((const char *)p - b->base);
+  pthread_mutex_unlock(&emu_lock);
+  if (!e.magic) return 3; /* not an allocation of this process */
+  memset(h, 0, DEVICE_IPC_BYTES);
+  memcpy(h, &e, sizeof(e));
+  return 0;
+}
+
+static int emu_ipc_open(const unsigned char h[DEVICE_IPC_BYTES], void **base) {
+  emu_ipc_t e;
+  memcpy(&e, h, sizeof(e));
+  *base = NULL;
+  if (e.magic != EMU_IPC_MAGIC) return 4;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)e.pid, (int)e.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return 5; /* the exporting process is gone (or freed the allocation) */
+  struct stat st;
+  char *backing = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == e.reserved)
+    backing = mmap(NULL, e.reserved, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (backing == MAP_FAILED) return 5;
+  *base = emu_block_add(backing, e.bytes, e.reserved, -1, 1);
+  if (!*base) munmap(backing, e.reserved);
+  if (*base) emu_count(&emu_counts.ipc_opens);
+  return *base ? 0 : 2;
+}
+
+static void emu_ipc_close(void *base) {
+  emu_block_remove(base, 1);
+}
+
+static int emu_dev_alloc(void **p, size_t bytes) {
+  *p = device_emu_alloc(bytes);
+  return *p ? 0 : 2;
+}
+
+static void emu_dev_free(void *p) {
+  device_emu_free(p);
+}
+
+/* The host kernels on the bytes behind the three ranges (what the CUDA kernel computes with
+ * the same element-wise functions, reduce_ops.h). */
+static int emu_reduce(void *q, void *dst, const void *a, const void *b, size_t count,
+                      const reduce_op_t *op, int flags) {
+  (void)q;
+  size_t bytes = count * tuttiTypeSize(op->type);
+  char *d = emu_lookup(dst, bytes);
+  const char *x = emu_lookup(a, bytes), *y = b ? emu_lookup(b, bytes) : NULL;
+  if (!d || !x || (b && !y)) return 1;
+  if (y)
+    reduce_combine(op, d, x, y, count, flags);
+  else
+    reduce_copy(op, d, x, count, flags);
+  emu_count(&emu_counts.dev_reduces);
   return 0;
 }
 
 static const char *emu_error_string(int rc) {
-  return rc == 1   ? "copy range outside an emulated device allocation"
+  return rc == 1   ? "range outside an emulated device allocation"
          : rc == 2 ? "out of memory"
+         : rc == 3 ? "not an emulated device allocation of this process"
+         : rc == 4 ? "not an emulated IPC handle"
+         : rc == 5 ? "cannot open the exporting process's memory (process gone?)"
                    : "unknown emulation error";
 }
 
@@ -300,4 +470,12 @@ const device_ops_t device_emu_ops = {
     .copy_queue_destroy = emu_copy_queue_destroy,
     .copy = emu_copy,
     .error_string = emu_error_string,
+    .device_id = emu_device_id,
+    .can_reach = emu_can_reach,
+    .ipc_export = emu_ipc_export,
+    .ipc_open = emu_ipc_open,
+    .ipc_close = emu_ipc_close,
+    .dev_alloc = emu_dev_alloc,
+    .dev_free = emu_dev_free,
+    .reduce = emu_reduce,
 };

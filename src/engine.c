@@ -120,7 +120,7 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
   while (lane_flush(l, &moved) && l->cur < l->nsteps) {
     const step_t *st = &l->steps[l->cur];
     const op_ctx_t *o = &ops[st->op];
-    if (st->kind != STEP_FIFO) {
+    if (st->kind != STEP_FIFO || o->dev) {
       int r = engine_peer_step(l, o, st, &moved);
       if (r <= 0) return r < 0 ? -1 : moved;
       continue;

@@ -25,6 +25,14 @@ typedef struct op_ctx { /* one collective or p2p call */
   peer_handle_t *peer_h[2]; /* the same buffers' handles, as exposed ([nranks] each) */
   int peer_read;            /* 1: peers' buffers are read by copy (transport mem_read) */
   uint64_t peer_seq;
+  /* Device buffers in place (the stream path with cuda_p2p): buf[BUF_SEND] and buf[BUF_RECV]
+   * are device memory, the peers' mapped ones too; every step of the call is run by
+   * engine_peer.c through `dev` on the proxy's queue dev_q (kernels and copies, never a host
+   * load or store). dev_scratch (dev_scratch_bytes) holds partial sums. NULL: host memory. */
+  const struct device_ops *dev;
+  void *dev_q;
+  void *dev_scratch;
+  size_t dev_scratch_bytes;
 } op_ctx_t;
 
 typedef struct lane {
@@ -71,9 +79,10 @@ ncclResult_t engine_exchange(const exchange_t *x, int nx);
  * Collective, like engine_exchange; the k calls' handshakes run together. */
 enum { PEER_AGREE_NONE = 0, PEER_AGREE_READ = 1, PEER_AGREE_MAP = 2 };
 ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], int *ok, int k);
-/* Runs lane l's peer step st as far as it can without waiting: 1 when it is done (l->cur moved
- * past it), 0 when blocked (l->wait_peer says on whom), -1 on an error (recorded). *moved is
- * set when something happened. */
+/* Runs lane l's peer step st as far as it can without waiting (also any step of a call on
+ * device buffers, o->dev: the local copies of its schedule run through the device): 1 when it is
+ * done (l->cur moved past it), 0 when blocked (l->wait_peer says on whom), -1 on an error
+ * (recorded). *moved is set when something happened. */
 int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved);
 /* Frees the communicator's peer-memory state (the mappings of its peers' buffers). */
 void engine_peer_free(ncclComm_t comm);

@@ -18,6 +18,12 @@
  * rank's destination (mem_write). PEER_COPY reads what the owner's progress says is final
  * straight into the destination.
  *
+ * Device buffers (o->dev, the stream path with cuda_p2p): the same steps, run by the proxy
+ * thread through the device interface: PEER_REDUCE is a reduction kernel reading the peers'
+ * mapped device buffers in place (load/store over NVLink/PCIe, or the same GPU), one launch per
+ * operand and piece (o->dev_scratch_bytes), waited for before the progress word moves;
+ * PEER_COPY is a copy-engine copy; the schedule's local copies go through the device too.
+ *
  * Words: each rank publishes two words through its transport (PEER_WORD_PROGRESS, _DONE) that
  * only grow: progress = call << 40 | elements of its PEER_REDUCE final so far, done = calls
  * finished. Every rank numbers the communicator's peer-memory calls alike (op_ctx.peer_seq), so
@@ -28,6 +34,7 @@
 #include <string.h>
 
 #include "copy.h"
+#include "device.h"
 #include "engine.h"
 #include "memreg.h"
 
@@ -230,11 +237,67 @@ static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, s
   return ncclSuccess;
 }
 
+/* A device operation failed: the device's error, recorded (no peer is blamed). */
+static int device_failed(lane_t *l, const op_ctx_t *o, const char *what, int rc) {
+  TUTTI_ERR(ncclUnhandledCudaError, "rank %d: %s on device buffers in nccl%s failed: %s (%d)",
+            l->comm->rank, what, coll_name(o->coll), o->dev->error_string(rc), rc);
+  l->err = ncclUnhandledCudaError;
+  return -1;
+}
+
+/* reduce_inputs on device memory (a kernel per operand, on the proxy's queue): the same order
+ * of operands, so the same bits as the host; partial sums in o->dev_scratch (len elements fit),
+ * so dst may be any of the inputs. 0 or the device's error. */
+static int reduce_inputs_dev(const op_ctx_t *o, const step_t *st, const char *const *in, size_t len,
+                             char *dst) {
+  const device_ops_t *d = o->dev;
+  int n = o->comm->nranks, f = st->recv_peer;
+  int post = (st->flags & STEP_POST) && o->rop.postdiv ? REDUCE_POST : 0;
+  if (n == 1) return d->reduce(o->dev_q, dst, in[f], NULL, len, &o->rop, post);
+  const char *second = in[tutti_mod(f + 1, n)];
+  if (n == 2) return d->reduce(o->dev_q, dst, in[f], second, len, &o->rop, post);
+  char *acc = o->dev_scratch;
+  int rc = d->reduce(o->dev_q, acc, in[f], second, len, &o->rop, 0);
+  for (int k = 2; k < n - 1 && !rc; k++)
+    rc = d->reduce(o->dev_q, acc, acc, in[tutti_mod(f + k, n)], len, &o->rop, 0);
+  return rc ? rc : d->reduce(o->dev_q, dst, acc, in[tutti_mod(f + n - 1, n)], len, &o->rop, post);
+}
+
+/* A local step (no peer) of a call on device buffers: a copy or a kernel. */
+static int step_local_dev(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
+  if (st->recv_peer >= 0 || st->send_peer >= 0) {
+    TUTTI_ERR(ncclInternalError,
+              "rank %d: nccl%s on device buffers reached a FIFO step of algorithm %s; only "
+              "peer steps run on device memory",
+              l->comm->rank, coll_name(o->coll), algo_name(o->algo));
+    return -1;
+  }
+  size_t es = o->esize;
+  char *src = o->buf[st->src_buf] ? o->buf[st->src_buf] + st->src_off * es : NULL;
+  char *dst = o->buf[st->dst_buf] ? o->buf[st->dst_buf] + st->dst_off * es : NULL;
+  int rflags =
+      ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
+  int transform =
+      ((rflags & REDUCE_PRE) && o->rop.premul) || ((rflags & REDUCE_POST) && o->rop.postdiv);
+  int rc = 0;
+  if (st->flags & STEP_REDUCE)
+    rc = o->dev->reduce(o->dev_q, dst, src, dst, st->count, &o->rop, rflags);
+  else if ((st->flags & STEP_STORE) && transform)
+    rc = o->dev->reduce(o->dev_q, dst, src, NULL, st->count, &o->rop, rflags);
+  else if ((st->flags & STEP_STORE) && dst != src)
+    rc = o->dev->copy(o->dev_q, dst, src, st->count * es);
+  if (rc) return device_failed(l, o, "a local copy", rc);
+  *moved = 1;
+  return 1;
+}
+
 static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   ncclComm_t comm = l->comm;
   volatile uint64_t *prog = peer_word(comm, comm->rank, PEER_WORD_PROGRESS);
   size_t es = o->esize;
-  size_t piece_bytes = o->peer_read ? (size_t)tutti_param_CmaPieceBytes() : PEER_PIECE_BYTES;
+  size_t piece_bytes = o->dev         ? o->dev_scratch_bytes
+                       : o->peer_read ? (size_t)tutti_param_CmaPieceBytes()
+                                      : PEER_PIECE_BYTES;
   size_t piece = TUTTI_MAX(piece_bytes / es, 1);
   char *dst = o->buf[st->dst_buf] + st->dst_off * es, *tmp = NULL;
   const char *in[comm->nranks];
@@ -248,7 +311,12 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
     int bad = -1;
     ncclResult_t res = gather_inputs(o, st, st->src_off + at, len, tmp, in, &bad);
     if (res != ncclSuccess) return access_failed(l, o, bad, res);
-    reduce_inputs(o, st, in, len, dst + at * es);
+    if (o->dev) {
+      int rc = reduce_inputs_dev(o, st, in, len, dst + at * es);
+      if (rc) return device_failed(l, o, "a reduction kernel", rc);
+    } else {
+      reduce_inputs(o, st, in, len, dst + at * es);
+    }
     if ((st->flags & STEP_PUSH) &&
         (res = push_piece(o, st, at, len, dst + at * es, &bad)) != ncclSuccess)
       return access_failed(l, o, bad, res);
@@ -281,10 +349,15 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
       return l->pos < st->count ? block(l, q) : 1;
     }
     const char *src = o->peer_buf[b][q] + (st->src_off + l->pos) * es;
-    if (o->stream)
-      copy_stream(to, src, (ready - l->pos) * es);
-    else
-      memcpy(to, src, (ready - l->pos) * es);
+    size_t bytes = (ready - l->pos) * es;
+    if (o->dev) { /* the copy engine (cuMemcpyAsync between the two device buffers) */
+      int rc = o->dev->copy(o->dev_q, to, src, bytes);
+      if (rc) return device_failed(l, o, "a peer copy", rc);
+    } else if (o->stream) {
+      copy_stream(to, src, bytes);
+    } else {
+      memcpy(to, src, bytes);
+    }
     l->pos = ready, *moved = 1;
   }
   return l->pos < st->count ? block(l, q) : 1;
@@ -309,10 +382,11 @@ static int step_done(lane_t *l, const op_ctx_t *o, int *moved) {
 }
 
 int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
-  int rc = st->kind == STEP_PEER_REDUCE ? step_reduce(l, o, st, moved)
-           : st->kind == STEP_PEER_COPY ? step_copy(l, o, st, moved)
-           : st->kind == STEP_PEER_DONE ? step_done(l, o, moved)
-                                        : -2;
+  int rc = st->kind == STEP_FIFO && o->dev ? step_local_dev(l, o, st, moved)
+           : st->kind == STEP_PEER_REDUCE  ? step_reduce(l, o, st, moved)
+           : st->kind == STEP_PEER_COPY    ? step_copy(l, o, st, moved)
+           : st->kind == STEP_PEER_DONE    ? step_done(l, o, moved)
+                                           : -2;
   if (rc == -2)
     TUTTI_ERR(ncclInternalError, "rank %d: unknown step kind %d in nccl%s", l->comm->rank,
               (int)st->kind, coll_name(o->coll));

@@ -420,6 +420,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
     if (p != rank)
       c->peer_read &= c->peer_mem && c->send_conn[p].transport->mem_read &&
                       c->send_conn[p].transport->mem_write;
+  c->dev_peer &= c->peer_mem; /* device buffers too: set by cuda_p2p at setup, alike */
   /* scratch: in-place one-shot (oneshot_max_bytes), tree reduce partials (one chunk) */
   c->scratch_bytes = TUTTI_MAX(TUTTI_MAX(c->oneshot_max_bytes, c->chunk_bytes), 64);
   c->scratch = malloc(c->scratch_bytes);

@@ -138,6 +138,42 @@ static ncclResult_t choose_into(ncclComm_t comm, pending_t *p, uint32_t exclude)
   return ncclSuccess;
 }
 
+/* The stream path left this call's device buffers in place: from here on it is host memory
+ * in pinned staging (the proxy copies), planned as any host call. */
+static ncclResult_t plan_stage(pending_t *p, const char *why) {
+  INFO(SUB_COLL, "nccl%s (op #%llu): device buffers staged through host memory: %s",
+       coll_name(p->args.coll), (unsigned long long)p->ctx.seq, why);
+  return p->stage(p);
+}
+
+/* A call on device buffers: the algorithms that run on the device (ALGO_RUNS_ON_DEVICE) that
+ * TUTTI_ALGO allows, at any size, where every rank's device reaches every other's
+ * (comm->dev_peer); else the call is staged. *ok: an algorithm was chosen. */
+static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclude, int *ok) {
+  coll_t c = p->args.coll;
+  size_t bytes = p->args.count * p->ctx.esize;
+  if (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER) bytes *= (size_t)comm->nranks;
+  tuner_topo_t t = plan_topo(comm);
+  t.peer_mem = comm->dev_peer && comm->peer_mem && tutti_param_Direct();
+  t.peer_read = 0, t.peer_min_bytes = 0;
+  uint32_t can = 0; /* the device algorithms that implement c */
+  for (int a = 0; a < ALGO_NUM; a++)
+    if (algo_implements((algo_t)a, c)) can |= 1u << a;
+  can &= algos_needing(ALGO_RUNS_ON_DEVICE) & ~exclude;
+  uint32_t mask = comm->algo_mask[c] & can;
+  tuner_choice_t ch = {.algo = ALGO_NUM};
+  if (mask) ch = tuner_choose(&comm->tuner, &t, c, bytes, mask, 0);
+  *ok = ch.algo != ALGO_NUM;
+  if (!*ok)
+    return plan_stage(p, !can          ? "no algorithm runs this collective on device memory"
+                         : !t.peer_mem ? "the ranks' devices cannot map each other's memory "
+                                         "(cuda_p2p off, or TUTTI_DIRECT=0)"
+                                       : "TUTTI_ALGO allows no algorithm that runs on the device");
+  p->ctx.algo = ch.algo;
+  set_chunk(comm, p, ch.chunk_bytes);
+  return ncclSuccess;
+}
+
 static int plan_matches(ncclComm_t comm, const pending_t *p) {
   return comm->plan.valid && comm->plan.coll == p->args.coll && comm->plan.count == p->args.count &&
          comm->plan.esize == p->ctx.esize && comm->plan.root == p->args.root &&
@@ -153,6 +189,9 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
     return ncclSuccess;
   }
   uint32_t exclude = p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0;
+  int on_device = 0;
+  if (p->ctx.dev) TUTTI_CHECK(choose_device(comm, p, exclude, &on_device));
+  if (on_device) return ncclSuccess; /* not cached: its handshake runs every time */
   if (plan_matches(comm, p)) {
     p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
     *cached = comm->plan.steps_valid;
@@ -201,6 +240,8 @@ static int peer_fits(algo_t a, int agreed) {
 static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   ncclComm_t comm = p->ctx.comm;
   uint32_t readers = algos_needing(ALGO_NEEDS_PEER_READ);
+  if (p->ctx.dev && agreed != PEER_AGREE_MAP)
+    TUTTI_CHECK(plan_stage(p, "some rank's device buffers cannot be mapped by the others"));
   if (agreed == PEER_AGREE_MAP && ((1u << p->ctx.algo) & readers) &&
       (comm->algo_mask[p->args.coll] & algos_needing(ALGO_NEEDS_PEER_MEMORY))) {
     *cached = 0;
@@ -219,6 +260,7 @@ static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   INFO(SUB_COLL, "nccl%s (op #%llu): %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
        !peer              ? "some rank's buffers cannot be mapped by the others: another algorithm"
        : p->ctx.peer_read ? "cma, the peers' buffers read by copy"
+       : p->ctx.dev       ? "direct on device buffers, the peers' read in place (cuda_p2p)"
                           : "direct, the peers' buffers read in place");
   if (peer) p->ctx.peer_seq = comm->peer_calls++;
   return ncclSuccess;

@@ -17,6 +17,10 @@ typedef struct pending { /* one validated call waiting for its group to end */
   int on_device[2];       /* sendbuff, recvbuff are device memory */
   size_t bytes[2];        /* bytes of sendbuff, recvbuff this rank reads / writes */
   const void *scalar_dev; /* PreMulSum scalar in device memory: read when the call runs */
+  /* Set by the proxy with ctx.dev when it left the device buffers in place: stages them into
+   * host memory (ctx.dev then NULL). The planner calls it when the call cannot run on the
+   * device (no algorithm for it, or some rank's buffers cannot be mapped). */
+  ncclResult_t (*stage)(struct pending *p);
 } pending_t;
 
 /* Plans the calls of one group (the communicators locked, their lanes empty): chooses each

@@ -22,6 +22,14 @@
  * writes nothing to the user's buffers. The engine runs the same schedules as for host
  * buffers, on the staging memory; it never touches a device pointer.
  *
+ * Device buffers left in place: where every rank's device maps every other's device memory
+ * (transport/cuda_p2p.c: CUDA IPC, agreed at setup), a collective whose buffers are both device
+ * memory is handed to the planner as it is (op_ctx_t.dev); the planner runs it with an
+ * algorithm that runs on the device (direct: kernels read the peers' buffers in place, the copy
+ * engine copies) or, when none can, calls pending_t.stage and it is staged as above. Those
+ * calls write the user's receive buffer in place, so a failure may leave it partly written
+ * (as NCCL's kernels do).
+ *
  * Failures: the proxy records the error on the communicator (ncclCommGetAsyncError) and still
  * writes done, so no stream waits forever; ncclCommAbort raises the abort flag the proxy's
  * waits poll, so the items in flight fail at once and release their streams.
@@ -46,6 +54,10 @@
 #define PROXY_SLOTS 256     /* items in flight per communicator */
 #define PROXY_MAX_STREAMS 4 /* distinct streams in one group on one communicator */
 #define PROXY_STAGE_ALIGN 256
+
+/* Device buffers left in place (cuda_p2p): the reductions run piece by piece, at most this
+ * many bytes per kernel launch, the partial sums of 3+ ranks in a device scratch this large. */
+TUTTI_PARAM(P2pPieceBytes, "P2P_PIECE_BYTES", 16 << 20)
 
 typedef struct proxy_flags { /* pinned host memory, device-mapped */
   uint32_t start[PROXY_SLOTS][PROXY_MAX_STREAMS];
@@ -85,6 +97,8 @@ struct proxy {
   void *copy_q;
   char *stage;
   size_t stage_bytes;
+  char *stage_at;    /* the next free byte of stage while an item is set up and planned */
+  void *dev_scratch; /* device memory for partial sums (engine_peer.c), when nranks > 2 */
   pending_t *run;
   proxy_out_t *out;
   size_t run_cap;
@@ -225,17 +239,54 @@ static ncclResult_t proxy_stage_call(struct proxy *px, pending_t *p, proxy_out_t
   return ncclSuccess;
 }
 
+static TUTTI_TLS struct proxy *proxy_self; /* the proxy this thread is (for proxy_stage_late) */
+
+/* pending_t.stage: the planner found that a call left on the device cannot run there. */
+static ncclResult_t proxy_stage_late(pending_t *p) {
+  struct proxy *px = proxy_self;
+  size_t i = (size_t)(p - px->run);
+  p->ctx.dev = NULL, p->stage = NULL;
+  return proxy_stage_call(px, p, &px->out[i], &px->stage_at);
+}
+
+/* Whether a call's device buffers may stay in place: both are device memory and every rank's
+ * device maps every other's (cuda_p2p); the planner then runs it on the device or stages it
+ * (proxy_stage_late). Point-to-point calls and device PreMulSum scalars are staged at once. */
+static int proxy_keeps_on_device(const struct proxy *px, const pending_t *p) {
+  coll_t c = p->args.coll;
+  return px->comm->dev_peer && p->on_device[0] && p->on_device[1] && !p->scalar_dev &&
+         c != COLL_SEND && c != COLL_RECV;
+}
+
+static ncclResult_t proxy_keep(struct proxy *px, pending_t *p) {
+  size_t piece = (size_t)TUTTI_MAX(tutti_param_P2pPieceBytes(), 4096);
+  if (px->comm->nranks > 2 && !px->dev_scratch) {
+    int rc = px->dev->dev_alloc(&px->dev_scratch, piece);
+    if (rc)
+      return TUTTI_ERR(ncclUnhandledCudaError, "rank %d: %zu bytes of device scratch: %s (%d)",
+                       px->comm->rank, piece, px->dev->error_string(rc), rc);
+  }
+  p->ctx.dev = px->dev, p->ctx.dev_q = px->copy_q;
+  p->ctx.dev_scratch = px->dev_scratch, p->ctx.dev_scratch_bytes = piece;
+  p->stage = proxy_stage_late;
+  return ncclSuccess;
+}
+
 static ncclResult_t proxy_run_item(struct proxy *px, const proxy_item_t *it) {
   if (it->fail != ncclSuccess) return it->fail; /* recorded on the communicator already */
   TUTTI_CHECK(proxy_wait_start(px, it));
   TUTTI_CHECK(proxy_run_reserve(px, it->n));
-  size_t need = 0;
+  size_t need = 0; /* also for the calls kept on the device: the planner may stage them */
   for (size_t i = 0; i < it->n; i++) need += proxy_stage_need(&it->ops[i]);
   TUTTI_CHECK(proxy_stage_reserve(px, need));
-  char *at = px->stage;
+  px->stage_at = px->stage;
   for (size_t i = 0; i < it->n; i++) {
     px->run[i] = it->ops[i];
-    TUTTI_CHECK(proxy_stage_call(px, &px->run[i], &px->out[i], &at));
+    px->out[i] = (proxy_out_t){0};
+    if (proxy_keeps_on_device(px, &px->run[i]))
+      TUTTI_CHECK(proxy_keep(px, &px->run[i]));
+    else
+      TUTTI_CHECK(proxy_stage_call(px, &px->run[i], &px->out[i], &px->stage_at));
   }
   TUTTI_CHECK(it->run(px->run, it->n));
   for (size_t i = 0; i < it->n; i++)
@@ -272,6 +323,7 @@ static proxy_item_t *proxy_next(struct proxy *px) {
 
 static void *proxy_main(void *arg) {
   struct proxy *px = arg;
+  proxy_self = px;
   tutti_log_set_rank(px->comm->rank);
   int rc = px->dev->bind(px->ctx);
   if (rc == 0) rc = px->dev->copy_queue_create(&px->copy_q);
@@ -284,6 +336,7 @@ static void *proxy_main(void *arg) {
       res = proxy_run_item(px, it);
     proxy_complete(px, it, res);
   }
+  if (px->dev_scratch) px->dev->dev_free(px->dev_scratch);
   px->dev->copy_queue_destroy(px->copy_q);
   px->dev->host_free(px->stage);
   return NULL;

@@ -17,6 +17,9 @@ target_link_libraries(test_trainer_ddp PRIVATE tutti_trainer_nn GTest::gtest_mai
 target_compile_definitions(test_trainer_ddp PRIVATE
   TUTTI_RUN_PATH="$<TARGET_FILE:tutti-run>" TUTTI_TRAIN_PATH="$<TARGET_FILE:tutti-train>")
 add_dependencies(test_trainer_ddp tutti-run tutti-train)
+if(TUTTI_WITH_CUDA) # tutti-train has the GPU trainer (--device cuda)
+  target_compile_definitions(test_trainer_ddp PRIVATE TUTTI_TRAIN_CUDA_BUILT)
+endif()
 gtest_discover_tests(test_trainer_ddp TEST_FILTER "TrainerDdpQuick*"
                      PROPERTIES LABELS "quick" TIMEOUT 300)
 gtest_discover_tests(test_trainer_ddp TEST_FILTER "TrainerDdpSlow*"

@@ -14,6 +14,8 @@ static const char usage_text[] =
     "usage: tutti-train [options]      (one process per rank: tutti-run -n N, mpirun, torchrun "
     "env)\n"
     "  --model mlp|cnn        model (mlp)\n"
+    "  --device cpu|cuda      where to train (cpu); cuda: the MLP on a GPU with cuBLAS, the\n"
+    "                         gradients all-reduced on the device (CUDA builds only)\n"
     "  --epochs N             epochs (10)\n"
     "  --batch B              per-rank micro-batch; global batch = B x ranks x accum (64)\n"
     "  --accum N              gradient accumulation micro-steps per optimizer step (1)\n"
@@ -131,6 +133,12 @@ static int parse_scaling(const char *v, options_t *o) {
   return -1;
 }
 
+static int parse_device(const char *v, options_t *o) {
+  if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return -1;
+  o->device_cuda = strcmp(v, "cuda") == 0;
+  return 0;
+}
+
 static int parse_compress(const char *v, options_t *o) {
   tuttiCompressorConfig_t cfg;
   if (tuttiCompressorParse(v, &cfg) != ncclSuccess) return -1;
@@ -173,6 +181,7 @@ typedef struct {
 #define FIELD(f) offsetof(options_t, f)
 static const option_spec_t specs[] = {
     {"model", ARG_CALL, 0, 0, 0, parse_model},
+    {"device", ARG_CALL, 0, 0, 0, parse_device},
     {"epochs", ARG_INT, FIELD(epochs), 1, 100000},
     {"batch", ARG_INT, FIELD(batch), 1, 65536},
     {"accum", ARG_INT, FIELD(accum), 1, 65536},

@@ -39,6 +39,7 @@ typedef struct {
   int log_every; /* progress line every N steps; 0: off; -1 (default): every 5 s of an epoch */
   int profile;   /* print where each step's time goes, per rank */
   int blas_info;
+  int device_cuda;             /* --device cuda: train on the GPU (train_cuda.cu) */
   int train_limit, test_limit; /* use only the first N images; 0: all */
 } options_t;
 

@@ -27,6 +27,7 @@
 #include "options.h"
 #include "rng.h"
 #include "tensor_mem.h"
+#include "train_cuda.h"
 #include "tutti.h"
 
 /* Where a step's time goes on the main thread (--profile): data = zeroing the gradients,
@@ -101,6 +102,22 @@ static void blas_pick_kernels(char **argv) {
  * first touch of every buffer, caches). */
 #define BENCH_SKIP_STEPS 5
 
+#ifndef TUTTI_TRAIN_CUDA /* a build without the CUDA variant has no GPU trainer */
+int train_cuda_usable(const options_t *o) {
+  (void)o;
+  fprintf(stderr,
+          "tutti-train: --device cuda needs tutti's CUDA variant (this build has no CUDA "
+          "toolkit; train_cuda.cu is not compiled in)\n");
+  return 2;
+}
+
+int train_cuda_run(const options_t *o, ncclComm_t comm, const dataset_t *train,
+                   const dataset_t *test) {
+  (void)o, (void)comm, (void)train, (void)test;
+  return 2;
+}
+#endif
+
 static void die(const char *msg) {
   fprintf(stderr, "tutti-train: %s\n", msg);
   exit(1);
@@ -143,8 +160,14 @@ static void setup(trainer_t *t, int argc, char **argv) {
     exit(0);
   }
   openblas_set_num_threads(o->threads);
+  if (o->device_cuda && train_cuda_usable(o) != 0) exit(2);
   t->comm = comm_init();
   load_data(t);
+  if (o->device_cuda) { /* the GPU trainer (train_cuda.cu) from here on */
+    int rc = train_cuda_run(o, t->comm, &t->train, &t->test);
+    if (t->comm) ncclCommDestroy(t->comm);
+    exit(rc);
+  }
   tensor_alloc_use(ddp_alloc, ddp_free); /* parameters, gradients, activations: mappable */
   if (model_create(&t->model, o->model, o->batch) ||
       optim_create(&t->optim, o->optim, t->model.nparams))

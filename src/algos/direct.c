@@ -22,6 +22,10 @@
  * input once, unscaled). Results are bitwise identical on every rank (each segment has one
  * owner; the others copy its bits) and run to run. In place is safe: rank k reads rank r's
  * buffer only in segment k, which r overwrites only after k's progress says it is final.
+ * Device buffers (ALGO_RUNS_ON_DEVICE): the same schedule runs on GPU memory mapped through
+ * CUDA IPC (transport/cuda_p2p.c), the reductions as kernels and the copies on the copy
+ * engine (engine_peer.c); the planner then takes it at any size (the alternative is staging
+ * every byte through host memory).
  */
 #include "algos/registry.h"
 #include "core.h"
@@ -87,5 +91,5 @@ const algo_desc_t algo_direct = {
               [COLL_REDUCESCATTER] = build_reducescatter,
               [COLL_ALLGATHER] = build_allgather},
     .cost_us = direct_cost,
-    .needs = ALGO_NEEDS_PEER_MEMORY | ALGO_NEEDS_PLAIN_OP,
+    .needs = ALGO_NEEDS_PEER_MEMORY | ALGO_NEEDS_PLAIN_OP | ALGO_RUNS_ON_DEVICE,
 };

@@ -58,6 +58,8 @@ enum {
   ALGO_NEEDS_PLAIN_OP = 4,    /* no PreMulSum (its reductions read each input once, unscaled) */
   ALGO_NEEDS_PEER_READ = 8,   /* peer steps that read every other rank's buffers by copy
                                  (transport mem_read) where they cannot be mapped */
+  ALGO_RUNS_ON_DEVICE = 16,   /* only peer steps and local copies: runs on device buffers in
+                                 place where they can be mapped (cuda_p2p: CUDA IPC) */
 };
 /* Either kind of peer steps: the call needs the peer-memory handshake. */
 #define ALGO_PEER_STEPS (ALGO_NEEDS_PEER_MEMORY | ALGO_NEEDS_PEER_READ)

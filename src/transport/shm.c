@@ -19,7 +19,8 @@
  * other end, after publishing the word, fences and wakes it if the flag is up (one cache line it
  * writes anyway).
  * Elsewhere nobody sleeps and the flags are never looked at.
- * Peer memory: ncclMemAlloc regions are mapped by peers (memreg.c); any other memory of a local
+ * Peer memory: device buffers go to cuda_p2p.c (CUDA IPC, agreed at setup after CMA);
+ * ncclMemAlloc regions are mapped by peers (memreg.c); any other memory of a local
  * peer (heap) is read by copy with process_vm_readv (cross-memory attach: the kernel copies
  * straight from the peer's pages, one copy where the FIFOs make two). Whether that works is
  * decided once, at setup, by every rank alike: each rank reads its local peers' segment headers
@@ -49,6 +50,7 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "cuda_p2p.h"
 #include "memreg.h"
 
 TUTTI_PARAM(ShmDisable, "SHM_DISABLE", 0)
@@ -348,7 +350,8 @@ static void shm_unlink_own(struct ncclComm *comm) {
 
 static ncclResult_t shm_post_connect(struct ncclComm *comm) {
   shm_unlink_own(comm);
-  return cma_agree(comm);
+  TUTTI_CHECK(cma_agree(comm));
+  return cuda_p2p_agree(comm);
 }
 
 /* After publishing *word: wakes the other end if it sleeps on it (shm_wait). The fence pairs
@@ -450,7 +453,7 @@ static const char *shm_peer_reason(conn_t *c) {
 
 typedef struct shm_handle { /* a peer_handle_t's bytes */
   int32_t pid;
-  int32_t shared; /* 1: ref names an ncclMemAlloc region */
+  int32_t shared; /* 1: ref names an ncclMemAlloc region (never CUDA_P2P_HANDLE_KIND) */
   uint64_t addr;  /* the buffer's address in process pid */
   memreg_ref_t ref;
 } shm_handle_t;
@@ -460,6 +463,7 @@ _Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a
  * (ranks as threads) uses the address as is, whatever the memory. Other memory can be read by
  * copy where every rank agreed it can (comm->peer_read). */
 static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
+  if (comm->device_possible && cuda_p2p_is_device(buf)) return cuda_p2p_expose(comm, buf, bytes, h);
   shm_handle_t sh = {.pid = (int32_t)getpid(), .addr = (uint64_t)(uintptr_t)buf};
   sh.shared = memreg_find(buf, bytes, &sh.ref);
   memset(h, 0, sizeof(*h));
@@ -503,6 +507,7 @@ static ncclResult_t shm_mem_write(struct ncclComm *comm, int peer, const peer_ha
 
 static ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_handle_t *h,
                                 const char **addr) {
+  if (cuda_p2p_is_handle(h)) return cuda_p2p_map(comm, peer, h, addr);
   shm_handle_t sh;
   memcpy(&sh, h->bytes, sizeof(sh));
   if (sh.pid == (int32_t)getpid()) {
@@ -530,6 +535,7 @@ static volatile uint64_t *shm_mem_word(struct ncclComm *comm, int rank, int whic
 static void shm_close(struct ncclComm *comm) {
   shm_state_t *st = comm->shm;
   shm_remove_stale(); /* what a peer killed before it could unlink its segment left */
+  cuda_p2p_close(comm);
   if (!st) return;
   shm_unlink_own(comm); /* unlink if init failed before the barrier */
   for (int p = 0; p < comm->nranks; p++)

@@ -71,7 +71,7 @@ typedef struct conn {
 
 #define TRANSPORT_BLOB_BYTES 256
 
-#define PEER_HANDLE_BYTES 48
+#define PEER_HANDLE_BYTES 96 /* cuda_p2p: a 64-byte CUDA IPC handle and where the buffer lies */
 typedef struct peer_handle {
   unsigned char bytes[PEER_HANDLE_BYTES];
 } peer_handle_t;

@@ -364,10 +364,12 @@ void bench(Rank &R) {
   double us_small = time_allreduce_us(R, buf, 2, 200);
   double algbw = big / (us_big * 1e-6) / 1e9;
   double busbw = algbw * 2.0 * (R.n - 1) / R.n;
+  const char *tag = getenv("GPU_COLL_TAG");  // names a variant's results (run.sh: "staged")
+  std::string sfx = tag && *tag ? std::string("_") + tag : std::string();
   if (R.rank == 0) {
-    printf("RESULT allreduce_256MiB_us %.1f\n", us_big);
-    printf("RESULT allreduce_256MiB_busbw_GBps %.2f\n", busbw);
-    printf("RESULT allreduce_8B_latency_us %.2f\n", us_small);
+    printf("RESULT allreduce_256MiB_us%s %.1f\n", sfx.c_str(), us_big);
+    printf("RESULT allreduce_256MiB_busbw_GBps%s %.2f\n", sfx.c_str(), busbw);
+    printf("RESULT allreduce_8B_latency_us%s %.2f\n", sfx.c_str(), us_small);
   }
   cudaFree(buf);
 }

@@ -46,8 +46,8 @@ jobs=$(nproc)
 step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_CUDA=ON \
   -DTUTTI_BUILD_TESTS=ON -DTUTTI_BUILD_PERF=ON || { log "build failed"; exit 1; }
 step build cmake --build "$build" -j"$jobs" --target tutti nccl_compat tutti_cuda \
-  test_gpu_kernels gpu_memcpy_bw gpu_coll test_cuda_driver test_stream_path all_reduce_perf \
-  tutti-run || { log "build failed"; exit 1; }
+  test_gpu_kernels gpu_memcpy_bw gpu_coll test_cuda_driver test_stream_path test_p2p_protocol \
+  all_reduce_perf tutti-run tutti-train || { log "build failed"; exit 1; }
 bin=$build/bin
 if ((build_only)); then log "built only (--build-only)"; exit 0; fi
 
@@ -69,16 +69,27 @@ step gpu_kernels "$bin/test_gpu_kernels"
 step cuda_driver "$bin/test_cuda_driver"
 # The stream path's protocol tests (host emulation; they run in CI too).
 step stream_protocol "$bin/test_stream_path"
+step p2p_protocol "$bin/test_p2p_protocol"
 # Every collective x datatype on device buffers, stream order, device scalar, capture, abort.
 for n in 1 2 4; do step "device_collectives_${n}ranks" run_n "$n" "$bin/gpu_coll" check; done
 for n in 2 4; do step "device_collectives_${n}threads" timeout 240 "$bin/gpu_coll" threads "$n"; done
 # Peer figure: device-to-device copy bandwidth, this run.
 step d2d_memcpy "$bin/gpu_memcpy_bw" $((256 << 20))
 d2d=$(awk '/^d2d_memcpy / { for (i = 1; i <= NF; i++) if ($i ~ /^GB\/s=/) { sub("GB/s=", "", $i); v = $i } } END { print v }' "$results")
-# All-reduce on device buffers, 2 ranks on the GPU: busbw at 256 MiB and the 8 B latency.
-step allreduce_device_2ranks run_n 2 "$bin/gpu_coll" bench
+# All-reduce on device buffers, 2 ranks on the GPU: busbw at 256 MiB and the 8 B latency,
+# through cuda_p2p (CUDA IPC, kernels and the copy engine); the INIT lines say it was on.
+step allreduce_device_2ranks env TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=INIT \
+  run_n 2 "$bin/gpu_coll" bench
 busbw=$(result allreduce_256MiB_busbw_GBps)
 lat=$(result allreduce_8B_latency_us)
+if grep -q "cuda_p2p: every rank reaches every rank's device" "$results"; then
+  log "cuda_p2p: on (device buffers read in place through CUDA IPC)"
+else
+  log "cuda_p2p: FAIL: not on for 2 ranks on one GPU (see the INIT lines above)"; failed=1
+fi
+# The same with cuda_p2p off (every byte staged through pinned host memory), for comparison.
+step allreduce_device_2ranks_staged env TUTTI_P2P_DISABLE=1 GPU_COLL_TAG=staged \
+  run_n 2 "$bin/gpu_coll" bench
 # Targets (docs/gpu.md): busbw >= 35% of the copy bandwidth; 8 B latency <= 25 us.
 target() { # target NAME OK-EXPRESSION TEXT
   if [ -n "$3" ] && awk "BEGIN { exit !($2) }"; then log "TARGET $1: met ($3)"
@@ -90,6 +101,22 @@ target latency_8B "${lat:-1e9} <= 25" "8 B all-reduce ${lat:-?} us"
 # Host-buffer all-reduce for reference.
 step allreduce_host_2ranks "$bin/tutti-run" -n 2 --timeout 120 -- \
   "$bin/all_reduce_perf" -b 8 -e 64M -f 8 -c 1
+
+# One epoch of the MLP on the GPU (tutti-train --device cuda, 2 ranks on GPU 0, gradients
+# all-reduced on the device), and the same epoch on the host for comparison: same init, data
+# order and update rules, sums in other orders, so the test accuracies differ by little; more
+# than 1.5 points after one epoch means the GPU trainer is wrong.
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+  step train_cuda_1epoch run_n 2 "$bin/tutti-train" --device cuda --model mlp --epochs 1 --data "$data"
+  step train_cpu_1epoch run_n 2 "$bin/tutti-train" --model mlp --epochs 1 --threads 4 --data "$data"
+  acc() { grep -E "^epoch +1/1" "$results" | sed -n "$1p" | sed -E 's/.*test +([0-9.]+)%.*/\1/'; }
+  gpu_acc=$(acc 1) cpu_acc=$(acc 2)
+  target train_accuracy_vs_host "${gpu_acc:-0} - ${cpu_acc:-100} <= 1.5 && ${cpu_acc:-100} - ${gpu_acc:-0} <= 1.5" \
+    "test accuracy after 1 epoch: GPU ${gpu_acc:-?}%, host ${cpu_acc:-?}%"
+else
+  log "NOT RUN train_cuda: no Fashion-MNIST at $data (set FASHION_MNIST_DIR; Debian: dataset-fashion-mnist)"
+fi
 
 # nccl-tests built unchanged against tutti's nccl.h and libnccl.so.2, where its sources are.
 nt=${NCCL_TESTS_DIR:-$root/../nccl-tests}

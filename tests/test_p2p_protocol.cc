@@ -1,0 +1,286 @@
+// Protocol tests of cuda_p2p (device buffers as peer memory, transport/cuda_p2p.c) through the
+// host emulation of the device (device_emu.c, TUTTI_DEVICE_EMULATION=1). These are NOT GPU
+// tests: no CUDA call runs. What they check is the protocol the GPU path shares with them:
+// the agreement at setup (every rank reaches every rank's device, or it is off everywhere),
+// the handle exchange before each call (exported in one process, opened in another), the
+// progress and done words, the order of the reduction and the copies, abort, a rank that
+// dies, and the fallback to staging. Emulated device memory is PROT_NONE to the host, so a
+// host load or store of a device buffer by the library is a SIGSEGV; the emulation's counters
+// say which path ran (handles opened, device reductions and copies, staging copies).
+// Ranks are forked processes (the IPC path) or threads of one process (addresses as they are).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device.h"
+#include "nccl.h"
+
+namespace {
+
+const int emulation_on = setenv("TUTTI_DEVICE_EMULATION", "1", 1);
+
+struct DevBuf {  // emulated device memory, reached through its host view
+  void *d = nullptr;
+  explicit DevBuf(size_t b) : d(device_emu_alloc(b)) {}
+  ~DevBuf() { device_emu_free(d); }
+  int32_t *h() { return static_cast<int32_t *>(device_emu_view(d)); }
+};
+
+// Inputs j*7 + rank + 1 (exact in int32), as Gloo's tests do.
+int32_t in(int rank, size_t j) {
+  return (int32_t)(j * 7 + rank + 1);
+}
+
+int32_t sum(int n, size_t j) {
+  int32_t t = 0;
+  for (int q = 0; q < n; q++) t += in(q, j);
+  return t;
+}
+
+// Runs body(rank, comm) in n forked ranks; returns each child's exit code (0: passed; the
+// child prints why it failed). env(rank) is applied in the child before init.
+std::vector<int> forked(int n, const std::function<void(int)> &env,
+                        const std::function<int(int, ncclComm_t)> &body) {
+  ncclUniqueId id;
+  EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < n; rank++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      env(rank);
+      ncclComm_t comm;
+      if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) _exit(90);
+      int rc = body(rank, comm);
+      if (rc == 0 && ncclCommDestroy(comm) != ncclSuccess) rc = 91;
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+#define CHILD_CHECK(cond, code, ...)                     \
+  do {                                                   \
+    if (!(cond)) {                                       \
+      fprintf(stderr, "rank %d: ", rank);                \
+      fprintf(stderr, __VA_ARGS__);                      \
+      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__); \
+      return code;                                       \
+    }                                                    \
+  } while (0)
+
+// All-reduce (out of place, in place, max), reduce-scatter (out of place, in place) and
+// all-gather (out of place, in place) on device buffers, exact, in one rank of n; k crosses
+// the reduction's pieces (TUTTI_P2P_PIECE_BYTES set small by the caller) unevenly.
+int collectives(int rank, ncclComm_t comm, int n, size_t k) {
+  void *st = device_emu_stream_create();
+  DevBuf s(k * n * 4), r(k * n * 4);
+  auto run = [&](ncclResult_t res) {
+    return res == ncclSuccess && device_emu_stream_sync(st, 60000) == 0;
+  };
+  cudaStream_t cs = (cudaStream_t)st;
+  CHILD_CHECK(run(ncclAllReduce(s.d, r.d, 0, ncclInt32, ncclSum, comm, cs)), 10, "count 0");
+  for (size_t j = 0; j < k * n; j++) s.h()[j] = in(rank, j);
+  CHILD_CHECK(run(ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs)), 10, "allreduce");
+  for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == sum(n, j), 11, "allreduce at %zu", j);
+  // ncclAvg: the division applied once, by the segment's owner (integer division truncates)
+  CHILD_CHECK(run(ncclAllReduce(s.d, r.d, k, ncclInt32, ncclAvg, comm, cs)), 10, "avg");
+  for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == sum(n, j) / n, 11, "avg at %zu", j);
+  CHILD_CHECK(run(ncclAllReduce(s.d, s.d, k, ncclInt32, ncclMax, comm, cs)), 10, "in place");
+  for (size_t j = 0; j < k; j++) CHILD_CHECK(s.h()[j] == in(n - 1, j), 11, "max at %zu", j);
+  for (size_t j = 0; j < k * n; j++) s.h()[j] = in(rank, j);
+  CHILD_CHECK(run(ncclReduceScatter(s.d, r.d, k, ncclInt32, ncclSum, comm, cs)), 10, "rs");
+  for (size_t j = 0; j < k; j++)
+    CHILD_CHECK(r.h()[j] == sum(n, rank * k + j), 11, "reducescatter at %zu", j);
+  int32_t *own = s.h() + rank * k;  // in place: recvbuff = sendbuff + rank * k
+  CHILD_CHECK(
+      run(ncclReduceScatter(s.d, (char *)s.d + rank * k * 4, k, ncclInt32, ncclSum, comm, cs)), 10,
+      "rs in place");
+  for (size_t j = 0; j < k; j++)
+    CHILD_CHECK(own[j] == sum(n, rank * k + j), 11, "reducescatter in place at %zu", j);
+  for (size_t j = 0; j < k; j++) s.h()[j] = in(rank, j);
+  CHILD_CHECK(run(ncclAllGather(s.d, r.d, k, ncclInt32, comm, cs)), 10, "allgather");
+  for (int q = 0; q < n; q++)
+    for (size_t j = 0; j < k; j++)
+      CHILD_CHECK(r.h()[q * k + j] == in(q, j), 11, "allgather %d at %zu", q, j);
+  memset(r.h(), 0, k * n * 4);
+  for (size_t j = 0; j < k; j++) r.h()[rank * k + j] = in(rank, j);
+  CHILD_CHECK(run(ncclAllGather((char *)r.d + rank * k * 4, r.d, k, ncclInt32, comm, cs)), 10,
+              "allgather in place");
+  for (int q = 0; q < n; q++)
+    for (size_t j = 0; j < k; j++)
+      CHILD_CHECK(r.h()[q * k + j] == in(q, j), 11, "allgather in place %d at %zu", q, j);
+  device_emu_stream_destroy(st);
+  return 0;
+}
+
+// Forked ranks read each other's device buffers through exported handles: every result
+// exact, and what ran was the peer path: handles opened, reductions and copies between device
+// buffers, and not one staging copy.
+TEST(CudaP2pProtocol, ForkedRanksReadEachOthersDeviceBuffers) {
+  ASSERT_EQ(emulation_on, 0);
+  for (int n : {2, 3, 5}) {
+    auto codes = forked(
+        n, [](int) { setenv("TUTTI_P2P_PIECE_BYTES", "4096", 1); },
+        [n](int rank, ncclComm_t comm) {
+          device_emu_counts_t c0 = device_emu_counts();
+          int rc = collectives(rank, comm, n, 3001);  // 12004 bytes: 3 pieces and a bit
+          if (rc) return rc;
+          device_emu_counts_t c = device_emu_counts();
+          CHILD_CHECK(c.staging_copies == c0.staging_copies, 20, "%llu staging copies",
+                      (unsigned long long)(c.staging_copies - c0.staging_copies));
+          CHILD_CHECK(c.ipc_opens > c0.ipc_opens, 21, "no handle opened");
+          CHILD_CHECK(c.dev_reduces > c0.dev_reduces, 22, "no device reduction");
+          CHILD_CHECK(c.dev_copies > c0.dev_copies, 23, "no device copy");
+          return 0;
+        });
+    for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << n << " ranks, rank " << r;
+  }
+}
+
+// One rank that cannot take part turns the peer path off on every rank (agreed at setup):
+// TUTTI_P2P_DISABLE on one rank, or one rank on a device the others cannot reach. Every rank
+// then stages (no handle opened, no device reduction) and the results are still exact.
+TEST(CudaP2pProtocol, OneRankOutStagesOnEveryRank) {
+  const char *why[] = {"TUTTI_P2P_DISABLE", "TUTTI_DEVICE_EMULATION_ID"};
+  for (const char *var : why) {
+    const int n = 3;
+    auto codes = forked(
+        n,
+        [var](int rank) {
+          if (rank == 1) setenv(var, "1", 1);
+        },
+        [](int rank, ncclComm_t comm) {
+          device_emu_counts_t c0 = device_emu_counts();
+          int rc = collectives(rank, comm, n, 1003);
+          if (rc) return rc;
+          device_emu_counts_t c = device_emu_counts();
+          CHILD_CHECK(c.ipc_opens == c0.ipc_opens, 30, "a handle was opened");
+          CHILD_CHECK(c.dev_reduces == c0.dev_reduces, 31, "a device reduction ran");
+          CHILD_CHECK(c.staging_copies > c0.staging_copies, 32, "nothing staged");
+          return 0;
+        });
+    for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << var << " on rank 1; rank " << r;
+  }
+}
+
+// Ranks as threads of one process use each other's device addresses as they are (no handle
+// opened), still through device reductions and copies only.
+TEST(CudaP2pProtocol, ThreadRanksUseAddressesAsTheyAre) {
+  const int n = 3;
+  const size_t k = 777;
+  std::vector<ncclComm_t> comms(n);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  std::vector<void *> st(n);
+  std::vector<DevBuf *> s, r;
+  for (int i = 0; i < n; i++) {
+    st[i] = device_emu_stream_create();
+    s.push_back(new DevBuf(k * 4)), r.push_back(new DevBuf(k * 4));
+    for (size_t j = 0; j < k; j++) s[i]->h()[j] = in(i, j);
+  }
+  device_emu_counts_t c0 = device_emu_counts();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ncclSum, comms[i], (cudaStream_t)st[i]),
+              ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int i = 0; i < n; i++) ASSERT_EQ(device_emu_stream_sync(st[i], 60000), 0);
+  for (int i = 0; i < n; i++)
+    for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->h()[j], sum(n, j)) << "rank " << i;
+  device_emu_counts_t c = device_emu_counts();
+  EXPECT_EQ(c.ipc_opens, c0.ipc_opens);
+  EXPECT_EQ(c.staging_copies, c0.staging_copies);
+  EXPECT_GE(c.dev_reduces - c0.dev_reduces, (uint64_t)n) << "one reduction per rank at least";
+  for (int i = 0; i < n; i++) {
+    ncclCommDestroy(comms[i]);
+    device_emu_stream_destroy(st[i]);
+    delete s[i], delete r[i];
+  }
+}
+
+// A rank that dies while its peer waits in a call on device buffers: the survivor's operation
+// fails naming the dead rank (ncclCommGetAsyncError), its stream is released, nothing hangs.
+TEST(CudaP2pProtocol, RankDyingDuringACallIsReported) {
+  const int n = 2;
+  auto codes = forked(
+      n, [](int) { setenv("TUTTI_TIMEOUT", "30", 1); },
+      [](int rank, ncclComm_t comm) {
+        const size_t k = 4096;
+        DevBuf s(k * 4), r(k * 4);
+        if (rank == 1) {  // joins the first call, then dies before the second
+          void *st = device_emu_stream_create();
+          ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st);
+          device_emu_stream_sync(st, 60000);
+          kill(getpid(), SIGKILL);
+        }
+        void *st = device_emu_stream_create();
+        cudaStream_t cs = (cudaStream_t)st;
+        CHILD_CHECK(ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs) == ncclSuccess, 40,
+                    "first call");
+        CHILD_CHECK(device_emu_stream_sync(st, 60000) == 0, 41, "first call stuck");
+        auto t0 = std::chrono::steady_clock::now();
+        ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs);  // rank 1 is gone
+        CHILD_CHECK(device_emu_stream_sync(st, 60000) == 0, 42, "stream not released");
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm, &async);
+        CHILD_CHECK(async != ncclSuccess, 43, "no error after the peer died");
+        std::string msg = ncclGetLastError(comm);
+        CHILD_CHECK(msg.find("rank 1") != std::string::npos, 44, "error names no rank: %s",
+                    msg.c_str());
+        CHILD_CHECK(secs < 30, 45, "took %.1f s", secs);
+        ncclCommAbort(comm);
+        device_emu_stream_destroy(st);
+        _exit(0);
+      });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+}
+
+// ncclCommAbort while a call on device buffers waits for a peer that never arrives (its stream
+// is held by earlier work): the call fails, the stream is released, the receive buffer keeps
+// what it had (the peer never published anything for it to copy).
+TEST(CudaP2pProtocol, AbortWhileAPeerNeverArrives) {
+  const int n = 2;
+  auto codes = forked(
+      n, [](int) {},
+      [](int rank, ncclComm_t comm) {
+        const size_t k = 4096;
+        DevBuf s(k * 4), r(k * 4);
+        if (rank == 1) {  // never calls; waits to be told to go
+          sleep(3);
+          ncclCommAbort(comm);
+          _exit(0);
+        }
+        void *st = device_emu_stream_create();
+        ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        auto t0 = std::chrono::steady_clock::now();
+        CHILD_CHECK(ncclCommAbort(comm) == ncclSuccess, 50, "abort");
+        CHILD_CHECK(device_emu_stream_sync(st, 10000) == 0, 51, "stream not released");
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        CHILD_CHECK(secs < 5, 52, "abort took %.1f s", secs);
+        for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == 0, 53, "written at %zu", j);
+        device_emu_stream_destroy(st);
+        _exit(0);
+      });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
+}  // namespace
