@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-ALGOS = "ring,oneshot,hier,tree,rhd,rd,direct"
+ALGOS = "ring,oneshot,hier,tree,rhd,rd,mring,direct"
 
 
 def parse_size(s):

@@ -44,6 +44,7 @@ struct Pair {
   ncclDataType_t type;   // representative datatype
   bool pow2_only;
   const char *perf;  // its benchmark (perf/)
+  int hosts = 0;     // > 0: processes only, rank r presents TUTTI_HOSTID host r * hosts / n
 };
 const Pair kPairs[] = {
     {"tree", Coll::kAllReduce, "allreduce", ncclFloat32, false, "all_reduce_perf"},
@@ -53,10 +54,17 @@ const Pair kPairs[] = {
     {"rhd", Coll::kAllGather, "allgather", ncclUint8, true, "all_gather_perf"},
     {"rhd", Coll::kReduceScatter, "reducescatter", ncclInt64, true, "reduce_scatter_perf"},
     {"rd", Coll::kAllReduce, "allreduce", ncclFloat64, false, "all_reduce_perf"},
+    {"bruck", Coll::kAllGather, "allgather", ncclInt32, false, "all_gather_perf"},
+    {"bruck", Coll::kReduceScatter, "reducescatter", ncclFloat32, false, "reduce_scatter_perf"},
+    // on one host the multi-channel ring is the ring; across 2 (fake) hosts of 2 or more ranks
+    // it runs min(ranks per host, 8) channels
+    {"mring", Coll::kAllReduce, "allreduce", ncclInt32, false, "all_reduce_perf"},
+    {"mring", Coll::kAllReduce, "allreduce", ncclFloat32, false, "all_reduce_perf", 2},
 };
 
 std::string pair_name(const Pair &p) {
-  return std::string(p.algo) + "_" + th::coll_name(p.coll);
+  return std::string(p.algo) + "_" + th::coll_name(p.coll) +
+         (p.hosts ? "_" + std::to_string(p.hosts) + "hosts" : "");
 }
 
 // Sets TUTTI_ALGO for the communicators created while it lives (threads read it at init,
@@ -120,6 +128,12 @@ void run_pair(const Pair &p, Mode mode, int n, const std::vector<ncclDataType_t>
   ForceAlgo force(p);
   th::Options opt;
   opt.timeout_s = 300;
+  if (p.hosts) {  // hosts in blocks of ranks, told apart by TUTTI_HOSTID (processes only)
+    mode = Mode::kProcs;
+    opt.before_init = [&p, n](int rank) {
+      setenv("TUTTI_HOSTID", ("s19c-host" + std::to_string(rank * p.hosts / n)).c_str(), 1);
+    };
+  }
   log_capture::clear();
   th::run_ranks_ok(
       mode, n,
@@ -145,10 +159,13 @@ std::string param_name(const ::testing::TestParamInfo<int> &i) {
 // algorithm; the TUNING lines list the candidates and the choice.
 TEST_P(AlgoPair, ForcedAlgorithmIsTheOneThatRuns) {
   const Pair &p = kPairs[GetParam()];
+  std::string prog = std::string(PERF_DIR) + "/" + p.perf + " -b 4K -e 4K -n 1 -w 0";
+  if (p.hosts)  // rank r on host r * hosts / 4
+    prog = "sh -c 'TUTTI_HOSTID=s19c-host$((TUTTI_RANK * " + std::to_string(p.hosts) +
+           " / 4)) exec " + prog + "'";
   std::string cmd = std::string("env -u TUTTI_DEBUG_FILE ") + TUTTI_RUN_PATH +
                     " -n 4 -x TUTTI_ALGO=" + p.coll_key + ":" + p.algo +
-                    " -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL,TUNING " + PERF_DIR + "/" +
-                    p.perf + " -b 4K -e 4K -n 1 -w 0 2>&1";
+                    " -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL,TUNING " + prog + " 2>&1";
   FILE *f = popen(cmd.c_str(), "r");
   ASSERT_NE(f, nullptr);
   std::string out;
@@ -181,27 +198,37 @@ TEST_P(AlgoPair, FloatResultsAreBitwiseIdenticalEverywhereAndEveryRun) {
   Hashes *hs = static_cast<Hashes *>(th::shared_alloc(sizeof(Hashes)));
   ASSERT_NE(hs, nullptr);
   ForceAlgo force(p);
+  th::Options opt;
+  if (p.hosts)  // fake hosts need processes (TUTTI_HOSTID per rank)
+    opt.before_init = [&p, n](int rank) {
+      setenv("TUTTI_HOSTID", ("s19c-host" + std::to_string(rank * p.hosts / n)).c_str(), 1);
+    };
   for (int run = 0; run < 3; run++) {
     log_capture::clear();
-    th::run_ranks_ok(run == 1 ? Mode::kProcs : Mode::kThreads, n, [&](RankCtx &ctx) {
-      std::vector<float> in(k * n), out(k * n, 0.f);
-      for (size_t i = 0; i < in.size(); i++) in[i] = (float)std::sin(i * 0.37 + ctx.rank * 1.3);
-      size_t outs = p.coll == Coll::kAllGather ? k * n : k;
-      if (p.coll == Coll::kAllReduce)
-        NCCL_OK(ctx,
-                ncclAllReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm, nullptr));
-      else if (p.coll == Coll::kReduce)
-        NCCL_OK(ctx,
-                ncclReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, 1, ctx.comm, nullptr));
-      else if (p.coll == Coll::kReduceScatter)
-        NCCL_OK(ctx, ncclReduceScatter(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm,
+    Mode mode = run == 1 || p.hosts ? Mode::kProcs : Mode::kThreads;
+    th::run_ranks_ok(
+        mode, n,
+        [&](RankCtx &ctx) {
+          std::vector<float> in(k * n), out(k * n, 0.f);
+          for (size_t i = 0; i < in.size(); i++) in[i] = (float)std::sin(i * 0.37 + ctx.rank * 1.3);
+          size_t outs = p.coll == Coll::kAllGather ? k * n : k;
+          if (p.coll == Coll::kAllReduce)
+            NCCL_OK(ctx, ncclAllReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm,
                                        nullptr));
-      else if (p.coll == Coll::kAllGather)
-        NCCL_OK(ctx, ncclAllGather(in.data(), out.data(), k, ncclFloat32, ctx.comm, nullptr));
-      else
-        NCCL_OK(ctx, ncclBroadcast(in.data(), out.data(), k, ncclFloat32, 1, ctx.comm, nullptr));
-      hs->h[run][ctx.rank] = th::hash_bytes(out.data(), outs * sizeof(float));
-    });
+          else if (p.coll == Coll::kReduce)
+            NCCL_OK(ctx, ncclReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, 1, ctx.comm,
+                                    nullptr));
+          else if (p.coll == Coll::kReduceScatter)
+            NCCL_OK(ctx, ncclReduceScatter(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm,
+                                           nullptr));
+          else if (p.coll == Coll::kAllGather)
+            NCCL_OK(ctx, ncclAllGather(in.data(), out.data(), k, ncclFloat32, ctx.comm, nullptr));
+          else
+            NCCL_OK(ctx,
+                    ncclBroadcast(in.data(), out.data(), k, ncclFloat32, 1, ctx.comm, nullptr));
+          hs->h[run][ctx.rank] = th::hash_bytes(out.data(), outs * sizeof(float));
+        },
+        opt);
     expect_algo_ran(th::coll_name(p.coll), p.algo, n);
   }
   // Reduce: only the root has a result; reduce-scatter: each rank its own block.
