@@ -160,9 +160,12 @@ std::string param_name(const ::testing::TestParamInfo<int> &i) {
 TEST_P(AlgoPair, ForcedAlgorithmIsTheOneThatRuns) {
   const Pair &p = kPairs[GetParam()];
   std::string prog = std::string(PERF_DIR) + "/" + p.perf + " -b 4K -e 4K -n 1 -w 0";
-  if (p.hosts)  // rank r on host r * hosts / 4
-    prog = "sh -c 'TUTTI_HOSTID=s19c-host$((TUTTI_RANK * " + std::to_string(p.hosts) +
-           " / 4)) exec " + prog + "'";
+  char dir[] = "/tmp/s19c-dump-XXXXXX";  // each rank's printed schedules (fake hosts only)
+  if (p.hosts) {  // rank r on host r * hosts / 4, its stderr (log, schedules) in dir/r
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    prog = "-x TUTTI_DUMP_SCHEDULE=1 sh -c 'TUTTI_HOSTID=s19c-host$((TUTTI_RANK * " +
+           std::to_string(p.hosts) + " / 4)) exec " + prog + " 2> " + dir + "/$TUTTI_RANK'";
+  }
   std::string cmd = std::string("env -u TUTTI_DEBUG_FILE ") + TUTTI_RUN_PATH +
                     " -n 4 -x TUTTI_ALGO=" + p.coll_key + ":" + p.algo +
                     " -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL,TUNING " + prog + " 2>&1";
@@ -172,6 +175,17 @@ TEST_P(AlgoPair, ForcedAlgorithmIsTheOneThatRuns) {
   char buf[4096];
   for (size_t k; (k = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, k);
   ASSERT_EQ(pclose(f), 0) << out;
+  std::string dump;  // fake hosts: rank 0's log and schedules; every rank's log joins `out`
+  for (int r = 0; p.hosts && r < 4; r++) {
+    std::string path = std::string(dir) + "/" + std::to_string(r), text;
+    FILE *d = fopen(path.c_str(), "r");
+    for (size_t k; d && (k = fread(buf, 1, sizeof buf, d)) > 0;) text.append(buf, k);
+    if (d) fclose(d);
+    unlink(path.c_str());
+    out += text;
+    if (r == 0) dump = text;
+  }
+  if (p.hosts) rmdir(dir);
   // Every call of the pair's collective (the benchmark also makes other calls) names it.
   std::string fn = std::string("nccl") + th::coll_name(p.coll) + ": ",
               want = std::string(" algo ") + p.algo;
@@ -184,6 +198,19 @@ TEST_P(AlgoPair, ForcedAlgorithmIsTheOneThatRuns) {
   EXPECT_GE(calls, 4) << "no COLL line of " << fn << "on 4 ranks:\n" << out;
   EXPECT_NE(out.find(std::string("chose ") + p.algo + " ("), std::string::npos) << out;
   EXPECT_NE(out.find(std::string(": ") + p.algo + " "), std::string::npos) << "no candidate line";
+  if (p.hosts) {
+    // hosts {0 1} {2 3}: two channels; rank 0 leaves its host in channel 0, to rank 3 (the
+    // entry of channel 0 on the other host), which the plain ring (0 -> 1 -> 2 -> 3) never does
+    const std::string head = "# rank 0: ncclAllReduce algo mring";
+    int dumps = 0;
+    for (size_t at = dump.find(head); at != std::string::npos; at = dump.find(head, at + 1)) {
+      size_t eol = dump.find('\n', at);
+      std::string first = dump.substr(eol + 1, dump.find('\n', eol + 1) - eol - 1);
+      EXPECT_NE(first.find("send 3 "), std::string::npos) << first;
+      dumps++;
+    }
+    EXPECT_GE(dumps, 4) << dump;
+  }
 }
 
 // Float sums whose value depends on the reduction order: every rank holds the same bits, run
