@@ -121,7 +121,7 @@ static int bruck_steps(int n) {
  * TUTTI_ALGO asks for it. */
 static double bruck_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks;
-  if (n < 2 || (!t->may_alloc && S > (double)t->scratch_bytes)) return -1;
+  if (n > 1 && !t->may_alloc && S > (double)t->scratch_bytes) return -1; /* n = 1: one copy */
   double x = c == COLL_REDUCESCATTER ? COST_XCHG : 1;
   double copy = (c == COLL_ALLGATHER ? S + S / n : S) / (m->shm.gbps * 1e3);
   return cost(m, t, cost_level(m, t), bruck_steps(n), cost_nic_share(t) * x * (n - 1) / n * S) +
