@@ -17,8 +17,8 @@ import sys
 import tempfile
 import time
 
-ALGOS = ["ring", "hier", "tree", "rhd", "rd", "oneshot", "direct"]
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"]
+ALGOS = ["ring", "hier", "tree", "rhd", "rd", "oneshot", "direct", "mring"]
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
 def sweep(args, size):

@@ -167,9 +167,9 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
 // The multi-channel ring (mring.c): on one host it is the ring and costs what the ring does
 // (the ring wins the tie); across 8 hosts of 8 ranks with 8 NICs its 8 channels share the
 // ring's 2(n-1)/n S bytes out over the NICs (1/8 each) while 7/8 of each rank's bytes go
-// through shared memory at the same time, so the wire time is the larger of the two; its hops
-// are the ring's, 8 messages each. With one NIC all channels leave through it: no gain (a
-// tie, which the ring wins).
+// through shared memory at the same time, so the wire time is the larger of the two; each of
+// its 2(n-1) steps per round waits for a network hop (every rank is a channel's entry). With one
+// NIC all channels leave through it: no gain, only those latencies.
 TEST(TunerModel, MultiRingSpreadsTheRingOverTheNics) {
   tuner_model_t m = model();
   tuner_topo_t t = one_host(8);
@@ -180,14 +180,14 @@ TEST(TunerModel, MultiRingSpreadsTheRingOverTheNics) {
   t = one_host(64);
   t.nhosts = 8, t.local_size = 8, t.hier_ok = 1, t.host_blocks = 1, t.nics = 8;
   double S = 64 << 20, bytes = 2.0 * 63 / 64 * S;
-  double lat = 2.0 * 63 * (8.0 / 64 * 20.0 + 56.0 / 64 * 2.0);
+  double lat = 2.0 * 63 * 20.0;  // one round (S / 8 / 64 = 2 chunk / 8): every step a net hop
   double wire = std::max(bytes / 8 / 1e3, bytes * 7 / 8 / 10e3);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S), lat + wire);
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S),
             0.2 * tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, S));
   t.nics = 1;
-  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S),
-                   tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, S));
+  EXPECT_GT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S),
+            tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, S));
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, S, bit(ALGO_RING) | bit(ALGO_MRING), 0).algo,
             ALGO_RING);
   // FIFOs of fewer pieces than the channels may leave waiting in one (hosts of 8: 7 messages

@@ -30,7 +30,8 @@
  * their link (all but channel l) in the same order, so each FIFO's messages match.
  *
  * Cost per rank: 2(n-1) steps per channel and round, 2(n-1)/n * bytes sent (the ring's), of
- * which 1/C per NIC across hosts; latency 2(n-1) hops as the ring.
+ * which 1/C per NIC across hosts; latency: every step of every round waits for a network hop
+ * (below), so it pays where rounds are few and bytes many (mid-size jobs, large buffers).
  *
  * Bounded FIFOs (schedule.h). Take the earliest unfinished (round, step, place in the rank's
  * order) anywhere, (j, k, t) at rank x sending to y. x's link to y holds at most the messages
@@ -210,25 +211,26 @@ static int mring_fifo_ok(const tuner_topo_t *t, int nch) {
   return waiting * pieces <= 2 * k;
 }
 
-/* Cost: the ring's hops (H of every n cross the network: 2(n-1) H/n at a_net, the rest at
- * a_shm) and its bytes 2(n-1)/n S, now spread over the C channels: the busiest NIC carries the
- * channels that leave through it (ceil(C / nics) of C), every rank copies the (C-1)/C of its
- * bytes that stay in the host through shared memory, in parallel with the network; C messages
- * per hop (q = C). On one host (C = 1) it builds the ring and costs what the ring costs. */
+/* Cost. The channels run in lock step, and every rank receives one channel's network hop in
+ * every step (it is that channel's entry), so each of the 2(n-1) steps of a round waits for a
+ * network latency: R rounds of 2(n-1) a_net, R = ceil((S / C / n) / q) (q bytes per channel
+ * and step, as the builder), C messages per step. Bytes: the ring's 2(n-1)/n S, of which the
+ * busiest NIC carries the channels that leave through it (ceil(C / nics) of C) and every rank
+ * copies (C-1)/C through shared memory at the same time: the wire time is the larger of the
+ * two. A piece is at most a slot, at most q. On one host (C = 1) it builds the ring and costs
+ * what the ring costs. */
 static double mring_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks, C = mring_channels(t), nics = t->nics > 1 ? t->nics : 1;
   if (c != COLL_ALLREDUCE) return -1;
   if (C < 2) return algo_ring.cost_us(m, t, c, S); /* it builds the ring (which wins ties) */
   if (!mring_fifo_ok(t, C)) return -1;
-  double share = cost_ring_net_share(t), hops = 2.0 * (n - 1), bytes = 2.0 * (n - 1) / n * S;
+  double q = mring_q_bytes(t, C), bytes = 2.0 * (n - 1) / n * S;
+  double seg = S / C / n, rounds = q > 0 && seg > q ? (double)(size_t)(seg / q + 0.999999) : 1;
   double per_nic = (double)((C + nics - 1) / nics) / C;
   double net = bytes * per_nic / (m->net.gbps * 1e3);
   double shm = bytes * (C - 1.0) / C / (m->shm.gbps * 1e3);
-  double wire = net > shm ? net : shm;
-  double piece = mring_q_bytes(t, C); /* a channel's message, at most a slot */
-  if (t->slot_bytes && (piece <= 0 || piece > (double)t->slot_bytes)) piece = (double)t->slot_bytes;
-  return cost_q(m, t, &m->net, hops * share, C, 1, 0) +
-         cost_q(m, t, &m->shm, hops * (1 - share), C, 0, 0) + wire +
+  double piece = t->slot_bytes && (q <= 0 || q > (double)t->slot_bytes) ? (double)t->slot_bytes : q;
+  return cost_q(m, t, &m->net, rounds * 2.0 * (n - 1), C, 1, 0) + (net > shm ? net : shm) +
          (m->piece_us > 0 && piece > 0 ? m->piece_us * bytes / piece : 0);
 }
 
