@@ -167,9 +167,9 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
 // The multi-channel ring (mring.c): on one host it is the ring and costs what the ring does
 // (the ring wins the tie); across 8 hosts of 8 ranks with 8 NICs its 8 channels share the
 // ring's 2(n-1)/n S bytes out over the NICs (1/8 each) while 7/8 of each rank's bytes go
-// through shared memory at the same time, so the wire time is the larger of the two; each of
-// its 2(n-1) steps per round waits for a network hop (every rank is a channel's entry). With one
-// NIC all channels leave through it: no gain, only those latencies.
+// through shared memory at the same time: each of its 2(n-1) steps per round takes the longer of
+// its network hop (every rank is some channel's entry) and its copies. With one NIC all
+// channels leave through it: no gain, only those latencies.
 TEST(TunerModel, MultiRingSpreadsTheRingOverTheNics) {
   tuner_model_t m = model();
   tuner_topo_t t = one_host(8);
@@ -179,10 +179,11 @@ TEST(TunerModel, MultiRingSpreadsTheRingOverTheNics) {
             ALGO_RING);
   t = one_host(64);
   t.nhosts = 8, t.local_size = 8, t.hier_ok = 1, t.host_blocks = 1, t.nics = 8;
-  double S = 64 << 20, bytes = 2.0 * 63 / 64 * S;
-  double lat = 2.0 * 63 * 20.0;  // one round (S / 8 / 64 = 2 chunk / 8): every step a net hop
-  double wire = std::max(bytes / 8 / 1e3, bytes * 7 / 8 / 10e3);
-  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S), lat + wire);
+  // one round (S / 8 / 64 = 2 chunk / 8 = 131072 bytes per channel and step), 126 steps, each
+  // the network hop (20 us + 131072 B at 1 GB/s) or the 7 copies (7 x 131072 B at 10 GB/s)
+  double S = 64 << 20, q = 131072;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S),
+                   126 * std::max(20.0 + q / 1e3, 7 * q / 10e3));
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S),
             0.2 * tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, S));
   t.nics = 1;

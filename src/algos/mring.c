@@ -30,8 +30,8 @@
  * their link (all but channel l) in the same order, so each FIFO's messages match.
  *
  * Cost per rank: 2(n-1) steps per channel and round, 2(n-1)/n * bytes sent (the ring's), of
- * which 1/C per NIC across hosts; latency: every step of every round waits for a network hop
- * (below), so it pays where rounds are few and bytes many (mid-size jobs, large buffers).
+ * which 1/C per NIC across hosts; every step of every round waits for a network hop unless the
+ * copies inside the host take longer (below): it pays for large buffers on mid-size jobs.
  *
  * Bounded FIFOs (schedule.h). Take the earliest unfinished (round, step, place in the rank's
  * order) anywhere, (j, k, t) at rank x sending to y. x's link to y holds at most the messages
@@ -211,27 +211,29 @@ static int mring_fifo_ok(const tuner_topo_t *t, int nch) {
   return waiting * pieces <= 2 * k;
 }
 
-/* Cost. The channels run in lock step, and every rank receives one channel's network hop in
- * every step (it is that channel's entry), so each of the 2(n-1) steps of a round waits for a
- * network latency: R rounds of 2(n-1) a_net, R = ceil((S / C / n) / q) (q bytes per channel
- * and step, as the builder), C messages per step. Bytes: the ring's 2(n-1)/n S, of which the
- * busiest NIC carries the channels that leave through it (ceil(C / nics) of C) and every rank
- * copies (C-1)/C through shared memory at the same time: the wire time is the larger of the
- * two. A piece is at most a slot, at most q. On one host (C = 1) it builds the ring and costs
+/* Cost. The channels run in lock step: R rounds of 2(n-1) steps, R = ceil((S / C / n) / q) (q
+ * bytes per channel and step, as the builder; a step moves q' = min(q, S / C / n)). In a step a
+ * rank sends its network piece first and waits for the one it receives (it is some channel's
+ * entry) last, while it copies its C - 1 pieces through shared memory, so a step takes
+ *   max(a_net + ceil(C / nics) q' / b_net,  (C-1) q' / b_shm + C pieces x piece_us)
+ * (the NIC's share: the channels that leave through it). Where rounds are few and the buffer
+ * large the network hops overlap the copies and each NIC carries 1/C of the ring's bytes;
+ * otherwise every step pays a network latency, where the ring pays it on H of its n hops. Its
+ * messages are the ring's times C, so it is left out where messages cost CPU time (the machine
+ * oversubscribed: t->machine_ranks > t->ncpu). On one host (C = 1) it builds the ring and costs
  * what the ring costs. */
 static double mring_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks, C = mring_channels(t), nics = t->nics > 1 ? t->nics : 1;
   if (c != COLL_ALLREDUCE) return -1;
   if (C < 2) return algo_ring.cost_us(m, t, c, S); /* it builds the ring (which wins ties) */
-  if (!mring_fifo_ok(t, C)) return -1;
-  double q = mring_q_bytes(t, C), bytes = 2.0 * (n - 1) / n * S;
-  double seg = S / C / n, rounds = q > 0 && seg > q ? (double)(size_t)(seg / q + 0.999999) : 1;
-  double per_nic = (double)((C + nics - 1) / nics) / C;
-  double net = bytes * per_nic / (m->net.gbps * 1e3);
-  double shm = bytes * (C - 1.0) / C / (m->shm.gbps * 1e3);
-  double piece = t->slot_bytes && (q <= 0 || q > (double)t->slot_bytes) ? (double)t->slot_bytes : q;
-  return cost_q(m, t, &m->net, rounds * 2.0 * (n - 1), C, 1, 0) + (net > shm ? net : shm) +
-         (m->piece_us > 0 && piece > 0 ? m->piece_us * bytes / piece : 0);
+  if (!mring_fifo_ok(t, C) || (t->ncpu > 0 && t->machine_ranks > t->ncpu)) return -1;
+  double q = mring_q_bytes(t, C), seg = S / C / n;
+  double rounds = q > 0 && seg > q ? (double)(size_t)(seg / q + 0.999999) : 1;
+  double qe = seg < q ? seg : q, slot = t->slot_bytes ? (double)t->slot_bytes : qe;
+  double pieces = qe > slot ? (double)(size_t)(qe / slot + 0.999999) : 1;
+  double net = m->net.lat_us + (double)((C + nics - 1) / nics) * qe / (m->net.gbps * 1e3);
+  double busy = (C - 1) * qe / (m->shm.gbps * 1e3) + C * pieces * m->piece_us;
+  return rounds * 2.0 * (n - 1) * (net > busy ? net : busy);
 }
 
 ALGO_COL_BUILDER(build_allreduce, mring_allreduce)
