@@ -183,8 +183,8 @@ TEST(Sim, FastMethodMatchesFullMultiRingAndBruck) {
 
 // Channels spread the ring's network bytes over the NICs: 8 x 8 ranks at 64 MiB, network 10x
 // slower than shared memory, one NIC per local rank: the multi-channel ring beats the ring by
-// more than 4x (its NIC carries 1/8 of the ring's bytes; shared memory, 7/8 of them at 10x the
-// speed, and the per-piece costs bound it), and with a single NIC it gains nothing.
+// more than 4x (each NIC carries 1/8 of the ring's bytes; the network latency every lock-step
+// step waits for keeps it from 8x: 5.3x), and with a single NIC it gains nothing.
 TEST(Sim, MultiRingUsesEveryNic) {
   sim_cluster_t c;
   sim_cluster_defaults(&c);
