@@ -218,22 +218,26 @@ static int mring_fifo_ok(const tuner_topo_t *t, int nch) {
  *   max(a_net + ceil(C / nics) q' / b_net,  (C-1) q' / b_shm + C pieces x piece_us)
  * (the NIC's share: the channels that leave through it). Where rounds are few and the buffer
  * large the network hops overlap the copies and each NIC carries 1/C of the ring's bytes;
- * otherwise every step pays a network latency, where the ring pays it on H of its n hops. Its
- * messages are the ring's times C, so it is left out where messages cost CPU time (the machine
- * oversubscribed: t->machine_ranks > t->ncpu). On one host (C = 1) it builds the ring and costs
+ * otherwise every step pays a network latency, where the ring pays it on H of its n hops. Where
+ * messages cost CPU time (cost.h) a step also takes its C messages' (one across hosts, C - 1
+ * through shared memory) x max(1, R / CPUs). On one host (C = 1) it builds the ring and costs
  * what the ring costs. */
 static double mring_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks, C = mring_channels(t), nics = t->nics > 1 ? t->nics : 1;
   if (c != COLL_ALLREDUCE) return -1;
   if (C < 2) return algo_ring.cost_us(m, t, c, S); /* it builds the ring (which wins ties) */
-  if (!mring_fifo_ok(t, C) || (t->ncpu > 0 && t->machine_ranks > t->ncpu)) return -1;
+  if (!mring_fifo_ok(t, C)) return -1;
   double q = mring_q_bytes(t, C), seg = S / C / n;
   double rounds = q > 0 && seg > q ? (double)(size_t)(seg / q + 0.999999) : 1;
   double qe = seg < q ? seg : q, slot = t->slot_bytes ? (double)t->slot_bytes : qe;
   double pieces = qe > slot ? (double)(size_t)(qe / slot + 0.999999) : 1;
   double net = m->net.lat_us + (double)((C + nics - 1) / nics) * qe / (m->net.gbps * 1e3);
-  double busy = (C - 1) * qe / (m->shm.gbps * 1e3) + C * pieces * m->piece_us;
-  return rounds * 2.0 * (n - 1) * (net > busy ? net : busy);
+  double busy = (C - 1) * qe / (m->shm.gbps * 1e3) + C * pieces * m->piece_us, cpu = 0;
+  if (t->machine_ranks > 0 && t->ncpu > 0)
+    cpu = (m->msg_cpu_us + (C - 1) * m->shm_msg_cpu_us) *
+          (t->machine_ranks > t->ncpu ? (double)t->machine_ranks / t->ncpu : 1.0);
+  double step = net > busy ? net : busy;
+  return rounds * 2.0 * (n - 1) * (step > cpu ? step : cpu);
 }
 
 ALGO_COL_BUILDER(build_allreduce, mring_allreduce)
