@@ -43,24 +43,24 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
   m->piece_us = c->overhead * 1e6;
   size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES, which also sizes the scratch */
   int machine_nodes = c->machine_nodes < c->nodes ? c->machine_nodes : c->nodes;
-  *t = (tuner_topo_t){
-      .nranks = sim_nranks(c),
-      .nhosts = c->nodes,
-      .local_size = c->ppn,
-      .hier_ok = c->nodes > 1,
-      .machine_ranks = c->cpus > 0 ? machine_nodes * c->ppn : 0,
-      .ncpu = c->cpus,
-      .host_blocks = c->nodes > 1,
-      .nics = c->nics,
-      .peer_mem = c->nodes == 1 && sim_nranks(c) > 1,
-      .peer_min_bytes = 256 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
-      .peer_read = c->nodes == 1 && sim_nranks(c) > 1,
-      .peer_read_min_bytes = 64 * 1024, /* TUTTI_CMA_MIN_BYTES */
-      .slot_bytes = sim_comm_slot(c),
-      .chunk_bytes = comm_chunk_bytes(c),
-      /* the communicator's scratch, as init.c sizes it */
-      .scratch_bytes = oneshot_max > comm_chunk_bytes(c) ? oneshot_max : comm_chunk_bytes(c),
-      .oneshot_max_bytes = oneshot_max};
+  /* the communicator's scratch, as init.c sizes it: the one-shot limit or the chunk */
+  size_t scratch = oneshot_max > comm_chunk_bytes(c) ? oneshot_max : comm_chunk_bytes(c);
+  *t = (tuner_topo_t){.nranks = sim_nranks(c),
+                      .nhosts = c->nodes,
+                      .local_size = c->ppn,
+                      .hier_ok = c->nodes > 1,
+                      .machine_ranks = c->cpus > 0 ? machine_nodes * c->ppn : 0,
+                      .ncpu = c->cpus,
+                      .host_blocks = c->nodes > 1,
+                      .nics = c->nics,
+                      .peer_mem = c->nodes == 1 && sim_nranks(c) > 1,
+                      .peer_min_bytes = 256 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
+                      .peer_read = c->nodes == 1 && sim_nranks(c) > 1,
+                      .peer_read_min_bytes = 64 * 1024, /* TUTTI_CMA_MIN_BYTES */
+                      .slot_bytes = sim_comm_slot(c),
+                      .chunk_bytes = comm_chunk_bytes(c),
+                      .scratch_bytes = scratch,
+                      .oneshot_max_bytes = oneshot_max};
 }
 
 int sim_choose(const sim_cluster_t *c, coll_t coll, int algo, size_t bytes, algo_t *chosen,
