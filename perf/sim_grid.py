@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-ALGOS = "ring,oneshot,hier,tree,rhd,rd,direct"
+ALGOS = "ring,oneshot,hier,tree,rhd,rd,mring,direct"
 
 
 def parse_size(s):
@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--max-steps", type=int, default=40000000)
     ap.add_argument("--tol", type=float, default=0.10)
     ap.add_argument("--json", help="write every point here")
+    ap.add_argument("--algos", default=ALGOS, help="algorithms to force (default: %(default)s)")
     args = ap.parse_args()
     first, last = (parse_size(s) for s in args.sizes.split(","))
     args.sizes = [first, last]
@@ -77,7 +78,7 @@ def main():
             for nics in (int(x) for x in args.nics.split(",")):
                 if nodes == 1 and (nics > 1 or ppn == 1):
                     continue  # one node: no network (NICs do not matter); one rank: nothing to do
-                rows, wall = run_point(args, nodes, ppn, nics, ALGOS + ",auto")
+                rows, wall = run_point(args, nodes, ppn, nics, args.algos + ",auto")
                 ch = 0
                 for size in sorted(rows):
                     r = rows[size]

@@ -17,14 +17,14 @@ import sys
 import tempfile
 import time
 
-ALGOS = ["ring", "hier", "tree", "rhd", "rd", "oneshot", "direct"]
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"]
+ALGOS = ["ring", "hier", "tree", "rhd", "rd", "oneshot", "direct", "mring"]
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
 def sweep(args, size):
     cmd = [os.path.join(args.build, "bin", "tutti-sim"), "--nodes", "1", "--ppn", str(args.ppn),
            "--nics", str(args.nics)] + args.cluster.split() + [
-        "-c", "all_reduce", "-a", ",".join(ALGOS + ["auto"]), "-b", size, "--scale-to",
+        "-c", "all_reduce", "-a", ",".join(args.algos + ["auto"]), "-b", size, "--scale-to",
         str(args.max_nodes), "--max-steps", str(args.max_steps)]
     t0 = time.time()
     out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
@@ -48,7 +48,8 @@ def plot(args, data):
              "set key bottom left font ',8'", "set grid", "set format x '%g'"]
     for size, rows in data:
         plots = []
-        for i, a in enumerate(ALGOS):
+        for a in args.algos:
+            i = ALGOS.index(a) if a in ALGOS else len(ALGOS) - 1
             pts = [(r[0], r[3]) for r in rows if r[1] == a and r[3] > 0]
             if not pts:
                 continue
@@ -84,7 +85,9 @@ def main():
                     "per node, shm 1000 Gbit/s (1 us), 0.5 us per piece")
     ap.add_argument("--size", default="1500,480", help="PNG size W,H")
     ap.add_argument("--data", help="also write the rows here (text)")
+    ap.add_argument("--algos", default=",".join(ALGOS), help="algorithms (default: %(default)s)")
     args = ap.parse_args()
+    args.algos = args.algos.split(",")
     data = []
     out = open(args.data, "w") if args.data else None
     for size in args.sizes.split(","):

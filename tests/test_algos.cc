@@ -7,6 +7,7 @@
 // own input by 3, POST adds 2^40 (so "exactly once" is visible), the results are closed forms.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <string>
@@ -64,6 +65,7 @@ struct Setup {
   const int *hosts = nullptr;  // host_of_rank for sched_build (nullptr: none)
   bool plain = false;          // an algorithm without PreMulSum (ALGO_NEEDS_PLAIN_OP): no PRE
   const int *ring = nullptr;   // ring order (position -> rank) for sched_args_t (nullptr: none)
+  std::vector<size_t> slots;   // slot sizes to run with (empty: 1, chunk/2, chunk)
 };
 
 // Buffers per NCCL's layout for the collective (sizes: non-roots get none where NCCL allows NULL).
@@ -133,7 +135,9 @@ void check(const Setup &u) {
   int rc;
   std::vector<Rank> ranks = build(u, &rc);
   ASSERT_EQ(rc, 0);
-  for (size_t slot : {(size_t)1, std::max<size_t>(u.chunk / 2, 1), u.chunk}) {
+  std::vector<size_t> slots = u.slots;
+  if (slots.empty()) slots = {(size_t)1, std::max<size_t>(u.chunk / 2, 1), u.chunk};
+  for (size_t slot : slots) {
     if (u.chunk % slot) continue;
     for (int r = 0; r < u.n; r++) layout(u, r, ranks[r]);  // fresh buffers
     ASSERT_EQ(run(slot, 2 * (u.chunk / slot), ranks, u.plain), "") << "slot " << slot;
@@ -236,6 +240,108 @@ TEST(Algos, RingFollowsTheRingOrder) {
     }
     sched_free(&s);
   }
+}
+
+// The multi-channel ring (mring.c) with hosts in blocks, uneven hosts, hosts not together in
+// the ring order, one rank per host and one host (the last three: one channel, the ring). Its C
+// channels share the links inside a host; each moves q = 2 chunk / C elements per step when every
+// host has C ranks (chunk / C otherwise), and its FIFOs then hold C - 1 (C + 1) messages: run
+// with the slots for which that fits the interpreter's bounded FIFOs (2 chunks), which deadlock
+// on more.
+TEST(Algos, MultiRingAllReduce) {
+  const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1},
+                                                 {0, 0, 0, 1, 1, 1},
+                                                 {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2},
+                                                 {0, 0, 0, 1, 1},
+                                                 {0, 1, 0, 1},
+                                                 {0, 1, 2},
+                                                 {0, 0, 0},
+                                                 std::vector<int>(16, 0),
+                                                 {5, 5, 5, 5, 5, 5, 5, 5, 9, 9, 9, 9, 9, 9, 9, 9},
+                                                 {0, 0, 1, 1, 1, 2, 2, 2, 2}};
+  for (const auto &h : layouts) {
+    int C = 1;  // the smallest host's ranks when hosts are apart in rank order, at most 8
+    std::map<int, int> per;
+    for (int x : h) per[x]++;
+    bool blocks = true;
+    for (size_t i = 1; i < h.size(); i++)
+      if (h[i] != h[i - 1] && per[h[i]] != (int)std::count(h.begin() + i, h.end(), h[i]))
+        blocks = false;
+    int most = 0;
+    if (per.size() > 1 && blocks) {
+      C = 8;
+      for (auto &kv : per) C = std::min(C, kv.second), most = std::max(most, kv.second);
+    }
+    for (size_t c : kCounts)
+      for (size_t chunk : {(size_t)1, (size_t)4, (size_t)16, (size_t)100000})
+        for (bool ip : {false, true}) {
+          ::Setup u{COLL_ALLREDUCE, ALGO_MRING, (int)h.size(), 0, c, chunk, ip};
+          u.hosts = h.data();
+          size_t ch = std::min<size_t>(C, chunk), q = chunk, waiting = 2;
+          if (ch > 1) {
+            q = (most == (int)ch ? 2 : 1) * chunk / ch;
+            waiting = most == (int)ch ? ch - 1 : ch + 1;
+          }
+          for (size_t slot : {(size_t)1, std::max<size_t>(chunk / 2, 1), chunk})
+            if (chunk % slot == 0 && waiting * ((q + slot - 1) / slot) <= 2 * (chunk / slot))
+              u.slots.push_back(slot);
+          check(u);
+        }
+  }
+}
+
+// Every rank of a host of C ranks leaves it in exactly one channel, so C NICs carry the
+// channels' network hops (local rank l on NIC l).
+TEST(Algos, MultiRingLeavesEachHostThroughEveryRank) {
+  for (int m : {2, 3, 4, 8}) {
+    int n = 3 * m;
+    std::vector<int> hosts(n);
+    for (int r = 0; r < n; r++) hosts[r] = r / m;
+    for (int r = 0; r < n; r++) {
+      sched_args_t a = {COLL_ALLREDUCE, r, n, 0, (size_t)n * m * 10, 1024, 0};
+      sched_t s{};
+      ASSERT_EQ(sched_build(ALGO_MRING, &a, hosts.data(), &s, nullptr), 0);
+      std::map<int, size_t> out;  // elements sent to each other host's rank
+      for (size_t i = 0; i < s.n; i++)
+        if (s.steps[i].send_peer >= 0 && hosts[s.steps[i].send_peer] != hosts[r])
+          out[s.steps[i].send_peer] += s.steps[i].count;
+      ASSERT_EQ(out.size(), 1u) << "m " << m << " rank " << r;
+      // to the next host, the ring's 2(n-1)/n of one channel's slice (count / m)
+      EXPECT_EQ(hosts[out.begin()->first], (hosts[r] + 1) % 3);
+      EXPECT_EQ(out.begin()->second, (size_t)2 * (n - 1) * 10) << "m " << m << " rank " << r;
+      sched_free(&s);
+    }
+  }
+}
+
+// Bruck all-gather and reduce-scatter on any number of ranks (up to 33 here), any count, chunk,
+// in place or not.
+TEST(Algos, BruckAllGatherReduceScatter) {
+  for (coll_t coll : {COLL_ALLGATHER, COLL_REDUCESCATTER})
+    for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 33})
+      for (size_t c : {0, 1, 2, 7, 64})
+        for (size_t chunk : {(size_t)1, (size_t)4, (size_t)100000})
+          for (bool ip : {false, true}) check({coll, ALGO_BRUCK, n, 0, c, chunk, ip});
+}
+
+// ceil(log2 n) exchanges (a send and a receive each) and the n block copies, whatever n.
+TEST(Algos, BruckStepsAreLogarithmic) {
+  for (coll_t coll : {COLL_ALLGATHER, COLL_REDUCESCATTER})
+    for (int n : {2, 3, 5, 8, 9, 100, 1000}) {
+      int k = 0;
+      while ((1 << k) < n) k++;
+      for (int r : {0, n / 2, n - 1}) {
+        sched_args_t a = {coll, r, n, 0, 4, 1u << 20, 0};
+        sched_t s{};
+        ASSERT_EQ(sched_build(ALGO_BRUCK, &a, nullptr, &s, nullptr), 0);
+        size_t peer = 0, local = 0;
+        for (size_t i = 0; i < s.n; i++)
+          (s.steps[i].send_peer >= 0 || s.steps[i].recv_peer >= 0 ? peer : local)++;
+        EXPECT_EQ(peer, (size_t)(2 * k)) << n;
+        EXPECT_EQ(local, (size_t)(coll == COLL_ALLGATHER ? n + 1 : n)) << n;
+        sched_free(&s);
+      }
+    }
 }
 
 TEST(Algos, TreeReduceAndBroadcastEveryRoot) {

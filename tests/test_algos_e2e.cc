@@ -44,6 +44,7 @@ struct Pair {
   ncclDataType_t type;   // representative datatype
   bool pow2_only;
   const char *perf;  // its benchmark (perf/)
+  int hosts = 0;     // > 0: processes only, rank r presents TUTTI_HOSTID host r * hosts / n
 };
 const Pair kPairs[] = {
     {"tree", Coll::kAllReduce, "allreduce", ncclFloat32, false, "all_reduce_perf"},
@@ -53,10 +54,17 @@ const Pair kPairs[] = {
     {"rhd", Coll::kAllGather, "allgather", ncclUint8, true, "all_gather_perf"},
     {"rhd", Coll::kReduceScatter, "reducescatter", ncclInt64, true, "reduce_scatter_perf"},
     {"rd", Coll::kAllReduce, "allreduce", ncclFloat64, false, "all_reduce_perf"},
+    {"bruck", Coll::kAllGather, "allgather", ncclInt32, false, "all_gather_perf"},
+    {"bruck", Coll::kReduceScatter, "reducescatter", ncclFloat32, false, "reduce_scatter_perf"},
+    // on one host the multi-channel ring is the ring; across 2 (fake) hosts of 2 or more ranks
+    // it runs min(ranks per host, 8) channels
+    {"mring", Coll::kAllReduce, "allreduce", ncclInt32, false, "all_reduce_perf"},
+    {"mring", Coll::kAllReduce, "allreduce", ncclFloat32, false, "all_reduce_perf", 2},
 };
 
 std::string pair_name(const Pair &p) {
-  return std::string(p.algo) + "_" + th::coll_name(p.coll);
+  return std::string(p.algo) + "_" + th::coll_name(p.coll) +
+         (p.hosts ? "_" + std::to_string(p.hosts) + "hosts" : "");
 }
 
 // Sets TUTTI_ALGO for the communicators created while it lives (threads read it at init,
@@ -120,6 +128,12 @@ void run_pair(const Pair &p, Mode mode, int n, const std::vector<ncclDataType_t>
   ForceAlgo force(p);
   th::Options opt;
   opt.timeout_s = 300;
+  if (p.hosts) {  // hosts in blocks of ranks, told apart by TUTTI_HOSTID (processes only)
+    mode = Mode::kProcs;
+    opt.before_init = [&p, n](int rank) {
+      setenv("TUTTI_HOSTID", ("s19c-host" + std::to_string(rank * p.hosts / n)).c_str(), 1);
+    };
+  }
   log_capture::clear();
   th::run_ranks_ok(
       mode, n,
@@ -145,16 +159,33 @@ std::string param_name(const ::testing::TestParamInfo<int> &i) {
 // algorithm; the TUNING lines list the candidates and the choice.
 TEST_P(AlgoPair, ForcedAlgorithmIsTheOneThatRuns) {
   const Pair &p = kPairs[GetParam()];
+  std::string prog = std::string(PERF_DIR) + "/" + p.perf + " -b 4K -e 4K -n 1 -w 0";
+  char dir[] = "/tmp/s19c-dump-XXXXXX";  // each rank's printed schedules (fake hosts only)
+  if (p.hosts) {  // rank r on host r * hosts / 4, its stderr (log, schedules) in dir/r
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    prog = "-x TUTTI_DUMP_SCHEDULE=1 sh -c 'TUTTI_HOSTID=s19c-host$((TUTTI_RANK * " +
+           std::to_string(p.hosts) + " / 4)) exec " + prog + " 2> " + dir + "/$TUTTI_RANK'";
+  }
   std::string cmd = std::string("env -u TUTTI_DEBUG_FILE ") + TUTTI_RUN_PATH +
                     " -n 4 -x TUTTI_ALGO=" + p.coll_key + ":" + p.algo +
-                    " -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL,TUNING " + PERF_DIR + "/" +
-                    p.perf + " -b 4K -e 4K -n 1 -w 0 2>&1";
+                    " -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL,TUNING " + prog + " 2>&1";
   FILE *f = popen(cmd.c_str(), "r");
   ASSERT_NE(f, nullptr);
   std::string out;
   char buf[4096];
   for (size_t k; (k = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, k);
   ASSERT_EQ(pclose(f), 0) << out;
+  std::string dump;  // fake hosts: rank 0's log and schedules; every rank's log joins `out`
+  for (int r = 0; p.hosts && r < 4; r++) {
+    std::string path = std::string(dir) + "/" + std::to_string(r), text;
+    FILE *d = fopen(path.c_str(), "r");
+    for (size_t k; d && (k = fread(buf, 1, sizeof buf, d)) > 0;) text.append(buf, k);
+    if (d) fclose(d);
+    unlink(path.c_str());
+    out += text;
+    if (r == 0) dump = text;
+  }
+  if (p.hosts) rmdir(dir);
   // Every call of the pair's collective (the benchmark also makes other calls) names it.
   std::string fn = std::string("nccl") + th::coll_name(p.coll) + ": ",
               want = std::string(" algo ") + p.algo;
@@ -167,6 +198,19 @@ TEST_P(AlgoPair, ForcedAlgorithmIsTheOneThatRuns) {
   EXPECT_GE(calls, 4) << "no COLL line of " << fn << "on 4 ranks:\n" << out;
   EXPECT_NE(out.find(std::string("chose ") + p.algo + " ("), std::string::npos) << out;
   EXPECT_NE(out.find(std::string(": ") + p.algo + " "), std::string::npos) << "no candidate line";
+  if (p.hosts) {
+    // hosts {0 1} {2 3}: two channels; rank 0 leaves its host in channel 0, to rank 3 (the
+    // entry of channel 0 on the other host), which the plain ring (0 -> 1 -> 2 -> 3) never does
+    const std::string head = "# rank 0: ncclAllReduce algo mring";
+    int dumps = 0;
+    for (size_t at = dump.find(head); at != std::string::npos; at = dump.find(head, at + 1)) {
+      size_t eol = dump.find('\n', at);
+      std::string first = dump.substr(eol + 1, dump.find('\n', eol + 1) - eol - 1);
+      EXPECT_NE(first.find("send 3 "), std::string::npos) << first;
+      dumps++;
+    }
+    EXPECT_GE(dumps, 4) << dump;
+  }
 }
 
 // Float sums whose value depends on the reduction order: every rank holds the same bits, run
@@ -181,27 +225,37 @@ TEST_P(AlgoPair, FloatResultsAreBitwiseIdenticalEverywhereAndEveryRun) {
   Hashes *hs = static_cast<Hashes *>(th::shared_alloc(sizeof(Hashes)));
   ASSERT_NE(hs, nullptr);
   ForceAlgo force(p);
+  th::Options opt;
+  if (p.hosts)  // fake hosts need processes (TUTTI_HOSTID per rank)
+    opt.before_init = [&p, n](int rank) {
+      setenv("TUTTI_HOSTID", ("s19c-host" + std::to_string(rank * p.hosts / n)).c_str(), 1);
+    };
   for (int run = 0; run < 3; run++) {
     log_capture::clear();
-    th::run_ranks_ok(run == 1 ? Mode::kProcs : Mode::kThreads, n, [&](RankCtx &ctx) {
-      std::vector<float> in(k * n), out(k * n, 0.f);
-      for (size_t i = 0; i < in.size(); i++) in[i] = (float)std::sin(i * 0.37 + ctx.rank * 1.3);
-      size_t outs = p.coll == Coll::kAllGather ? k * n : k;
-      if (p.coll == Coll::kAllReduce)
-        NCCL_OK(ctx,
-                ncclAllReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm, nullptr));
-      else if (p.coll == Coll::kReduce)
-        NCCL_OK(ctx,
-                ncclReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, 1, ctx.comm, nullptr));
-      else if (p.coll == Coll::kReduceScatter)
-        NCCL_OK(ctx, ncclReduceScatter(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm,
+    Mode mode = run == 1 || p.hosts ? Mode::kProcs : Mode::kThreads;
+    th::run_ranks_ok(
+        mode, n,
+        [&](RankCtx &ctx) {
+          std::vector<float> in(k * n), out(k * n, 0.f);
+          for (size_t i = 0; i < in.size(); i++) in[i] = (float)std::sin(i * 0.37 + ctx.rank * 1.3);
+          size_t outs = p.coll == Coll::kAllGather ? k * n : k;
+          if (p.coll == Coll::kAllReduce)
+            NCCL_OK(ctx, ncclAllReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm,
                                        nullptr));
-      else if (p.coll == Coll::kAllGather)
-        NCCL_OK(ctx, ncclAllGather(in.data(), out.data(), k, ncclFloat32, ctx.comm, nullptr));
-      else
-        NCCL_OK(ctx, ncclBroadcast(in.data(), out.data(), k, ncclFloat32, 1, ctx.comm, nullptr));
-      hs->h[run][ctx.rank] = th::hash_bytes(out.data(), outs * sizeof(float));
-    });
+          else if (p.coll == Coll::kReduce)
+            NCCL_OK(ctx, ncclReduce(in.data(), out.data(), k, ncclFloat32, ncclSum, 1, ctx.comm,
+                                    nullptr));
+          else if (p.coll == Coll::kReduceScatter)
+            NCCL_OK(ctx, ncclReduceScatter(in.data(), out.data(), k, ncclFloat32, ncclSum, ctx.comm,
+                                           nullptr));
+          else if (p.coll == Coll::kAllGather)
+            NCCL_OK(ctx, ncclAllGather(in.data(), out.data(), k, ncclFloat32, ctx.comm, nullptr));
+          else
+            NCCL_OK(ctx,
+                    ncclBroadcast(in.data(), out.data(), k, ncclFloat32, 1, ctx.comm, nullptr));
+          hs->h[run][ctx.rank] = th::hash_bytes(out.data(), outs * sizeof(float));
+        },
+        opt);
     expect_algo_ran(th::coll_name(p.coll), p.algo, n);
   }
   // Reduce: only the root has a result; reduce-scatter: each rank its own block.

@@ -148,6 +148,57 @@ TEST(Sim, FastMethodMatchesFull) {
   }
 }
 
+// The same for the multi-channel ring (one NIC per local rank, so its channels leave through
+// different NICs), Bruck's all-gather and reduce-scatter (flat: shift by a node) and with one
+// rank per node (shift by one rank: a single representative).
+TEST(Sim, FastMethodMatchesFullMultiRingAndBruck) {
+  struct Case {
+    int nodes, ppn, algo;
+    coll_t coll;
+    size_t bytes;
+    const char *kind;
+  };
+  const Case cases[] = {{16, 4, ALGO_MRING, COLL_ALLREDUCE, 4 << 20, "shift/4"},
+                        {8, 8, ALGO_MRING, COLL_ALLREDUCE, 16 << 20, "shift/8"},
+                        {16, 4, ALGO_BRUCK, COLL_ALLGATHER, 1 << 20, "shift/4"},
+                        {24, 1, ALGO_BRUCK, COLL_ALLGATHER, 3 << 20, "shift/1"},
+                        {16, 4, ALGO_BRUCK, COLL_REDUCESCATTER, 4 << 20, "shift/4"},
+                        {24, 1, ALGO_BRUCK, COLL_REDUCESCATTER, 3 << 20, "shift/1"}};
+  for (const Case &k : cases) {
+    sim_cluster_t c;
+    sim_cluster_defaults(&c);
+    c.nodes = k.nodes, c.ppn = k.ppn, c.nics = k.ppn;
+    c.reduce_bw = 40e9 / 8, c.overhead = 1e-6;
+    sim_result_t fast, full;
+    SCOPED_TRACE(testing::Message() << algo_name((algo_t)k.algo) << " " << coll_name(k.coll) << " "
+                                    << k.nodes << "x" << k.ppn);
+    double tf = run(c, k.coll, k.algo, k.bytes, SIM_FAST, &fast);
+    double tu = run(c, k.coll, k.algo, k.bytes, SIM_FULL, &full);
+    EXPECT_STREQ(fast.method, k.kind);
+    EXPECT_STREQ(full.method, "full");
+    EXPECT_EQ(fast.simulated, k.ppn);
+    expect_rel(tf, tu);
+  }
+}
+
+// Channels spread the ring's network bytes over the NICs: 8 x 8 ranks at 64 MiB, network 10x
+// slower than shared memory, one NIC per local rank: the multi-channel ring beats the ring by
+// more than 4x (each NIC carries 1/8 of the ring's bytes; the network latency every lock-step
+// step waits for keeps it from 8x: 5.3x), and with a single NIC it gains nothing.
+TEST(Sim, MultiRingUsesEveryNic) {
+  sim_cluster_t c;
+  sim_cluster_defaults(&c);
+  c.nodes = 8, c.ppn = 8, c.nics = 8;
+  c.inter_bw = 100e9 / 8, c.intra_bw = 1000e9 / 8;
+  double ring = run(c, COLL_ALLREDUCE, ALGO_RING, 64 << 20);
+  double mring = run(c, COLL_ALLREDUCE, ALGO_MRING, 64 << 20);
+  EXPECT_LT(mring * 4, ring);
+  c.nics = 1;
+  double ring1 = run(c, COLL_ALLREDUCE, ALGO_RING, 64 << 20);
+  double mring1 = run(c, COLL_ALLREDUCE, ALGO_MRING, 64 << 20);
+  EXPECT_GT(mring1, 0.95 * ring1);
+}
+
 // The CPU model: 4 nodes x 2 ranks on one machine of 2 CPUs, 10 us of CPU per message and
 // 1 us links. The ring with 2 floats on 8 ranks has 2 messages in flight: its 14 steps cost
 // 10 us each (a message's CPU time bounds a hop from below); with 8 floats all 8 ranks send in

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,57 @@ TEST(TunerModel, HierAcrossHostsAndFallbacks) {
   EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 4 << 20, bit(ALGO_TREE), 0).chunk_bytes, 262144u);
   EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 300000, bit(ALGO_TREE), 0).chunk_bytes, 131072u);
   EXPECT_EQ(tuner_choose(&m, &h, COLL_ALLREDUCE, 64 << 20, bit(ALGO_RING), 0).chunk_bytes, 524288u);
+}
+
+// The multi-channel ring (mring.c): on one host it is the ring and costs what the ring does
+// (the ring wins the tie); across 8 hosts of 8 ranks with 8 NICs its 8 channels share the
+// ring's 2(n-1)/n S bytes out over the NICs (1/8 each) while 7/8 of each rank's bytes go
+// through shared memory at the same time: each of its 2(n-1) steps per round takes the longer of
+// its network hop (every rank is some channel's entry) and its copies. With one NIC all
+// channels leave through it: no gain, only those latencies.
+TEST(TunerModel, MultiRingSpreadsTheRingOverTheNics) {
+  tuner_model_t m = model();
+  tuner_topo_t t = one_host(8);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, 1000000),
+                   tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1000000));
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, bit(ALGO_RING) | bit(ALGO_MRING), 0).algo,
+            ALGO_RING);
+  t = one_host(64);
+  t.nhosts = 8, t.local_size = 8, t.hier_ok = 1, t.host_blocks = 1, t.nics = 8;
+  // one round (S / 8 / 64 = 2 chunk / 8 = 131072 bytes per channel and step), 126 steps, each
+  // the network hop (20 us + 131072 B at 1 GB/s) or the 7 copies (7 x 131072 B at 10 GB/s)
+  double S = 64 << 20, q = 131072;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S),
+                   126 * std::max(20.0 + q / 1e3, 7 * q / 10e3));
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S),
+            0.2 * tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, S));
+  t.nics = 1;
+  EXPECT_GT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S),
+            tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, S));
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, S, bit(ALGO_RING) | bit(ALGO_MRING), 0).algo,
+            ALGO_RING);
+  // FIFOs of fewer pieces than the channels may leave waiting in one (hosts of 8: 7 messages
+  // of 2 chunk / 8 = one slot each; a chunk of one slot and 2 in the FIFO): not a candidate.
+  t.nics = 8, t.chunk_bytes = t.slot_bytes;
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_MRING, S), 0);
+}
+
+// Bruck (bruck.c): ceil(log2 n) hops + (n-1)/n S (x 1.5 for the reduce-scatter's separate
+// reduction) + the block copies (S in and out, S/n more for the all-gather's own block) at
+// shared-memory speed; scratch S, so above the communicator's scratch only when forced. On 5
+// ranks, where halving-doubling cannot run, it beats the ring at small sizes.
+TEST(TunerModel, BruckLogStepsForAnyRankCount) {
+  tuner_model_t m = model();
+  tuner_topo_t t = one_host(5);
+  double S = 10000, b = 10e3;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLGATHER, ALGO_BRUCK, S),
+                   3 * 2.0 + 4.0 / 5 * S / b + (S + S / 5) / b);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_REDUCESCATTER, ALGO_BRUCK, S),
+                   3 * 2.0 + 1.5 * 4.0 / 5 * S / b + S / b);
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLGATHER, ALGO_BRUCK, 20000), 0);  // scratch
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_BRUCK, S), 0);
+  t.nranks = t.local_size = 33;
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLGATHER, 3300, TUNER_ALL_ALGOS, 0).algo, ALGO_BRUCK);
 }
 
 // The namespace test bed: 4 hosts x 2 ranks in blocks on one machine of 2 CPUs, 9 us of CPU

@@ -30,6 +30,8 @@ extern "C" {
   X(TREE, tree)        \
   X(RHD, rhd)          \
   X(RD, rd)            \
+  X(MRING, mring)      \
+  X(BRUCK, bruck)      \
   X(DIRECT, direct)    \
   X(CMA, cma)
 
@@ -138,6 +140,12 @@ int rd_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
 int rhd_reducescatter(const sched_args_t *a, sched_t *s);
 int rhd_allgather(const sched_args_t *a, sched_t *s);
 int rhd_log2(int nranks);
+/* Multi-channel ring all-reduce (mring.c): C rings leaving each host through different ranks. */
+int mring_allreduce(const sched_args_t *a, sched_t *s);
+/* Bruck all-gather and reduce-scatter (bruck.c): ceil(log2 n) steps for any n, BUF_SCRATCH of
+ * n * count elements. */
+int bruck_allgather(const sched_args_t *a, sched_t *s);
+int bruck_reducescatter(const sched_args_t *a, sched_t *s);
 /* Point-to-point based: one lane per peer and direction; lanes[p] sends, lanes[n + p] receives. */
 int p2p_alltoall(const sched_args_t *a, sched_t *lanes);
 int p2p_gather(const sched_args_t *a, sched_t *lanes);

@@ -43,6 +43,8 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
   m->piece_us = c->overhead * 1e6;
   size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES, which also sizes the scratch */
   int machine_nodes = c->machine_nodes < c->nodes ? c->machine_nodes : c->nodes;
+  /* the communicator's scratch, as init.c sizes it: the one-shot limit or the chunk */
+  size_t scratch = oneshot_max > comm_chunk_bytes(c) ? oneshot_max : comm_chunk_bytes(c);
   *t = (tuner_topo_t){.nranks = sim_nranks(c),
                       .nhosts = c->nodes,
                       .local_size = c->ppn,
@@ -57,7 +59,7 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .peer_read_min_bytes = 64 * 1024, /* TUTTI_CMA_MIN_BYTES */
                       .slot_bytes = sim_comm_slot(c),
                       .chunk_bytes = comm_chunk_bytes(c),
-                      .scratch_bytes = oneshot_max,
+                      .scratch_bytes = scratch,
                       .oneshot_max_bytes = oneshot_max};
 }
 
