@@ -368,8 +368,7 @@ ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor);
  * (out, ...) has rowLength numel / out, as PyTorch's view(out, -1); a 1-D tensor: its count).
  * The counts add up to the compressor's count. PowerSGD compresses each matrix on its own and
  * sends 1-D tensors and matrices too small to gain exactly; without a layout it views the whole
- * buffer as one matrix. topk selects its fraction of each matrix on its own and sends 1-D
- * tensors whole. The other kinds keep the layout and do not use it. */
+ * buffer as one matrix. The other kinds keep the layout and do not use it. */
 ncclResult_t tuttiCompressorSetLayout(tuttiCompressor_t compressor, int ntensors,
                                       const size_t *counts, const size_t *rowLengths);
 /* Bytes this compressor's all-reduces have sent from this rank so far (headers included). */

@@ -110,9 +110,6 @@ size_t compress_topk_k(size_t count, float fraction);
  * broken by index), writes the pairs in increasing index order to out, and zeroes them in v
  * (what is left in v is the error-feedback residual). */
 void compress_topk_take(float *v, size_t count, size_t k, uint8_t *out);
-/* The same for a tensor at element `base` of the buffer: v is the tensor, the pairs carry
- * base + its index. k >= count takes every element. */
-void compress_topk_take_at(float *v, size_t count, size_t k, size_t base, uint8_t *out);
 /* NULL if the k pairs are well formed for a buffer of count elements, else the reason. */
 const char *compress_topk_check(const uint8_t *in, size_t k, size_t count);
 void compress_topk_decode_add(const uint8_t *in, size_t k, float *acc);

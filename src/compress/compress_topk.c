@@ -55,25 +55,17 @@ static inline void put_pair(uint8_t *out, size_t j, uint32_t idx, float val) {
   memcpy(out + COMPRESS_TOPK_PAIR_BYTES * j + 4, &val, 4);
 }
 
-void compress_topk_take_at(float *v, size_t count, size_t k, size_t base, uint8_t *out) {
+void compress_topk_take(float *v, size_t count, size_t k, uint8_t *out) {
   size_t take = 0, j = 0;
-  if (k >= count) { /* all of them, no histogram */
-    for (size_t i = 0; i < count; i++) put_pair(out, i, (uint32_t)(base + i), v[i]), v[i] = 0.0f;
-    return;
-  }
   uint32_t t = topk_threshold(v, count, k, &take);
   for (size_t i = 0; i < count && j < k; i++) {
     uint32_t b = mag_bucket(v[i]);
     if (b > t || (b == t && take > 0)) {
       if (b == t) take--;
-      put_pair(out, j++, (uint32_t)(base + i), v[i]);
+      put_pair(out, j++, (uint32_t)i, v[i]);
       v[i] = 0.0f;
     }
   }
-}
-
-void compress_topk_take(float *v, size_t count, size_t k, uint8_t *out) {
-  compress_topk_take_at(v, count, k, 0, out);
 }
 
 const char *compress_topk_check(const uint8_t *in, size_t k, size_t count) {
