@@ -28,3 +28,8 @@ add_test(NAME torch_dlopen_after_torch
                  ${CMAKE_BINARY_DIR})
 set_tests_properties(torch_dlopen_after_torch PROPERTIES LABELS "quick" TIMEOUT 120
                      ENVIRONMENT "${tutti_torch_env}")
+# DDP communication hooks on the compressed all-reduce (tutti_torch.hooks), 2 ranks.
+add_test(NAME torch_compress_hooks
+         COMMAND ${tutti_torch_launch} -n 2 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_hooks.py)
+set_tests_properties(torch_compress_hooks PROPERTIES LABELS "slow" TIMEOUT 600
+                     ENVIRONMENT "${tutti_torch_env}")

@@ -27,7 +27,7 @@ typedef struct {
   int no_shard_optim; /* every rank applies the whole update (PyTorch DDP's way) */
   int no_factor;      /* reduce-scatter the MLP's fc1 gradient instead of its sufficient factors */
   const char *compress; /* --compress spec (tuttiCompressorParse); "none": exact all-reduces */
-  int compress_warmup;  /* --compress-warmup steps; -1: topk the lr warm-up, powersgd 10 */
+  int compress_warmup;  /* --compress-warmup steps; -1: the lr warm-up (topk, powersgd) */
   const char *data_dir;
   const char *checkpoint;
   int resume;

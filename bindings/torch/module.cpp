@@ -2,6 +2,8 @@
 //
 //   import tutti_torch                      # registers the backend
 //   torch.distributed.init_process_group("tutti", ...)
+//   ddp.register_comm_hook(tutti_torch.hooks.CompressionState(None, "int8"),
+//                          tutti_torch.hooks.int8_hook)       # compressed gradients (hooks.cpp)
 //
 // The creator torch.distributed calls takes (store, rank, world_size, timeout) and is called
 // again, with a prefixed store, for every new_group; each call makes a new communicator.
@@ -11,6 +13,10 @@
 #include "process_group.hpp"
 
 namespace py = pybind11;
+
+namespace tutti_torch {
+void define_hooks(py::module_ &parent);  // hooks.cpp: the submodule tutti_torch.hooks
+}  // namespace tutti_torch
 
 namespace {
 
@@ -29,6 +35,7 @@ PYBIND11_MODULE(tutti_torch, m) {
         py::arg("world_size"), py::arg("timeout"),
         "Creates a tutti process group (the creator registered for backend \"tutti\").");
   m.def("version", [] { return std::string(tuttiVersionString()); });
+  tutti_torch::define_hooks(m);
   py::object backend = py::module_::import("torch.distributed").attr("Backend");
   if (!py::hasattr(backend, "TUTTI"))
     backend.attr("register_backend")("tutti", m.attr("create_process_group"));

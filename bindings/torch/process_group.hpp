@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -95,6 +96,11 @@ class ProcessGroupTutti : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int srcRank,
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+
+  // The compressed average (tuttiAllReduceCompressed, ncclAvg) of a contiguous fp32 CPU tensor
+  // in place with compressor c, queued like the collectives (hooks.cpp: the DDP comm hooks).
+  c10::intrusive_ptr<c10d::Work> allreduce_compressed(at::Tensor &t,
+                                                      std::shared_ptr<struct tuttiCompressor> c);
 
   // Used by WorkTutti and the collectives.
   std::chrono::milliseconds timeout() const { return timeout_; }

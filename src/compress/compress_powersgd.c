@@ -7,6 +7,7 @@
  * PyTorch's PowerSGD hook); 1-D tensors (one row) and small matrices are sent exactly. The
  * whole-buffer view is always compressed. On rank k, for a compressed segment, M_k = scale x_k +
  * e_k (e_k its residual); with Q (cols x r) the same on every rank:
+ *   Q = orthonormalize(Q)                    (as PyTorch's hook does before each use)
  *   P = sum_k M_k Q            (rows x r)    one ncclAllReduce for every segment's P and the
  *                                            exact segments' scale x_k, fp32
  *   P = orthonormalize(P)                    Gram-Schmidt, the same bits on every rank
@@ -122,6 +123,7 @@ static void psgd_first_half(struct tuttiCompressor *c, const float *x, float sca
     float *m = c->work + s->work_off;
     const float *e = c->residual + s->off;
     for (size_t j = 0; j < s->count; j++) m[j] = scale * xs[j] + e[j];
+    orthonormalize(c->q + s->q_off, s->cols, r); /* the same span; keeps M Q's size that of M */
     mat_times(m, s->rows, s->cols, c->q + s->q_off, r, c->p + s->p_off);
   }
 }
