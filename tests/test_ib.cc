@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -264,6 +265,86 @@ TEST(IbFailure, KilledRankIsNamedByTheOthers) {
     EXPECT_TRUE(th::contains(rep->message[r], "rank 1")) << "rank " << r << ": " << rep->message[r];
   }
   th::shared_free(rep, sizeof(KillReport));
+}
+
+// ---------------------------------------------------------------- a link falls silent
+
+// The guest's second "NIC": rxe1 on veth1 (scripts/rxe-vm.sh). Down: nothing passes between
+// rxe0 and rxe1 while both processes live. Up again with the policy route the kernel dropped
+// when the device went down, and wait until rxe1's port is active.
+bool set_veth1(bool up) {
+  if (!up) return system("ip link set veth1 down") == 0;
+  if (system("ip link set veth1 up && ip route replace 10.200.0.1 dev veth1 src 10.200.0.2 "
+             "table 101") != 0)
+    return false;
+  for (int i = 0; i < 100; i++, usleep(100000))
+    if (system("rdma link show rxe1/1 | grep -q 'state ACTIVE'") == 0) return true;
+  return false;
+}
+
+struct SilentReport {
+  std::atomic<int> iterations[2];
+  double down_at;  // when the link went down (now_s)
+  double failed_at[2];
+  int code[2];
+  char message[2][600];
+};
+
+// Two ranks on two devices loop over 1 MiB all-reduces; the link between the devices goes down
+// while both processes live. Every rank returns an error within the communicator timeout that
+// names both ranks, the host, both devices and the verbs status: the retry counter runs out
+// on a write in flight, or on the probe a waiting end sends after TUTTI_IB_PROBE_MS of quiet.
+// rxe takes retry count 7 to mean forever, so the test sets 2 (and 16.8 ms per try).
+TEST(IbFailure, SilentLinkIsRetryExceededOnEveryRank) {
+  ASSERT_EQ(system("ip link show veth1 >/dev/null 2>&1"), 0)
+      << "needs the rxe-vm guest's veth pair (scripts/rxe-vm.sh --devices 2)";
+  auto *rep = new (th::shared_alloc(sizeof(SilentReport))) SilentReport();
+  th::Options opt = ib_options();
+  const int timeout_s = 30;
+  opt.env.push_back({"TUTTI_TIMEOUT", std::to_string(timeout_s)});
+  opt.env.push_back({"TUTTI_IB_TIMEOUT", "12"});  // 4.096 us x 2^12 = 16.8 ms per try
+  opt.env.push_back({"TUTTI_IB_RETRY_CNT", "2"});
+  opt.env.push_back({"TUTTI_IB_HCA", "rxe"});
+  opt.while_running = [&](const std::vector<pid_t> &) {
+    double until = th::now_s() + 120;
+    while ((rep->iterations[0] < 2 || rep->iterations[1] < 2) && th::now_s() < until) usleep(1000);
+    rep->down_at = th::now_s();
+    EXPECT_TRUE(set_veth1(false));
+  };
+  th::RunResult res = th::run_ranks(
+      Mode::kProcs, 2,
+      [&](RankCtx &ctx) {
+        std::vector<float> in(1 << 18, 1.0f + ctx.rank), out(1 << 18);
+        for (int it = 0; it < 100000; it++) {
+          ncclResult_t rc = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum,
+                                          ctx.comm, nullptr);
+          if (rc != ncclSuccess) {
+            rep->failed_at[ctx.rank] = th::now_s();
+            rep->code[ctx.rank] = rc;
+            snprintf(rep->message[ctx.rank], sizeof rep->message[0], "%s",
+                     ncclGetLastError(ctx.comm));
+            return;
+          }
+          RCHECK(ctx, out[it % out.size()] == 3.0f, "iteration %d: %g", it, out[it % out.size()]);
+          rep->iterations[ctx.rank]++;
+        }
+        ctx.fail("the all-reduces never failed");
+      },
+      opt);
+  EXPECT_TRUE(set_veth1(true)) << "veth1 / rxe1 did not come back";
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  char host[256] = "";
+  gethostname(host, sizeof host);
+  for (int r : {0, 1}) {
+    const std::string m = rep->message[r];
+    EXPECT_EQ(res.ranks[r].exit_code, 0) << res.describe();
+    EXPECT_EQ(rep->code[r], ncclRemoteError) << "rank " << r << ": " << m;
+    EXPECT_LT(rep->failed_at[r] - rep->down_at, timeout_s) << "rank " << r << ": " << m;
+    for (const char *what : {"rank 0", "rank 1", "rxe0", "rxe1", "retry counter exceeded",
+                             "verbs status 12", static_cast<const char *>(host)})
+      EXPECT_TRUE(th::contains(m, what)) << "rank " << r << " lacks \"" << what << "\": " << m;
+  }
+  th::shared_free(rep, sizeof(SilentReport));
 }
 
 }  // namespace

@@ -26,15 +26,21 @@
 #include "ib.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+TUTTI_PARAM(IbEvents, "IB_EVENTS", 1)       /* a waiting rank sleeps on completion events */
+TUTTI_PARAM(IbSpinUs, "IB_SPIN_US", 20)     /* after polling this long */
+TUTTI_PARAM(IbProbeMs, "IB_PROBE_MS", 1000) /* a waiting end probes a peer this quiet */
+
 #define WR_RECV 0u
 #define WR_DATA 1u
 #define WR_CREDIT 2u
 #define WR_BOARD 3u
+#define WR_PROBE 4u
 #define WR_ID(kind, q) (((uint64_t)(kind) << 32) | (uint32_t)(q))
 
 static const char *comm_error_text(struct ncclComm *comm) {
@@ -90,33 +96,43 @@ static int post_write(ib_conn_t *c, int q, uint64_t kind, void *src, uint32_t lk
   return err;
 }
 
+/* A piece arrived: the immediate names its slot and length. 0, or -1 if malformed. */
+static int fill_slot(ib_conn_t *c, uint32_t imm) {
+  uint32_t slot = imm >> 24;
+  if (slot >= c->nslots || (imm & 0xffffff) > c->slot_bytes) {
+    conn_fail(c, "receiving from", "a write with a malformed immediate", 0, imm);
+    return -1;
+  }
+  c->got[slot] = (imm & 0xffffff) + 1;
+  return 0;
+}
+
 /* Reaps the connection's completions: sends free their queue entry, a write with immediate
- * fills its slot (and gets its receive reposted). 0, or -1 once the connection failed. */
+ * fills its slot (receive end) or brings credit (send end), and gets its receive reposted.
+ * Returns the completions reaped, or -1 once the connection failed. */
 static int poll_cq(ib_conn_t *c) {
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) return -1;
   struct ibv_wc wc[16];
-  int n;
+  int n, total = 0;
   while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
+    total += n;
     for (int i = 0; i < n; i++) {
       uint32_t kind = (uint32_t)(wc[i].wr_id >> 32), q = (uint32_t)wc[i].wr_id;
       if (wc[i].status != IBV_WC_SUCCESS) {
         const char *what = kind == WR_DATA     ? "writing data to"
                            : kind == WR_CREDIT ? "returning credit to"
                            : kind == WR_BOARD  ? "telling of its failure"
+                           : kind == WR_PROBE  ? "probing the link to"
                                                : "receiving from";
         conn_fail(c, what, ib_v.wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err);
         return -1;
       }
       if (kind != WR_RECV) {
         c->sq_out[q]--;
+        c->probe_out &= kind != WR_PROBE;
         continue;
       }
-      uint32_t imm = ntohl(wc[i].imm_data), slot = imm >> 24;
-      if (slot >= c->nslots || (imm & 0xffffff) > c->slot_bytes) {
-        conn_fail(c, "receiving from", "a write with a malformed immediate", 0, imm);
-        return -1;
-      }
-      c->got[slot] = (imm & 0xffffff) + 1;
+      if (!c->is_send && fill_slot(c, ntohl(wc[i].imm_data))) return -1;
       if (ib_post_recv(c, (int)q)) {
         conn_fail(c, "receiving from", "ibv_post_recv failed", 0, 0);
         return -1;
@@ -127,14 +143,15 @@ static int poll_cq(ib_conn_t *c) {
     conn_fail(c, "polling the completions of", "ibv_poll_cq failed", n, 0);
     return -1;
   }
-  return 0;
+  if (total) c->quiet_since = 0;
+  return total;
 }
 
 /* ---- data path (the engine's thread) ---- */
 
 static void *ib_send_slot(conn_t *conn) {
   ib_conn_t *c = conn->priv;
-  if (poll_cq(c) || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return NULL;
+  if (poll_cq(c) < 0 || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return NULL;
   int q = (int)(c->pos % (uint64_t)c->nqps);
   if (c->pos - __atomic_load_n(c->credit, __ATOMIC_ACQUIRE) >= c->nslots ||
       c->sq_out[q] >= c->sq_max - 1)
@@ -153,20 +170,21 @@ static void ib_send_post(conn_t *conn, size_t bytes) {
   c->pos++;
 }
 
-/* Returns the freed slots to the sender: one write of the consumed count, on QP 0. */
+/* Returns the freed slots to the sender: one write of the consumed count, on QP 0, with an
+ * immediate so that a sender asleep on its completion channel wakes. */
 static void flush_credit(ib_conn_t *c) {
   if (!c->credit_pending || c->sq_out[0] >= c->sq_max - 1) return;
   uint32_t i = (uint32_t)(c->pos % c->nslots);
   c->credit_src[i] = c->pos;
   int err = post_write(c, 0, WR_CREDIT, &c->credit_src[i], c->mr->lkey, sizeof(uint64_t),
-                       c->remote.addr, c->remote.rkey, 0, 0);
+                       c->remote.addr, c->remote.rkey, 1, 0);
   if (err) conn_fail(c, "returning credit to", strerror(err), err, 0);
   c->credit_pending = 0;
 }
 
 static const void *ib_recv_slot(conn_t *conn, size_t *bytes) {
   ib_conn_t *c = conn->priv;
-  if (poll_cq(c)) return NULL;
+  if (poll_cq(c) < 0) return NULL;
   flush_credit(c);
   uint32_t i = (uint32_t)(c->pos % c->nslots);
   if (!c->got[i]) return NULL;
@@ -179,25 +197,78 @@ static void ib_recv_done(conn_t *conn) {
   c->got[c->pos % c->nslots] = 0;
   c->pos++;
   c->credit_pending = 1;
-  if (poll_cq(c) == 0) flush_credit(c);
+  if (poll_cq(c) >= 0) flush_credit(c);
 }
 
-/* A waiting rank yields: completions arrive in memory the engine polls (a completion channel
- * would cost a system call and a wake-up per piece). */
+/* Arms every CQ of the communicator's connections for one event on the shared channel, then
+ * reaps once more (a completion that came before the arming raises no event). Returns the
+ * completions reaped (nonzero: do not sleep) or -1. */
+static int arm_all(ib_state_t *st) {
+  int total = 0;
+  for (int p = 0; p < st->comm->nranks; p++)
+    for (int d = 0; d < 2; d++) {
+      ib_conn_t *c = d ? st->recv[p] : st->send[p];
+      if (!c || !c->cq) continue;
+      if (ibv_req_notify_cq(c->cq, 0)) return -1;
+      int n = poll_cq(c);
+      if (n < 0) return -1;
+      total += n;
+    }
+  return total;
+}
+
+/* Takes (and acknowledges) every event the channel holds, without blocking. */
+static void drain_events(ib_state_t *st) {
+  struct ibv_cq *cq;
+  void *ctx;
+  while (ib_v.get_cq_event(st->chan, &cq, &ctx) == 0) ib_v.ack_cq_events(cq, 1);
+}
+
+/* A waiting rank polls for TUTTI_IB_SPIN_US, then sleeps on the completion channel until any of
+ * its connections completes something (a piece or a credit arrives, a write is acknowledged),
+ * at most timeout_ns: a rank that spins takes the CPU from the kernel's protocol work, which on
+ * Soft-RoCE is the whole data path. TUTTI_IB_EVENTS=0: yield instead of sleeping. */
 static void ib_wait(conn_t *conn, int send, uint64_t timeout_ns) {
   ib_conn_t *c = conn->priv;
+  ib_state_t *st = c->st;
   if (!send) flush_credit(c);
-  sched_yield();
+  if (!tutti_param_IbEvents()) {
+    sched_yield();
+    return;
+  }
+  uint64_t spin_end = tutti_time_ns() + (uint64_t)tutti_param_IbSpinUs() * 1000;
+  do {
+    int n = poll_cq(c);
+    if (n != 0) return;
+  } while (tutti_time_ns() < spin_end);
+  if (arm_all(st) != 0) return;
+  struct pollfd pfd = {.fd = st->chan->fd, .events = POLLIN};
+  int ms = (int)TUTTI_MAX(timeout_ns / 1000000ull, 1);
+  if (poll(&pfd, 1, ms) > 0) drain_events(st);
 }
 
 static ib_conn_t *conn_twin(ib_conn_t *c) {
   return c->is_send ? c->st->recv[c->peer] : c->st->send[c->peer];
 }
 
+/* A waiting end whose connection has completed nothing for TUTTI_IB_PROBE_MS writes zero bytes
+ * to the peer: a peer that fell silent (link down, host gone) then fails the write with retry
+ * exceeded, naming the verbs status, also where this end had nothing else in flight. */
+static void probe_quiet_peer(ib_conn_t *c) {
+  uint64_t now = tutti_time_ns(), ms = (uint64_t)tutti_param_IbProbeMs();
+  if (!c->quiet_since) c->quiet_since = now;
+  if (c->probe_out || now - c->quiet_since < ms * 1000000ull || c->sq_out[0] >= c->sq_max - 1)
+    return;
+  int err = post_write(c, 0, WR_PROBE, NULL, c->mr->lkey, 0, c->remote.addr, c->remote.rkey, 0, 0);
+  if (err) conn_fail(c, "probing the link to", strerror(err), err, 0);
+  c->probe_out = 1, c->quiet_since = now;
+}
+
 static int ib_peer_failed(conn_t *conn) {
   ib_conn_t *c = conn->priv, *twin = conn_twin(c);
   ib_state_t *st = c->st;
   if (!c->is_send) flush_credit(c); /* a sender waiting on us must not wait for credit */
+  if (poll_cq(c) == 0 && !__atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE)) probe_quiet_peer(c);
   return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) ||
          (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)) ||
          __atomic_load_n(&st->board[c->peer].failed, __ATOMIC_ACQUIRE) ||

@@ -40,6 +40,13 @@ typedef struct ib_verbs {
   int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
   int (*destroy_qp)(struct ibv_qp *qp);
   const char *(*wc_status_str)(enum ibv_wc_status status);
+  struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);
+  int (*destroy_comp_channel)(struct ibv_comp_channel *ch);
+  int (*get_cq_event)(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx);
+  void (*ack_cq_events)(struct ibv_cq *cq, unsigned int nevents);
+  /* optional (rdma-core >= 34; NULL where the library lacks it): GPUDirect RDMA by dma-buf */
+  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                                  int fd, int access);
 } ib_verbs_t;
 extern ib_verbs_t ib_v;
 
@@ -96,6 +103,8 @@ typedef struct ib_conn {
   uint64_t pos;               /* pieces posted (send) or consumed (recv) */
   uint32_t got[IB_MAX_SLOTS]; /* recv: bytes + 1 of the piece in each slot, 0: empty */
   int credit_pending;         /* recv: a credit write waits for room */
+  uint64_t quiet_since;       /* when a completion last came (a waiting end probes the peer) */
+  int probe_out;              /* a probe write is in flight */
   int failed;
   char reason[IB_REASON_MAX];
 } ib_conn_t;
@@ -110,6 +119,7 @@ typedef struct ib_state {
   size_t slot_bytes;
   struct ibv_context *ctx;
   struct ibv_pd *pd;
+  struct ibv_comp_channel *chan; /* every CQ's events: a waiting rank sleeps on its fd */
   struct ibv_port_attr port_attr;
   union ibv_gid gid;
   ib_board_t *board; /* [nranks]: board[p] is written by p when it fails */
