@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -215,6 +216,51 @@ TEST(IbResources, NothingLeftAfterDestroy) {
 }
 TEST(IbResources, NothingLeftAfterAbort) {
   nothing_leaks(true);
+}
+
+// ---------------------------------------------------------------- zero copy
+
+// With TUTTI_IB_ZERO_COPY=1 a send from an ncclMemAlloc buffer is written from it in place: its
+// region is registered once (one more MR for the process while the communicator lives, the same
+// one on the second send: cached) and the data arrive exact; a send from malloc'ed memory is
+// staged (no MR for it); nothing is left after ncclCommDestroy.
+TEST(IbZeroCopy, SendFromNcclMemAllocIsRegisteredOnceAndExact) {
+  th::Options opt = ib_options();
+  opt.env.push_back({"TUTTI_IB_ZERO_COPY", "1"});
+  opt.init = false;
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        NCCL_OK(ctx, ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        ctx.comm = comm;
+        const size_t count = (5u << 20) + 3;  // 20 MiB + 12 bytes of int32: beyond the FIFO
+        int32_t *reg = nullptr;
+        NCCL_OK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&reg), count * sizeof(int32_t)));
+        std::vector<int32_t> plain(count), in(count);
+        const int peer = 1 - ctx.rank, base = verbs_objects("mr");
+        for (int round = 0; round < 3; round++) {  // malloc'ed, then the region twice
+          int32_t *src = round == 0 ? plain.data() : reg;
+          for (size_t i = 0; i < count; i++)
+            src[i] = static_cast<int32_t>(i * 5 + round + ctx.rank);
+          std::fill(in.begin(), in.end(), -1);
+          NCCL_OK(ctx, ncclGroupStart());
+          NCCL_OK(ctx, ncclSend(src, count, ncclInt32, peer, comm, nullptr));
+          NCCL_OK(ctx, ncclRecv(in.data(), count, ncclInt32, peer, comm, nullptr));
+          NCCL_OK(ctx, ncclGroupEnd());
+          for (size_t i = 0; i < count; i++)
+            RCHECK(ctx, in[i] == static_cast<int32_t>(i * 5 + round + peer),
+                   "round %d element %zu: %d", round, i, in[i]);
+          const int want = base + (round == 0 ? 0 : 1);
+          RCHECK(ctx, verbs_objects("mr") == want, "round %d: %d MRs, expected %d", round,
+                 verbs_objects("mr"), want);
+        }
+        NCCL_OK(ctx, ncclCommDestroy(comm));
+        ctx.comm = nullptr;
+        RCHECK(ctx, verbs_objects("mr") == 0, "%d MR(s) left", verbs_objects("mr"));
+        NCCL_OK(ctx, ncclMemFree(reg));
+      },
+      opt, "zero-copy send from ncclMemAlloc memory");
 }
 
 // ---------------------------------------------------------------- a rank is killed

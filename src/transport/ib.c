@@ -35,12 +35,15 @@
 TUTTI_PARAM(IbEvents, "IB_EVENTS", 1)       /* a waiting rank sleeps on completion events */
 TUTTI_PARAM(IbSpinUs, "IB_SPIN_US", 20)     /* after polling this long */
 TUTTI_PARAM(IbProbeMs, "IB_PROBE_MS", 1000) /* a waiting end probes a peer this quiet */
+TUTTI_PARAM(IbZeroCopy, "IB_ZERO_COPY", 0)  /* write registered user buffers in place */
+TUTTI_PARAM(IbZeroCopyMin, "IB_ZERO_COPY_MIN", 64 * 1024) /* from pieces this large */
 
 #define WR_RECV 0u
 #define WR_DATA 1u
 #define WR_CREDIT 2u
 #define WR_BOARD 3u
 #define WR_PROBE 4u
+#define WR_ZC 5u /* a data write straight from user memory */
 #define WR_ID(kind, q) (((uint64_t)(kind) << 32) | (uint32_t)(q))
 
 static const char *comm_error_text(struct ncclComm *comm) {
@@ -130,6 +133,7 @@ static int poll_cq(ib_conn_t *c) {
       if (kind != WR_RECV) {
         c->sq_out[q]--;
         c->probe_out &= kind != WR_PROBE;
+        c->zc_inflight &= kind != WR_ZC;
         continue;
       }
       if (!c->is_send && fill_slot(c, ntohl(wc[i].imm_data))) return -1;
@@ -168,6 +172,40 @@ static void ib_send_post(conn_t *conn, size_t bytes) {
                        (slot << 24) | (uint32_t)bytes);
   if (err) conn_fail(c, "posting a write to", strerror(err), err, 0);
   c->pos++;
+}
+
+/* send_from: a piece the engine holds in memory. The engine's rule is that taken bytes are gone
+ * (the buffer may change at once), so a piece written straight from the user's memory counts as
+ * taken only once its write has completed: one such piece in flight per connection. That pays
+ * where the copy costs more than waiting for the acknowledgement, so it is an option:
+ * TUTTI_IB_ZERO_COPY=1, pieces of TUTTI_IB_ZERO_COPY_MIN bytes or more, from a buffer the
+ * registration cache takes (ib_mr.c). Every other piece is copied into the next staging slot
+ * (or lies there already: the engine computed it into send_slot) and taken at once. */
+static size_t ib_send_from(conn_t *conn, const void *buf, size_t bytes) {
+  ib_conn_t *c = conn->priv;
+  if (c->zc_buf) { /* posted; the engine calls again with the same piece until it is taken */
+    if (c->zc_inflight && (poll_cq(c) < 0 || c->zc_inflight)) return 0;
+    c->zc_buf = NULL;
+    return bytes;
+  }
+  char *slot = ib_send_slot(conn);
+  if (!slot) return 0;
+  struct ibv_mr *mr = NULL;
+  if (buf != slot && tutti_param_IbZeroCopy() && bytes >= (size_t)tutti_param_IbZeroCopyMin())
+    mr = ib_mr_get(c->st, buf, bytes);
+  if (!mr) {
+    if (buf != slot) memcpy(slot, buf, bytes);
+    ib_send_post(conn, bytes);
+    return bytes;
+  }
+  uint32_t i = (uint32_t)(c->pos % c->nslots);
+  int q = (int)(c->pos % (uint64_t)c->nqps);
+  int err =
+      post_write(c, q, WR_ZC, (void *)buf, mr->lkey, bytes, c->remote.addr + i * c->slot_bytes,
+                 c->remote.rkey, 1, (i << 24) | (uint32_t)bytes);
+  if (err) conn_fail(c, "posting a write to", strerror(err), err, 0);
+  c->pos++, c->zc_inflight = 1, c->zc_buf = buf;
+  return 0;
 }
 
 /* Returns the freed slots to the sender: one write of the consumed count, on QP 0, with an
@@ -357,7 +395,7 @@ const transport_t ib_transport = {
     .post_connect = ib_post_connect,
     .send_slot = ib_send_slot,
     .send_post = ib_send_post,
-    .send_from = NULL, /* a write reads the source after the call: the engine fills a slot */
+    .send_from = ib_send_from,
     .recv_into = NULL,
     .wait = ib_wait,
     .recv_slot = ib_recv_slot,

@@ -511,6 +511,7 @@ void ib_state_free(ib_state_t *st) {
     if (st->send && st->send[p]) ib_conn_free(st->send[p]);
     if (st->recv && st->recv[p]) ib_conn_free(st->recv[p]);
   }
+  ib_mr_cache_free(st);
   if (st->board_mr) ib_v.dereg_mr(st->board_mr);
   if (st->board)
     munmap(st->board, TUTTI_ALIGN_UP(2 * (size_t)st->comm->nranks * sizeof(ib_board_t), 4096));
