@@ -64,7 +64,7 @@ fi
 bytes=$(numfmt --from=iec "$size")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+median() { grep -v nan | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 
 perftest_gbits() { # ib_write_bw rxe1 -> rxe0 (both ways with --bidir): its BW average, Gb/s
   local -a args=(-F --report_gbits -x 1 -s "$pt_size" -n "$pt_iters" "$@")
