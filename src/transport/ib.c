@@ -11,17 +11,22 @@
  * their slots and the receiver consumes them in order. Each write with immediate consumes one
  * receive the receiver posted (nslots per QP at setup, one reposted per completion).
  * Flow control: the receiver, having consumed piece k, RDMA-writes k + 1 into the sender's
- * credit word (always on QP 0, so the credit words land in order and never go back); the sender
- * posts piece k only while k - credit < nslots. Nothing else moves: the engine's thread posts
- * and polls, no helper thread.
+ * credit word (always on QP 0, so the credit words land in order and never go back; with an
+ * immediate, so a sender asleep on its completion channel wakes); the sender posts piece k only
+ * while k - credit < nslots. Nothing else moves: the engine's thread posts and polls, no helper
+ * thread, and sleeps on one completion channel for all CQs when it waits (ib_wait).
+ * send_from stages a piece into the next slot, or with TUTTI_IB_ZERO_COPY writes it from a
+ * registered user buffer in place (ib_mr.c), taken once that write completed.
  *
  * Failure: a completion with an error status (a peer gone: retry exceeded after TUTTI_IB_TIMEOUT
  * x TUTTI_IB_RETRY_CNT; a QP in the error state: flushed) fails the connection with a reason
  * naming this rank, the peer's rank and host, both devices and the verbs status string, and
  * fails the communicator. mark_failed writes this rank's reason into every peer's failure board
  * (one entry per rank, polled by peer_failed), so the peers learn it at once. A peer killed
- * without a word shows as retry-exceeded on the next write to it (or, on one host, through the
- * engine's process check). close destroys every QP, CQ, MR and the PD, and closes the device.
+ * without a word, or a link that fell silent, shows as retry-exceeded on the next write to it
+ * (or, on one host, through the engine's process check); a waiting end with nothing in flight
+ * writes a zero-byte probe after TUTTI_IB_PROBE_MS of quiet to find out. close destroys every QP,
+ * CQ, MR and the PD, and closes the device.
  */
 #include "ib.h"
 
