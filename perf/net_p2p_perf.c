@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     }
   }
   double secs = now_s() - start;
-  if (rank == 0) printf("p2p %zu %.3f\n", bytes, (double)bytes * iters / secs / 1e9);
+  if (rank == 0) printf("p2p %zu %.6f\n", bytes, (double)bytes * iters / secs / 1e9);
   if (rank == 1 && bad) fprintf(stderr, "net_p2p_perf: %ld wrong values\n", bad);
   free(buf);
   ncclCommDestroy(comm);

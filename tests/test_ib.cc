@@ -10,8 +10,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -216,6 +218,51 @@ TEST(IbResources, NothingLeftAfterAbort) {
   nothing_leaks(true);
 }
 
+// ---------------------------------------------------------------- zero copy
+
+// With TUTTI_IB_ZERO_COPY=1 a send from an ncclMemAlloc buffer is written from it in place: its
+// region is registered once (one more MR for the process while the communicator lives, the same
+// one on the second send: cached) and the data arrive exact; a send from malloc'ed memory is
+// staged (no MR for it); nothing is left after ncclCommDestroy.
+TEST(IbZeroCopy, SendFromNcclMemAllocIsRegisteredOnceAndExact) {
+  th::Options opt = ib_options();
+  opt.env.push_back({"TUTTI_IB_ZERO_COPY", "1"});
+  opt.init = false;
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        NCCL_OK(ctx, ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        ctx.comm = comm;
+        const size_t count = (5u << 20) + 3;  // 20 MiB + 12 bytes of int32: beyond the FIFO
+        int32_t *reg = nullptr;
+        NCCL_OK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&reg), count * sizeof(int32_t)));
+        std::vector<int32_t> plain(count), in(count);
+        const int peer = 1 - ctx.rank, base = verbs_objects("mr");
+        for (int round = 0; round < 3; round++) {  // malloc'ed, then the region twice
+          int32_t *src = round == 0 ? plain.data() : reg;
+          for (size_t i = 0; i < count; i++)
+            src[i] = static_cast<int32_t>(i * 5 + round + ctx.rank);
+          std::fill(in.begin(), in.end(), -1);
+          NCCL_OK(ctx, ncclGroupStart());
+          NCCL_OK(ctx, ncclSend(src, count, ncclInt32, peer, comm, nullptr));
+          NCCL_OK(ctx, ncclRecv(in.data(), count, ncclInt32, peer, comm, nullptr));
+          NCCL_OK(ctx, ncclGroupEnd());
+          for (size_t i = 0; i < count; i++)
+            RCHECK(ctx, in[i] == static_cast<int32_t>(i * 5 + round + peer),
+                   "round %d element %zu: %d", round, i, in[i]);
+          const int want = base + (round == 0 ? 0 : 1);
+          RCHECK(ctx, verbs_objects("mr") == want, "round %d: %d MRs, expected %d", round,
+                 verbs_objects("mr"), want);
+        }
+        NCCL_OK(ctx, ncclCommDestroy(comm));
+        ctx.comm = nullptr;
+        RCHECK(ctx, verbs_objects("mr") == 0, "%d MR(s) left", verbs_objects("mr"));
+        NCCL_OK(ctx, ncclMemFree(reg));
+      },
+      opt, "zero-copy send from ncclMemAlloc memory");
+}
+
 // ---------------------------------------------------------------- a rank is killed
 
 struct KillReport {
@@ -264,6 +311,99 @@ TEST(IbFailure, KilledRankIsNamedByTheOthers) {
     EXPECT_TRUE(th::contains(rep->message[r], "rank 1")) << "rank " << r << ": " << rep->message[r];
   }
   th::shared_free(rep, sizeof(KillReport));
+}
+
+// ---------------------------------------------------------------- a link falls silent
+
+// The guest's second "NIC": rxe1 on veth1 (scripts/rxe-vm.sh). Down: nothing passes between
+// rxe0 and rxe1 while both processes live. Up again with the policy route the kernel dropped
+// when the device went down, and wait until rxe1's port is active.
+bool set_veth1(bool up) {
+  if (!up) return system("ip link set veth1 down") == 0;
+  if (system("ip link set veth1 up && ip route replace 10.200.0.1 dev veth1 src 10.200.0.2 "
+             "table 101") != 0)
+    return false;
+  for (int i = 0; i < 100; i++, usleep(100000))
+    if (system("rdma link show rxe1/1 | grep -q 'state ACTIVE'") == 0) return true;
+  return false;
+}
+
+struct SilentReport {
+  std::atomic<int> iterations[2];
+  std::atomic<int> failed[2];
+  double down_at;  // when the link went down (now_s)
+  double failed_at[2];
+  int code[2];
+  char message[2][600];
+};
+
+// Two ranks on two devices loop over 1 MiB all-reduces; the link between the devices goes down
+// while both processes live. Every rank returns an error within the communicator timeout that
+// names both ranks, the host, both devices and the verbs status: the retry counter runs out
+// on a write in flight, or on the probe a waiting end sends after TUTTI_IB_PROBE_MS of quiet
+// (or, on the rank whose own device lost its link, rxe fails the send locally).
+// rxe takes retry count 7 to mean forever, so the test sets 2 (and 16.8 ms per try).
+TEST(IbFailure, SilentLinkIsRetryExceededOnEveryRank) {
+  ASSERT_EQ(system("ip link show veth1 >/dev/null 2>&1"), 0)
+      << "needs the rxe-vm guest's veth pair (scripts/rxe-vm.sh --devices 2)";
+  auto *rep = new (th::shared_alloc(sizeof(SilentReport))) SilentReport();
+  th::Options opt = ib_options();
+  const int timeout_s = 30;
+  opt.env.push_back({"TUTTI_TIMEOUT", std::to_string(timeout_s)});
+  opt.env.push_back({"TUTTI_IB_TIMEOUT", "12"});  // 4.096 us x 2^12 = 16.8 ms per try
+  opt.env.push_back({"TUTTI_IB_RETRY_CNT", "2"});
+  opt.env.push_back({"TUTTI_IB_HCA", "rxe"});
+  opt.while_running = [&](const std::vector<pid_t> &) {
+    double until = th::now_s() + 120;
+    while ((rep->iterations[0] < 2 || rep->iterations[1] < 2) && th::now_s() < until) usleep(1000);
+    rep->down_at = th::now_s();
+    EXPECT_TRUE(set_veth1(false));
+  };
+  th::RunResult res = th::run_ranks(
+      Mode::kProcs, 2,
+      [&](RankCtx &ctx) {
+        std::vector<float> in(1 << 18, 1.0f + ctx.rank), out(1 << 18);
+        for (int it = 0; it < 100000; it++) {
+          ncclResult_t rc = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum,
+                                          ctx.comm, nullptr);
+          if (rc != ncclSuccess) {
+            rep->failed_at[ctx.rank] = th::now_s();
+            rep->code[ctx.rank] = rc;
+            snprintf(rep->message[ctx.rank], sizeof rep->message[0], "%s",
+                     ncclGetLastError(ctx.comm));
+            // stay alive until the other rank failed too: a process that exits is another
+            // fault (on one host the engine names it as dead before any verbs error)
+            rep->failed[ctx.rank] = 1;
+            for (double until = th::now_s() + 60;
+                 !rep->failed[1 - ctx.rank] && th::now_s() < until;)
+              usleep(1000);
+            return;
+          }
+          RCHECK(ctx, out[it % out.size()] == 3.0f, "iteration %d: %g", it, out[it % out.size()]);
+          rep->iterations[ctx.rank]++;
+        }
+        ctx.fail("the all-reduces never failed");
+      },
+      opt);
+  EXPECT_TRUE(set_veth1(true)) << "veth1 / rxe1 did not come back";
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  char host[256] = "";
+  gethostname(host, sizeof host);
+  for (int r : {0, 1}) {
+    const std::string m = rep->message[r];
+    EXPECT_EQ(res.ranks[r].exit_code, 0) << res.describe();
+    EXPECT_EQ(rep->code[r], ncclRemoteError) << "rank " << r << ": " << m;
+    EXPECT_LT(rep->failed_at[r] - rep->down_at, timeout_s) << "rank " << r << ": " << m;
+    for (const char *what :
+         {"rank 0", "rank 1", "rxe0", "rxe1", "verbs status", static_cast<const char *>(host)})
+      EXPECT_TRUE(th::contains(m, what)) << "rank " << r << " lacks \"" << what << "\": " << m;
+  }
+  // Rank 0's own link (veth0) stays up: its writes go out and are never acknowledged, so its
+  // retry counter runs out. Rank 1's device sits on the link that went down, where rxe may also
+  // fail a send at once ("local QP operation error", verbs status 2).
+  EXPECT_TRUE(th::contains(rep->message[0], "retry counter exceeded (verbs status 12"))
+      << rep->message[0];
+  th::shared_free(rep, sizeof(SilentReport));
 }
 
 }  // namespace

@@ -11,30 +11,44 @@
  * their slots and the receiver consumes them in order. Each write with immediate consumes one
  * receive the receiver posted (nslots per QP at setup, one reposted per completion).
  * Flow control: the receiver, having consumed piece k, RDMA-writes k + 1 into the sender's
- * credit word (always on QP 0, so the credit words land in order and never go back); the sender
- * posts piece k only while k - credit < nslots. Nothing else moves: the engine's thread posts
- * and polls, no helper thread.
+ * credit word (always on QP 0, so the credit words land in order and never go back; with an
+ * immediate, so a sender asleep on its completion channel wakes); the sender posts piece k only
+ * while k - credit < nslots. Nothing else moves: the engine's thread posts and polls, no helper
+ * thread, and sleeps on one completion channel for all CQs when it waits (ib_wait).
+ * send_from stages a piece into the next slot, or with TUTTI_IB_ZERO_COPY writes it from a
+ * registered user buffer in place (ib_mr.c), taken once that write completed.
  *
  * Failure: a completion with an error status (a peer gone: retry exceeded after TUTTI_IB_TIMEOUT
  * x TUTTI_IB_RETRY_CNT; a QP in the error state: flushed) fails the connection with a reason
  * naming this rank, the peer's rank and host, both devices and the verbs status string, and
  * fails the communicator. mark_failed writes this rank's reason into every peer's failure board
  * (one entry per rank, polled by peer_failed), so the peers learn it at once. A peer killed
- * without a word shows as retry-exceeded on the next write to it (or, on one host, through the
- * engine's process check). close destroys every QP, CQ, MR and the PD, and closes the device.
+ * without a word, or a link that fell silent, shows as retry-exceeded on the next write to it
+ * (or, on one host, through the engine's process check); a waiting end with nothing in flight
+ * writes a zero-byte probe after TUTTI_IB_PROBE_MS of quiet to find out. close destroys every QP,
+ * CQ, MR and the PD, and closes the device.
  */
 #include "ib.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+TUTTI_PARAM(IbEvents, "IB_EVENTS", 1)       /* a waiting rank sleeps on completion events */
+TUTTI_PARAM(IbSpinUs, "IB_SPIN_US", 20)     /* after polling this long */
+TUTTI_PARAM(IbProbeMs, "IB_PROBE_MS", 1000) /* a waiting end probes a peer this quiet */
+TUTTI_PARAM(IbZeroCopy, "IB_ZERO_COPY", 0)  /* write registered user buffers in place */
+TUTTI_PARAM(IbZeroCopyMin, "IB_ZERO_COPY_MIN", 64 * 1024) /* from pieces this large */
+
 #define WR_RECV 0u
 #define WR_DATA 1u
 #define WR_CREDIT 2u
 #define WR_BOARD 3u
+#define WR_PROBE 4u
+#define WR_ZC 5u /* a data write straight from user memory */
 #define WR_ID(kind, q) (((uint64_t)(kind) << 32) | (uint32_t)(q))
 
 static const char *comm_error_text(struct ncclComm *comm) {
@@ -90,33 +104,44 @@ static int post_write(ib_conn_t *c, int q, uint64_t kind, void *src, uint32_t lk
   return err;
 }
 
+/* A piece arrived: the immediate names its slot and length. 0, or -1 if malformed. */
+static int fill_slot(ib_conn_t *c, uint32_t imm) {
+  uint32_t slot = imm >> 24;
+  if (slot >= c->nslots || (imm & 0xffffff) > c->slot_bytes) {
+    conn_fail(c, "receiving from", "a write with a malformed immediate", 0, imm);
+    return -1;
+  }
+  c->got[slot] = (imm & 0xffffff) + 1;
+  return 0;
+}
+
 /* Reaps the connection's completions: sends free their queue entry, a write with immediate
- * fills its slot (and gets its receive reposted). 0, or -1 once the connection failed. */
+ * fills its slot (receive end) or brings credit (send end), and gets its receive reposted.
+ * Returns the completions reaped, or -1 once the connection failed. */
 static int poll_cq(ib_conn_t *c) {
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) return -1;
   struct ibv_wc wc[16];
-  int n;
+  int n, total = 0;
   while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
+    total += n;
     for (int i = 0; i < n; i++) {
       uint32_t kind = (uint32_t)(wc[i].wr_id >> 32), q = (uint32_t)wc[i].wr_id;
       if (wc[i].status != IBV_WC_SUCCESS) {
         const char *what = kind == WR_DATA     ? "writing data to"
                            : kind == WR_CREDIT ? "returning credit to"
                            : kind == WR_BOARD  ? "telling of its failure"
+                           : kind == WR_PROBE  ? "probing the link to"
                                                : "receiving from";
         conn_fail(c, what, ib_v.wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err);
         return -1;
       }
       if (kind != WR_RECV) {
         c->sq_out[q]--;
+        c->probe_out &= kind != WR_PROBE;
+        c->zc_inflight &= kind != WR_ZC;
         continue;
       }
-      uint32_t imm = ntohl(wc[i].imm_data), slot = imm >> 24;
-      if (slot >= c->nslots || (imm & 0xffffff) > c->slot_bytes) {
-        conn_fail(c, "receiving from", "a write with a malformed immediate", 0, imm);
-        return -1;
-      }
-      c->got[slot] = (imm & 0xffffff) + 1;
+      if (!c->is_send && fill_slot(c, ntohl(wc[i].imm_data))) return -1;
       if (ib_post_recv(c, (int)q)) {
         conn_fail(c, "receiving from", "ibv_post_recv failed", 0, 0);
         return -1;
@@ -127,14 +152,15 @@ static int poll_cq(ib_conn_t *c) {
     conn_fail(c, "polling the completions of", "ibv_poll_cq failed", n, 0);
     return -1;
   }
-  return 0;
+  if (total) c->quiet_since = 0;
+  return total;
 }
 
 /* ---- data path (the engine's thread) ---- */
 
 static void *ib_send_slot(conn_t *conn) {
   ib_conn_t *c = conn->priv;
-  if (poll_cq(c) || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return NULL;
+  if (poll_cq(c) < 0 || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return NULL;
   int q = (int)(c->pos % (uint64_t)c->nqps);
   if (c->pos - __atomic_load_n(c->credit, __ATOMIC_ACQUIRE) >= c->nslots ||
       c->sq_out[q] >= c->sq_max - 1)
@@ -153,20 +179,55 @@ static void ib_send_post(conn_t *conn, size_t bytes) {
   c->pos++;
 }
 
-/* Returns the freed slots to the sender: one write of the consumed count, on QP 0. */
+/* send_from: a piece the engine holds in memory. The engine's rule is that taken bytes are gone
+ * (the buffer may change at once), so a piece written straight from the user's memory counts as
+ * taken only once its write has completed: one such piece in flight per connection. That pays
+ * where the copy costs more than waiting for the acknowledgement, so it is an option:
+ * TUTTI_IB_ZERO_COPY=1, pieces of TUTTI_IB_ZERO_COPY_MIN bytes or more, from a buffer the
+ * registration cache takes (ib_mr.c). Every other piece is copied into the next staging slot
+ * (or lies there already: the engine computed it into send_slot) and taken at once. */
+static size_t ib_send_from(conn_t *conn, const void *buf, size_t bytes) {
+  ib_conn_t *c = conn->priv;
+  if (c->zc_buf) { /* posted; the engine calls again with the same piece until it is taken */
+    if (c->zc_inflight && (poll_cq(c) < 0 || c->zc_inflight)) return 0;
+    c->zc_buf = NULL;
+    return bytes;
+  }
+  char *slot = ib_send_slot(conn);
+  if (!slot) return 0;
+  struct ibv_mr *mr = NULL;
+  if (buf != slot && tutti_param_IbZeroCopy() && bytes >= (size_t)tutti_param_IbZeroCopyMin())
+    mr = ib_mr_get(c->st, buf, bytes);
+  if (!mr) {
+    if (buf != slot) memcpy(slot, buf, bytes);
+    ib_send_post(conn, bytes);
+    return bytes;
+  }
+  uint32_t i = (uint32_t)(c->pos % c->nslots);
+  int q = (int)(c->pos % (uint64_t)c->nqps);
+  int err =
+      post_write(c, q, WR_ZC, (void *)buf, mr->lkey, bytes, c->remote.addr + i * c->slot_bytes,
+                 c->remote.rkey, 1, (i << 24) | (uint32_t)bytes);
+  if (err) conn_fail(c, "posting a write to", strerror(err), err, 0);
+  c->pos++, c->zc_inflight = 1, c->zc_buf = buf;
+  return 0;
+}
+
+/* Returns the freed slots to the sender: one write of the consumed count, on QP 0, with an
+ * immediate so that a sender asleep on its completion channel wakes. */
 static void flush_credit(ib_conn_t *c) {
   if (!c->credit_pending || c->sq_out[0] >= c->sq_max - 1) return;
   uint32_t i = (uint32_t)(c->pos % c->nslots);
   c->credit_src[i] = c->pos;
   int err = post_write(c, 0, WR_CREDIT, &c->credit_src[i], c->mr->lkey, sizeof(uint64_t),
-                       c->remote.addr, c->remote.rkey, 0, 0);
+                       c->remote.addr, c->remote.rkey, 1, 0);
   if (err) conn_fail(c, "returning credit to", strerror(err), err, 0);
   c->credit_pending = 0;
 }
 
 static const void *ib_recv_slot(conn_t *conn, size_t *bytes) {
   ib_conn_t *c = conn->priv;
-  if (poll_cq(c)) return NULL;
+  if (poll_cq(c) < 0) return NULL;
   flush_credit(c);
   uint32_t i = (uint32_t)(c->pos % c->nslots);
   if (!c->got[i]) return NULL;
@@ -179,25 +240,78 @@ static void ib_recv_done(conn_t *conn) {
   c->got[c->pos % c->nslots] = 0;
   c->pos++;
   c->credit_pending = 1;
-  if (poll_cq(c) == 0) flush_credit(c);
+  if (poll_cq(c) >= 0) flush_credit(c);
 }
 
-/* A waiting rank yields: completions arrive in memory the engine polls (a completion channel
- * would cost a system call and a wake-up per piece). */
+/* Arms every CQ of the communicator's connections for one event on the shared channel, then
+ * reaps once more (a completion that came before the arming raises no event). Returns the
+ * completions reaped (nonzero: do not sleep) or -1. */
+static int arm_all(ib_state_t *st) {
+  int total = 0;
+  for (int p = 0; p < st->comm->nranks; p++)
+    for (int d = 0; d < 2; d++) {
+      ib_conn_t *c = d ? st->recv[p] : st->send[p];
+      if (!c || !c->cq) continue;
+      if (ibv_req_notify_cq(c->cq, 0)) return -1;
+      int n = poll_cq(c);
+      if (n < 0) return -1;
+      total += n;
+    }
+  return total;
+}
+
+/* Takes (and acknowledges) every event the channel holds, without blocking. */
+static void drain_events(ib_state_t *st) {
+  struct ibv_cq *cq;
+  void *ctx;
+  while (ib_v.get_cq_event(st->chan, &cq, &ctx) == 0) ib_v.ack_cq_events(cq, 1);
+}
+
+/* A waiting rank polls for TUTTI_IB_SPIN_US, then sleeps on the completion channel until any of
+ * its connections completes something (a piece or a credit arrives, a write is acknowledged),
+ * at most timeout_ns: a rank that spins takes the CPU from the kernel's protocol work, which on
+ * Soft-RoCE is the whole data path. TUTTI_IB_EVENTS=0: yield instead of sleeping. */
 static void ib_wait(conn_t *conn, int send, uint64_t timeout_ns) {
   ib_conn_t *c = conn->priv;
+  ib_state_t *st = c->st;
   if (!send) flush_credit(c);
-  sched_yield();
+  if (!tutti_param_IbEvents()) {
+    sched_yield();
+    return;
+  }
+  uint64_t spin_end = tutti_time_ns() + (uint64_t)tutti_param_IbSpinUs() * 1000;
+  do {
+    int n = poll_cq(c);
+    if (n != 0) return;
+  } while (tutti_time_ns() < spin_end);
+  if (arm_all(st) != 0) return;
+  struct pollfd pfd = {.fd = st->chan->fd, .events = POLLIN};
+  int ms = (int)TUTTI_MAX(timeout_ns / 1000000ull, 1);
+  if (poll(&pfd, 1, ms) > 0) drain_events(st);
 }
 
 static ib_conn_t *conn_twin(ib_conn_t *c) {
   return c->is_send ? c->st->recv[c->peer] : c->st->send[c->peer];
 }
 
+/* A waiting end whose connection has completed nothing for TUTTI_IB_PROBE_MS writes zero bytes
+ * to the peer: a peer that fell silent (link down, host gone) then fails the write with retry
+ * exceeded, naming the verbs status, also where this end had nothing else in flight. */
+static void probe_quiet_peer(ib_conn_t *c) {
+  uint64_t now = tutti_time_ns(), ms = (uint64_t)tutti_param_IbProbeMs();
+  if (!c->quiet_since) c->quiet_since = now;
+  if (c->probe_out || now - c->quiet_since < ms * 1000000ull || c->sq_out[0] >= c->sq_max - 1)
+    return;
+  int err = post_write(c, 0, WR_PROBE, NULL, c->mr->lkey, 0, c->remote.addr, c->remote.rkey, 0, 0);
+  if (err) conn_fail(c, "probing the link to", strerror(err), err, 0);
+  c->probe_out = 1, c->quiet_since = now;
+}
+
 static int ib_peer_failed(conn_t *conn) {
   ib_conn_t *c = conn->priv, *twin = conn_twin(c);
   ib_state_t *st = c->st;
   if (!c->is_send) flush_credit(c); /* a sender waiting on us must not wait for credit */
+  if (poll_cq(c) == 0 && !__atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE)) probe_quiet_peer(c);
   return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) ||
          (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)) ||
          __atomic_load_n(&st->board[c->peer].failed, __ATOMIC_ACQUIRE) ||
@@ -286,7 +400,7 @@ const transport_t ib_transport = {
     .post_connect = ib_post_connect,
     .send_slot = ib_send_slot,
     .send_post = ib_send_post,
-    .send_from = NULL, /* a write reads the source after the call: the engine fills a slot */
+    .send_from = ib_send_from,
     .recv_into = NULL,
     .wait = ib_wait,
     .recv_slot = ib_recv_slot,

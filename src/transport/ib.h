@@ -40,6 +40,13 @@ typedef struct ib_verbs {
   int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
   int (*destroy_qp)(struct ibv_qp *qp);
   const char *(*wc_status_str)(enum ibv_wc_status status);
+  struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);
+  int (*destroy_comp_channel)(struct ibv_comp_channel *ch);
+  int (*get_cq_event)(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx);
+  void (*ack_cq_events)(struct ibv_cq *cq, unsigned int nevents);
+  /* optional (rdma-core >= 34; NULL where the library lacks it): GPUDirect RDMA by dma-buf */
+  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                                  int fd, int access);
 } ib_verbs_t;
 extern ib_verbs_t ib_v;
 
@@ -96,6 +103,10 @@ typedef struct ib_conn {
   uint64_t pos;               /* pieces posted (send) or consumed (recv) */
   uint32_t got[IB_MAX_SLOTS]; /* recv: bytes + 1 of the piece in each slot, 0: empty */
   int credit_pending;         /* recv: a credit write waits for room */
+  const void *zc_buf;         /* send: a piece written from user memory, posted, not yet taken */
+  int zc_inflight;            /* its write has not completed */
+  uint64_t quiet_since;       /* when a completion last came (a waiting end probes the peer) */
+  int probe_out;              /* a probe write is in flight */
   int failed;
   char reason[IB_REASON_MAX];
 } ib_conn_t;
@@ -110,14 +121,17 @@ typedef struct ib_state {
   size_t slot_bytes;
   struct ibv_context *ctx;
   struct ibv_pd *pd;
+  struct ibv_comp_channel *chan; /* every CQ's events: a waiting rank sleeps on its fd */
   struct ibv_port_attr port_attr;
   union ibv_gid gid;
   ib_board_t *board; /* [nranks]: board[p] is written by p when it fails */
   ib_board_t *board_src;
   struct ibv_mr *board_mr;
-  ib_blob_t *peer_blob;        /* [nranks] */
-  ib_conn_t **send, **recv;    /* [nranks] */
-  int aborted, closing, nwarn; /* aborted: this rank failed (mark_failed) */
+  ib_blob_t *peer_blob;         /* [nranks] */
+  ib_conn_t **send, **recv;     /* [nranks] */
+  struct ib_mr_cache *mr_cache; /* user buffers' MRs (ib_mr.c) */
+  uint64_t mr_registered;       /* user buffers registered so far */
+  int aborted, closing, nwarn;  /* aborted: this rank failed (mark_failed) */
   pthread_mutex_t life_mu;
 } ib_state_t;
 
@@ -137,5 +151,10 @@ void ib_conn_free(ib_conn_t *c);
 void ib_state_free(ib_state_t *st);
 /* ib.c */
 int ib_post_recv(ib_conn_t *c, int q);
+/* ib_mr.c: the MR covering [buf, buf + bytes) when it may be written from in place (an
+ * ncclMemAlloc region, or device memory registered by dma-buf), registered on first use and
+ * cached; NULL: stage it. */
+struct ibv_mr *ib_mr_get(ib_state_t *st, const void *buf, size_t bytes);
+void ib_mr_cache_free(ib_state_t *st);
 
 #endif

@@ -20,6 +20,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +76,12 @@ static void load_verbs(void) {
   IB_SYM(modify_qp, "ibv_modify_qp");
   IB_SYM(destroy_qp, "ibv_destroy_qp");
   IB_SYM(wc_status_str, "ibv_wc_status_str");
+  IB_SYM(create_comp_channel, "ibv_create_comp_channel");
+  IB_SYM(destroy_comp_channel, "ibv_destroy_comp_channel");
+  IB_SYM(get_cq_event, "ibv_get_cq_event");
+  IB_SYM(ack_cq_events, "ibv_ack_cq_events");
 #undef IB_SYM
+  *(void **)&ib_v.reg_dmabuf_mr = dlsym(h, "ibv_reg_dmabuf_mr"); /* optional */
   int err = ib_v.fork_init();
   if (err) INFO(SUB_NET | SUB_INIT, "ib: ibv_fork_init: %s (continuing)", strerror(err));
   loaded = 1; /* the handle stays open for the process's life */
@@ -255,6 +261,12 @@ static ncclResult_t open_device(ib_state_t *st) {
   if (!st->pd)
     return TUTTI_ERR(ncclSystemError, "rank %d: ibv_alloc_pd on %s failed: %s", comm->rank, st->dev,
                      strerror(errno));
+  /* one completion channel for all CQs: a waiting rank sleeps on its fd (ib.c, ib_wait) */
+  st->chan = ib_v.create_comp_channel(st->ctx);
+  int fl = st->chan ? fcntl(st->chan->fd, F_GETFL) : -1;
+  if (fl < 0 || fcntl(st->chan->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+    return TUTTI_ERR(ncclSystemError, "rank %d: ibv_create_comp_channel on %s failed: %s",
+                     comm->rank, st->dev, strerror(errno));
   return ncclSuccess;
 }
 
@@ -320,7 +332,7 @@ static ncclResult_t qp_new(ib_conn_t *c, int q) {
                                 .recv_cq = c->cq,
                                 .qp_type = IBV_QPT_RC,
                                 .cap = {.max_send_wr = (uint32_t)c->sq_max,
-                                        .max_recv_wr = c->nslots,
+                                        .max_recv_wr = (uint32_t)c->sq_max,
                                         .max_send_sge = 1,
                                         .max_recv_sge = 1}};
   c->qp[q] = ib_v.create_qp(st->pd, &ia);
@@ -336,7 +348,10 @@ static ncclResult_t qp_new(ib_conn_t *c, int q) {
   if (err)
     return TUTTI_ERR(ncclSystemError, "rank %d: QP to rank %d on %s: INIT failed: %s",
                      st->comm->rank, c->peer, st->dev, strerror(err));
-  for (uint32_t i = 0; !c->is_send && i < c->nslots; i++)
+  /* receive end: a receive per slot on every QP (data writes with immediate); send end: one per
+   * credit write that may be in flight, on QP 0 (credits come with an immediate to wake us) */
+  int nrecv = c->is_send ? (q == 0 ? c->sq_max : 0) : (int)c->nslots;
+  for (int i = 0; i < nrecv; i++)
     if (ib_post_recv(c, q))
       return TUTTI_ERR(ncclSystemError, "rank %d: ibv_post_recv on %s failed", st->comm->rank,
                        st->dev);
@@ -369,7 +384,7 @@ static ncclResult_t conn_new(ib_state_t *st, int peer, int is_send, int nqps, ui
         st->comm->rank, c->arena_bytes, st->dev, strerror(errno));
   /* send queue: data writes (at most nslots in flight), credit writes (idem), an abort notice */
   c->sq_max = (int)nslots + 2;
-  c->cq = ib_v.create_cq(st->ctx, nqps * (c->sq_max + (int)nslots) + 4, NULL, NULL, 0);
+  c->cq = ib_v.create_cq(st->ctx, nqps * 2 * c->sq_max + 4, NULL, st->chan, 0);
   if (!c->cq)
     return TUTTI_ERR(ncclSystemError, "rank %d: ibv_create_cq on %s failed: %s", st->comm->rank,
                      st->dev, strerror(errno));
@@ -496,9 +511,11 @@ void ib_state_free(ib_state_t *st) {
     if (st->send && st->send[p]) ib_conn_free(st->send[p]);
     if (st->recv && st->recv[p]) ib_conn_free(st->recv[p]);
   }
+  ib_mr_cache_free(st);
   if (st->board_mr) ib_v.dereg_mr(st->board_mr);
   if (st->board)
     munmap(st->board, TUTTI_ALIGN_UP(2 * (size_t)st->comm->nranks * sizeof(ib_board_t), 4096));
+  if (st->chan) ib_v.destroy_comp_channel(st->chan); /* after its CQs */
   if (st->pd) ib_v.dealloc_pd(st->pd);
   if (st->ctx) ib_v.close_device(st->ctx);
   ib_state_unlink(st);
