@@ -26,7 +26,7 @@
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 TUTTI_PARAM(Direct, "DIRECT", 1)
 TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 256 * 1024)
-TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 64 * 1024)
+TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 256 * 1024)
 
 /* ---- temporaries of the running group ---- */
 

@@ -56,7 +56,7 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .peer_mem = c->nodes == 1 && sim_nranks(c) > 1,
                       .peer_min_bytes = 256 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
                       .peer_read = c->nodes == 1 && sim_nranks(c) > 1,
-                      .peer_read_min_bytes = 64 * 1024, /* TUTTI_CMA_MIN_BYTES */
+                      .peer_read_min_bytes = 256 * 1024, /* TUTTI_CMA_MIN_BYTES */
                       .slot_bytes = sim_comm_slot(c),
                       .chunk_bytes = comm_chunk_bytes(c),
                       .scratch_bytes = scratch,
