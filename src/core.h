@@ -67,6 +67,8 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
     __attribute__((format(printf, 4, 5)));
 #define TUTTI_ERR(code, ...) tutti_error((code), __FILE__, __LINE__, __VA_ARGS__)
 void tutti_clear_error(void);
+/* Makes msg the last error again, without logging it (after a cleanup that may record its own). */
+void tutti_restore_error(const char *msg);
 const char *tutti_last_error(void);
 
 #define TUTTI_CHECK(call)                                          \
@@ -117,6 +119,9 @@ int64_t tutti_param_load(tutti_param_t *p);
     return tutti_param_load(&p_);                                           \
   }
 #define TUTTI_PARAM_DECL(name) int64_t tutti_param_##name(void)
+/* A setting read now, not cached (checked as TUTTI_PARAM's are): for a setting that belongs to
+ * one communicator and is read at its init, so a program may change it between communicators. */
+int64_t tutti_param_fresh(const char *env, int64_t dflt);
 /* String settings: TUTTI_env, else NCCL_env, else NULL. Not cached (read at init only). */
 const char *tutti_getenv(const char *env);
 /* The same; which (may be NULL) receives the variable's full name ("NCCL_SOCKET_IFNAME"), or

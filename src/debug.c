@@ -169,6 +169,10 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
   return code;
 }
 
+void tutti_restore_error(const char *msg) {
+  if (msg != last_error) snprintf(last_error, sizeof(last_error), "%s", msg);
+}
+
 void tutti_clear_error(void) {
   if (last_error[0]) last_error[0] = '\0';
 }

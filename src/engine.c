@@ -12,7 +12,10 @@
 
 #include "copy.h"
 
-TUTTI_PARAM(Timeout, "TIMEOUT", 60)
+/* TUTTI_TIMEOUT is a communicator's, read at each init (comm->timeout_ms), not cached. */
+int64_t tutti_param_Timeout(void) {
+  return tutti_param_fresh("TIMEOUT", 60);
+}
 TUTTI_PARAM(SpinUs, "SPIN_US", 50)      /* busy-poll this long before yielding the CPU */
 TUTTI_PARAM(YieldUs, "YIELD_US", 10000) /* then sched_yield this long before sleeping */
 

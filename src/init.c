@@ -390,6 +390,7 @@ static void comm_topology_decisions(ncclComm_t c, int apply) {
 }
 
 static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank) {
+  char why[1024];
   ncclComm_t c = NULL;
   ncclResult_t res;
   int bind = 0;
@@ -435,8 +436,11 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   *out = c;
   return ncclSuccess;
 fail:
+  res = bootstrap_abort(c, res); /* before the segments go: local peers still map them */
+  snprintf(why, sizeof(why), "%s", tutti_last_error());
   transport_mark_failed(c);
   comm_free(c);
+  tutti_restore_error(why); /* the cleanup's own complaints are not why init failed */
   return res;
 }
 

@@ -14,3 +14,10 @@ gtest_discover_tests(test_chaos PROPERTIES LABELS "chaos" DISABLED TRUE RUN_SERI
 tutti_test(test_crc32c test_crc32c.cc)
 gtest_discover_tests(test_crc32c PROPERTIES LABELS "quick")
 tutti_e2e_test(test_checksum quick test_checksum.cc)
+
+# The bootstrap root's verdict on a failed round, its own code on real sockets.
+tutti_test(test_bootstrap_verdict test_bootstrap_verdict.cc bootstrap_verdict.c)
+target_include_directories(test_bootstrap_verdict PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+target_compile_definitions(test_bootstrap_verdict PRIVATE
+                           $<TARGET_PROPERTY:tutti_objs,COMPILE_DEFINITIONS>)
+gtest_discover_tests(test_bootstrap_verdict PROPERTIES LABELS "quick")

@@ -304,7 +304,8 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
     ncclResult_t res = map_segment(b.name, b.bytes, 0, &st->peer_seg[peer]);
     if (res != ncclSuccess && tutti_pid_gone(comm->peers[peer].pid))
       return TUTTI_ERR(
-          ncclRemoteError, "rank %d: peer rank %d (pid %d on host %s) died during init (%s)",
+          ncclRemoteError,
+          "rank %d: peer rank %d (pid %d on host %s) ended during init: its segment is gone (%s)",
           comm->rank, peer, comm->peers[peer].pid, comm->peers[peer].hostname, tutti_last_error());
     TUTTI_CHECK(res);
     st->peer_bytes[peer] = b.bytes;
