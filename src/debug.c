@@ -199,6 +199,12 @@ int tutti_pid_gone(int pid) {
   return state && (*state == 'Z' || *state == 'X');
 }
 
+int tutti_pid_stopped(int pid) {
+  char buf[256];
+  const char *state = tutti_proc_stat(pid, buf, sizeof(buf));
+  return state && (*state == 'T' || *state == 't');
+}
+
 uint64_t tutti_time_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
