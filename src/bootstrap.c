@@ -506,11 +506,20 @@ static void root_close_all(root_t *r) {
   }
 }
 
+/* Roots of this process still waiting for their ranks' hellos: each holds two threads (root,
+ * acceptor) and three fds until its ranks joined or TUTTI_INIT_TIMEOUT passed, also for an id
+ * that is never used. At most ROOT_MAX_WAITING at once: ncclGetUniqueId refuses more, naming the
+ * limit, so a program that draws ids in a loop cannot pile up threads and ports. */
+#define ROOT_MAX_WAITING 64
+static int root_waiting;
+static ncclResult_t root_start(int listen_fd, const ncclUniqueId *id);
+
 static void *root_main(void *arg) {
   root_t *r = arg;
   char *msg = r->msg;
-  if (root_gather_hellos(r) == 0 &&
-      root_reply_all(r, r->peers, sizeof(peer_info_t) * (uint32_t)r->nranks) == 0 &&
+  int joined = root_gather_hellos(r) == 0;
+  __atomic_sub_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL);
+  if (joined && root_reply_all(r, r->peers, sizeof(peer_info_t) * (uint32_t)r->nranks) == 0 &&
       root_serve(r, msg, sizeof(r->msg)) == 0) {
     INFO(SUB_BOOTSTRAP, "bootstrap root: %d ranks initialised", r->nranks);
   } else if (msg[0]) {
@@ -526,6 +535,20 @@ static void *root_main(void *arg) {
 }
 
 ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
+  if (__atomic_add_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL) > ROOT_MAX_WAITING) {
+    __atomic_sub_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL);
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "ncclGetUniqueId: %d unique ids of this process are still waiting for their "
+                     "ranks (each holds a thread and a port until its ranks join, or for "
+                     "TUTTI_INIT_TIMEOUT=%llds): use them, or draw a new id once they are done",
+                     ROOT_MAX_WAITING, (long long)tutti_param_InitTimeout());
+  }
+  ncclResult_t res = root_start(listen_fd, id);
+  if (res != ncclSuccess) __atomic_sub_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL);
+  return res;
+}
+
+static ncclResult_t root_start(int listen_fd, const ncclUniqueId *id) {
   root_t *r = calloc(1, sizeof(*r));
   if (!r) return TUTTI_ERR(ncclSystemError, "out of memory");
   r->listen_fd = listen_fd;
