@@ -412,6 +412,8 @@ static void root_verdict(root_t *r, round_part_t *parts, char *msg, size_t len) 
   else if (first >= 0)
     snprintf(msg, len, "rank %d (host %s) gave up: %s", first, r->peers[first].hostname,
              parts[first].reason);
+  else
+    snprintf(msg, len, "a round of init failed without a word from any rank");
 }
 
 static int root_headers_agree(root_t *r, const round_part_t *parts, request_t *first, char *msg,
