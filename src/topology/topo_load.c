@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,7 +232,9 @@ fail:
  * as it is. The signal that ended the child, or 0. */
 static int xml_kills_hwloc(const char *path) {
   pid_t pid = fork();
-  if (pid == 0) {
+  if (pid == 0) { /* a crash must end the child by its signal, not in the caller's handlers */
+    const int deadly[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof(deadly) / sizeof(deadly[0]); i++) signal(deadly[i], SIG_DFL);
     hwloc_topology_t t;
     int ok = hwloc_topology_init(&t) == 0 && hwloc_topology_set_xml(t, path) == 0 &&
              hwloc_topology_load(t) == 0;
