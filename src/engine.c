@@ -236,7 +236,7 @@ static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_n
   int p = l->wait_peer;
   const peer_info_t *pi = &comm->peers[p];
   conn_t *c = l->wait_send ? &comm->send_conn[p] : &comm->recv_conn[p];
-  if (comm->abort_flag)
+  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
     return TUTTI_ERR(ncclInvalidUsage,
                      "rank %d: communicator aborted (ncclCommAbort) during nccl%s", comm->rank,
                      coll_name(o->coll));

@@ -104,7 +104,7 @@ ncclResult_t comm_check(ncclComm_t comm, const char *fn) {
 ncclResult_t comm_check_state(ncclComm_t comm, const char *fn) {
   if (comm->finalized)
     return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was finalized", fn, comm->rank);
-  if (comm->abort_flag)
+  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
     return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was aborted", fn, comm->rank);
   if (comm->async_error != ncclSuccess)
     return TUTTI_ERR((ncclResult_t)comm->async_error,
