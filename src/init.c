@@ -106,9 +106,9 @@ ncclResult_t comm_check_state(ncclComm_t comm, const char *fn) {
     return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was finalized", fn, comm->rank);
   if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
     return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was aborted", fn, comm->rank);
-  if (comm->async_error != ncclSuccess)
-    return TUTTI_ERR((ncclResult_t)comm->async_error,
-                     "%s: communicator (rank %d) failed earlier: %s", fn, comm->rank,
+  ncclResult_t failed = (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  if (failed != ncclSuccess)
+    return TUTTI_ERR(failed, "%s: communicator (rank %d) failed earlier: %s", fn, comm->rank,
                      comm->error_msg);
   return ncclSuccess;
 }
@@ -177,7 +177,8 @@ API const char *ncclGetErrorString(ncclResult_t r) {
 
 API const char *ncclGetLastError(ncclComm_t comm) {
   const char *msg = tutti_last_error();
-  if (msg[0] == '\0' && comm && registry_has(comm) && comm->async_error != ncclSuccess)
+  if (msg[0] == '\0' && comm && registry_has(comm) &&
+      __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != ncclSuccess)
     return comm->error_msg;
   return msg;
 }
@@ -598,7 +599,7 @@ API ncclResult_t ncclCommAbort(ncclComm_t comm) {
 API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err) {
   TUTTI_CHECK(comm_check_handle(comm, "ncclCommGetAsyncError"));
   if (!err) return TUTTI_ERR(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-  *err = (ncclResult_t)comm->async_error;
+  *err = (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
   return ncclSuccess;
 }
 
