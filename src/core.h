@@ -158,8 +158,6 @@ void tutti_log_settings(void);
 uint64_t tutti_time_ns(void); /* CLOCK_MONOTONIC */
 /* 1 when process pid is gone or a zombie (killed, not yet reaped by its parent). */
 int tutti_pid_gone(int pid);
-/* Registers a thread-local cache pointer (static TUTTI_TLS) to be freed when the thread exits. */
-void tutti_tls_free_at_exit(void **slot);
 /* 1 when process pid is stopped (SIGSTOP, job control, or a debugger's stop). */
 int tutti_pid_stopped(int pid);
 /* /proc/<pid>/stat read into buf: the fields after the command name (the state first), or NULL

@@ -199,33 +199,6 @@ int tutti_pid_gone(int pid) {
   return state && (*state == 'Z' || *state == 'X');
 }
 
-/* Per-thread caches (static TUTTI_TLS pointers grown with realloc) are freed when their thread
- * exits: a key whose destructor walks the slots the thread registered. Without it every thread
- * that ran a collective and ended (ranks as threads) lost its caches. */
-#define TLS_SLOTS 32
-static pthread_key_t tls_key;
-static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
-static TUTTI_TLS void **tls_slots[TLS_SLOTS];
-static TUTTI_TLS int tls_nslots;
-
-static void tls_free_slots(void *unused) {
-  (void)unused;
-  for (int i = 0; i < tls_nslots; i++) free(*tls_slots[i]), *tls_slots[i] = NULL;
-  tls_nslots = 0;
-}
-static void tls_key_make(void) {
-  pthread_key_create(&tls_key, tls_free_slots);
-}
-
-void tutti_tls_free_at_exit(void **slot) {
-  for (int i = 0; i < tls_nslots; i++)
-    if (tls_slots[i] == slot) return;
-  if (tls_nslots == TLS_SLOTS) return;
-  pthread_once(&tls_once, tls_key_make);
-  tls_slots[tls_nslots++] = slot;
-  pthread_setspecific(tls_key, (void *)1);
-}
-
 int tutti_pid_stopped(int pid) {
   char buf[256];
   const char *state = tutti_proc_stat(pid, buf, sizeof(buf));

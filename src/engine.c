@@ -378,8 +378,6 @@ ncclResult_t engine_exchange(const exchange_t *x, int nx) {
     if (o) ops = o;
     if (!s || !l || !o) return TUTTI_ERR(ncclSystemError, "out of memory for an exchange");
     cap = need, ocap = (size_t)nx;
-    tutti_tls_free_at_exit((void **)&steps), tutti_tls_free_at_exit((void **)&lanes);
-    tutti_tls_free_at_exit((void **)&ops);
   }
   for (int i = 0; i < nx; i++) {
     ncclComm_t comm = x[i].comm;

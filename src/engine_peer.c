@@ -63,7 +63,6 @@ static void *tls_buffer(size_t bytes) {
     void *p = realloc(buf, bytes);
     if (!p) return NULL;
     buf = p, cap = bytes;
-    tutti_tls_free_at_exit(&buf);
   }
   return buf;
 }
@@ -152,7 +151,6 @@ static char *tls_read_buffer(size_t bytes) {
     buf = NULL, cap = 0;
     if (posix_memalign((void **)&buf, 4096, bytes) != 0) return NULL;
     cap = bytes;
-    tutti_tls_free_at_exit((void **)&buf);
   }
   return buf;
 }

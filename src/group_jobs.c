@@ -31,7 +31,6 @@ ncclResult_t group_defer(ncclResult_t (*run)(void *), void (*drop)(void *), void
       return TUTTI_ERR(ncclSystemError, "out of memory");
     }
     jobs = p, jobs_cap = cap;
-    tutti_tls_free_at_exit((void **)&jobs);
   }
   jobs[njobs++] = (group_job_t){.run = run, .drop = drop, .arg = arg};
   return ncclSuccess;

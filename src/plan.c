@@ -39,7 +39,6 @@ void *plan_temp_alloc(size_t bytes) {
     void **p = realloc(temps, cap * sizeof(*p));
     if (!p) return NULL;
     temps = p, temps_cap = cap;
-    tutti_tls_free_at_exit((void **)&temps);
   }
   void *p = malloc(bytes ? bytes : 1);
   if (p) temps[ntemps++] = p;
@@ -245,8 +244,6 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
       if (e) idx = e;
       if (!e) return TUTTI_ERR(ncclSystemError, "out of memory planning peer-memory calls");
       cap = c;
-      tutti_tls_free_at_exit((void **)&ctx), tutti_tls_free_at_exit((void **)&bytes);
-      tutti_tls_free_at_exit((void **)&ok), tutti_tls_free_at_exit((void **)&idx);
     }
     int nr = ops[i].args.nranks;
     const char **tables = plan_temp_alloc(2 * (size_t)nr * sizeof(char *));
@@ -366,7 +363,6 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
     int *grown = realloc(cached, n * sizeof(int));
     if (!grown) return TUTTI_ERR(ncclSystemError, "out of memory planning a group");
     cached = grown, cap = n;
-    tutti_tls_free_at_exit((void **)&cached);
   }
   int *c = cached, any_peer = 0; /* one thread-local access */
   for (size_t i = 0; i < n; i++) {
