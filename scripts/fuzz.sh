@@ -22,6 +22,8 @@ build_targets=()
 for t in $targets; do build_targets+=(fuzz_$t fuzz_${t}_replay); done
 nice -n 5 cmake --build $dir -j"${FUZZ_BUILD_JOBS:-2}" --target "${build_targets[@]}"
 mkdir -p $dir/fuzz-corpus $dir/fuzz-logs $dir/fuzz-artifacts $dir/fuzz-seeds
+# leaks inside libhwloc are hwloc's own (tests/fuzz/lsan.supp says which)
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp}
 
 run_one() {
   local t=$1 secs=$2 dir=$3
@@ -30,7 +32,7 @@ run_one() {
   local t0=$SECONDS
   "$dir/bin/fuzz_${t}_replay" --write-seeds "$seeds"
   local extra=()
-  [ "$t" = topo_xml ] && extra=(tests/fixtures)
+  [ "$t" = topo_xml ] && extra=(tests/fixtures tests/fuzz/regress/topo_xml)
   nice -n 15 "$dir/bin/fuzz_$t" "$corpus" "$seeds" "${extra[@]}" -max_total_time="$secs" \
     -timeout=60 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$dir/fuzz-artifacts/$t-" >"$dir/fuzz-logs/$t.log" 2>&1

@@ -18,7 +18,7 @@ TUTTI_PARAM(InitTimeout, "INIT_TIMEOUT", 120)
 
 #define ID_MAGIC "TUTTIid1"
 #define HELLO_MAGIC 0x74757474692d6869ull
-enum { MSG_ALLGATHER = 1, MSG_DONE = 2 };
+enum { MSG_ALLGATHER = 1, MSG_DONE = 2, MSG_ABORT = 3 };
 
 typedef struct hello {
   uint64_t magic;
@@ -39,6 +39,7 @@ typedef struct request { /* rank -> root */
 
 struct bootstrap {
   int fd;
+  int heard;         /* the root said init failed, or was lost: its word is in */
   uint64_t deadline; /* of the whole init on this rank (see BOOTSTRAP_REPLY_GRACE_MS) */
   char root[80];     /* the root's address, for messages */
 };
@@ -323,26 +324,114 @@ static int root_reply_all(root_t *r, const void *data, uint32_t len) {
 }
 
 /* A round's requests: every rank's header first, all alike, before any payload is read or any
- * buffer sized by them; a round of more than BOOTSTRAP_MAX_ROUND bytes is refused. */
+ * buffer sized by them; a round of more than BOOTSTRAP_MAX_ROUND bytes is refused.
+ *
+ * The headers are read as they come (poll over every rank), because a round can also end in a
+ * failure, and then the root decides what the ranks are told: a rank whose init failed on its
+ * own side (a peer's segment gone, a connection refused) sends MSG_ABORT with its reason, and a
+ * killed rank's connection ends without a word. Both can happen in one round, and the one that
+ * gave up is often a casualty of the one that died (its peer, or its peer's peer), so after the
+ * first of them the root waits up to ROOT_VERDICT_GRACE_MS for every other rank's part and names
+ * a rank whose connection ended first, else the rank that gave up first with its reason. A
+ * killed process's sockets are closed by the kernel before any peer can see it gone, so its end
+ * is there to be seen by the time another rank's complaint arrives. */
 #define BOOTSTRAP_MAX_ROUND ((uint64_t)1 << 30)
+#define ROOT_VERDICT_GRACE_MS 1000
+#define BOOTSTRAP_REASON_BYTES 768 /* of a MSG_ABORT's reason that the root keeps */
 
-static int root_read_headers(root_t *r, request_t *first, char *msg, size_t len) {
+enum { PART_WAITING, PART_READ, PART_GAVE_UP, PART_GONE };
+
+typedef struct round_part { /* one rank's part in a round of requests */
+  int state;
+  request_t q;
+  uint64_t at; /* when its MSG_ABORT came */
+  char reason[BOOTSTRAP_REASON_BYTES];
+} round_part_t;
+
+/* Reads rank i's header (and a MSG_ABORT's reason); the rank's state after it. */
+static int root_read_part(root_t *r, int i, round_part_t *part) {
+  if (sock_recv_all(r->fds[i], &part->q, sizeof(part->q), ms_left(r->deadline)) != ncclSuccess)
+    return PART_GONE;
+  if (part->q.type != MSG_ABORT) return PART_READ;
+  size_t n = TUTTI_MIN((size_t)part->q.len, sizeof(part->reason) - 1);
+  if (sock_recv_all(r->fds[i], part->reason, n, 1000) != ncclSuccess) n = 0;
+  part->reason[n] = '\0';
+  part->at = tutti_time_ns();
+  return PART_GAVE_UP;
+}
+
+/* A rank whose header was read: has its connection ended since (after the request's payload,
+ * `skip` bytes, which are read and dropped)? Never blocks. */
+static int root_part_ended(int fd, size_t skip) {
+  char sink[4096];
+  while (skip > 0) {
+    ssize_t k = recv(fd, sink, TUTTI_MIN(skip, sizeof(sink)), MSG_DONTWAIT);
+    if (k <= 0) return k == 0 || (errno != EAGAIN && errno != EINTR);
+    skip -= (size_t)k;
+  }
+  ssize_t k = recv(fd, sink, 1, MSG_DONTWAIT | MSG_PEEK);
+  return k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+/* Polls the ranks still to be heard until all are, or the deadline; 1 if one failed. */
+static int root_poll_parts(root_t *r, round_part_t *parts, struct pollfd *pf, int *idx) {
+  uint64_t until = r->deadline;
+  int trouble = 0;
+  for (;;) {
+    int k = 0;
+    for (int i = 0; i < r->nranks; i++)
+      if (parts[i].state == PART_WAITING)
+        pf[k] = (struct pollfd){r->fds[i], POLLIN, 0}, idx[k++] = i;
+    if (k == 0 || ms_left(until) == 0 || poll(pf, (nfds_t)k, ms_left(until)) <= 0) return trouble;
+    for (int j = 0; j < k; j++) {
+      if (!pf[j].revents) continue;
+      round_part_t *part = &parts[idx[j]];
+      part->state = root_read_part(r, idx[j], part);
+      if (part->state != PART_READ && !trouble) {
+        trouble = 1;
+        uint64_t grace = tutti_time_ns() + ROOT_VERDICT_GRACE_MS * 1000000ull;
+        until = TUTTI_MIN(until, grace);
+      }
+    }
+  }
+}
+
+/* The round failed: what every rank is told (see above). */
+static void root_verdict(root_t *r, round_part_t *parts, char *msg, size_t len) {
+  int gone = -1, first = -1;
   for (int i = 0; i < r->nranks; i++) {
-    request_t q;
-    if (sock_recv_all(r->fds[i], &q, sizeof(q), ms_left(r->deadline)) != ncclSuccess) {
-      snprintf(msg, len, "rank %d (host %s, pid %d) disconnected or stalled during init", i,
-               r->peers[i].hostname, r->peers[i].pid);
-      close(r->fds[i]);
-      r->fds[i] = -1;
+    round_part_t *part = &parts[i];
+    if (part->state == PART_READ && root_part_ended(r->fds[i], part->q.len))
+      part->state = PART_GONE;
+    if (part->state == PART_GONE && gone < 0) gone = i;
+    if (part->state == PART_GAVE_UP && (first < 0 || part->at < parts[first].at)) first = i;
+  }
+  if (gone >= 0)
+    snprintf(msg, len, "rank %d (host %s, pid %d) disconnected during init", gone,
+             r->peers[gone].hostname, r->peers[gone].pid);
+  else if (first >= 0)
+    snprintf(msg, len, "rank %d (host %s) gave up: %s", first, r->peers[first].hostname,
+             parts[first].reason);
+  else
+    snprintf(msg, len, "a round of init failed without a word from any rank");
+}
+
+static int root_headers_agree(root_t *r, const round_part_t *parts, request_t *first, char *msg,
+                              size_t len) {
+  for (int i = 0; i < r->nranks; i++) {
+    if (parts[i].state == PART_WAITING) {
+      snprintf(msg, len, "rank %d (host %s, pid %d) stalled during init", i, r->peers[i].hostname,
+               r->peers[i].pid);
       return -1;
     }
-    if (i == 0) *first = q;
-    if (q.type != first->type || q.len != first->len) {
-      snprintf(msg, len, "ranks disagree during init (rank %d sent %d/%u, rank 0 %d/%u)", i, q.type,
-               q.len, first->type, first->len);
+    const request_t *q = &parts[i].q;
+    if (q->type != parts[0].q.type || q->len != parts[0].q.len) {
+      snprintf(msg, len, "ranks disagree during init (rank %d sent %d/%u, rank 0 %d/%u)", i,
+               q->type, q->len, parts[0].q.type, parts[0].q.len);
       return -1;
     }
   }
+  *first = parts[0].q;
   if (first->type != MSG_ALLGATHER && first->type != MSG_DONE) {
     snprintf(msg, len, "the ranks sent a request of unknown type %d during init", first->type);
     return -1;
@@ -353,6 +442,23 @@ static int root_read_headers(root_t *r, request_t *first, char *msg, size_t len)
     return -1;
   }
   return 0;
+}
+
+static int root_read_headers(root_t *r, request_t *first, char *msg, size_t len) {
+  round_part_t *parts = calloc((size_t)r->nranks, sizeof(*parts));
+  struct pollfd *pf = calloc((size_t)r->nranks, sizeof(*pf));
+  int *idx = calloc((size_t)r->nranks, sizeof(int)), rc = -1;
+  if (!parts || !pf || !idx) {
+    snprintf(msg, len, "the bootstrap root is out of memory");
+  } else if (root_poll_parts(r, parts, pf, idx)) {
+    root_verdict(r, parts, msg, len);
+  } else {
+    rc = root_headers_agree(r, parts, first, msg, len);
+  }
+  free(parts);
+  free(pf);
+  free(idx);
+  return rc;
 }
 
 /* Serves allgather rounds until all ranks send DONE. */
@@ -402,11 +508,20 @@ static void root_close_all(root_t *r) {
   }
 }
 
+/* Roots of this process still waiting for their ranks' hellos: each holds two threads (root,
+ * acceptor) and three fds until its ranks joined or TUTTI_INIT_TIMEOUT passed, also for an id
+ * that is never used. At most ROOT_MAX_WAITING at once: ncclGetUniqueId refuses more, naming the
+ * limit, so a program that draws ids in a loop cannot pile up threads and ports. */
+#define ROOT_MAX_WAITING 64
+static int root_waiting;
+static ncclResult_t root_start(int listen_fd, const ncclUniqueId *id);
+
 static void *root_main(void *arg) {
   root_t *r = arg;
   char *msg = r->msg;
-  if (root_gather_hellos(r) == 0 &&
-      root_reply_all(r, r->peers, sizeof(peer_info_t) * (uint32_t)r->nranks) == 0 &&
+  int joined = root_gather_hellos(r) == 0;
+  __atomic_sub_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL);
+  if (joined && root_reply_all(r, r->peers, sizeof(peer_info_t) * (uint32_t)r->nranks) == 0 &&
       root_serve(r, msg, sizeof(r->msg)) == 0) {
     INFO(SUB_BOOTSTRAP, "bootstrap root: %d ranks initialised", r->nranks);
   } else if (msg[0]) {
@@ -422,6 +537,20 @@ static void *root_main(void *arg) {
 }
 
 ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
+  if (__atomic_add_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL) > ROOT_MAX_WAITING) {
+    __atomic_sub_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL);
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "ncclGetUniqueId: %d unique ids of this process are still waiting for their "
+                     "ranks (each holds a thread and a port until its ranks join, or for "
+                     "TUTTI_INIT_TIMEOUT=%llds): use them, or draw a new id once they are done",
+                     ROOT_MAX_WAITING, (long long)tutti_param_InitTimeout());
+  }
+  ncclResult_t res = root_start(listen_fd, id);
+  if (res != ncclSuccess) __atomic_sub_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL);
+  return res;
+}
+
+static ncclResult_t root_start(int listen_fd, const ncclUniqueId *id) {
   root_t *r = calloc(1, sizeof(*r));
   if (!r) return TUTTI_ERR(ncclSystemError, "out of memory");
   r->listen_fd = listen_fd;
@@ -466,6 +595,7 @@ static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   if (res != ncclSuccess) {
     char why[512];
     snprintf(why, sizeof(why), "%s", tutti_last_error());
+    comm->bootstrap->heard = 1;
     return TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root at %s during init (%s)",
                      comm->rank, comm->bootstrap->root, why);
   }
@@ -473,6 +603,7 @@ static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
     char msg[1024] = "";
     sock_recv_all(fd, msg, TUTTI_MIN(rep.len, sizeof(msg) - 1), 2000);
     msg[sizeof(msg) - 1] = '\0';
+    comm->bootstrap->heard = 1;
     return TUTTI_ERR((ncclResult_t)rep.status, "rank %d: bootstrap failed: %s", comm->rank, msg);
   }
   if (rep.len != expect)
@@ -490,6 +621,7 @@ static ncclResult_t send_to_root(ncclComm_t comm, const void *buf, size_t len) {
   struct pollfd pf = {.fd = comm->bootstrap->fd, .events = POLLIN};
   ncclResult_t res = ncclSuccess; /* the root's word, if it is there within a second */
   if (poll(&pf, 1, 1000) > 0) res = recv_reply(comm, none, 0);
+  comm->bootstrap->heard = 1;
   return res != ncclSuccess
              ? res
              : TUTTI_ERR(ncclRemoteError, "rank %d: lost the bootstrap root at %s during init",
@@ -535,6 +667,34 @@ ncclResult_t bootstrap_barrier(ncclComm_t comm) {
   ncclResult_t res = bootstrap_allgather(comm, tmp, 1);
   free(tmp);
   return res;
+}
+
+/* Tells the root why this rank's init failed (MSG_ABORT and the message) unless the root had its
+ * say already, and waits a little longer than the root's grace for the root's verdict. */
+static void send_abort(ncclComm_t comm, const char *own) {
+  struct bootstrap *b = comm->bootstrap;
+  uint64_t until = tutti_time_ns() + (ROOT_VERDICT_GRACE_MS + 2000) * 1000000ull;
+  b->deadline = TUTTI_MIN(b->deadline, until);
+  struct pollfd pf = {.fd = b->fd, .events = POLLIN};
+  if (poll(&pf, 1, 0) != 0) return; /* the root's word is here already */
+  request_t q = {.type = MSG_ABORT, .len = (uint32_t)strlen(own) + 1};
+  if (sock_send_all(b->fd, &q, sizeof(q), 1000) == ncclSuccess)
+    sock_send_all(b->fd, own, q.len, 1000);
+}
+
+ncclResult_t bootstrap_abort(ncclComm_t comm, ncclResult_t res) {
+  struct bootstrap *b = comm->bootstrap;
+  if (!b || b->fd < 0 || b->heard) return res;
+  char own[BOOTSTRAP_REASON_BYTES], mine[BOOTSTRAP_REASON_BYTES + 160], none;
+  snprintf(own, sizeof(own), "%s", tutti_last_error());
+  snprintf(mine, sizeof(mine), "rank %d (host %s) gave up: %s", comm->rank,
+           comm->peers[comm->rank].hostname, own); /* the root's verdict naming this rank */
+  send_abort(comm, own);
+  if (recv_reply(comm, &none, 0) == ncclSuccess || strstr(tutti_last_error(), mine))
+    return TUTTI_ERR(res, "%s", own); /* no verdict, or the verdict is this rank's own reason */
+  char verdict[1024];
+  snprintf(verdict, sizeof(verdict), "%s", tutti_last_error());
+  return TUTTI_ERR(res, "%s; rank %d itself saw: %s", verdict, comm->rank, own);
 }
 
 void bootstrap_close(ncclComm_t comm, int ok) {

@@ -5,6 +5,8 @@
  * presents the secret, its rank, the library version, build options and host identity. The
  * root checks them all (secret, nranks, duplicate ranks, versions), answers with everybody's
  * peer_info_t, then serves allgathers/barriers until every rank says it is done with init.
+ * A rank whose init fails on its own side tells the root why (bootstrap_abort); the root tells
+ * every rank one verdict, naming a rank that vanished before one that gave up.
  * Connections without the secret are logged and dropped; every wait is bounded by
  * TUTTI_INIT_TIMEOUT (seconds).
  */
@@ -30,6 +32,10 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id);
 /* data holds nranks blocks of `bytes`; this rank's block is sent, all blocks come back. */
 ncclResult_t bootstrap_allgather(ncclComm_t comm, void *data, size_t bytes);
 ncclResult_t bootstrap_barrier(ncclComm_t comm);
+/* Init failed on this rank after it joined, with `res` and the last error: asks the root what
+ * ended the job's init (the root weighs every rank's report, see bootstrap.c) and returns `res`
+ * with that verdict as the last error, this rank's own reason appended. Bounded by a few s. */
+ncclResult_t bootstrap_abort(ncclComm_t comm, ncclResult_t res);
 /* Ends the bootstrap (tells the root this rank is done with init; closes the socket). */
 void bootstrap_close(ncclComm_t comm, int ok); /* ok=0: just drop (root tells the others) */
 

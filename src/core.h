@@ -67,6 +67,8 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
     __attribute__((format(printf, 4, 5)));
 #define TUTTI_ERR(code, ...) tutti_error((code), __FILE__, __LINE__, __VA_ARGS__)
 void tutti_clear_error(void);
+/* Makes msg the last error again, without logging it (after a cleanup that may record its own). */
+void tutti_restore_error(const char *msg);
 const char *tutti_last_error(void);
 
 #define TUTTI_CHECK(call)                                          \
@@ -117,6 +119,9 @@ int64_t tutti_param_load(tutti_param_t *p);
     return tutti_param_load(&p_);                                           \
   }
 #define TUTTI_PARAM_DECL(name) int64_t tutti_param_##name(void)
+/* A setting read now, not cached (checked as TUTTI_PARAM's are): for a setting that belongs to
+ * one communicator and is read at its init, so a program may change it between communicators. */
+int64_t tutti_param_fresh(const char *env, int64_t dflt);
 /* String settings: TUTTI_env, else NCCL_env, else NULL. Not cached (read at init only). */
 const char *tutti_getenv(const char *env);
 /* The same; which (may be NULL) receives the variable's full name ("NCCL_SOCKET_IFNAME"), or
@@ -153,6 +158,8 @@ void tutti_log_settings(void);
 uint64_t tutti_time_ns(void); /* CLOCK_MONOTONIC */
 /* 1 when process pid is gone or a zombie (killed, not yet reaped by its parent). */
 int tutti_pid_gone(int pid);
+/* 1 when process pid is stopped (SIGSTOP, job control, or a debugger's stop). */
+int tutti_pid_stopped(int pid);
 /* /proc/<pid>/stat read into buf: the fields after the command name (the state first), or NULL
  * when the process is gone or the line cannot be read. */
 const char *tutti_proc_stat(int pid, char *buf, size_t len);

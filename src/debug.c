@@ -169,6 +169,10 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
   return code;
 }
 
+void tutti_restore_error(const char *msg) {
+  if (msg != last_error) snprintf(last_error, sizeof(last_error), "%s", msg);
+}
+
 void tutti_clear_error(void) {
   if (last_error[0]) last_error[0] = '\0';
 }
@@ -193,6 +197,12 @@ int tutti_pid_gone(int pid) {
   char buf[256];
   const char *state = tutti_proc_stat(pid, buf, sizeof(buf));
   return state && (*state == 'Z' || *state == 'X');
+}
+
+int tutti_pid_stopped(int pid) {
+  char buf[256];
+  const char *state = tutti_proc_stat(pid, buf, sizeof(buf));
+  return state && (*state == 'T' || *state == 't');
 }
 
 uint64_t tutti_time_ns(void) {

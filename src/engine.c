@@ -12,7 +12,10 @@
 
 #include "copy.h"
 
-TUTTI_PARAM(Timeout, "TIMEOUT", 60)
+/* TUTTI_TIMEOUT is a communicator's, read at each init (comm->timeout_ms), not cached. */
+int64_t tutti_param_Timeout(void) {
+  return tutti_param_fresh("TIMEOUT", 60);
+}
 TUTTI_PARAM(SpinUs, "SPIN_US", 50)      /* busy-poll this long before yielding the CPU */
 TUTTI_PARAM(YieldUs, "YIELD_US", 10000) /* then sched_yield this long before sleeping */
 
@@ -211,6 +214,20 @@ ncclResult_t engine_peer_blame(ncclComm_t comm, int p, const op_ctx_t *o) {
   return peer_blame(comm, p, &comm->recv_conn[p], o, 1);
 }
 
+/* A rank of this host whose process is stopped, -1 if none. At a timeout it is the rank to name:
+ * the peer waited on may itself wait on it (a ring neighbour of a frozen rank), and the first
+ * rank to time out tells the others its reason. Ranks on other hosts cannot be seen this way. */
+static int stopped_peer(ncclComm_t comm) {
+  const peer_info_t *me = &comm->peers[comm->rank];
+  for (int q = 0; q < comm->nranks; q++) {
+    const peer_info_t *pi = &comm->peers[q];
+    if (q != comm->rank && pi->host_hash == me->host_hash && pi->pid > 0 && pi->pid != me->pid &&
+        tutti_pid_stopped(pi->pid))
+      return q;
+  }
+  return -1;
+}
+
 /* Checks why a blocked lane may never move again. Returns ncclSuccess to keep waiting. */
 static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_ns, int check_pids) {
   ncclComm_t comm = l->comm;
@@ -219,19 +236,28 @@ static ncclResult_t lane_check(lane_t *l, const op_ctx_t *ops, uint64_t waited_n
   int p = l->wait_peer;
   const peer_info_t *pi = &comm->peers[p];
   conn_t *c = l->wait_send ? &comm->send_conn[p] : &comm->recv_conn[p];
-  if (comm->abort_flag)
+  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
     return TUTTI_ERR(ncclInvalidUsage,
                      "rank %d: communicator aborted (ncclCommAbort) during nccl%s", comm->rank,
                      coll_name(o->coll));
   TUTTI_CHECK(peer_blame(comm, p, c, o, check_pids));
-  if (comm->timeout_ms > 0 && waited_ns / 1000000ull > (uint64_t)comm->timeout_ms)
+  if (comm->timeout_ms <= 0 || waited_ns / 1000000ull <= (uint64_t)comm->timeout_ms)
+    return ncclSuccess;
+  int s = stopped_peer(comm);
+  if (s >= 0)
     return TUTTI_ERR(ncclSystemError,
-                     "rank %d: timed out after %llds waiting to %s rank %d (pid %d on host %s) in "
-                     "nccl%s (op #%llu, step %zu of %zu); TUTTI_TIMEOUT sets the limit",
-                     comm->rank, (long long)(comm->timeout_ms / 1000),
-                     l->wait_send ? "send to" : "receive from", p, pi->pid, pi->hostname,
-                     coll_name(o->coll), (unsigned long long)o->seq, l->cur + 1, l->nsteps);
-  return ncclSuccess;
+                     "rank %d: timed out after %llds in nccl%s (op #%llu, step %zu of %zu): rank "
+                     "%d (pid %d on host %s) is stopped (SIGSTOP or a debugger); this rank waited "
+                     "to %s rank %d; TUTTI_TIMEOUT sets the limit",
+                     comm->rank, (long long)(comm->timeout_ms / 1000), coll_name(o->coll),
+                     (unsigned long long)o->seq, l->cur + 1, l->nsteps, s, comm->peers[s].pid,
+                     comm->peers[s].hostname, l->wait_send ? "send to" : "receive from", p);
+  return TUTTI_ERR(ncclSystemError,
+                   "rank %d: timed out after %llds waiting to %s rank %d (pid %d on host %s) in "
+                   "nccl%s (op #%llu, step %zu of %zu); TUTTI_TIMEOUT sets the limit",
+                   comm->rank, (long long)(comm->timeout_ms / 1000),
+                   l->wait_send ? "send to" : "receive from", p, pi->pid, pi->hostname,
+                   coll_name(o->coll), (unsigned long long)o->seq, l->cur + 1, l->nsteps);
 }
 
 /* Adaptive spin: a wait that ends just after this rank yielded the CPU means the peer could

@@ -106,11 +106,11 @@ ncclResult_t comm_check(ncclComm_t comm, const char *fn) {
 ncclResult_t comm_check_state(ncclComm_t comm, const char *fn) {
   if (comm->finalized)
     return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was finalized", fn, comm->rank);
-  if (comm->abort_flag)
+  if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
     return TUTTI_ERR(ncclInvalidUsage, "%s: communicator (rank %d) was aborted", fn, comm->rank);
-  if (comm->async_error != ncclSuccess)
-    return TUTTI_ERR((ncclResult_t)comm->async_error,
-                     "%s: communicator (rank %d) failed earlier: %s", fn, comm->rank,
+  ncclResult_t failed = (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  if (failed != ncclSuccess)
+    return TUTTI_ERR(failed, "%s: communicator (rank %d) failed earlier: %s", fn, comm->rank,
                      comm->error_msg);
   return ncclSuccess;
 }
@@ -179,7 +179,8 @@ API const char *ncclGetErrorString(ncclResult_t r) {
 
 API const char *ncclGetLastError(ncclComm_t comm) {
   const char *msg = tutti_last_error();
-  if (msg[0] == '\0' && comm && registry_has(comm) && comm->async_error != ncclSuccess)
+  if (msg[0] == '\0' && comm && registry_has(comm) &&
+      __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != ncclSuccess)
     return comm->error_msg;
   return msg;
 }
@@ -392,6 +393,7 @@ static void comm_topology_decisions(ncclComm_t c, int apply) {
 }
 
 static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank) {
+  char why[1024];
   ncclComm_t c = NULL;
   ncclResult_t res;
   int bind = 0;
@@ -439,8 +441,11 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   *out = c;
   return ncclSuccess;
 fail:
+  res = bootstrap_abort(c, res); /* before the segments go: local peers still map them */
+  snprintf(why, sizeof(why), "%s", tutti_last_error());
   transport_mark_failed(c);
   comm_free(c);
+  tutti_restore_error(why); /* the cleanup's own complaints are not why init failed */
   return res;
 }
 
@@ -598,7 +603,7 @@ API ncclResult_t ncclCommAbort(ncclComm_t comm) {
 API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err) {
   TUTTI_CHECK(comm_check_handle(comm, "ncclCommGetAsyncError"));
   if (!err) return TUTTI_ERR(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-  *err = (ncclResult_t)comm->async_error;
+  *err = (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
   return ncclSuccess;
 }
 

@@ -139,27 +139,37 @@ static int param_in_range(const char *which, const char *env, int64_t v, const c
   return 1;
 }
 
+/* The setting's value now: the default when unset or refused (with a WARN naming it). */
+static int64_t param_read(const tutti_param_t *p) {
+  char which[128];
+  const char *s = tutti_getenv_which(p->env, which, sizeof(which));
+  int64_t v = p->dflt;
+  const char *why = s ? tutti_parse_int(s, &v) : NULL;
+  if (why) {
+    WARN("setting %s=\"%s\" %s; using the default %lld", which, s, why, (long long)p->dflt);
+    v = p->dflt;
+  } else if (s && !param_in_range(which, p->env, v, s, p->dflt)) {
+    v = p->dflt;
+  } else if (v != p->dflt) {
+    INFO(SUB_ENV, "setting %s=%lld (default %lld)", which, (long long)v, (long long)p->dflt);
+  }
+  return v;
+}
+
 int64_t tutti_param_load(tutti_param_t *p) {
   if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == 2) return p->value;
   pthread_mutex_lock(&param_lock);
   if (p->state != 2) {
-    char which[128];
-    const char *s = tutti_getenv_which(p->env, which, sizeof(which));
-    int64_t v = p->dflt;
-    const char *why = s ? tutti_parse_int(s, &v) : NULL;
-    if (why) {
-      WARN("setting %s=\"%s\" %s; using the default %lld", which, s, why, (long long)p->dflt);
-      v = p->dflt;
-    } else if (s && !param_in_range(which, p->env, v, s, p->dflt)) {
-      v = p->dflt;
-    } else if (v != p->dflt) {
-      INFO(SUB_ENV, "setting %s=%lld (default %lld)", which, (long long)v, (long long)p->dflt);
-    }
-    p->value = v;
+    p->value = param_read(p);
     __atomic_store_n(&p->state, 2, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&param_lock);
   return p->value;
+}
+
+int64_t tutti_param_fresh(const char *env, int64_t dflt) {
+  tutti_param_t p = {env, dflt, 0, 0};
+  return param_read(&p);
 }
 
 /* ---- lists ---- */

@@ -2,6 +2,7 @@
 // connections and one that trickles a byte at a time used to be served one after another, each
 // byte restarting a 5 s wait, so a 3-rank job failed init with "lost the bootstrap root". The
 // root now serves every joiner at once and bounds each connection's whole hello.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 
 extern "C" {
 #include "socket.h"
+int64_t bootstrap_init_timeout_ms(void);
 }
 #include "tutti.h"
 
@@ -120,6 +122,48 @@ TEST(BootstrapRoot, FlippedSecretIsNamedAndTheJobGoesOn) {
       EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
     }
   }
+}
+
+int entries(const char *dir) {  // of /proc/self/task or /proc/self/fd
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  while (dirent *e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+// Every id holds a root (two threads, a listening port) until its ranks join or the init timeout
+// passes, also an id that is never used: 500 calls made 1001 threads. At most 64 wait at once;
+// the 65th call is refused by name, and once the timeout passed the threads and fds are gone.
+TEST(BootstrapRoot, UnusedIdsAreBoundedAndGoAway) {
+  // read once per process (ctest runs this test alone); long enough for 200 calls under TSan
+  setenv("TUTTI_INIT_TIMEOUT", "8", 1);
+  ncclUniqueId first;
+  ASSERT_EQ(ncclGetUniqueId(&first), ncclSuccess);
+  // the process's own threads and fds (a sanitizer's too), without this root's 2 threads, 3 fds
+  int threads0 = entries("/proc/self/task") - 2, fds0 = entries("/proc/self/fd") - 3;
+  int granted = 1;
+  ncclResult_t refused = ncclSuccess;
+  for (int i = 1; i < 200 && refused == ncclSuccess; i++) {
+    ncclUniqueId id;
+    refused = ncclGetUniqueId(&id);
+    granted += refused == ncclSuccess;
+  }
+  EXPECT_EQ(granted, 64);
+  EXPECT_EQ(refused, ncclInvalidUsage);
+  std::string msg = ncclGetLastError(nullptr);
+  EXPECT_NE(msg.find("64 unique ids of this process are still waiting"), std::string::npos) << msg;
+  EXPECT_LE(entries("/proc/self/task"), threads0 + 2 * 64);
+  // the roots give up at the init timeout; their threads end and close their fds right after
+  double until = now_s() + bootstrap_init_timeout_ms() / 1000.0 + 10;
+  while ((entries("/proc/self/task") > threads0 || entries("/proc/self/fd") > fds0) &&
+         now_s() < until)
+    usleep(100000);
+  EXPECT_EQ(entries("/proc/self/task"), threads0);
+  EXPECT_EQ(entries("/proc/self/fd"), fds0);
+  ncclUniqueId id;
+  EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess) << "a new id once the others are gone";
 }
 
 }  // namespace

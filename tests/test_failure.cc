@@ -207,6 +207,75 @@ TEST(Failure, RankThatNeverCallsTimesOutThreeRanksSmall) {
   never_calls(3, 1024);
 }
 
+// ---------------------------------------------------------------- a rank is stopped
+
+// Rank 2 of 4 is stopped (SIGSTOP: alive, its connections open, but frozen) while all ranks loop
+// over 4 MiB all-reduces. With TUTTI_TIMEOUT=2 every other rank gets an error after about 2 s
+// naming rank 2, also the ranks that wait on a ring neighbour that itself waits on rank 2 (the
+// first of those to time out used to blame its neighbour, and the others repeated it). The
+// parent resumes rank 2 once the others have failed; its next call fails too.
+void stopped_rank(const char *algo) {
+  const int n = 4, victim = 2;
+  Report *rep = new_report();
+  ASSERT_NE(rep, nullptr);
+  th::Options opt;
+  opt.env = {{"TUTTI_TIMEOUT", "2"}};
+  if (algo) opt.env.push_back({"TUTTI_ALGO", algo});
+  opt.timeout_s = 90;
+  opt.while_running = [&](const std::vector<pid_t> &pids) {
+    double until = th::now_s() + 30;
+    auto all = [&](auto pred) {
+      for (int r = 0; r < n; r++)
+        if (r != victim && !pred(r)) return false;
+      return true;
+    };
+    while (!all([&](int r) { return rep->iterations[r] >= 3; }) && th::now_s() < until)
+      usleep(1000);
+    rep->killed_at = th::now_s();
+    kill(pids[victim], SIGSTOP);
+    until = th::now_s() + 30;
+    while (!all([&](int r) { return rep->error_at[r] > 0; }) && th::now_s() < until) usleep(1000);
+    kill(pids[victim], SIGCONT);
+  };
+  th::RunResult res = th::run_ranks(
+      Mode::kProcs, n,
+      [&](RankCtx &ctx) {
+        const size_t count = 1 << 20;
+        std::vector<float> in(count, 1.0f + ctx.rank), out(count);
+        for (int it = 0; it < 100000; it++) {
+          ncclResult_t rc =
+              ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, ctx.comm, nullptr);
+          if (rc != ncclSuccess) {
+            record_error(ctx, rep, rc);
+            break;
+          }
+          RCHECK(ctx, out[it % count] == 10.0f, "iteration %d: out = %g", it, out[it % count]);
+          rep->iterations[ctx.rank]++;
+        }
+      },
+      opt);
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  ASSERT_EQ(res.ranks.size(), static_cast<size_t>(n));
+  for (int r = 0; r < n; r++) {
+    if (r == victim) continue;
+    SCOPED_TRACE(std::string("TUTTI_ALGO=") + (algo ? algo : "(default)"));
+    expect_survivor(res.ranks[r], rep, "rank 2 ");
+    double latency = rep->error_at[r] - rep->killed_at;
+    EXPECT_GT(latency, 1.5) << "rank " << r
+                            << " gave up before TUTTI_TIMEOUT=2: " << rep->message[r];
+    EXPECT_LT(latency, 8.0) << "rank " << r << " waited far beyond TUTTI_TIMEOUT=2";
+  }
+  EXPECT_TRUE(res.leaked_shm.empty()) << res.describe();
+  th::shared_free(rep, sizeof(Report));
+}
+
+TEST(Failure, StoppedRankIsNamedAtTheTimeoutRing) {
+  stopped_rank("ring");
+}
+TEST(Failure, StoppedRankIsNamedAtTheTimeout) {
+  stopped_rank(nullptr);
+}
+
 // ---------------------------------------------------------------- ncclCommAbort
 
 // Rank 0 blocks in an all-reduce that rank 1 has not joined; another thread of rank 0 aborts

@@ -634,6 +634,17 @@ TEST_F(TopoLive, FileTopologyIsNotApplied) {
   EXPECT_TRUE(CPU_EQUAL(&before, &after));
 }
 
+// hwloc 2.9 crashes (SIGSEGV) loading this malformed file, as its own lstopo does (found by
+// fuzz_topo_xml): TUTTI_TOPO_FILE pointing at it used to kill every rank at init.
+TEST_F(TopoLive, FileThatCrashesHwlocIsAnError) {
+  std::string bad = std::string(TUTTI_FIXTURES_DIR) + "/../fuzz/regress/topo_xml/hwloc-crash.xml";
+  Env e("TUTTI_TOPO_FILE", bad.c_str());
+  EXPECT_EQ(topo_load(&t_), ncclInvalidUsage);
+  EXPECT_EQ(t_, nullptr);
+  EXPECT_NE(std::string(tutti_last_error()).find("hwloc crashed reading it"), std::string::npos)
+      << tutti_last_error();
+}
+
 TEST_F(TopoLive, EnvSelectsTheFile) {
   std::string dgx = fixture("dgx-h100.xml");
   {

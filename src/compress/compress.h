@@ -61,8 +61,10 @@ const char *compress_header_check(const compress_header_t *got, const compress_h
 
 /* Element-wise loops are compiled for AVX-512, AVX2 and baseline x86-64, the best picked at load
  * time (GCC function multi-versioning); these files are built with -ffp-contract=off, so every
- * clone rounds the same way and ranks on different CPUs still agree bit for bit. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * clone rounds the same way and ranks on different CPUs still agree bit for bit. Not under TSan:
+ * the clones' resolvers run while the loader relocates libtutti.so, before TSan's runtime is
+ * ready, and its instrumentation in them crashed every program at load. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define COMPRESS_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define COMPRESS_SIMD

@@ -17,9 +17,11 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "topology/topo_internal.h"
@@ -222,6 +224,29 @@ fail:
   return res;
 }
 
+/* hwloc 2.9's XML importer crashes (SIGSEGV in hwloc_bitmap_compare_first) on some malformed
+ * files, and so do its own lstopo and hwloc-info (tests/fuzz/regress/topo_xml/hwloc-crash.xml,
+ * found by fuzz_topo_xml). A file is therefore loaded once in a child process first: one that
+ * kills the child is refused with an error instead of taking the caller (every rank, at init)
+ * down. Where no child can be made or reaped (fork refused, SIGCHLD ignored), the file is loaded
+ * as it is. The signal that ended the child, or 0. */
+static int xml_kills_hwloc(const char *path) {
+  pid_t pid = fork();
+  if (pid == 0) { /* a crash must end the child by its signal, not in the caller's handlers */
+    const int deadly[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof(deadly) / sizeof(deadly[0]); i++) signal(deadly[i], SIG_DFL);
+    hwloc_topology_t t;
+    int ok = hwloc_topology_init(&t) == 0 && hwloc_topology_set_xml(t, path) == 0 &&
+             hwloc_topology_load(t) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0) return 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return 0;
+  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
 ncclResult_t topo_load_xml(const char *path, topo_t **out) {
   uint64_t t0 = tutti_time_ns();
   topo_t *t = NULL;
@@ -232,6 +257,15 @@ ncclResult_t topo_load_xml(const char *path, topo_t **out) {
   if (access(path, R_OK) != 0) {
     res = TUTTI_ERR(ncclInvalidUsage, "cannot load the hwloc XML topology \"%s\": %s", path,
                     strerror(errno));
+    goto fail;
+  }
+  int sig = xml_kills_hwloc(path);
+  if (sig) {
+    res = TUTTI_ERR(ncclInvalidUsage,
+                    "cannot load the hwloc XML topology \"%s\": hwloc crashed reading it (%s in "
+                    "a trial load): the file is malformed (`lstopo --if xml --input FILE` crashes "
+                    "the same way)",
+                    path, strsignal(sig));
     goto fail;
   }
   if (hwloc_topology_set_xml(t->hw, path) != 0 || hwloc_topology_load(t->hw) != 0) {

@@ -61,6 +61,8 @@ TUTTI_PARAM(Cma, "CMA", 1)
 #define SHM_MAGIC 0x74757474692d7368ull
 #define SHM_PAGE 4096
 #define SHM_MAX_SLOTS 64
+#define SHM_FAILED_WRITING 2 /* header.failed: the reason is being written */
+#define SHM_FAILED 1
 
 typedef struct shm_header {
   uint64_t magic;
@@ -72,7 +74,7 @@ typedef struct shm_header {
   char pad1[TUTTI_CACHELINE - 8];
   volatile uint64_t peer_done;
   char pad2[SHM_PAGE / 2 - 3 * TUTTI_CACHELINE];
-  volatile int32_t failed; /* set by the owner when it fails or aborts */
+  volatile int32_t failed; /* SHM_FAILED once the owner failed or aborted */
   char reason[512];        /* the owner's error message, written before `failed` */
 } shm_header_t;
 _Static_assert(sizeof(shm_header_t) <= SHM_PAGE, "the shm header must fit its page");
@@ -306,7 +308,8 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
     ncclResult_t res = map_segment(b.name, b.bytes, 0, &st->peer_seg[peer]);
     if (res != ncclSuccess && tutti_pid_gone(comm->peers[peer].pid))
       return TUTTI_ERR(
-          ncclRemoteError, "rank %d: peer rank %d (pid %d on host %s) died during init (%s)",
+          ncclRemoteError,
+          "rank %d: peer rank %d (pid %d on host %s) ended during init: its segment is gone (%s)",
           comm->rank, peer, comm->peers[peer].pid, comm->peers[peer].hostname, tutti_last_error());
     TUTTI_CHECK(res);
     st->peer_bytes[peer] = b.bytes;
@@ -429,17 +432,22 @@ static void shm_wait(conn_t *c, int send, uint64_t timeout_ns) {
 
 static int shm_peer_failed(conn_t *c) {
   shm_end_t *e = c->priv;
-  return e->peer_failed && __atomic_load_n(e->peer_failed, __ATOMIC_ACQUIRE) != 0;
+  return e->peer_failed && __atomic_load_n(e->peer_failed, __ATOMIC_ACQUIRE) == SHM_FAILED;
 }
 
 static void shm_mark_failed(struct ncclComm *comm) {
   shm_state_t *st = comm->shm;
   if (!st || !st->seg) return;
   shm_header_t *h = (shm_header_t *)st->seg;
-  if (!h->failed)
+  /* the message is complete once async_error is published (comm_set_error) */
+  int has_msg = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != ncclSuccess;
+  int32_t unclaimed = 0; /* threads of this rank may fail at once: one writes the reason */
+  if (__atomic_compare_exchange_n(&h->failed, &unclaimed, SHM_FAILED_WRITING, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
     snprintf(h->reason, sizeof(h->reason), "%s",
-             comm->error_msg[0] ? comm->error_msg : "it called ncclCommAbort");
-  __atomic_store_n(&h->failed, 1, __ATOMIC_RELEASE);
+             has_msg && comm->error_msg[0] ? comm->error_msg : "it called ncclCommAbort");
+    __atomic_store_n(&h->failed, SHM_FAILED, __ATOMIC_RELEASE);
+  }
 }
 
 static const char *shm_peer_reason(conn_t *c) {

@@ -61,7 +61,6 @@
 #include "crc32c.h"
 
 TUTTI_PARAM(NetDrainMs, "NET_DRAIN_MS", 5000) /* close: how long a goodbye may wait */
-TUTTI_PARAM_DECL(Timeout);
 
 /* The communicator's recorded error, once there is one (comm_set_error). */
 static const char *comm_error_text(struct ncclComm *comm) {
@@ -101,7 +100,7 @@ static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
     snprintf(r, n,
              "rank %d: connection to rank %d on host %s timed out while %s it (no answer "
              "from that host for TUTTI_TIMEOUT/2 = %llds: host down or link cut?)",
-             me, p, h, dir, (long long)tutti_param_Timeout() / 2);
+             me, p, h, dir, (long long)(st->comm->timeout_ms / 2000));
   else if (err == -2)
     snprintf(r, n, "rank %d: rank %d on host %s aborted: %s", me, p, h, detail);
   else if (err < 0)

@@ -4,7 +4,7 @@
  *   0  the root's hellos: records of sizeof(hello_t) handed to root_on_hello one by one, as the
  *      acceptor does (job secret, nranks, rank, host, version and settings text)
  *   1  the root's service loop (root_serve): for each rank, [u16 length][bytes] written to that
- *      rank's socket (requests: type, length, payload), then EOF
+ *      rank's socket (requests: type, length, payload; MSG_ABORT with a reason), then EOF
  *   2  a rank's reading of the root's reply (recv_reply): status, length, payload
  * bootstrap.c is compiled into this file, so its static readers run as the library runs them;
  * sockets are real (socketpairs), nothing is mocked. */
@@ -157,6 +157,20 @@ void fuzz_seeds(fuzz_put_fn put, void *arg) {
     memcpy(p, &q, sizeof(q)), p += sizeof(q);
   }
   put(arg, "regress-huge-allgather", s, (size_t)(p - s));
+  /* serve: 3 ranks, rank 1 gives up (MSG_ABORT and its reason), rank 2 sends nothing */
+  p = s;
+  *p++ = 1, *p++ = 2;
+  const char why[] = "rank 1: peer rank 2 ended during init";
+  request_t rq[2] = {{.type = MSG_ALLGATHER, .len = 8}, {.type = MSG_ABORT, .len = sizeof(why)}};
+  for (int i = 0; i < 3; i++) {
+    uint16_t n = i == 2 ? 0 : (uint16_t)(sizeof(request_t) + (i == 0 ? 8 : sizeof(why)));
+    memcpy(p, &n, 2), p += 2;
+    if (i == 2) continue;
+    memcpy(p, &rq[i], sizeof(request_t)), p += sizeof(request_t);
+    if (i == 0) memset(p, 'a', 8), p += 8;
+    if (i == 1) memcpy(p, why, sizeof(why)), p += sizeof(why);
+  }
+  put(arg, "serve-abort", s, (size_t)(p - s));
   /* replies: a peer table of 16 bytes, and an error with its message */
   p = s;
   *p++ = 2;
