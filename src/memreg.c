@@ -54,12 +54,12 @@ static region_t *regions;
 static int nregions, regions_cap;
 static uint64_t next_region_id = 1;
 
-int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref) {
+static int region_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref, int shared_only) {
   uintptr_t p = (uintptr_t)ptr;
   int found = 0;
   pthread_mutex_lock(&regions_lock);
   for (int i = 0; i < nregions && !found; i++) {
-    if (regions[i].fd < 0) continue; /* private: not mappable by other processes */
+    if (shared_only && regions[i].fd < 0) continue; /* private: not mappable by others */
     uintptr_t b = (uintptr_t)regions[i].base;
     if (p >= b && p - b <= regions[i].bytes && bytes <= regions[i].bytes - (p - b)) {
       *ref = (memreg_ref_t){
@@ -69,6 +69,14 @@ int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref) {
   }
   pthread_mutex_unlock(&regions_lock);
   return found;
+}
+
+int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref) {
+  return region_lookup(ptr, bytes, ref, 1);
+}
+
+int memreg_find_region(const void *ptr, size_t bytes, memreg_ref_t *ref) {
+  return region_lookup(ptr, bytes, ref, 0);
 }
 
 /* The bracketed word of a transparent-huge-page setting ("" when the file is missing). */

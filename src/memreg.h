@@ -18,6 +18,10 @@ typedef struct memreg_ref { /* where a buffer lies: enough for a same-host peer 
 /* 1 and *ref when [ptr, ptr + bytes) lies inside one shared (memfd) ncclMemAlloc region of this
  * process; private regions are not found: other processes read them by copy. */
 int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref);
+
+/* The same for any ncclMemAlloc region, private ones included (ref->fd is then -1): memory
+ * that stays allocated until ncclMemFree, named by an id never reused (ib's registrations). */
+int memreg_find_region(const void *ptr, size_t bytes, memreg_ref_t *ref);
 /* Maps (read-only, cached) region ref of process pid, rank `peer`; *base = its start. */
 ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref,
                              const char **base);

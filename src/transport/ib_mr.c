@@ -1,17 +1,17 @@
 /* ib transport: the registration cache for user buffers, so that ib.c's send_from can write a
  * piece straight from the user's memory instead of copying it into the FIFO arena first.
  *
- * Which buffers. Host memory inside an ncclMemAlloc region (memreg_find): the region is
- * registered whole on its first use and the entry is keyed by the region's process-unique id,
- * never by address. A buffer from malloc is staged: it may be freed and its address handed out
- * again for other pages, and an MR found by address would then send the old, still pinned pages
- * (nothing here hooks free or munmap; NCCL, too, registers only the buffers a user registers).
- * Device memory (GPUDirect RDMA): the CUDA driver exports the allocation as a dma-buf
- * (cuMemGetHandleForAddressRange) and ibv_reg_dmabuf_mr registers it; both are looked up at run
- * time, so the path is compiled in everywhere and taken where the driver, the NIC's provider and
- * the kernel all support it. The entry is keyed by the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID
- * (unique per allocation, as the region id is). Nothing reaches it today: the engine hands
- * device buffers to a proxy that stages them through pinned host memory.
+ * Which buffers. Host memory inside an ncclMemAlloc region (memreg_find_region; private ones too):
+ * the region is registered whole on its first use and the entry is keyed by the region's
+ * process-unique id, never by address. A buffer from malloc is staged: it may be freed and its
+ * address handed out again for other pages, and an MR found by address would then send the old,
+ * still pinned pages (nothing here hooks free or munmap; NCCL, too, registers only the buffers a
+ * user registers). Device memory (GPUDirect RDMA): the CUDA driver exports the allocation as a
+ * dma-buf (cuMemGetHandleForAddressRange) and ibv_reg_dmabuf_mr registers it; both are looked up at
+ * run time, so the path is compiled in everywhere and taken where the driver, the NIC's provider
+ * and the kernel all support it. The entry is keyed by the allocation's
+ * CU_POINTER_ATTRIBUTE_BUFFER_ID (unique per allocation, as the region id is). Nothing reaches it
+ * today: the engine hands device buffers to a proxy that stages them through pinned host memory.
  *
  * At most TUTTI_IB_MR_CACHE entries per communicator, least recently used evicted (deregistered);
  * ib_mr_cache_free deregisters the rest when the communicator closes. The entry of a region freed
@@ -115,7 +115,7 @@ static int buffer_source(const void *buf, size_t bytes, uint64_t *key, uintptr_t
     return 0;
   }
   memreg_ref_t ref;
-  if (!memreg_find(buf, bytes, &ref)) return -1;
+  if (!memreg_find_region(buf, bytes, &ref)) return -1;
   *key = ref.id, *base = (uintptr_t)buf - ref.offset, *size = ref.bytes;
   return 0;
 }
