@@ -280,15 +280,17 @@ static uint64_t spin_adapt(uint64_t waited_ns, uint64_t max_ns) {
  * oversubscription such a rank sleeps at once (the kernel wakes it); with it, it yields first:
  * a rank that sleeps must be woken, and with more ranks than CPUs the wake-ups cost more than
  * the yields (docs/perf.md, "Waiting where ranks outnumber CPUs"). */
-static void backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend,
-                    uint64_t spin_limit) {
+static int backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend,
+                   uint64_t spin_limit) {
   if (wc && (!wc->transport->wait || (wc->transport->wait_oversubscribed_only && !oversubscribed)))
     wc = NULL;
   uint64_t spin_ns = oversubscribed || wc ? 0 : spin_limit;
   uint64_t yield_ns = wc && !oversubscribed ? 0 : spin_ns + (uint64_t)tutti_param_YieldUs() * 1000;
   if (idle_ns < spin_ns) {
     cpu_relax(); /* one pause: ~140 cycles on recent cores, eight would delay the wakeup */
-  } else if (idle_ns < yield_ns) {
+    return 1;
+  }
+  if (idle_ns < yield_ns) {
     sched_yield();
   } else if (wc) { /* sleeps in the kernel until wc can move */
     wc->transport->wait(wc, wsend, ENGINE_WAIT_NS);
@@ -297,6 +299,7 @@ static void backoff(uint64_t idle_ns, int oversubscribed, conn_t *wc, int wsend,
     struct timespec ts = {0, (long)us * 1000};
     nanosleep(&ts, NULL);
   }
+  return 0;
 }
 
 static int lane_done(const lane_t *l) {
@@ -321,7 +324,8 @@ static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase, int *send) {
 }
 
 static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, int phase) {
-  uint64_t idle = 0, idle_since = 0, last_check = 0;
+  uint64_t idle = 0, idle_since = 0, last_check = 0, now = 0;
+  unsigned polls = 0, spinning = 0;      /* spinning: the last backoff spun */
   uint64_t max_spin = 0, spin_limit = 0; /* read at the first wait: a call may never wait */
   int oversub = 0;
   for (int i = 0; i < nlanes; i++) oversub |= lanes[i].comm->oversubscribed;
@@ -338,10 +342,16 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
     if (!active) return ncclSuccess;
     if (moved) {
       if (idle) spin_limit = spin_adapt(tutti_time_ns() - idle_since, max_spin);
-      idle = 0;
+      idle = 0, spinning = 0;
       continue;
     }
-    uint64_t now = tutti_time_ns();
+    /* While spinning, only every 8th poll reads the clock (a read costs as much as a poll on
+     * a virtual machine's clock): the wait's length is known to within 8 polls. */
+    if (spinning && (++polls & 7)) {
+      cpu_relax();
+      continue;
+    }
+    now = tutti_time_ns();
     if (idle++ == 0) {
       idle_since = last_check = now;
       if (!max_spin) {
@@ -358,7 +368,7 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
     }
     int wsend = 0;
     conn_t *wc = wait_conn(lanes, nlanes, phase, &wsend);
-    backoff(now - idle_since, oversub, wc, wsend, spin_limit);
+    spinning = backoff(now - idle_since, oversub, wc, wsend, spin_limit);
   }
 }
 
