@@ -284,20 +284,14 @@ struct GatedPair {
 TEST(StreamPathProtocol, AbortWhileInFlightReleasesTheStreams) {
   GatedPair g(1000);
   ASSERT_NO_FATAL_FAILURE(g.launch());
-  const int n = g.n;
-  const size_t k = g.k;
-  auto &comms = g.comms;
-  auto &streams = g.streams;
-  auto &r = g.r;
-  Gate &gate = g.gate;
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; i++) ASSERT_EQ(ncclCommAbort(comms[i]), ncclSuccess);
+  for (int i = 0; i < g.n; i++) ASSERT_EQ(ncclCommAbort(g.comms[i]), ncclSuccess);
   double s_abort = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s_abort, 5.0);
-  gate.open = 1;
-  for (auto x : streams) ASSERT_EQ(device_emu_stream_sync(x, 10000), 0) << "stream not released";
-  for (int i = 0; i < n; i++)
-    for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->host<int32_t>()[j], 0) << "written on error";
+  g.gate.open = 1;
+  for (auto x : g.streams) ASSERT_EQ(device_emu_stream_sync(x, 10000), 0) << "stream not released";
+  for (int i = 0; i < g.n; i++)
+    for (size_t j = 0; j < g.k; j++) ASSERT_EQ(g.r[i]->host<int32_t>()[j], 0) << "written on error";
 }
 
 // One rank aborts while the other's operation runs: the survivor's error shows in
@@ -448,26 +442,20 @@ TEST(StreamPathProtocol, CaptureAndTooManyStreamsAreRefused) {
 TEST(StreamPathProtocol, DestroyRunsQueuedOperationsFirst) {
   GatedPair g(2000);
   ASSERT_NO_FATAL_FAILURE(g.launch());
-  const int n = g.n;
-  const size_t k = g.k;
-  auto &comms = g.comms;
-  auto &streams = g.streams;
-  auto &r = g.r;
-  Gate &gate = g.gate;
   std::thread opener([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    gate.open = 1;
+    g.gate.open = 1;
   });
   std::vector<std::thread> destroyers;  // both ranks at once: each waits for the other's item
-  std::vector<ncclResult_t> res(n, ncclInternalError);
-  for (int i = 0; i < n; i++)
-    destroyers.emplace_back([&, i] { res[i] = ncclCommDestroy(comms[i]); });
+  std::vector<ncclResult_t> res(g.n, ncclInternalError);
+  for (int i = 0; i < g.n; i++)
+    destroyers.emplace_back([&, i] { res[i] = ncclCommDestroy(g.comms[i]); });
   for (auto &t : destroyers) t.join();
   opener.join();
-  for (int i = 0; i < n; i++) EXPECT_EQ(res[i], ncclSuccess);
-  for (auto x : streams) ASSERT_EQ(device_emu_stream_sync(x, 10000), 0);
-  for (int i = 0; i < n; i++)
-    for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->host<int32_t>()[j], in(0, j) + in(1, j));
+  for (int i = 0; i < g.n; i++) EXPECT_EQ(res[i], ncclSuccess);
+  for (auto x : g.streams) ASSERT_EQ(device_emu_stream_sync(x, 10000), 0);
+  for (int i = 0; i < g.n; i++)
+    for (size_t j = 0; j < g.k; j++) ASSERT_EQ(g.r[i]->host<int32_t>()[j], in(0, j) + in(1, j));
 }
 
 // Ranks as processes over shm: each process has its own emulated device and proxy.
