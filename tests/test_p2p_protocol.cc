@@ -27,6 +27,9 @@
 namespace {
 
 const int emulation_on = setenv("TUTTI_DEVICE_EMULATION", "1", 1);
+// These tests are about the proxy (and the paths it runs): the small-call path, which takes small
+// all-reduces off it, is off here and tested in test_small_path.cc.
+const int small_off = setenv("TUTTI_SMALL_BYTES", "0", 1);
 
 struct DevBuf {  // emulated device memory, reached through its host view
   void *d = nullptr;
@@ -134,6 +137,7 @@ int collectives(int rank, ncclComm_t comm, int n, size_t k) {
 // buffers, and not one staging copy.
 TEST(CudaP2pProtocol, ForkedRanksReadEachOthersDeviceBuffers) {
   ASSERT_EQ(emulation_on, 0);
+  ASSERT_EQ(small_off, 0);
   for (int n : {2, 3, 5}) {
     auto codes = forked(
         n, [](int) { setenv("TUTTI_P2P_PIECE_BYTES", "4096", 1); },
