@@ -15,7 +15,8 @@
 # A GPU machine whose image lacks hwloc, cJSON, GoogleTest, OpenBLAS or zlib (no network there)
 # gets them from build-gpu-bundle/ (TUTTI_GPU_BUNDLE), made here by tests/gpu/bundle.sh and
 # sent along with the checkout.
-# TUTTI_GPU_BUILD_DIR overrides the build folder (default build-gpu/).
+# TUTTI_GPU_BUILD_DIR overrides the build folder (default build-gpu/); TUTTI_GPU_BUILD_LIMIT_S the
+# build's time limit (default 400 s, for 16 cores; a small CI machine needs more).
 # RESULTS_FILE defaults to $OUT/gpu-results.txt when $OUT is set, else build-gpu/gpu-results.txt.
 # Exit status: 0 all passed; 1 a step failed (the file says which); 3 no GPU (built only).
 set -uo pipefail
@@ -127,7 +128,7 @@ fi
 step configure 120 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_CUDA=ON \
   -DTUTTI_BUILD_TESTS=ON -DTUTTI_BUILD_PERF=ON -DTUTTI_BUILD_TORCH=OFF "${cmake_extra[@]}" ||
   { log "build failed"; exit 1; }
-step build 400 cmake --build "$build" -j"$jobs" --target tutti nccl_compat tutti_cuda \
+step build "${TUTTI_GPU_BUILD_LIMIT_S:-400}" cmake --build "$build" -j"$jobs" --target tutti nccl_compat tutti_cuda \
   test_gpu_kernels gpu_memcpy_bw gpu_coll nccl_bench test_cuda_driver test_stream_path \
   test_p2p_protocol test_small_path all_reduce_perf tutti-run tutti-train || { log "build failed"; exit 1; }
 bin=$build/bin
