@@ -79,6 +79,9 @@ typedef struct device_ops {
    * of libtutti_cuda.so (src/cuda/), the element-wise functions of reduce_ops.h. */
   int (*reduce)(void *q, void *dst, const void *a, const void *b, size_t count,
                 const struct reduce_op *op, int flags);
+  /* copy's twin for small pieces: the device's threads copy with loads and stores (a kernel on
+   * the copy queue, waited for), where launching the copy engine costs more than the copy. */
+  int (*copy_ldst)(void *q, void *dst, const void *src, size_t bytes);
 
   /* ---- the small-call path (small.c): everything on the caller's stream ---- */
   /* Makes host memory [p, p + bytes) (a shared mapping other processes map too) reachable by
@@ -137,6 +140,7 @@ int device_emu_stream_sync(void *stream, int64_t timeout_ms);
 typedef struct device_emu_counts {
   uint64_t ipc_opens, dev_reduces, dev_copies, staging_copies;
   uint64_t stream_copies, stream_reduces; /* run on a stream (the small-call path) */
+  uint64_t ldst_copies;                   /* copy_ldst between device memory (the peer path) */
 } device_emu_counts_t;
 device_emu_counts_t device_emu_counts(void);
 

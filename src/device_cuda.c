@@ -340,6 +340,13 @@ static int cuda_reduce(void *q, void *dst, const void *a, const void *b, size_t 
   return cu.stream_sync(q);
 }
 
+static int cuda_copy_ldst(void *q, void *dst, const void *src, size_t bytes) {
+  if (!kernel_copy) return CU_ERROR_NOT_FOUND;
+  if (!bytes) return 0;
+  if (kernel_copy(dst, src, bytes, NULL, q) != 0) return CU_ERROR_LAUNCH_FAILED;
+  return cu.stream_sync(q);
+}
+
 /* ---- the small-call path ---- */
 
 static int cuda_host_register(void *p, size_t bytes, void **dev) {
@@ -393,6 +400,7 @@ const device_ops_t device_cuda_ops = {
     .dev_alloc = cuda_dev_alloc,
     .dev_free = cuda_dev_free,
     .reduce = cuda_reduce,
+    .copy_ldst = cuda_copy_ldst,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
     .stream_copy = cuda_stream_copy,
