@@ -83,7 +83,8 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1 '; then
     if [ -e "$d/libcuda.so.1" ]; then export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; break; fi
   done
 fi
-log "driver: $(ldconfig -p 2>/dev/null | grep -o '/[^ ]*libcuda.so.1$' | head -1)${LD_LIBRARY_PATH:+ (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)}"
+drv=$(ldconfig -p 2>/dev/null | grep -o '/[^ ]*libcuda.so.1$' | head -1)
+log "driver: ${drv:-no libcuda.so.1 known to ldconfig}${LD_LIBRARY_PATH:+ (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)}"
 cmake_extra=()
 system_deps_ok() {
   command -v pkg-config >/dev/null && pkg-config --exists hwloc libcjson openblas zlib &&
@@ -125,7 +126,7 @@ generator=() # make where there is one, else ninja (a CUDA image may carry ninja
 if [ ! -f "$build/CMakeCache.txt" ] && ! command -v make >/dev/null && command -v ninja >/dev/null; then
   generator=(-G Ninja)
 fi
-step configure 120 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_CUDA=ON \
+step configure 300 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_CUDA=ON \
   -DTUTTI_BUILD_TESTS=ON -DTUTTI_BUILD_PERF=ON -DTUTTI_BUILD_TORCH=OFF "${cmake_extra[@]}" ||
   { log "build failed"; exit 1; }
 step build "${TUTTI_GPU_BUILD_LIMIT_S:-400}" cmake --build "$build" -j"$jobs" --target tutti nccl_compat tutti_cuda \
