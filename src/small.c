@@ -101,10 +101,15 @@ static void small_unmap(small_state_t *st) {
   free(st);
 }
 
-/* This rank's region: a memfd, sized once the ranks agreed on the slot bytes. */
-static int small_create(small_state_t *st, char *why, size_t len) {
+static size_t small_round(uint64_t bytes) {
+  return (size_t)((bytes + 255) / 256 * 256);
+}
+
+/* This rank's region: a memfd sized for this rank's own limit before any peer may map it (the
+ * agreed limit, the smallest, fits every rank's file). */
+static int small_create(small_state_t *st, uint64_t limit, char *why, size_t len) {
   st->fd = memfd_create("tutti-small", MFD_CLOEXEC);
-  if (st->fd < 0) {
+  if (st->fd < 0 || ftruncate(st->fd, (off_t)(SMALL_WORDS_BYTES + 2 * small_round(limit))) != 0) {
     snprintf(why, len, "memfd: %s", strerror(errno));
     return -1;
   }
@@ -149,7 +154,7 @@ static void small_prepare(small_state_t *st, small_info_t *mine, char *why, size
     snprintf(why, len, "set TUTTI_SMALL_BYTES=%lld", (long long)limit);
   else if (!dev || dev->device_id(id) != 0)
     snprintf(why, len, "has no device usable for it");
-  else if (small_create(st, why, len) == 0)
+  else if (small_create(st, (uint64_t)limit, why, len) == 0)
     *mine = (small_info_t){
         .ok = 1, .pid = (int32_t)getpid(), .fd = st->fd, .slot_bytes = (uint64_t)limit};
 }
@@ -195,12 +200,9 @@ ncclResult_t small_agree(ncclComm_t comm) {
     small_log_off(comm, first_off, why);
     goto out;
   }
-  st->slot_bytes = (bytes + 255) / 256 * 256;
+  st->slot_bytes = small_round(bytes);
   st->region_bytes = SMALL_WORDS_BYTES + 2 * st->slot_bytes;
-  if (ftruncate(st->fd, (off_t)st->region_bytes) != 0)
-    snprintf(why, sizeof(why), "memfd: %s", strerror(errno));
-  else
-    verdict[comm->rank] = small_map_all(st, all, why, sizeof(why)) == 0;
+  verdict[comm->rank] = small_map_all(st, all, why, sizeof(why)) == 0;
   TUTTI_CHECK_GOTO(bootstrap_allgather(comm, verdict, sizeof(*verdict)), res, out);
   for (int p = 0; p < n && first_off < 0; p++)
     if (!verdict[p]) first_off = p;
@@ -208,11 +210,11 @@ ncclResult_t small_agree(ncclComm_t comm) {
     small_log_off(comm, first_off, why);
     goto out;
   }
-  comm->small = st, st = NULL;
   INFO(SUB_INIT,
-       "small-call path: all-reduces of at most %llu bytes on device buffers run on the "
+       "small-call path: all-reduces of at most %zu bytes on device buffers run on the "
        "caller's stream (one-shot through shared host memory, %d ranks)",
-       (unsigned long long)bytes, n);
+       st->slot_bytes, n);
+  comm->small = st, st = NULL;
 out:
   if (st) small_unmap(st);
   free(all);
