@@ -16,7 +16,8 @@
 # gets them from build-gpu-bundle/ (TUTTI_GPU_BUNDLE), made here by tests/gpu/bundle.sh and
 # sent along with the checkout.
 # TUTTI_GPU_BUILD_DIR overrides the build folder (default build-gpu/); TUTTI_GPU_BUILD_LIMIT_S the
-# build's time limit (default 400 s, for 16 cores; a small CI machine needs more).
+# configure and build time limits (default 300 s and 400 s, for 16 cores; a small CI machine needs
+# more).
 # RESULTS_FILE defaults to $OUT/gpu-results.txt when $OUT is set, else build-gpu/gpu-results.txt.
 # Exit status: 0 all passed; 1 a step failed (the file says which); 3 no GPU (built only).
 set -uo pipefail
@@ -126,7 +127,7 @@ generator=() # make where there is one, else ninja (a CUDA image may carry ninja
 if [ ! -f "$build/CMakeCache.txt" ] && ! command -v make >/dev/null && command -v ninja >/dev/null; then
   generator=(-G Ninja)
 fi
-step configure 300 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_CUDA=ON \
+step configure "${TUTTI_GPU_BUILD_LIMIT_S:-300}" cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_CUDA=ON \
   -DTUTTI_BUILD_TESTS=ON -DTUTTI_BUILD_PERF=ON -DTUTTI_BUILD_TORCH=OFF "${cmake_extra[@]}" ||
   { log "build failed"; exit 1; }
 step build "${TUTTI_GPU_BUILD_LIMIT_S:-400}" cmake --build "$build" -j"$jobs" --target tutti nccl_compat tutti_cuda \
