@@ -73,6 +73,7 @@ struct ncclComm {
   int dev_peer;        /* every rank's device buffers can be mapped by every other rank
                         * (transport/cuda_p2p.c), agreed by all ranks at setup */
   void *cuda_p2p;      /* the peers' device allocations this communicator opened */
+  void *small;         /* the small-call path's regions (small.c); NULL on every rank when off */
 
   pthread_mutex_t lock;     /* one operation at a time on this communicator */
   volatile int abort_flag;  /* set by ncclCommAbort (any thread) */

@@ -79,6 +79,26 @@ typedef struct device_ops {
    * of libtutti_cuda.so (src/cuda/), the element-wise functions of reduce_ops.h. */
   int (*reduce)(void *q, void *dst, const void *a, const void *b, size_t count,
                 const struct reduce_op *op, int flags);
+  /* copy's twin for small pieces: the device's threads copy with loads and stores (a kernel on
+   * the copy queue, waited for), where launching the copy engine costs more than the copy. */
+  int (*copy_ldst)(void *q, void *dst, const void *src, size_t bytes);
+
+  /* ---- the small-call path (small.c): everything on the caller's stream ---- */
+  /* Makes host memory [p, p + bytes) (a shared mapping other processes map too) reachable by
+   * the device (CUDA: cuMemHostRegister, PORTABLE | DEVICEMAP); *dev is the address kernels
+   * use. stream_write / stream_wait take its host addresses. host_unregister undoes it. */
+  int (*host_register)(void *p, size_t bytes, void **dev);
+  void (*host_unregister)(void *p);
+  /* Enqueued on `stream`: copies `bytes` with loads and stores of the device's threads (a
+   * kernel, no copy engine), unless *skip != 0 when it runs. dst, src and skip are
+   * device-reachable addresses (device memory or registered host memory). */
+  int (*stream_copy)(void *stream, void *dst, const void *src, size_t bytes,
+                     const volatile uint32_t *skip);
+  /* Enqueued on `stream`: dst = in[0] OP in[1] OP ... OP in[n-1], folded left to right with
+   * the element functions of reduce_ops.h (REDUCE_POST on the last step: Avg), for count
+   * elements, unless *skip != 0 when it runs (then nothing is written). 2 <= n <= 8. */
+  int (*stream_reduce_n)(void *stream, void *dst, const void *const *in, int n, size_t count,
+                         const struct reduce_op *op, const volatile uint32_t *skip);
 } device_ops_t;
 
 /* The device in use: the emulation when TUTTI_DEVICE_EMULATION=1, else the CUDA driver when it
@@ -115,9 +135,12 @@ void device_emu_stream_set_capturing(void *stream, int on);
 int device_emu_stream_sync(void *stream, int64_t timeout_ms);
 /* What the emulation did in this process since the start, for tests that must show which path
  * ran: handles opened from other processes, reductions and copies between two pieces of device
- * memory (the peer path), copies between device and host memory (staging). */
+ * memory (the peer path), copies between device and host memory (staging), copies and
+ * reductions run on a stream (the small-call path). */
 typedef struct device_emu_counts {
   uint64_t ipc_opens, dev_reduces, dev_copies, staging_copies;
+  uint64_t stream_copies, stream_reduces; /* run on a stream (the small-call path) */
+  uint64_t ldst_copies;                   /* copy_ldst between device memory (the peer path) */
 } device_emu_counts_t;
 device_emu_counts_t device_emu_counts(void);
 

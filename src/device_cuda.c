@@ -20,6 +20,8 @@
  *   cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned)  (the handle by value)
  *   cuIpcCloseMemHandle(CUdeviceptr)
  *   cuMemAlloc_v2(CUdeviceptr *, size_t)          cuMemFree_v2(CUdeviceptr)
+ * and for the small-call path (small.c), shared host memory the device reaches:
+ *   cuMemHostRegister_v2(void *, size_t, unsigned) cuMemHostUnregister(void *)
  * Reductions on device memory run the kernels of libtutti_cuda.so (src/cuda/), opened with
  * dlopen on first use (TUTTI_CUDA_KERNELS_LIB, else libtutti_cuda.so.0 next to this library,
  * else on the library path) and checked against TUTTI_CUDA_ABI_VERSION; without it a rank
@@ -45,6 +47,8 @@ typedef unsigned long long cu_ptr_t; /* CUdeviceptr */
 enum {
   CU_MEMHOSTALLOC_PORTABLE = 0x01,
   CU_MEMHOSTALLOC_DEVICEMAP = 0x02,
+  CU_MEMHOSTREGISTER_PORTABLE = 0x01,
+  CU_MEMHOSTREGISTER_DEVICEMAP = 0x02,
   CU_STREAM_NON_BLOCKING = 0x1,
   CU_STREAM_WAIT_VALUE_GEQ = 0x0,
   CU_STREAM_WRITE_VALUE_DEFAULT = 0x0,
@@ -83,6 +87,8 @@ static struct {
   int (*ipc_close)(cu_ptr_t);
   int (*mem_alloc)(cu_ptr_t *, size_t);
   int (*mem_free)(cu_ptr_t);
+  int (*host_register)(void *, size_t, unsigned);
+  int (*host_unregister)(void *);
 } cu;
 
 #define CU_SYM(field, name) \
@@ -116,6 +122,8 @@ static const struct {
     CU_SYM(ipc_close, "cuIpcCloseMemHandle"),
     CU_SYM(mem_alloc, "cuMemAlloc_v2"),
     CU_SYM(mem_free, "cuMemFree_v2"),
+    CU_SYM(host_register, "cuMemHostRegister_v2"),
+    CU_SYM(host_unregister, "cuMemHostUnregister"),
 };
 
 const char *device_cuda_symbol(size_t i) {
@@ -207,7 +215,13 @@ static const char *cuda_error_string(int rc) {
 
 typedef int (*kernel_reduce_fn)(void *, const void *, const void *, size_t, ncclDataType_t,
                                 const reduce_args_t *, void *);
+typedef int (*kernel_copy_fn)(void *, const void *, size_t, const unsigned *, void *);
+typedef int (*kernel_reduce_n_fn)(void *, const void *const *, int, size_t, ncclDataType_t,
+                                  const reduce_args_t *, const reduce_args_t *, const unsigned *,
+                                  void *);
 static kernel_reduce_fn kernel_reduce;
+static kernel_copy_fn kernel_copy;
+static kernel_reduce_n_fn kernel_reduce_n;
 static char kernel_why[256] = "not loaded";
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 
@@ -235,12 +249,14 @@ static void kernel_lib_load(void) {
   }
   int (*abi)(void) = (int (*)(void))dlsym(lib, "tutti_cuda_abi_version");
   kernel_reduce_fn fn = (kernel_reduce_fn)dlsym(lib, "tutti_cuda_reduce");
-  if (!abi || !fn || abi() != TUTTI_CUDA_ABI_VERSION) {
+  kernel_copy_fn copy = (kernel_copy_fn)dlsym(lib, "tutti_cuda_copy");
+  kernel_reduce_n_fn reduce_n = (kernel_reduce_n_fn)dlsym(lib, "tutti_cuda_reduce_n");
+  if (!abi || !fn || !copy || !reduce_n || abi() != TUTTI_CUDA_ABI_VERSION) {
     snprintf(kernel_why, sizeof(kernel_why), "libtutti_cuda.so: ABI %d, this library needs %d",
              abi ? abi() : -1, TUTTI_CUDA_ABI_VERSION);
     return;
   }
-  kernel_reduce = fn;
+  kernel_reduce = fn, kernel_copy = copy, kernel_reduce_n = reduce_n;
   INFO(SUB_INIT, "device: reduction kernels from libtutti_cuda.so (ABI %d)", abi());
 }
 
@@ -324,6 +340,44 @@ static int cuda_reduce(void *q, void *dst, const void *a, const void *b, size_t 
   return cu.stream_sync(q);
 }
 
+static int cuda_copy_ldst(void *q, void *dst, const void *src, size_t bytes) {
+  if (!kernel_copy) return CU_ERROR_NOT_FOUND;
+  if (!bytes) return 0;
+  if (kernel_copy(dst, src, bytes, NULL, q) != 0) return CU_ERROR_LAUNCH_FAILED;
+  return cu.stream_sync(q);
+}
+
+/* ---- the small-call path ---- */
+
+static int cuda_host_register(void *p, size_t bytes, void **dev) {
+  int rc = cu.host_register(p, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+  cu_ptr_t d = 0;
+  if (rc == 0 && (rc = cu.host_devptr(&d, p, 0)) != 0) cu.host_unregister(p);
+  *dev = rc ? NULL : (void *)(uintptr_t)d;
+  return rc;
+}
+
+static void cuda_host_unregister(void *p) {
+  if (p) cu.host_unregister(p);
+}
+
+static int cuda_stream_copy(void *stream, void *dst, const void *src, size_t bytes,
+                            const volatile uint32_t *skip) {
+  if (!kernel_copy) return CU_ERROR_NOT_FOUND;
+  return kernel_copy(dst, src, bytes, (const unsigned *)skip, stream) ? CU_ERROR_LAUNCH_FAILED : 0;
+}
+
+static int cuda_stream_reduce_n(void *stream, void *dst, const void *const *in, int n, size_t count,
+                                const reduce_op_t *op, const volatile uint32_t *skip) {
+  reduce_args_t mid, last;
+  if (!kernel_reduce_n || !reduce_args_decode(op, 0, &mid) ||
+      !reduce_args_decode(op, REDUCE_POST, &last))
+    return CU_ERROR_NOT_FOUND;
+  int rc =
+      kernel_reduce_n(dst, in, n, count, op->type, &mid, &last, (const unsigned *)skip, stream);
+  return rc ? CU_ERROR_LAUNCH_FAILED : 0;
+}
+
 const device_ops_t device_cuda_ops = {
     .name = "cuda",
     .mem_kind = cuda_driver_mem_kind,
@@ -346,4 +400,9 @@ const device_ops_t device_cuda_ops = {
     .dev_alloc = cuda_dev_alloc,
     .dev_free = cuda_dev_free,
     .reduce = cuda_reduce,
+    .copy_ldst = cuda_copy_ldst,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .stream_copy = cuda_stream_copy,
+    .stream_reduce_n = cuda_stream_reduce_n,
 };

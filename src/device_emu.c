@@ -351,6 +351,18 @@ static int emu_copy(void *q, void *dst, const void *src, size_t bytes) {
   return 0;
 }
 
+/* The load/store copy: the same bytes as emu_copy, counted apart (which copy the engine chose). */
+static int emu_copy_ldst(void *q, void *dst, const void *src, size_t bytes) {
+  (void)q;
+  if (!bytes) return 0;
+  char *d = emu_lookup(dst, bytes);
+  const char *s = emu_lookup(src, bytes);
+  if (!d || !s) return 1;
+  memmove(d, s, bytes);
+  emu_count(&emu_counts.ldst_copies);
+  return 0;
+}
+
 /* ---- peer memory ---- */
 
 typedef struct emu_ipc { /* the bytes of an exported handle */
@@ -447,6 +459,80 @@ static int emu_reduce(void *q, void *dst, const void *a, const void *b, size_t c
   return 0;
 }
 
+/* ---- the small-call path: copies and reductions run by the stream ---- */
+
+static int emu_host_register(void *p, size_t bytes, void **dev) {
+  (void)bytes;
+  *dev = p; /* host memory is what the emulated device reaches */
+  return 0;
+}
+
+static void emu_host_unregister(void *p) {
+  (void)p;
+}
+
+/* Host bytes behind a device-reachable address: emulated device memory or host memory. */
+static char *emu_reach(const void *p, size_t bytes) {
+  return emu_mem_kind(p) == MEM_KIND_DEVICE ? emu_lookup(p, bytes) : (char *)p;
+}
+
+typedef struct emu_work { /* one copy or reduction queued on a stream */
+  void *dst;
+  const void *in[8];
+  int n; /* 1: a copy of bytes; else a reduction of count elements */
+  size_t bytes, count;
+  reduce_op_t op;
+  const volatile uint32_t *skip;
+} emu_work_t;
+
+/* On the stream's thread: what the kernel does (a missing range: nothing written, a WARN,
+ * as a faulting kernel would leave it). */
+static void emu_work_run(void *arg) {
+  emu_work_t *w = arg;
+  if (!__atomic_load_n(w->skip, __ATOMIC_ACQUIRE)) {
+    char *d = emu_reach(w->dst, w->bytes);
+    const char *x[8];
+    int ok = d != NULL;
+    for (int k = 0; k < w->n; k++) ok &= (x[k] = emu_reach(w->in[k], w->bytes)) != NULL;
+    if (!ok) {
+      WARN("device emulation: a stream %s named memory outside any allocation",
+           w->n == 1 ? "copy" : "reduction");
+    } else if (w->n == 1) {
+      memmove(d, x[0], w->bytes);
+      emu_count(&emu_counts.stream_copies);
+    } else {
+      for (int k = 1; k < w->n; k++) /* left to right: ((x0 OP x1) OP x2) ... */
+        reduce_combine(&w->op, d, k == 1 ? x[0] : d, x[k], w->count,
+                       k == w->n - 1 ? REDUCE_POST : 0);
+      emu_count(&emu_counts.stream_reduces);
+    }
+  }
+  free(w);
+}
+
+static int emu_stream_copy(void *stream, void *dst, const void *src, size_t bytes,
+                           const volatile uint32_t *skip) {
+  emu_work_t *w = malloc(sizeof(*w));
+  if (!w) return 2;
+  *w = (emu_work_t){.dst = dst, .in = {src}, .n = 1, .bytes = bytes, .skip = skip};
+  return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
+}
+
+static int emu_stream_reduce_n(void *stream, void *dst, const void *const *in, int n, size_t count,
+                               const reduce_op_t *op, const volatile uint32_t *skip) {
+  if (n < 2 || n > 8) return 1;
+  emu_work_t *w = malloc(sizeof(*w));
+  if (!w) return 2;
+  *w = (emu_work_t){.dst = dst,
+                    .n = n,
+                    .bytes = count * tuttiTypeSize(op->type),
+                    .count = count,
+                    .op = *op,
+                    .skip = skip};
+  memcpy(w->in, in, (size_t)n * sizeof(*in));
+  return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
+}
+
 static const char *emu_error_string(int rc) {
   return rc == 1   ? "range outside an emulated device allocation"
          : rc == 2 ? "out of memory"
@@ -478,4 +564,9 @@ const device_ops_t device_emu_ops = {
     .dev_alloc = emu_dev_alloc,
     .dev_free = emu_dev_free,
     .reduce = emu_reduce,
+    .copy_ldst = emu_copy_ldst,
+    .host_register = emu_host_register,
+    .host_unregister = emu_host_unregister,
+    .stream_copy = emu_stream_copy,
+    .stream_reduce_n = emu_stream_reduce_n,
 };

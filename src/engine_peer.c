@@ -237,6 +237,17 @@ static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, s
   return ncclSuccess;
 }
 
+/* A copy between device memory (a peer's, mapped, or this rank's): pieces of at most
+ * TUTTI_P2P_LDST_BYTES by the device's threads (a load/store kernel), larger ones by the copy
+ * engine, whose launch costs more than a small copy takes. */
+TUTTI_PARAM(P2pLdstBytes, "P2P_LDST_BYTES", 1 << 20)
+
+static int dev_copy(const op_ctx_t *o, void *dst, const void *src, size_t bytes) {
+  if ((int64_t)bytes <= tutti_param_P2pLdstBytes())
+    return o->dev->copy_ldst(o->dev_q, dst, src, bytes);
+  return o->dev->copy(o->dev_q, dst, src, bytes);
+}
+
 /* A device operation failed: the device's error, recorded (no peer is blamed). */
 static int device_failed(lane_t *l, const op_ctx_t *o, const char *what, int rc) {
   TUTTI_ERR(ncclUnhandledCudaError, "rank %d: %s on device buffers in nccl%s failed: %s (%d)",
@@ -285,7 +296,7 @@ static int step_local_dev(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
   else if ((st->flags & STEP_STORE) && transform)
     rc = o->dev->reduce(o->dev_q, dst, src, NULL, st->count, &o->rop, rflags);
   else if ((st->flags & STEP_STORE) && dst != src)
-    rc = o->dev->copy(o->dev_q, dst, src, st->count * es);
+    rc = dev_copy(o, dst, src, st->count * es);
   if (rc) return device_failed(l, o, "a local copy", rc);
   *moved = 1;
   return 1;
@@ -350,8 +361,8 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
     }
     const char *src = o->peer_buf[b][q] + (st->src_off + l->pos) * es;
     size_t bytes = (ready - l->pos) * es;
-    if (o->dev) { /* the copy engine (cuMemcpyAsync between the two device buffers) */
-      int rc = o->dev->copy(o->dev_q, to, src, bytes);
+    if (o->dev) { /* a load/store kernel or the copy engine, by size (dev_copy) */
+      int rc = dev_copy(o, to, src, bytes);
       if (rc) return device_failed(l, o, "a peer copy", rc);
     } else if (o->stream) {
       copy_stream(to, src, bytes);

@@ -14,6 +14,7 @@
 
 #include "collcheck.h"
 #include "proxy.h"
+#include "small.h"
 
 typedef struct group_state {
   int depth;
@@ -194,12 +195,61 @@ static ncclResult_t group_run_now(pending_t *ops, size_t n) {
   return group_run(ops, n);
 }
 
-/* The stream path: each communicator's calls of the group become one item of its proxy. */
+/* The group's calls that take the small-call path (small.c): eligible, and the first such
+ * call of their communicator in the group. Returns how many; their indices in idx. */
+static size_t group_pick_small(const pending_t *ops, size_t n, size_t *idx) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!small_eligible(&ops[i])) continue;
+    size_t j = 0;
+    while (j < k && ops[idx[j]].ctx.comm != ops[i].ctx.comm) j++;
+    if (j == k) idx[k++] = i;
+  }
+  return k;
+}
+
+/* Small all-reduces go on their streams directly, all copies and arrivals before any wait
+ * (ranks of one process may share a stream); then each communicator's other calls of the
+ * group become one item of its proxy. */
+static ncclResult_t group_submit_small(pending_t *ops, size_t n, const size_t *idx, size_t k) {
+  group_state_t *g = grp_self();
+  uint32_t *calls = malloc(k * sizeof(*calls));
+  pending_t *rest = malloc((n - k + 1) * sizeof(*rest));
+  ncclResult_t res = ncclSuccess;
+  size_t m = 0, j = 0, started = 0;
+  if (!calls || !rest) res = TUTTI_ERR(ncclSystemError, "out of memory");
+  for (; res == ncclSuccess && started < k; started++)
+    res = small_start(&ops[idx[started]], &calls[started]);
+  for (size_t i = 0; res == ncclSuccess && i < k; i++) res = small_finish(&ops[idx[i]], calls[i]);
+  for (size_t i = 0; res == ncclSuccess && i < n; i++) {
+    if (j < k && idx[j] == i)
+      j++;
+    else
+      rest[m++] = ops[i];
+  }
+  int nc = res == ncclSuccess && m ? collect_comms(g, rest, m) : 0;
+  if (nc < 0) res = TUTTI_ERR(ncclSystemError, "out of memory");
+  if (res == ncclSuccess && m) res = proxy_submit(g->comms, nc, rest, m, group_run_now);
+  free(calls), free(rest);
+  return res;
+}
+
+/* The stream path: small all-reduces on their streams, the rest to the proxies. */
 static ncclResult_t group_submit(pending_t *ops, size_t n) {
   group_state_t *g = grp_self();
-  int nc = collect_comms(g, ops, n);
-  if (nc < 0) return TUTTI_ERR(ncclSystemError, "out of memory");
-  return proxy_submit(g->comms, nc, ops, n, group_run_now);
+  size_t one, *idx = n == 1 ? &one : malloc(n * sizeof(*idx));
+  if (!idx) return TUTTI_ERR(ncclSystemError, "out of memory");
+  size_t k = group_pick_small(ops, n, idx);
+  ncclResult_t res;
+  if (k) {
+    res = group_submit_small(ops, n, idx, k);
+  } else {
+    int nc = collect_comms(g, ops, n);
+    res = nc < 0 ? TUTTI_ERR(ncclSystemError, "out of memory")
+                 : proxy_submit(g->comms, nc, ops, n, group_run_now);
+  }
+  if (idx != &one) free(idx);
+  return res;
 }
 
 /* A group with a device buffer or a stream goes to the proxies and returns at once; any other

@@ -16,6 +16,7 @@
 #include "net_addr.h"
 #include "plan.h"
 #include "proxy.h"
+#include "small.h"
 #include "topology/topo.h"
 
 TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
@@ -222,6 +223,7 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
 }
 
 static void comm_free(ncclComm_t c) {
+  small_close(c, 0); /* when init failed after small_agree */
   engine_peer_free(c);
   transport_close_all(c);
   bootstrap_close(c, 0);
@@ -583,7 +585,8 @@ static ncclResult_t comm_end(ncclComm_t comm, int abort, const char *fn) {
                      "group first%s",
                      fn, comm->rank, queued,
                      abort ? " (the communicator is aborted: the group will fail)" : "");
-  proxy_stop(comm); /* runs what the streams queued (aborted: fails it, releasing them) */
+  proxy_stop(comm);         /* runs what the streams queued (aborted: fails it, releasing them) */
+  small_close(comm, abort); /* aborted: releases the streams' small calls */
   pthread_mutex_lock(&comm->lock); /* waits for an operation running in another thread */
   pthread_mutex_unlock(&comm->lock);
   comm_free(comm);
@@ -603,6 +606,7 @@ API ncclResult_t ncclCommAbort(ncclComm_t comm) {
 API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err) {
   TUTTI_CHECK(comm_check_handle(comm, "ncclCommGetAsyncError"));
   if (!err) return TUTTI_ERR(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  small_check(comm); /* a peer that ended while this rank's stream waits for it */
   *err = (ncclResult_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
   return ncclSuccess;
 }

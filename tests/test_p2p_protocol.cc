@@ -27,6 +27,9 @@
 namespace {
 
 const int emulation_on = setenv("TUTTI_DEVICE_EMULATION", "1", 1);
+// These tests are about the proxy (and the paths it runs): the small-call path, which takes small
+// all-reduces off it, is off here and tested in test_small_path.cc.
+const int small_off = setenv("TUTTI_SMALL_BYTES", "0", 1);
 
 struct DevBuf {  // emulated device memory, reached through its host view
   void *d = nullptr;
@@ -131,25 +134,37 @@ int collectives(int rank, ncclComm_t comm, int n, size_t k) {
 
 // Forked ranks read each other's device buffers through exported handles: every result
 // exact, and what ran was the peer path: handles opened, reductions and copies between device
-// buffers, and not one staging copy.
+// buffers, and not one staging copy. The copies of 4 KiB pieces are load/store kernels by
+// default (TUTTI_P2P_LDST_BYTES, 1 MiB), copy-engine copies with TUTTI_P2P_LDST_BYTES=0.
 TEST(CudaP2pProtocol, ForkedRanksReadEachOthersDeviceBuffers) {
   ASSERT_EQ(emulation_on, 0);
-  for (int n : {2, 3, 5}) {
-    auto codes = forked(
-        n, [](int) { setenv("TUTTI_P2P_PIECE_BYTES", "4096", 1); },
-        [n](int rank, ncclComm_t comm) {
-          device_emu_counts_t c0 = device_emu_counts();
-          int rc = collectives(rank, comm, n, 3001);  // 12004 bytes: 3 pieces and a bit
-          if (rc) return rc;
-          device_emu_counts_t c = device_emu_counts();
-          CHILD_CHECK(c.staging_copies == c0.staging_copies, 20, "%llu staging copies",
-                      (unsigned long long)(c.staging_copies - c0.staging_copies));
-          CHILD_CHECK(c.ipc_opens > c0.ipc_opens, 21, "no handle opened");
-          CHILD_CHECK(c.dev_reduces > c0.dev_reduces, 22, "no device reduction");
-          CHILD_CHECK(c.dev_copies > c0.dev_copies, 23, "no device copy");
-          return 0;
-        });
-    for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << n << " ranks, rank " << r;
+  ASSERT_EQ(small_off, 0);
+  for (bool engine : {false, true}) {
+    for (int n : {2, 3, 5}) {
+      auto codes = forked(
+          n,
+          [engine](int) {
+            setenv("TUTTI_P2P_PIECE_BYTES", "4096", 1);
+            if (engine) setenv("TUTTI_P2P_LDST_BYTES", "0", 1);
+          },
+          [n, engine](int rank, ncclComm_t comm) {
+            device_emu_counts_t c0 = device_emu_counts();
+            int rc = collectives(rank, comm, n, 3001);  // 12004 bytes: 3 pieces and a bit
+            if (rc) return rc;
+            device_emu_counts_t c = device_emu_counts();
+            CHILD_CHECK(c.staging_copies == c0.staging_copies, 20, "%llu staging copies",
+                        (unsigned long long)(c.staging_copies - c0.staging_copies));
+            CHILD_CHECK(c.ipc_opens > c0.ipc_opens, 21, "no handle opened");
+            CHILD_CHECK(c.dev_reduces > c0.dev_reduces, 22, "no device reduction");
+            uint64_t ce = c.dev_copies - c0.dev_copies, ls = c.ldst_copies - c0.ldst_copies;
+            CHILD_CHECK(engine ? ce > 0 && ls == 0 : ls > 0 && ce == 0, 23,
+                        "%llu copy-engine and %llu load/store copies", (unsigned long long)ce,
+                        (unsigned long long)ls);
+            return 0;
+          });
+      for (int r = 0; r < n; r++)
+        EXPECT_EQ(codes[r], 0) << n << " ranks, rank " << r << (engine ? ", copy engine" : "");
+    }
   }
 }
 

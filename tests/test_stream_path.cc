@@ -26,6 +26,9 @@ namespace {
 
 // Before anything reads the setting (it is read once per process).
 const int emulation_on = setenv("TUTTI_DEVICE_EMULATION", "1", 1);
+// These tests are about the proxy (and the paths it runs): the small-call path, which takes small
+// all-reduces off it, is off here and tested in test_small_path.cc.
+const int small_off = setenv("TUTTI_SMALL_BYTES", "0", 1);
 
 struct DevBuf {  // emulated device memory, reached through its host view
   void *d = nullptr;
@@ -53,6 +56,7 @@ struct Ranks {
   std::vector<void *> streams;
   explicit Ranks(int nranks) : n(nranks), comms(nranks), streams(nranks) {
     EXPECT_EQ(emulation_on, 0);
+    EXPECT_EQ(small_off, 0);
     EXPECT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
     for (auto &s : streams) s = device_emu_stream_create();
   }

@@ -2,7 +2,8 @@
  * interface (device.h), plugged into the same-host transport's mem_expose / mem_map (shm.c), so
  * the planner's direct algorithm and the engine's peer steps (engine_peer.c) read and write
  * the peers' device buffers in place: a reduction kernel loads the peers' buffers over
- * NVLink/PCIe (or from the same GPU), the copy engine copies finished segments.
+ * NVLink/PCIe (or from the same GPU); finished segments are copied by a load/store kernel
+ * (pieces up to TUTTI_P2P_LDST_BYTES) or the copy engine.
  *
  *   setup (collective)  every rank's device id (UUID) all-gathered; each rank checks it reaches
  *                       every other rank's device (the same GPU: several ranks on one GPU are

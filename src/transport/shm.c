@@ -52,6 +52,7 @@
 #include "comm.h"
 #include "cuda_p2p.h"
 #include "memreg.h"
+#include "small.h"
 
 TUTTI_PARAM(ShmDisable, "SHM_DISABLE", 0)
 TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
@@ -354,7 +355,8 @@ static void shm_unlink_own(struct ncclComm *comm) {
 static ncclResult_t shm_post_connect(struct ncclComm *comm) {
   shm_unlink_own(comm);
   TUTTI_CHECK(cma_agree(comm));
-  return cuda_p2p_agree(comm);
+  TUTTI_CHECK(cuda_p2p_agree(comm));
+  return small_agree(comm);
 }
 
 /* After publishing *word: wakes the other end if it sleeps on it (shm_wait). The fence pairs

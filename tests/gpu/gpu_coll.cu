@@ -6,6 +6,7 @@
 //   tutti-run -n N -- gpu_coll bench    all-reduce busbw at 256 MiB and 8 B latency (rank 0
 //                                       prints "RESULT name value")
 //   gpu_coll threads N                  N ranks as threads of one process (ncclCommInitAll)
+//   gpu_coll threads-bench N            the 8 B latency with N ranks as threads (one context)
 // All ranks use GPU 0 (several ranks on one GPU: NCCL refuses that, tutti allows it).
 // Inputs are small integers (j % 13 + rank + 1), exact in every datatype checked, so every
 // comparison is exact. Exit status: 0 all right, 1 a check failed, 2 setup failed.
@@ -452,12 +453,49 @@ int run_threads_mode(int n) {
   return g_failures ? 1 : 0;
 }
 
+// The 8 B all-reduce latency with N ranks as threads of one process (one CUDA context, so no
+// switch between contexts on the GPU), one stream each, one group per call: wall time per call
+// over 200 calls, median of 5 samples. Prints RESULT allreduce_8B_latency_us_threads<N>.
+int run_threads_bench(int n) {
+  CUDA_OK(cudaSetDevice(0));
+  std::vector<ncclComm_t> comms(n);
+  std::vector<int> dev(n, 0);
+  if (ncclCommInitAll(comms.data(), n, dev.data()) != ncclSuccess) return 2;
+  std::vector<cudaStream_t> st(n);
+  std::vector<float *> buf(n);
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc(&buf[i], 64));
+    CUDA_OK(cudaMemset(buf[i], 0, 64));
+  }
+  std::vector<double> us;
+  for (int s = 0; s < 6; s++) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < 200; it++) {
+      ncclGroupStart();
+      for (int i = 0; i < n; i++)
+        ncclAllReduce(buf[i], buf[i], 2, ncclFloat32, ncclSum, comms[i], st[i]);
+      if (ncclGroupEnd() != ncclSuccess) FAIL("threads bench: %s", ncclGetLastError(nullptr));
+    }
+    for (int i = 0; i < n; i++) CUDA_OK(cudaStreamSynchronize(st[i]));
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) us.push_back(ms * 1000.0 / 200);  // sample 0 warms up
+  }
+  std::sort(us.begin(), us.end());
+  printf("RESULT allreduce_8B_latency_us_threads%d %.2f\n", n, us[us.size() / 2]);
+  for (int i = 0; i < n; i++) ncclCommDestroy(comms[i]), cudaFree(buf[i]);
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "check" || mode == "bench") return run_process_mode(mode);
   if (mode == "threads" && argc > 2) return run_threads_mode(atoi(argv[2]));
-  fprintf(stderr, "usage: gpu_coll check|bench (under tutti-run), or gpu_coll threads N\n");
+  if (mode == "threads-bench" && argc > 2) return run_threads_bench(atoi(argv[2]));
+  fprintf(stderr,
+          "usage: gpu_coll check|bench (under tutti-run), or gpu_coll threads|threads-bench N\n");
   return 2;
 }
