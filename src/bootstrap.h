@@ -27,8 +27,13 @@ int64_t bootstrap_init_timeout_ms(void);
 void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncclUniqueId *id);
 /* Starts the root thread serving `listen_fd` (takes ownership of the fd). */
 ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id);
-/* Joins: fills comm->peers. comm->rank/nranks/peers[rank] must be set. */
-ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id);
+/* Joins: fills comm->peers. comm->rank/nranks/peers[rank] must be set. since_ns: when this
+ * rank's init started; every wait of the init ends TUTTI_INIT_TIMEOUT after it (a wait for the
+ * root's answer 3 s later, see bootstrap.c). */
+ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id, uint64_t since_ns);
+/* The end of this rank's init (TUTTI_INIT_TIMEOUT after it started): transports' setup waits end
+ * by it. Without a bootstrap (not joined): TUTTI_INIT_TIMEOUT from now. */
+uint64_t bootstrap_init_deadline_ns(ncclComm_t comm);
 /* data holds nranks blocks of `bytes`; this rank's block is sent, all blocks come back. */
 ncclResult_t bootstrap_allgather(ncclComm_t comm, void *data, size_t bytes);
 ncclResult_t bootstrap_barrier(ncclComm_t comm);
