@@ -82,6 +82,13 @@ void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncc
   memcpy(id->internal, &b, sizeof(b));
 }
 
+void bootstrap_id_set_root_listened(ncclUniqueId *id) {
+  bootstrap_id_t b;
+  memcpy(&b, id->internal, sizeof(b));
+  b.root_listened = 1;
+  memcpy(id->internal, &b, sizeof(b));
+}
+
 /* ---- root ---- */
 
 /* Tells every rank why init failed: the ranks of other processes first, this process's own
@@ -652,7 +659,17 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id, uint64_t si
   comm->bootstrap->deadline =
       comm->bootstrap->init_end + (uint64_t)BOOTSTRAP_REPLY_GRACE_MS * 1000000ull;
   sock_addr_str(&b.root, comm->bootstrap->root, sizeof(comm->bootstrap->root));
-  TUTTI_CHECK(sock_connect(&b.root, ms_left(comm->bootstrap->init_end), &comm->bootstrap->fd));
+  ncclResult_t res =
+      b.root_listened
+          ? sock_connect_listening(&b.root, ms_left(comm->bootstrap->init_end),
+                                   &comm->bootstrap->fd)
+          : sock_connect(&b.root, ms_left(comm->bootstrap->init_end), &comm->bootstrap->fd);
+  if (res != ncclSuccess && b.root_listened && errno == ECONNREFUSED)
+    return TUTTI_ERR(ncclRemoteError,
+                     "rank %d: the bootstrap root at %s refused the connection: it is gone (rank "
+                     "0 exited, or the job's init already failed and the root closed its port)",
+                     comm->rank, comm->bootstrap->root);
+  TUTTI_CHECK(res);
   hello_t h = {.magic = HELLO_MAGIC, .nranks = comm->nranks, .info = comm->peers[comm->rank]};
   memcpy(h.secret, b.secret, 16);
   TUTTI_CHECK(send_to_root(comm, &h, sizeof(h)));
