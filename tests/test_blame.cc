@@ -72,9 +72,9 @@ void survivor_names_the_dead_rank(bool casualty_sends) {
         NCCL_OK(ctx, ncclAllReduce(a.data(), a.data(), a.size(), ncclFloat32, ncclSum, ctx.comm,
                                    nullptr));
         RCHECK(ctx, a[0] == 4.0f, "all-reduce: %g", a[0]);
+        if (ctx.rank == victim) raise(SIGKILL);
         std::vector<char> buf(big, 1), in(big);
         ncclResult_t rc = ncclSuccess;
-        if (ctx.rank == victim) raise(SIGKILL);
         if (ctx.rank == casualty) {
           ncclGroupStart();
           if (casualty_sends) ncclSend(buf.data(), big, ncclChar, survivor, ctx.comm, nullptr);
