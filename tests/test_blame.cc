@@ -27,6 +27,10 @@ namespace {
 using th::Mode;
 using th::RankCtx;
 
+// The tcp transport's lines too (where a notice was found), in every process's captured log; set
+// before any process configures its logger (log_capture.h set COLL just before).
+const bool g_net_log = (setenv("TUTTI_DEBUG_SUBSYS", "COLL,NET", 1), true);
+
 struct Report {  // what the ranks tell the test (memory shared with the processes)
   std::atomic<int> failed[4];
   int code[4];
@@ -64,6 +68,7 @@ void survivor_names_the_dead_rank(bool casualty_sends) {
   th::Options opt;
   opt.env = {{"TUTTI_TIMEOUT", "10"}};
   opt.timeout_s = 60;
+  log_capture::clear();
   opt.before_init = [](int rank) { setenv("TUTTI_HOSTID", rank < 2 ? "blame-h1" : "blame-h2", 1); };
   th::RunResult res = th::run_ranks(
       Mode::kProcs, n,
@@ -99,8 +104,12 @@ void survivor_names_the_dead_rank(bool casualty_sends) {
     EXPECT_TRUE(th::contains(rep->message[r], "rank 3 "))
         << "rank " << r << " did not name rank 3: " << rep->message[r];
   }
-  // rank 1 heard it from rank 2: the cause arrived through the casualty
+  // rank 1 heard it from rank 2: the cause arrived through the casualty, on the channel that
+  // could carry it (rank 2's own stream, or with a piece half out there, the reverse direction)
   EXPECT_TRUE(th::contains(rep->message[survivor], "rank 2 on host")) << rep->message[survivor];
+  const char *where =
+      casualty_sends ? "the reverse direction of a send socket" : "its receive stream";
+  EXPECT_EQ(log_capture::count(std::string("rank 1: rank 2's abort notice found on ") + where), 1);
   EXPECT_TRUE(res.leaked_shm.empty()) << res.describe();
   th::shared_free(rep, sizeof(Report));
 }

@@ -181,6 +181,9 @@ static int verdict_probe(tcp_conn_t *c, char *why, size_t n) {
     for (int i = 0; i < nch; i++) {
       if (ch[i].ended) continue;
       int res = chan_step(&ch[i], why, n, deadline);
+      if (res > 0)
+        INFO(SUB_NET, "rank %d: rank %d's abort notice found on %s", st->comm->rank, c->peer,
+             ch[i].stream ? "its receive stream" : "the reverse direction of a send socket");
       if (res > 0) return 1;
       if (res < 0)
         ch[i].ended = 1;
