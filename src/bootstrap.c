@@ -40,7 +40,8 @@ typedef struct request { /* rank -> root */
 struct bootstrap {
   int fd;
   int heard;         /* the root said init failed, or was lost: its word is in */
-  uint64_t deadline; /* of the whole init on this rank (see BOOTSTRAP_REPLY_GRACE_MS) */
+  uint64_t init_end; /* TUTTI_INIT_TIMEOUT after this rank's init started */
+  uint64_t deadline; /* of every wait for the root (init_end + BOOTSTRAP_REPLY_GRACE_MS) */
   char root[80];     /* the root's address, for messages */
 };
 
@@ -78,6 +79,13 @@ void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncc
   else if (getrandom(b.secret, 16, 0) != 16) {
     for (int i = 0; i < 16; i++) b.secret[i] = (unsigned char)(rand() ^ (tutti_time_ns() >> i));
   }
+  memcpy(id->internal, &b, sizeof(b));
+}
+
+void bootstrap_id_set_root_listened(ncclUniqueId *id) {
+  bootstrap_id_t b;
+  memcpy(&b, id->internal, sizeof(b));
+  b.root_listened = 1;
   memcpy(id->internal, &b, sizeof(b));
 }
 
@@ -583,9 +591,12 @@ static ncclResult_t root_start(int listen_fd, const ncclUniqueId *id) {
 
 /* ---- client ---- */
 
-/* A rank's waits for the root during init all end at one deadline, TUTTI_INIT_TIMEOUT after it
- * joined plus a grace: a little later than the root gives up (TUTTI_INIT_TIMEOUT after its start),
- * so that the root's answer saying why arrives before the rank's own wait ends. */
+/* A rank's waits during init all end at one deadline, TUTTI_INIT_TIMEOUT after its init started
+ * (its connections to the root and to its peers: bootstrap_init_deadline_ns), and its waits for
+ * the root's answers a grace later: a little later than the root gives up (TUTTI_INIT_TIMEOUT after
+ * its start), so that the root's answer saying why arrives before the rank's own wait ends. So a
+ * rank's init never lasts more than TUTTI_INIT_TIMEOUT + 3 s (+ closing), counted from its call,
+ * whatever happens to the others. */
 #define BOOTSTRAP_REPLY_GRACE_MS 3000
 
 static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
@@ -628,7 +639,12 @@ static ncclResult_t send_to_root(ncclComm_t comm, const void *buf, size_t len) {
                          comm->rank, comm->bootstrap->root);
 }
 
-ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
+uint64_t bootstrap_init_deadline_ns(ncclComm_t comm) {
+  if (comm->bootstrap) return comm->bootstrap->init_end;
+  return tutti_time_ns() + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
+}
+
+ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id, uint64_t since_ns) {
   bootstrap_id_t b;
   memcpy(&b, id->internal, sizeof(b));
   if (memcmp(b.magic, ID_MAGIC, 8) != 0)
@@ -639,11 +655,21 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id) {
   comm->bootstrap = calloc(1, sizeof(struct bootstrap));
   if (!comm->bootstrap) return TUTTI_ERR(ncclSystemError, "out of memory");
   comm->bootstrap->fd = -1;
+  comm->bootstrap->init_end = since_ns + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
   comm->bootstrap->deadline =
-      tutti_time_ns() +
-      (uint64_t)(bootstrap_init_timeout_ms() + BOOTSTRAP_REPLY_GRACE_MS) * 1000000ull;
+      comm->bootstrap->init_end + (uint64_t)BOOTSTRAP_REPLY_GRACE_MS * 1000000ull;
   sock_addr_str(&b.root, comm->bootstrap->root, sizeof(comm->bootstrap->root));
-  TUTTI_CHECK(sock_connect(&b.root, (int)bootstrap_init_timeout_ms(), &comm->bootstrap->fd));
+  ncclResult_t res =
+      b.root_listened
+          ? sock_connect_listening(&b.root, ms_left(comm->bootstrap->init_end),
+                                   &comm->bootstrap->fd)
+          : sock_connect(&b.root, ms_left(comm->bootstrap->init_end), &comm->bootstrap->fd);
+  if (res != ncclSuccess && b.root_listened && errno == ECONNREFUSED)
+    return TUTTI_ERR(ncclRemoteError,
+                     "rank %d: the bootstrap root at %s refused the connection: it is gone (rank "
+                     "0 exited, or the job's init already failed and the root closed its port)",
+                     comm->rank, comm->bootstrap->root);
+  TUTTI_CHECK(res);
   hello_t h = {.magic = HELLO_MAGIC, .nranks = comm->nranks, .info = comm->peers[comm->rank]};
   memcpy(h.secret, b.secret, 16);
   TUTTI_CHECK(send_to_root(comm, &h, sizeof(h)));

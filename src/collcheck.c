@@ -148,6 +148,13 @@ static int collect(const pending_t *ops, size_t n, ncclComm_t *comms) {
   return nc;
 }
 
+/* The first collective of comm in ops: the call an error during the check names. */
+static const op_ctx_t *first_call(const pending_t *ops, size_t n, ncclComm_t comm) {
+  for (size_t i = 0; i < n; i++)
+    if (is_coll(&ops[i]) && ops[i].ctx.comm == comm) return &ops[i].ctx;
+  return NULL; /* not reached: comm came from collect */
+}
+
 ncclResult_t collcheck_run(const pending_t *ops, size_t n) {
   ncclComm_t *comms = calloc(n, sizeof(ncclComm_t));
   collcheck_rec_t *mine = calloc(n, sizeof(collcheck_rec_t));
@@ -168,7 +175,8 @@ ncclResult_t collcheck_run(const pending_t *ops, size_t n) {
   for (int c = 0; c < nc; c++) {
     rec_fill(&mine[c], ops, n, comms[c]);
     all[c][comms[c]->rank] = mine[c];
-    x[c] = (exchange_t){comms[c], &mine[c], all[c], sizeof(collcheck_rec_t)};
+    x[c] = (exchange_t){comms[c], &mine[c], all[c], sizeof(collcheck_rec_t),
+                        first_call(ops, n, comms[c])};
   }
   res = engine_exchange(x, nc); /* one exchange: a thread may drive several communicators */
   free(x);

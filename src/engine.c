@@ -401,10 +401,10 @@ ncclResult_t engine_exchange(const exchange_t *x, int nx) {
     ncclComm_t comm = x[i].comm;
     int n = comm->nranks;
     ops[i] = (op_ctx_t){.comm = comm,
-                        .coll = COLL_ALLTOALL,
+                        .coll = x[i].call->coll, /* for messages: the user's call */
                         .algo = ALGO_P2P,
                         .esize = 1,
-                        .seq = comm->op_count,
+                        .seq = x[i].call->seq,
                         .rop = {.type = ncclUint8, .base = ncclSum, .divisor = 1}};
     ops[i].buf[BUF_SEND] = (char *)x[i].mine, ops[i].buf[BUF_RECV] = x[i].theirs;
     for (int k = 1; k < n; k++) { /* one lane per message: no order between them */

@@ -59,12 +59,14 @@ ncclResult_t engine_peer_blame(ncclComm_t comm, int p, const op_ctx_t *o);
 ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops);
 
 /* One small all-to-all: `bytes` bytes from mine to every other rank of comm, theirs[p * bytes]
- * from rank p (through the FIFOs; bytes must fit one slot). */
+ * from rank p (through the FIFOs; bytes must fit one slot). An error during it names `call`, the
+ * user's call the exchange is part of (its collective and number), not the all-to-all. */
 typedef struct exchange {
   ncclComm_t comm;
   const void *mine;
   void *theirs;
   size_t bytes;
+  const op_ctx_t *call;
 } exchange_t;
 /* Runs nx exchanges together (one thread may drive several communicators' ranks in a group).
  * Collective: every rank calls it at the same point of its calls. */

@@ -142,7 +142,9 @@ ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], i
     off += (size_t)ops[i]->comm->nranks * sizeof(agree_msg_t);
     agree_msg_t *mine = &all[i][ops[i]->comm->rank];
     expose(ops[i], bytes[i], mine);
-    x[i] = (exchange_t){ops[i]->comm, mine, all[i], sizeof(agree_msg_t)};
+    INFO(SUB_COLL, "nccl%s (op #%llu): peer-memory handshake with every rank",
+         coll_name(ops[i]->coll), (unsigned long long)ops[i]->seq);
+    x[i] = (exchange_t){ops[i]->comm, mine, all[i], sizeof(agree_msg_t), ops[i]};
   }
   TUTTI_CHECK(engine_exchange(x, k));
   for (int i = 0; i < k; i++) TUTTI_CHECK(decide(ops[i], all[i], &ok[i]));

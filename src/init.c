@@ -412,7 +412,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   c->nt_threshold = (size_t)tutti_param_NtThreshold();
   c->device_possible = device_get() != NULL || cuda_driver_ready();
   TUTTI_CHECK_GOTO(bind_setting(&bind), res, fail);
-  TUTTI_CHECK_GOTO(bootstrap_join(c, id), res, fail);
+  TUTTI_CHECK_GOTO(bootstrap_join(c, id, t0), res, fail);
   comm_topology(c);
   TUTTI_CHECK_GOTO(comm_ring(c), res, fail);
   comm_topology_decisions(c, bind);

@@ -356,6 +356,11 @@ API ncclResult_t tuttiCommInitFromEnv(ncclComm_t *comm) {
   sock_addr_str(&addr, text, sizeof(text));
   ncclUniqueId id;
   bootstrap_make_id(&addr, secret, &id);
+  /* tutti-run opened the root's socket before any rank started; true of the first init only (a
+   * second one's root listens anew, maybe after a rank tries it): every rank forgets it here */
+  if (strcmp(l.launcher, "tutti-run") == 0 && getenv("TUTTI_ROOT_LISTENING"))
+    bootstrap_id_set_root_listened(&id);
+  unsetenv("TUTTI_ROOT_LISTENING");
   INFO(SUB_INIT | SUB_BOOTSTRAP, "launcher %s: rank %d of %d, root %s, secret from %s", l.launcher,
        l.rank, l.nranks, text,
        use_file                 ? "the rendezvous file"

@@ -148,7 +148,8 @@ void sock_set_data_options(int fd, int buf_bytes, int64_t timeout_ms) {
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
 }
 
-ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd) {
+static ncclResult_t connect_until(const sock_addr_t *addr, int timeout_ms, int *fd,
+                                  int refused_final) {
   char buf[80];
   uint64_t deadline = tutti_time_ns() + (uint64_t)timeout_ms * 1000000ull;
   int last_err = 0;
@@ -163,13 +164,24 @@ ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd) {
     last_err = errno;
     close(s);
     /* The root may not be listening yet: retry refused/unreachable until the deadline. */
-    if (tutti_time_ns() > deadline) break;
+    if (tutti_time_ns() > deadline || (refused_final && last_err == ECONNREFUSED)) break;
     usleep(attempt < 20 ? 10000 : 100000);
   }
-  return TUTTI_ERR(ncclSystemError,
-                   "cannot connect to %s within %d ms: %s (is the root rank running, and is "
-                   "the address/port right?)",
-                   sock_addr_str(addr, buf, sizeof(buf)), timeout_ms, strerror(last_err));
+  ncclResult_t res =
+      TUTTI_ERR(ncclSystemError,
+                "cannot connect to %s within %d ms: %s (is the root rank running, "
+                "and is the address/port right?)",
+                sock_addr_str(addr, buf, sizeof(buf)), timeout_ms, strerror(last_err));
+  errno = last_err;
+  return res;
+}
+
+ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd) {
+  return connect_until(addr, timeout_ms, fd, 0);
+}
+
+ncclResult_t sock_connect_listening(const sock_addr_t *addr, int timeout_ms, int *fd) {
+  return connect_until(addr, timeout_ms, fd, 1);
 }
 
 ncclResult_t sock_accept(int listen_fd, int timeout_ms, int *fd) {

@@ -31,6 +31,9 @@ void sock_loopback_addr(sock_addr_t *addr); /* 127.0.0.1, port 0 */
 
 ncclResult_t sock_listen(sock_addr_t *addr, int *fd); /* binds addr (port 0 = any); updates it */
 ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd);
+/* The same for an address known to be listening already: a refused connection is final (errno
+ * stays ECONNREFUSED); other failures (an unreachable host) are retried until the timeout. */
+ncclResult_t sock_connect_listening(const sock_addr_t *addr, int timeout_ms, int *fd);
 /* Accepts one connection within timeout_ms (<0: forever); *fd = -1 on timeout. */
 ncclResult_t sock_accept(int listen_fd, int timeout_ms, int *fd);
 /* Options for a long-lived data socket (tcp transport): TCP_NODELAY; SO_SNDBUF/SO_RCVBUF of

@@ -20,3 +20,7 @@ target_include_directories(test_bootstrap_verdict PRIVATE ${CMAKE_SOURCE_DIR}/te
 target_compile_definitions(test_bootstrap_verdict PRIVATE
                            $<TARGET_PROPERTY:tutti_objs,COMPILE_DEFINITIONS>)
 gtest_discover_tests(test_bootstrap_verdict PROPERTIES LABELS "quick")
+
+# Who an error names, and in which call, when a rank dies and others fail because of it (two
+# hosts by TUTTI_HOSTID: tcp between them; no root needed).
+tutti_e2e_test(test_blame quick test_blame.cc)

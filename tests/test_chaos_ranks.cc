@@ -10,9 +10,9 @@
 //   between   the start of a 300 ms pause after call TUTTI_CHAOS_CALL (no call is running)
 //   destroy   the start of ncclCommDestroy
 // The test cuts links from outside at the same moments, told by the lines printed here:
-// "R<r>| Pid <pid>" (before init), "R<r>| call <i>", "R<r>| pause", "R<r>| destroying".
-// An error prints "R<r>| FAILED in <what> after <s> s: <code> (<last error>)", aborts the
-// communicator and exits 3; a rank that got through prints "R<r>| done".
+// "R<r>| Pid <pid> at <s>" (before init, s: CLOCK_MONOTONIC), "R<r>| call <i>", "R<r>| pause",
+// "R<r>| destroying". An error prints "R<r>| FAILED in <what> after <s> s: <code> (<last error>)",
+// aborts the communicator and exits 3; a rank that got through prints "R<r>| done".
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -134,7 +134,7 @@ int one_call(Rng &rng, int n) {
 extern "C" int chaos_helper_main() {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   g_rank = env_int("TUTTI_RANK", -1);
-  printf("R%d| Pid %d\n", g_rank, (int)getpid());
+  printf("R%d| Pid %d at %.3f\n", g_rank, (int)getpid(), now_s());
   pthread_t killer;
   if (env_int("TUTTI_CHAOS_VICTIM", -1) == g_rank)
     pthread_create(&killer, nullptr, killer_main, nullptr);

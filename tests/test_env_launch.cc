@@ -151,6 +151,30 @@ TEST(EnvLaunch, UnderTuttiRun) {
   expect_all_ranks_ok(run[0].out, 3, run[0].err);
 }
 
+// Rank 0 exits before its init, so the root's socket is gone when the others (started a second
+// later) try it: under tutti-run the root listened before any rank started, so a refused
+// connection means it is gone, and they fail at once saying so, instead of retrying it for the
+// whole TUTTI_INIT_TIMEOUT (60 s here) as they must for a root that may not be up yet.
+TEST(EnvLaunch, RootGoneUnderTuttiRunIsRefusedAtOnce) {
+  double t0 = th::now_s();
+  std::string ranks = std::string("if [ \"$TUTTI_RANK\" = 0 ]; then exit 0; fi; sleep 1; exec ") +
+                      ENV_ALLREDUCE_PATH + " 3";
+  std::vector<Proc> run = {spawn(
+      {TUTTI_RUN_PATH, "-n", "3", "--keep-going", "--timeout", "90", "--", "/bin/sh", "-c", ranks},
+      {"TUTTI_INIT_TIMEOUT=60"})};
+  wait_all(&run, 120);
+  double took = th::now_s() - t0;
+  EXPECT_FALSE(run[0].timed_out);
+  EXPECT_NE(run[0].exit_code, 0) << run[0].err;
+  for (const char *r : {"rank 1: ", "rank 2: "})  // each says why, naming the root's address
+    EXPECT_TRUE(th::contains(run[0].err, std::string(r) + "the bootstrap root at 127.0.0.1:") &&
+                th::contains(run[0].err, "refused the connection: it is gone"))
+        << r << "\n"
+        << run[0].err;
+  // 1 s of sleep, two processes' start and failure: far below the 60 s of TUTTI_INIT_TIMEOUT
+  EXPECT_LT(took, 20.0) << run[0].err;
+}
+
 TEST(EnvLaunch, UnderMpirun) {
   ASSERT_EQ(access(MPIRUN_PATH, X_OK), 0)
       << MPIRUN_PATH << " is not installed (Open MPI is a test dependency)";

@@ -509,6 +509,7 @@ static void prepare_environment(run_job_t *job) {
   set_env_int("TUTTI_NRANKS", job->opt.nranks);
   set_env_int("TUTTI_LOCAL_SIZE", job->opt.nranks);
   set_env("TUTTI_ROOT_ADDR", addr);
+  set_env("TUTTI_ROOT_LISTENING", "1"); /* opened above: a refused connection means rank 0 left */
   set_env("TUTTI_SECRET", secret);
   unsetenv("TUTTI_RANK");
   unsetenv("TUTTI_LOCAL_RANK");

@@ -36,9 +36,12 @@
  * that connection (and so the peer: peer_failed looks at both directions) failed, with a reason
  * naming the peer's rank and host, logged (the first with WARN) and recorded as the
  * communicator's error. That marks this rank failed towards every peer: mark_failed writes an
- * abort notice with the reason on every socket whose sending side is between pieces and shuts
- * all sending sides down, so each peer learns that we failed, and why, as soon as it reads from us
- * (the root cause travels: "rank 0 on host h1 aborted: ... rank 3 on host h2 ..."). Keepalive
+ * abort notice with the reason on every socket whose sending side is between pieces, and on the
+ * otherwise unused reverse direction of every receive socket, and shuts all sending sides down,
+ * so each peer learns that we failed, and why, as soon as it reads from us (the root cause
+ * travels: "rank 0 on host h1 aborted: ... rank 3 on host h2 ..."). An EOF or a reset alone does
+ * not name the peer before its notice was looked for (verdict_probe): the peer may only be a
+ * casualty that closed its sockets after telling us which rank died. Keepalive
  * probes and TCP_USER_TIMEOUT at half of TUTTI_TIMEOUT turn a cut link into ETIMEDOUT, naming the
  * unreachable host before the engine's own timeout would fire. A clean close sends a goodbye
  * header on every socket, so the peer never mistakes it for a crash.
@@ -69,7 +72,143 @@ static const char *comm_error_text(struct ncclComm *comm) {
   return comm->error_msg;
 }
 
+/* ---- a break without a reason: the peer's own notice first ---- */
+
+/* An EOF or a reset tells only that the peer's socket closed, not why: a peer that failed
+ * because a third rank died aborts, tells every peer why (tcp_mark_failed), and exits; its close
+ * may reach this rank first, as a reset (it closed with our bytes unread) or as an EOF in the
+ * middle of a piece (it stopped sending). The notice, with the name of the rank that died, is
+ * then already here or on its way on another channel of the same peer:
+ *   - the peer's receive stream: behind pieces the engine has not read yet (skipped here);
+ *   - the reverse direction of our send sockets (not shared): the aborting peer writes its notice
+ *     there too, where nothing else ever travels, so it never waits behind a piece.
+ * verdict_probe reads both for at most TCP_VERDICT_MS; a peer that was killed ends them at once
+ * (its kernel closed every socket) and is named as before. */
+#define TCP_VERDICT_MS 1000
+
+typedef struct verdict_chan {
+  tcp_conn_t *stream; /* the peer's receive stream, pieces in order over its sockets; or NULL: */
+  int fd;             /* the reverse direction of one of our send sockets */
+  int ended;
+  tcp_hdr_t hdr;
+  size_t hdr_got, skip; /* header bytes read; payload bytes of a data piece still to skip */
+  uint64_t piece;
+} verdict_chan_t;
+
+static int chan_fd(const verdict_chan_t *v) {
+  return v->stream ? v->stream->fds[v->piece % (uint64_t)v->stream->nsocks] : v->fd;
+}
+
+/* Reads without blocking; k > 0 bytes, 0 for nothing yet, -1 once the channel ended. */
+static ssize_t chan_recv(verdict_chan_t *v, void *p, size_t n) {
+  ssize_t k = recv(chan_fd(v), p, n, MSG_DONTWAIT);
+  if (k > 0) return k;
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  return -1;
+}
+
+/* The abort notice's reason after its header (sent in one write with it): 1 with the text in
+ * why, -1 when it did not come whole by the deadline. */
+static int chan_reason(verdict_chan_t *v, char *why, size_t n, uint64_t deadline) {
+  size_t want = TUTTI_MIN((size_t)v->hdr.bytes, n - 1), got = 0;
+  while (got < want) {
+    ssize_t k = chan_recv(v, why + got, want - got);
+    if (k < 0 || (k == 0 && tutti_time_ns() > deadline)) break;
+    if (k == 0) {
+      struct pollfd pf = {.fd = chan_fd(v), .events = POLLIN};
+      poll(&pf, 1, 10);
+    }
+    got += k > 0 ? (size_t)k : 0;
+  }
+  why[got] = '\0';
+  return got > 0 || want == 0 ? 1 : -1;
+}
+
+/* Moves one channel on as far as its bytes go: 1 with a verdict in why, 0 to wait, -1 when it
+ * ended (EOF, an error, a goodbye, anything but data and a notice). */
+static int chan_step(verdict_chan_t *v, char *why, size_t n, uint64_t deadline) {
+  char sink[4096];
+  for (;;) {
+    while (v->hdr_got < sizeof(v->hdr)) {
+      ssize_t k = chan_recv(v, (char *)&v->hdr + v->hdr_got, sizeof(v->hdr) - v->hdr_got);
+      if (k <= 0) return (int)k;
+      if ((v->hdr_got += (size_t)k) < sizeof(v->hdr)) continue;
+      if (v->hdr.kind == HDR_ABORT && v->hdr.bytes < TCP_REASON_MAX)
+        return chan_reason(v, why, n, deadline);
+      if (!v->stream || v->hdr.kind != HDR_DATA || v->hdr.bytes > v->stream->slot_bytes) return -1;
+      v->skip = v->hdr.bytes;
+    }
+    while (v->skip > 0) {
+      ssize_t k = chan_recv(v, sink, TUTTI_MIN(v->skip, sizeof(sink)));
+      if (k <= 0) return (int)k;
+      v->skip -= (size_t)k;
+    }
+    v->hdr_got = 0, v->piece++;
+  }
+}
+
+/* Where the receive stream r stands: its piece in progress is skipped to its end. */
+static verdict_chan_t chan_of_stream(tcp_conn_t *r) {
+  verdict_chan_t v = {
+      .stream = r, .fd = -1, .hdr = r->rx_hdr, .hdr_got = r->rx_hdr_got, .piece = r->rx_piece};
+  if (v.hdr_got == sizeof(v.hdr)) {
+    if (v.hdr.kind != HDR_DATA || v.hdr.bytes < r->rx_got)
+      v.ended = 1;
+    else
+      v.skip = v.hdr.bytes - r->rx_got;
+  }
+  return v;
+}
+
+/* Looks for peer c->peer's abort notice (see above) for at most TCP_VERDICT_MS, or a quarter of
+ * TUTTI_TIMEOUT if that is less: 1 with its reason in why. The receive stream is consumed: the
+ * caller fails it. */
+static int verdict_probe(tcp_conn_t *c, char *why, size_t n) {
+  tcp_state_t *st = c->st;
+  tcp_conn_t *r = st->recv ? st->recv[c->peer] : NULL, *s = st->send ? st->send[c->peer] : NULL;
+  verdict_chan_t ch[1 + TCP_MAX_SOCKS];
+  int nch = 0;
+  if (r && r != c && !__atomic_load_n(&r->failed, __ATOMIC_ACQUIRE) && !r->byes)
+    ch[nch++] = chan_of_stream(r); /* (the engine's own thread: nobody else reads it) */
+  for (int k = 0; s && !s->shared && k < s->nsocks; k++)
+    ch[nch++] = (verdict_chan_t){.fd = s->fds[k]};
+  int64_t ms = TUTTI_MIN((int64_t)TCP_VERDICT_MS,
+                         st->comm->timeout_ms > 0 ? st->comm->timeout_ms / 4 : TCP_VERDICT_MS);
+  uint64_t deadline = tutti_time_ns() + (uint64_t)ms * 1000000ull;
+  for (;;) {
+    struct pollfd pf[1 + TCP_MAX_SOCKS];
+    int live = 0;
+    for (int i = 0; i < nch; i++) {
+      if (ch[i].ended) continue;
+      int res = chan_step(&ch[i], why, n, deadline);
+      if (res > 0)
+        INFO(SUB_NET, "rank %d: rank %d's abort notice found on %s", st->comm->rank, c->peer,
+             ch[i].stream ? "its receive stream" : "the reverse direction of a send socket");
+      if (res > 0) return 1;
+      if (res < 0)
+        ch[i].ended = 1;
+      else
+        pf[live++] = (struct pollfd){.fd = chan_fd(&ch[i]), .events = POLLIN};
+    }
+    uint64_t now = tutti_time_ns();
+    if (live == 0 || now >= deadline) return 0;
+    poll(pf, (nfds_t)live, (int)TUTTI_MIN((deadline - now) / 1000000ull + 1, 50));
+  }
+}
+
 /* ---- failures ---- */
+
+static tcp_conn_t *conn_twin(tcp_conn_t *c);
+
+/* Marks t failed for the reason its twin recorded (no second message). */
+static void conn_fail_as(tcp_conn_t *t, const char *reason) {
+  int expected = 0;
+  if (!t || !__atomic_compare_exchange_n(&t->claimed, &expected, 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+    return;
+  snprintf(t->reason, sizeof(t->reason), "%s", reason);
+  __atomic_store_n(&t->failed, 1, __ATOMIC_RELEASE);
+}
 
 /* Records why a connection broke and fails the communicator (which tells every peer). Quiet
  * when the break is our own doing: this rank closing, or a send connection after this rank
@@ -84,8 +223,12 @@ static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
     return;
   int me = st->comm->rank, p = c->peer;
   const char *h = tcp_host_of(st, p), *dir = c->is_send ? "sending to" : "receiving from";
-  char *r = c->reason;
+  char *r = c->reason, verdict[TCP_REASON_MAX];
   size_t n = sizeof(c->reason);
+  int probed = !quiet && (err == 0 || err == ECONNRESET || err == EPIPE) &&
+               __atomic_load_n(&st->live, __ATOMIC_ACQUIRE) &&
+               verdict_probe(c, verdict, sizeof(verdict));
+  if (probed) err = -2, detail = verdict[0] ? verdict : "(no reason given)";
   if (err == 0)
     snprintf(r, n,
              "rank %d: rank %d on host %s closed the connection without a goodbye (it "
@@ -108,6 +251,7 @@ static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
   else
     snprintf(r, n, "rank %d: socket error %s rank %d on host %s: %s", me, dir, p, h, strerror(err));
   __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
+  if (probed) conn_fail_as(conn_twin(c), r); /* its stream was read past what the engine took */
   if (quiet) return;
   if (__atomic_fetch_add(&st->nremote, 1, __ATOMIC_ACQ_REL) == 0)
     WARN("%s", r);
@@ -365,21 +509,35 @@ static ncclResult_t tcp_post_connect(struct ncclComm *comm) {
 
 /* ---- failure and close ---- */
 
-/* Tells a peer that this rank failed, and why, on every send socket, unless a piece is half
- * out (then the shutdown alone says it: EOF without a goodbye). */
-static void send_abort_notice(tcp_conn_t *c, const char *why) {
-  char msg[sizeof(tcp_hdr_t) + TCP_REASON_MAX];
+/* The abort notice: [header HDR_ABORT, bytes][reason]; its length. */
+static size_t notice_of(char msg[sizeof(tcp_hdr_t) + TCP_REASON_MAX], const char *why) {
   tcp_hdr_t h = {HDR_ABORT, (uint32_t)TUTTI_MIN(strlen(why), TCP_REASON_MAX - 1)};
   memcpy(msg, &h, sizeof(h));
   memcpy(msg + sizeof(h), why, h.bytes);
+  return sizeof(h) + h.bytes;
+}
+
+/* Tells a peer that this rank failed, and why, on every send socket, unless a piece is half
+ * out (then the shutdown alone says it: EOF without a goodbye). */
+static void send_abort_notice(tcp_conn_t *c, const char *msg, size_t len) {
   pthread_mutex_lock(&c->tx_mu);
   for (int k = 0; c->tx_left == 0 && c->tx_hdr_left == 0 && k < c->nsocks; k++) {
     /* never blocks: a full socket gets no notice */
-    ssize_t ignored = send(c->fds[k], msg, sizeof(h) + h.bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t ignored = send(c->fds[k], msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)ignored;
   }
   conn_shutdown(c, SHUT_WR);
   pthread_mutex_unlock(&c->tx_mu);
+}
+
+/* The same notice on the reverse direction of a receive connection's sockets (not shared: that
+ * direction carries nothing else, so the notice always fits and never waits behind a piece).
+ * A peer whose sending to us breaks finds it there (verdict_probe). */
+static void send_reverse_notice(tcp_conn_t *r, const char *msg, size_t len) {
+  for (int k = 0; !r->shared && k < r->nsocks; k++) {
+    ssize_t ignored = send(r->fds[k], msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)ignored;
+  }
 }
 
 /* This rank failed or aborted: every peer hears it on our sockets at once (the reason,
@@ -395,10 +553,14 @@ static void tcp_mark_failed(struct ncclComm *comm) {
   const char *why = comm_error_text(comm) ? comm_error_text(comm)
                     : comm->abort_flag    ? "ncclCommAbort was called"
                                           : "its communicator failed during init";
+  char msg[sizeof(tcp_hdr_t) + TCP_REASON_MAX];
+  size_t len = notice_of(msg, why);
   int live = __atomic_load_n(&st->live, __ATOMIC_ACQUIRE);
+  for (int p = 0; live && st->recv && p < comm->nranks; p++) /* first: before any EOF */
+    if (st->recv[p]) send_reverse_notice(st->recv[p], msg, len);
   for (int p = 0; st->send && st->recv && p < comm->nranks; p++) {
     if (st->send[p] && live)
-      send_abort_notice(st->send[p], why);
+      send_abort_notice(st->send[p], msg, len);
     else if (st->send[p])
       conn_shutdown(st->send[p], SHUT_WR);
   }

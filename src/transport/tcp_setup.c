@@ -227,12 +227,19 @@ static int pair_shares(struct ncclComm *comm, int peer) {
   return comm_machine_oversubscribed(comm, comm->rank) || comm_machine_oversubscribed(comm, peer);
 }
 
+/* Milliseconds from now to `end` (0 once it passed). */
+static int ms_until(uint64_t end) {
+  uint64_t now = tutti_time_ns();
+  return now >= end ? 0 : (int)TUTTI_MIN((end - now) / 1000000ull, (uint64_t)INT32_MAX);
+}
+
 /* Opens a connection's sockets (the sender's, or for a shared pair the lower rank's). */
 static ncclResult_t open_sockets(tcp_state_t *st, tcp_conn_t *c, const tcp_blob_t *b) {
   struct ncclComm *comm = st->comm;
   char a[80];
+  uint64_t end = bootstrap_init_deadline_ns(comm);
   for (int k = 0; k < c->nsocks; k++) {
-    ncclResult_t res = sock_connect(&b->addr, (int)bootstrap_init_timeout_ms(), &c->fds[k]);
+    ncclResult_t res = sock_connect(&b->addr, ms_until(end), &c->fds[k]);
     if (res != ncclSuccess)
       return TUTTI_ERR(ncclSystemError,
                        "rank %d (host %s) cannot open a data connection to rank %d "
@@ -249,7 +256,7 @@ static ncclResult_t open_sockets(tcp_state_t *st, tcp_conn_t *c, const tcp_blob_
                      .sock = k,
                      .nsocks = c->nsocks};
     memcpy(h.secret, comm->secret, 16);
-    TUTTI_CHECK(sock_send_all(c->fds[k], &h, sizeof(h), (int)bootstrap_init_timeout_ms()));
+    TUTTI_CHECK(sock_send_all(c->fds[k], &h, sizeof(h), TUTTI_MAX(ms_until(end), 1)));
   }
   return ncclSuccess;
 }
@@ -331,7 +338,7 @@ ncclResult_t tcp_wait_receive_sockets(tcp_state_t *st) {
   int expect = 0;
   for (int p = 0; p < comm->nranks; p++)
     if (st->recv[p] && (!st->recv[p]->shared || p < comm->rank)) expect += st->recv[p]->nsocks;
-  uint64_t deadline = tutti_time_ns() + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
+  uint64_t deadline = bootstrap_init_deadline_ns(comm);
   pthread_mutex_lock(&st->mu);
   while (st->naccepted < expect && tutti_time_ns() < deadline) {
     struct timespec ts;
