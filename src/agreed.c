@@ -15,6 +15,7 @@
 static const char *const agreed_names[] = {
     "ALGO",              /* algorithm mask: the tuner's choice */
     "ONESHOT_MAX_BYTES", /* one-shot versus the tuner's algorithm */
+    "SCRATCH_MAX_BYTES", /* scratch-hungry algorithms versus the tuner's others */
     "TUNER_SHM_LAT_US",  /* cost model inputs: the tuner's choice */
     "TUNER_SHM_GBPS",
     "TUNER_NET_LAT_US",

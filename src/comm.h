@@ -88,8 +88,9 @@ struct ncclComm {
 
   /* Reused between calls (no allocation on the hot path). */
   sched_t sched_scratch;
-  void *scratch; /* engine scratch (in-place one-shot), scratch_bytes long */
+  void *scratch; /* engine scratch (in-place one-shot), scratch_bytes long; grows on demand */
   size_t scratch_bytes;
+  size_t scratch_max_bytes; /* how far it may grow (TUTTI_SCRATCH_MAX_BYTES): the tuner's limit */
 
   /* FIFO geometry, set by the transports: the smallest slot and ring chunk of any connection. */
   size_t slot_bytes;  /* 0 when there is no peer */

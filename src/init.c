@@ -428,6 +428,9 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   /* scratch: in-place one-shot (oneshot_max_bytes), tree reduce partials (one chunk) */
   c->scratch_bytes = TUTTI_MAX(TUTTI_MAX(c->oneshot_max_bytes, c->chunk_bytes), 64);
   c->scratch = malloc(c->scratch_bytes);
+  /* a schedule that needs more (rhd's reduce-scatter, Bruck) grows it up to this (plan.c) */
+  int64_t smax = tutti_param_fresh("SCRATCH_MAX_BYTES", (int64_t)TUNER_SCRATCH_MAX_BYTES);
+  c->scratch_max_bytes = TUTTI_MAX(smax > 0 ? (size_t)smax : 0, c->scratch_bytes);
   if (!c->scratch) {
     res = TUTTI_ERR(ncclSystemError, "out of memory");
     goto fail;

@@ -33,15 +33,21 @@ TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 256 * 1024)
 static TUTTI_TLS void **temps;
 static TUTTI_TLS size_t ntemps, temps_cap;
 
-void *plan_temp_alloc(size_t bytes) {
+/* Keeps p (may be NULL) to be freed with the temporaries; 0, or -1 out of memory (p not kept). */
+static int plan_temp_keep(void *p) {
   if (ntemps == temps_cap) {
     size_t cap = temps_cap ? 2 * temps_cap : 8;
-    void **p = realloc(temps, cap * sizeof(*p));
-    if (!p) return NULL;
-    temps = p, temps_cap = cap;
+    void **grown = realloc(temps, cap * sizeof(*grown));
+    if (!grown) return -1;
+    temps = grown, temps_cap = cap;
   }
+  temps[ntemps++] = p;
+  return 0;
+}
+
+void *plan_temp_alloc(size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
-  if (p) temps[ntemps++] = p;
+  if (p && plan_temp_keep(p) != 0) free(p), p = NULL;
   return p;
 }
 
@@ -57,20 +63,29 @@ void plan_free(ncclComm_t comm) {
 
 /* ---- choose ---- */
 
-/* TUNING lines once per distinct (communicator, collective, size), not on every call. */
-static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
-  static TUTTI_TLS struct {
+/* Whether (communicator, collective, size) is new to `seen` (the last 64 remembered): so that a
+ * message is printed once per distinct call, not on every call. */
+typedef struct seen_calls {
+  struct {
     const void *comm;
     size_t bytes;
     int coll;
-  } seen[64];
-  static TUTTI_TLS unsigned next;
-  if (!tutti_log_enabled(LOG_INFO, SUB_TUNING)) return 0;
+  } e[64];
+  unsigned next;
+} seen_calls_t;
+
+static int seen_first(seen_calls_t *seen, ncclComm_t comm, coll_t c, size_t bytes) {
   for (int i = 0; i < 64; i++)
-    if (seen[i].comm == comm && seen[i].bytes == bytes && seen[i].coll == (int)c) return 0;
-  unsigned i = next++ % 64;
-  seen[i].comm = comm, seen[i].bytes = bytes, seen[i].coll = (int)c;
+    if (seen->e[i].comm == comm && seen->e[i].bytes == bytes && seen->e[i].coll == (int)c) return 0;
+  unsigned i = seen->next++ % 64;
+  seen->e[i].comm = comm, seen->e[i].bytes = bytes, seen->e[i].coll = (int)c;
   return 1;
+}
+
+/* TUNING lines once per distinct call. */
+static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
+  static TUTTI_TLS seen_calls_t seen;
+  return tutti_log_enabled(LOG_INFO, SUB_TUNING) && seen_first(&seen, comm, c, bytes);
 }
 
 static tuner_topo_t plan_topo(ncclComm_t comm) {
@@ -88,7 +103,7 @@ static tuner_topo_t plan_topo(ncclComm_t comm) {
                    tutti_param_Direct(), /* TUTTI_DIRECT=0: no peer steps */
       .slot_bytes = comm->slot_bytes,
       .chunk_bytes = comm->chunk_bytes,
-      .scratch_bytes = comm->scratch_bytes,
+      .scratch_bytes = comm->scratch_max_bytes,
       .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes),
       .peer_min_bytes = (size_t)tutti_param_DirectMinBytes(),
       .peer_read_min_bytes = (size_t)tutti_param_CmaMinBytes()};
@@ -102,19 +117,43 @@ static uint32_t algos_needing(unsigned needs) {
   return bits;
 }
 
+/* TUTTI_ALGO names algorithms that build collective c, but none of them can run this call (its
+ * cost refuses: a power of two, a size limit, the topology): a WARN, once per distinct call,
+ * naming them and what runs instead. A warning, not NCCL's ncclInvalidUsage: NCCL refuses a
+ * forced algorithm that cannot run a function at all, whatever the size; here the reasons depend
+ * on the call's size and ranks, and an error would make a program that runs at one size (a
+ * trainer's gradient buckets) fail at another. Names that do not build c (a global "tree" for
+ * all-gather) fall back with the INFO line only, as before. */
+static void warn_forced_fallback(ncclComm_t comm, coll_t c, size_t bytes, uint32_t mask,
+                                 algo_t ran) {
+  static TUTTI_TLS seen_calls_t seen;
+  char names[160] = "";
+  for (int a = 0; a < ALGO_NUM; a++)
+    if ((mask & (1u << a)) && algo_implements((algo_t)a, c))
+      snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", names[0] ? "," : "",
+               algo_name((algo_t)a));
+  if (!names[0] || !seen_first(&seen, comm, c, bytes)) return;
+  WARN(
+      "TUTTI_ALGO: %s cannot run this nccl%s (%zu bytes, %d ranks, %d hosts); running %s, the "
+      "tuner's choice among all algorithms",
+      names, coll_name(c), bytes, comm->nranks, comm->nhosts, algo_name(ran));
+}
+
 static tuner_choice_t choose(ncclComm_t comm, const pending_t *p, uint32_t exclude) {
   coll_t c = p->args.coll;
   size_t bytes = p->args.count * p->ctx.esize;
   if (c == COLL_ALLGATHER || c == COLL_REDUCESCATTER) bytes *= (size_t)comm->nranks;
   tuner_topo_t t = plan_topo(comm);
   int log = tuning_log_first(comm, c, bytes);
-  tuner_choice_t ch = tuner_choose(&comm->tuner, &t, c, bytes, comm->algo_mask[c] & ~exclude, log);
+  uint32_t mask = comm->algo_mask[c] & ~exclude;
+  tuner_choice_t ch = tuner_choose(&comm->tuner, &t, c, bytes, mask, log);
   if (ch.algo == ALGO_NUM) {
     if (log)
       INFO(SUB_TUNING,
            "tuner: no algorithm allowed by TUTTI_ALGO can run this %s; choosing among all",
            coll_name(c));
     ch = tuner_choose(&comm->tuner, &t, c, bytes, TUNER_ALL_ALGOS & ~exclude, log);
+    if (ch.algo != ALGO_NUM) warn_forced_fallback(comm, c, bytes, mask, ch.algo);
   }
   return ch;
 }
@@ -304,10 +343,33 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
 
 /* ---- build ---- */
 
-/* BUF_SCRATCH for this call: the communicator's, or a temporary when the schedule needs more. */
+/* The communicator's scratch grown to at least `need` bytes (doubling, up to scratch_max_bytes).
+ * The old block is freed with the group's temporaries, after the engine run: calls of the group
+ * planned before this one point to it. */
+static ncclResult_t grow_scratch(ncclComm_t comm, size_t need) {
+  size_t bytes = TUTTI_MAX(need, TUTTI_MIN(2 * comm->scratch_bytes, comm->scratch_max_bytes));
+  void *grown = malloc(bytes);
+  if (!grown || plan_temp_keep(comm->scratch) != 0) {
+    free(grown);
+    return TUTTI_ERR(ncclSystemError, "out of memory growing the scratch to %zu bytes", bytes);
+  }
+  INFO(SUB_COLL, "scratch grown from %zu to %zu bytes (TUTTI_SCRATCH_MAX_BYTES %zu)",
+       comm->scratch_bytes, bytes, comm->scratch_max_bytes);
+  comm->scratch = grown, comm->scratch_bytes = bytes;
+  return ncclSuccess;
+}
+
+/* BUF_SCRATCH for this call: the communicator's (grown where the schedule needs more, up to
+ * scratch_max_bytes, the limit the tuner saw), or a temporary beyond that (a forced algorithm).
+ * Always the communicator's current block: the pointer the call was enqueued with may be one
+ * an earlier group grew away from. */
 static ncclResult_t provide_scratch(pending_t *p) {
+  ncclComm_t comm = p->ctx.comm;
   size_t need = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
-  if (need <= p->ctx.comm->scratch_bytes) return ncclSuccess;
+  if (need > comm->scratch_bytes && need <= comm->scratch_max_bytes)
+    TUTTI_CHECK(grow_scratch(comm, need));
+  p->ctx.buf[BUF_SCRATCH] = comm->scratch;
+  if (need <= comm->scratch_bytes) return ncclSuccess;
   void *tmp = plan_temp_alloc(need);
   if (!tmp)
     return TUTTI_ERR(ncclSystemError, "out of memory for %zu bytes of %s scratch", need,

@@ -276,6 +276,56 @@ TEST_P(AlgoPair, QuickSlice) {
   if (!p.pow2_only) run_pair(p, Mode::kThreads, 4, {p.type}, {Op::kSum}, {1, 1023});
 }
 
+// Lines logged since log_capture::clear() that contain `needle`.
+int logged(const std::string &needle) {
+  return log_capture::count(needle);
+}
+
+// The communicator's scratch grows on demand (up to TUTTI_SCRATCH_MAX_BYTES) for the algorithms
+// that keep blocks in it: rhd's reduce-scatter (half the input) and Bruck's all-gather (the whole
+// output), at sizes beyond the initial scratch (the chunk: 512 KiB on shared memory), growing
+// again for a larger call, every result exact. With the limit below the initial scratch nothing
+// grows and the forced algorithm runs in a temporary per call, exact too.
+TEST(Scratch, GrowsOnDemandAndStaysExact) {
+  const Pair pairs[] = {
+      {"rhd", Coll::kReduceScatter, "reducescatter", ncclInt64, true, "reduce_scatter_perf"},
+      {"bruck", Coll::kAllGather, "allgather", ncclInt32, false, "all_gather_perf"}};
+  for (const char *limit : {"", "65536"}) {
+    if (*limit) setenv("TUTTI_SCRATCH_MAX_BYTES", limit, 1);
+    for (const Pair &p : pairs) {
+      // n x 70001 x 8 / 2 = 1.1 MB of scratch, then n x 300001 x 8 / 2 = 4.8 MB (rhd, int64);
+      // n x 70001 x 4 = 1.1 MB, then 4.8 MB (Bruck, int32)
+      run_pair(p, Mode::kThreads, 4, {p.type}, {Op::kSum}, {1023, 70001, 300001});
+      int grown = logged("scratch grown from");
+      if (*limit)
+        EXPECT_EQ(grown, 0) << p.algo << " with TUTTI_SCRATCH_MAX_BYTES=" << limit;
+      else
+        EXPECT_EQ(grown, 2 * 4) << p.algo << ": each rank grows for 70001, then for 300001";
+    }
+  }
+  unsetenv("TUTTI_SCRATCH_MAX_BYTES");
+}
+
+// A forced algorithm whose cost says it cannot run the call (one-shot above
+// TUTTI_ONESHOT_MAX_BYTES) is replaced by the tuner's choice with a WARN naming it, once per
+// communicator and size; the result stays exact.
+TEST(ForcedAlgorithm, RefusedByItsCostWarns) {
+  setenv("TUTTI_ALGO", "allreduce:oneshot", 1);
+  log_capture::clear();
+  th::run_ranks_ok(Mode::kThreads, 3, [](RankCtx &ctx) {
+    Case c;
+    c.coll = Coll::kAllReduce, c.type = ncclFloat32, c.count = 262144;  // 1 MiB > 16 KiB
+    for (int in_place = 0; in_place < 2; in_place++) {
+      c.in_place = in_place;
+      th::run_case(ctx, c);
+    }
+  });
+  unsetenv("TUTTI_ALGO");
+  EXPECT_EQ(logged("TUTTI_ALGO: oneshot cannot run this ncclAllReduce (1048576 bytes, 3 ranks"), 3);
+  EXPECT_EQ(logged("algo oneshot"), 0);
+  EXPECT_GE(logged("ncclAllReduce: opCount"), 6);
+}
+
 #else
 
 TEST_P(AlgoPair, Sweep) {

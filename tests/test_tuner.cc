@@ -215,6 +215,38 @@ TEST(TunerModel, BruckLogStepsForAnyRankCount) {
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLGATHER, 3300, TUNER_ALL_ALGOS, 0).algo, ALGO_BRUCK);
 }
 
+// The scratch-hungry algorithms are weighed up to the scratch a call may use (the communicator's
+// grows on demand up to TUTTI_SCRATCH_MAX_BYTES, TUNER_SCRATCH_MAX_BYTES by default): at 65,536
+// ranks (8,192 hosts x 8 in blocks, 8 NICs) rhd's reduce-scatter of 1 GiB needs 512 MiB, Bruck's
+// all-gather on 50,000 ranks of one per host 256 MiB; both are the tuner's choice there, well
+// ahead of the ring's 2(n - 1)... n - 1 latencies. With the scratch of old (the chunk) they are
+// not candidates and the ring runs.
+TEST(TunerModel, ScratchHungryAlgorithmsWithinTheScratchLimit) {
+  tuner_model_t m = {{1.0, 125.0}, {5.0, 50.0}, 0, 0, {}, {}, 0.5};
+  tuner_topo_t t = one_host(65536);
+  t.nhosts = 8192, t.local_size = 8, t.hier_ok = 1, t.host_blocks = 1, t.nics = 8;
+  t.scratch_bytes = TUNER_SCRATCH_MAX_BYTES;
+  const size_t gib = size_t{1} << 30;
+  double rhd = tuner_estimate_us(&m, &t, COLL_REDUCESCATTER, ALGO_RHD, gib);
+  double ring = tuner_estimate_us(&m, &t, COLL_REDUCESCATTER, ALGO_RING, gib);
+  ASSERT_GT(rhd, 0);
+  EXPECT_LT(2 * rhd, ring);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_REDUCESCATTER, gib, TUNER_ALL_ALGOS, 0).algo, ALGO_RHD);
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_REDUCESCATTER, ALGO_RHD, 4 * gib), 0);  // 2 GiB > 1
+  t.scratch_bytes = t.chunk_bytes;
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_REDUCESCATTER, ALGO_RHD, gib), 0);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_REDUCESCATTER, gib, TUNER_ALL_ALGOS, 0).algo, ALGO_RING);
+  t.may_alloc = 1;  // forced (TUTTI_ALGO): a temporary per call
+  EXPECT_GT(tuner_estimate_us(&m, &t, COLL_REDUCESCATTER, ALGO_RHD, gib), 0);
+
+  tuner_topo_t u = one_host(50000);
+  u.nhosts = 50000, u.local_size = 1, u.hier_ok = 1, u.host_blocks = 1;
+  u.scratch_bytes = TUNER_SCRATCH_MAX_BYTES;
+  EXPECT_EQ(tuner_choose(&m, &u, COLL_ALLGATHER, 256 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_BRUCK);
+  u.scratch_bytes = u.chunk_bytes;
+  EXPECT_EQ(tuner_choose(&m, &u, COLL_ALLGATHER, 256 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_RING);
+}
+
 // The namespace test bed: 4 hosts x 2 ranks in blocks on one machine of 2 CPUs, 9 us of CPU
 // per message across hosts, 1 us through shm. Hops in which every rank sends across hosts cost
 // 8 x 9 / 2 = 36 us of CPU each when that is more than latency + bytes / bandwidth: the tree's

@@ -152,7 +152,7 @@ static algo_t auto_algo(const opts_t *o, coll_t c, const int *host) {
                     .host_blocks = o->hosts > 1,
                     .slot_bytes = 131072,
                     .chunk_bytes = o->chunk * 4,
-                    .scratch_bytes = 16384,
+                    .scratch_bytes = TUNER_SCRATCH_MAX_BYTES,
                     .oneshot_max_bytes = 16384};
   return tuner_choose(&m, &t, c, bytes, TUNER_ALL_ALGOS, 0).algo;
 }

@@ -117,8 +117,8 @@ static int bruck_steps(int n) {
 /* Cost: ceil(log2 n) a + (n-1)/n S / b (x COST_XCHG for the reduce-scatter: each received
  * piece is reduced in a pass of its own) at the level the call runs on, the ranks of a host
  * sharing its NICs, plus the block copies in and out (S, and S/n for the all-gather's own block)
- * at shared-memory speed; scratch S, so only while that fits the communicator's scratch unless
- * TUTTI_ALGO asks for it. */
+ * at shared-memory speed; scratch S, so only while that fits the scratch a call may use (the
+ * communicator's grows up to TUTTI_SCRATCH_MAX_BYTES) unless TUTTI_ALGO asks for it. */
 static double bruck_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks;
   if (n > 1 && !t->may_alloc && S > (double)t->scratch_bytes) return -1; /* n = 1: one copy */

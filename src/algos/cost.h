@@ -50,7 +50,9 @@ typedef struct tuner_topo {                /* what the communicator knows, the s
                               peer-memory capability (one host, shared memory) */
   int peer_read;           /* 1: and every rank may read every other rank's memory by copy
                               (transport mem_read, agreed by all ranks at setup) */
-  size_t slot_bytes, chunk_bytes, scratch_bytes, oneshot_max_bytes;
+  size_t slot_bytes, chunk_bytes, oneshot_max_bytes;
+  size_t scratch_bytes;       /* BUF_SCRATCH a call may use (the communicator's grows on demand
+                                 up to TUTTI_SCRATCH_MAX_BYTES); beyond it only with may_alloc */
   size_t peer_min_bytes;      /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
   size_t peer_read_min_bytes; /* the same for reading by copy (TUTTI_CMA_MIN_BYTES) */
   int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */

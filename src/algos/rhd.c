@@ -335,8 +335,8 @@ int rhd_log2(int nranks) {
  *   rhd all-reduce  (2k+2f) a + x (2(p2-1)/p2 + 2f) S/b
  *   rd all-reduce   (k+2f) a + x (k+2f) S/b
  *   all-gather / reduce-scatter (S = all n blocks, n a power of two)  k a + (n-1)/n S/b (x that
- *   for the reduce-scatter, which needs n/2 blocks of scratch: only while they fit the comm's
- *   scratch unless TUTTI_ALGO asks for it)
+ *   for the reduce-scatter, which needs n/2 blocks of scratch: only while they fit the scratch
+ *   a call may use, TUTTI_SCRATCH_MAX_BYTES, unless TUTTI_ALGO asks for it)
  *
  * Across hosts with m ranks each the steps of a host's ranks share its NIC (x m). rd across H
  * hosts folds each host into its leader over shm ((m-1) messages in and out, q = (m-1)/m) around

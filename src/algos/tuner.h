@@ -14,6 +14,13 @@ extern "C" {
 
 #define TUNER_ALL_ALGOS ((1u << ALGO_NUM) - 1)
 
+/* Default of TUTTI_SCRATCH_MAX_BYTES: how large a communicator's scratch may grow for the
+ * algorithms that keep blocks in it (rhd's reduce-scatter: half the input; Bruck: the whole
+ * input or output), so the tuner weighs them up to 1 GiB calls (2 GiB for rhd). The simulator
+ * assumes the same. Memory held until ncclCommDestroy; 0 keeps the scratch at its initial size
+ * (the chunk), where those algorithms run only when forced, in a temporary per call. */
+#define TUNER_SCRATCH_MAX_BYTES ((size_t)1 << 30)
+
 typedef struct tuner_choice {
   algo_t algo;
   size_t chunk_bytes;

@@ -143,6 +143,14 @@ int sim_run_rounds(const sim_cluster_t *c, const sched_args_t *a, algo_t algo, i
   if (re == 0 || sim_nranks(c) < 2) return 1;
   size_t rounds = a->count / re;
   int window = reach_rounds(c, a, esize);
+  /* first the fewest rounds that can show a period of one round (the usual case), then enough
+   * for every cycle up to ROUNDS_MAX_CYCLE, doubling */
+  size_t first = (size_t)window + 1 + 4;
+  if (first < rounds) {
+    memset(r, 0, sizeof *r);
+    int rc = try_rounds(c, a, algo, esize, rounds - first, re, window, max_steps, r);
+    if (rc != 1) return rc;
+  }
   for (size_t keep = (size_t)window + ROUNDS_MAX_CYCLE + 4; keep < rounds; keep *= 2) {
     keep += (rounds - keep) % 12; /* the rounds taken out: a multiple of every cycle tried */
     if (keep >= rounds) break;

@@ -41,10 +41,8 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
   m->msg_cpu_us = c->msg_cpu * 1e6;
   m->shm_msg_cpu_us = sim_intra_msg_cpu(c) * 1e6;
   m->piece_us = c->overhead * 1e6;
-  size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES, which also sizes the scratch */
+  size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES */
   int machine_nodes = c->machine_nodes < c->nodes ? c->machine_nodes : c->nodes;
-  /* the communicator's scratch, as init.c sizes it: the one-shot limit or the chunk */
-  size_t scratch = oneshot_max > comm_chunk_bytes(c) ? oneshot_max : comm_chunk_bytes(c);
   *t = (tuner_topo_t){.nranks = sim_nranks(c),
                       .nhosts = c->nodes,
                       .local_size = c->ppn,
@@ -59,8 +57,8 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .peer_read_min_bytes = 256 * 1024, /* TUTTI_CMA_MIN_BYTES */
                       .slot_bytes = sim_comm_slot(c),
                       .chunk_bytes = comm_chunk_bytes(c),
-                      .scratch_bytes = scratch,
-                      .oneshot_max_bytes = oneshot_max};
+                      .scratch_bytes = TUNER_SCRATCH_MAX_BYTES,
+                      .oneshot_max_bytes = oneshot_max}; /* scratch: init.c and plan.c */
 }
 
 int sim_choose(const sim_cluster_t *c, coll_t coll, int algo, size_t bytes, algo_t *chosen,

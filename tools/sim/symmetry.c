@@ -180,23 +180,55 @@ static int try_fast(builder_t *b, const sim_cluster_t *cl, const sched_args_t *a
   return 0;
 }
 
+/* Steps of the full simulation, estimated from 5 ranks spread over the communicator before
+ * building any other: *kept the non-empty steps (what the simulation holds), *built every step
+ * the builders make (a ring of 65,536 ranks on 2 elements builds 131,070 steps per rank to keep
+ * 2). Returns 0, or build_rank's code. */
+static int estimate_full(builder_t *b, const sched_args_t *a, algo_t algo, double *kept,
+                         double *built) {
+  int n = b->n, sample[5] = {0, n / 4, n / 2, 3 * n / 4, n - 1}, ns = 0;
+  double k = 0, all = 0;
+  for (int i = 0; i < 5; i++) {
+    if (i > 0 && sample[i] == sample[i - 1]) continue;
+    sim_lane_t *l = NULL;
+    int nl = 0, cap = 0, rc = build_rank(b, a, algo, sample[i], &l, &nl, &cap);
+    all += (double)b->col.n;
+    for (int j = 0; j < 2 * n && b->lanes; j++) all += (double)b->lanes[j].n;
+    for (int j = 0; j < nl; j++) k += (double)l[j].n;
+    sim_lanes_free(l, nl);
+    if (rc != 0) return rc;
+    ns++;
+  }
+  *kept = k / ns * n, *built = all / ns * n;
+  return 0;
+}
+
 static int build_full(builder_t *b, const sched_args_t *a, algo_t algo, size_t max_steps,
                       sim_lane_t **lanes, int *nlanes, char *msg, size_t msglen) {
   int cap = 0;
   size_t total = 0;
+  double kept, built;
+  int rc = estimate_full(b, a, algo, &kept, &built);
+  if (rc != 0) return rc;
+  /* refuse from the estimate, before building (a one-shot of 8,192 ranks: 6.7e7 steps); the
+   * count while building stays the limit where the sample was too low */
+  if (kept > (double)max_steps || built > 16.0 * (double)max_steps) {
+    snprintf(msg, msglen,
+             "the full simulation needs ~%.0f steps (limit %zu: --max-steps); no symmetry to "
+             "simulate fewer ranks",
+             kept, max_steps);
+    return -1;
+  }
   for (int r = 0; r < b->n; r++) {
-    int first = *nlanes, rc = build_rank(b, a, algo, r, lanes, nlanes, &cap);
+    int first = *nlanes;
+    rc = build_rank(b, a, algo, r, lanes, nlanes, &cap);
     if (rc != 0) return rc;
     for (int i = first; i < *nlanes; i++) total += (*lanes)[i].n;
-    /* after rank 0, extrapolate: give up early rather than after minutes of building (also
-     * counting the empty steps the builder makes and compact drops: a ring of 65,536 ranks on
-     * 2 elements builds 131,070 steps per rank to keep 2) */
-    if (total > max_steps || (r == 0 && (total * (size_t)b->n > 4 * max_steps ||
-                                         b->col.n * (size_t)b->n > 16 * max_steps))) {
+    if (total > max_steps) {
       snprintf(msg, msglen,
-               "the full simulation needs ~%zu steps (limit %zu: --max-steps); no symmetry to "
-               "simulate fewer ranks",
-               r == 0 ? total * (size_t)b->n : total, max_steps);
+               "the full simulation needs more than %zu steps (limit: --max-steps); no symmetry "
+               "to simulate fewer ranks",
+               max_steps);
       return -1;
     }
   }
