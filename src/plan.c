@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tls_cache.h"
+
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 TUTTI_PARAM(Direct, "DIRECT", 1)
 TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 256 * 1024)
@@ -39,6 +41,7 @@ void *plan_temp_alloc(size_t bytes) {
     void **p = realloc(temps, cap * sizeof(*p));
     if (!p) return NULL;
     temps = p, temps_cap = cap;
+    tls_cache_keep(&temps, &temps_cap);
   }
   void *p = malloc(bytes ? bytes : 1);
   if (p) temps[ntemps++] = p;
@@ -286,6 +289,8 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
       if (e) idx = e;
       if (!e) return TUTTI_ERR(ncclSystemError, "out of memory planning peer-memory calls");
       cap = c;
+      tls_cache_keep(&ctx, &cap), tls_cache_keep(&bytes, &cap);
+      tls_cache_keep(&ok, &cap), tls_cache_keep(&idx, &cap);
     }
     int nr = ops[i].args.nranks;
     const char **tables = plan_temp_alloc(2 * (size_t)nr * sizeof(char *));
@@ -408,6 +413,7 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
     int *grown = realloc(cached, n * sizeof(int));
     if (!grown) return TUTTI_ERR(ncclSystemError, "out of memory planning a group");
     cached = grown, cap = n;
+    tls_cache_keep(&cached, &cap);
   }
   int *c = cached, any_peer = 0; /* one thread-local access */
   for (size_t i = 0; i < n; i++) {
