@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "copy.h"
+#include "tls_cache.h"
 
 /* TUTTI_TIMEOUT is a communicator's, read at each init (comm->timeout_ms), not cached. */
 int64_t tutti_param_Timeout(void) {
@@ -396,6 +397,7 @@ ncclResult_t engine_exchange(const exchange_t *x, int nx) {
     if (o) ops = o;
     if (!s || !l || !o) return TUTTI_ERR(ncclSystemError, "out of memory for an exchange");
     cap = need, ocap = (size_t)nx;
+    tls_cache_keep(&steps, &cap), tls_cache_keep(&lanes, &cap), tls_cache_keep(&ops, &ocap);
   }
   for (int i = 0; i < nx; i++) {
     ncclComm_t comm = x[i].comm;

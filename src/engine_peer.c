@@ -32,11 +32,14 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "copy.h"
 #include "device.h"
 #include "engine.h"
 #include "memreg.h"
+#include "tls_cache.h"
+#include "tsan.h"
 
 #define PEER_SEQ_SHIFT 40
 #define PEER_PIECE_BYTES (64 * 1024) /* progress is published every piece */
@@ -58,9 +61,45 @@ static const transport_t *peer_transport(ncclComm_t comm, int rank) {
   return comm->send_conn[p].transport;
 }
 
-static volatile uint64_t *peer_word(ncclComm_t comm, int rank, int which) {
+/* A rank's word as seen here (NULL: none), and its key for the race detector (tsan.h). */
+typedef struct word_ref {
+  volatile uint64_t *w;
+  const void *key;
+} word_ref_t;
+
+static word_ref_t peer_word(ncclComm_t comm, int rank, int which) {
   const transport_t *t = peer_transport(comm, rank);
-  return t->mem_word ? t->mem_word(comm, rank, which) : NULL;
+  word_ref_t pw = {t->mem_word ? t->mem_word(comm, rank, which) : NULL, NULL};
+#ifdef TUTTI_TSAN
+  if (t->mem_word_key) pw.key = t->mem_word_key(comm, rank, which);
+#endif
+  return pw;
+}
+
+/* Publishes v: what this rank did before is visible to whoever reads v (word_read). */
+static void word_publish(word_ref_t pw, uint64_t v) {
+  if (!pw.w) return;
+  TUTTI_HB_RELEASE(pw.key);
+  __atomic_store_n(pw.w, v, __ATOMIC_RELEASE);
+}
+
+static uint64_t word_read(word_ref_t pw) {
+  uint64_t v = __atomic_load_n(pw.w, __ATOMIC_ACQUIRE);
+  TUTTI_HB_ACQUIRE(pw.key);
+  return v;
+}
+
+/* Test hook: rank TUTTI_TEST_PEER_DELAY_RANK sleeps TUTTI_TEST_PEER_DELAY_US before each peer step
+ * that reads other ranks' buffers, so that a test can hold one reader back while its peers
+ * finish (a rank must not return while a peer may still read its buffers: PEER_DONE). */
+TUTTI_PARAM(TestPeerDelayUs, "TEST_PEER_DELAY_US", 0)
+TUTTI_PARAM(TestPeerDelayRank, "TEST_PEER_DELAY_RANK", 0)
+
+static void test_delay(ncclComm_t comm) {
+  int64_t us = tutti_param_TestPeerDelayUs();
+  if (us <= 0 || comm->rank != tutti_param_TestPeerDelayRank()) return;
+  struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
 }
 
 static void *tls_buffer(size_t bytes) {
@@ -70,6 +109,7 @@ static void *tls_buffer(size_t bytes) {
     void *p = realloc(buf, bytes);
     if (!p) return NULL;
     buf = p, cap = bytes;
+    tls_cache_keep(&buf, &cap);
   }
   return buf;
 }
@@ -127,6 +167,27 @@ static ncclResult_t decide(const op_ctx_t *o, const agree_msg_t *all, int *ok) {
   return ncclSuccess;
 }
 
+/* The handshake orders what every rank wrote into its buffers before the call before the peers'
+ * reads; for the race detector (tsan.h) it releases this rank's progress key before the
+ * messages go (after = 0) and acquires every peer's after they came (after = 1). */
+static void handshake_hb(op_ctx_t *const *ops, int k, int after) {
+#ifdef TUTTI_TSAN
+  for (int i = 0; i < k; i++) {
+    ncclComm_t comm = ops[i]->comm;
+    for (int p = 0; p < comm->nranks; p++) {
+      if ((p == comm->rank) == after) continue;
+      word_ref_t pw = peer_word(comm, p, PEER_WORD_PROGRESS);
+      if (after)
+        TUTTI_HB_ACQUIRE(pw.key);
+      else
+        TUTTI_HB_RELEASE(pw.key);
+    }
+  }
+#else
+  (void)ops, (void)k, (void)after;
+#endif
+}
+
 /* Per call i: n messages (this rank's own at its index) and the exchange of call i. */
 ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], int *ok, int k) {
   size_t total = 0;
@@ -146,7 +207,9 @@ ncclResult_t engine_peer_agree(op_ctx_t *const *ops, const size_t (*bytes)[2], i
          coll_name(ops[i]->coll), (unsigned long long)ops[i]->seq);
     x[i] = (exchange_t){ops[i]->comm, mine, all[i], sizeof(agree_msg_t), ops[i]};
   }
+  handshake_hb(ops, k, 0);
   TUTTI_CHECK(engine_exchange(x, k));
+  handshake_hb(ops, k, 1);
   for (int i = 0; i < k; i++) TUTTI_CHECK(decide(ops[i], all[i], &ok[i]));
   return ncclSuccess;
 }
@@ -160,6 +223,7 @@ static char *tls_read_buffer(size_t bytes) {
     buf = NULL, cap = 0;
     if (posix_memalign((void **)&buf, 4096, bytes) != 0) return NULL;
     cap = bytes;
+    tls_cache_keep(&buf, &cap);
   }
   return buf;
 }
@@ -306,7 +370,7 @@ static int step_local_dev(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
 
 static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   ncclComm_t comm = l->comm;
-  volatile uint64_t *prog = peer_word(comm, comm->rank, PEER_WORD_PROGRESS);
+  word_ref_t prog = peer_word(comm, comm->rank, PEER_WORD_PROGRESS);
   size_t es = o->esize;
   size_t piece_bytes = o->dev         ? o->dev_scratch_bytes
                        : o->peer_read ? (size_t)tutti_param_CmaPieceBytes()
@@ -319,6 +383,7 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
     TUTTI_ERR(ncclSystemError, "rank %d: out of memory for peer reads", comm->rank);
     return -1;
   }
+  test_delay(comm);
   for (size_t at = 0; at < st->count; at += piece) {
     size_t len = TUTTI_MIN(piece, st->count - at);
     int bad = -1;
@@ -333,7 +398,7 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
     if ((st->flags & STEP_PUSH) &&
         (res = push_piece(o, st, at, len, dst + at * es, &bad)) != ncclSuccess)
       return access_failed(l, o, bad, res);
-    if (prog) __atomic_store_n(prog, seq | (at + len), __ATOMIC_RELEASE);
+    word_publish(prog, seq | (at + len));
   }
   *moved = 1;
   return 1;
@@ -343,14 +408,14 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
   int q = st->recv_peer;
   size_t es = o->esize, ready = st->count;
   if (st->flags & STEP_AFTER_PROGRESS) {
-    volatile uint64_t *prog = peer_word(l->comm, q, PEER_WORD_PROGRESS);
-    uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT,
-             avail = prog ? __atomic_load_n(prog, __ATOMIC_ACQUIRE) : 0;
+    word_ref_t prog = peer_word(l->comm, q, PEER_WORD_PROGRESS);
+    uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT, avail = prog.w ? word_read(prog) : 0;
     ready = avail < seq                               ? 0
             : avail >= seq + (1ull << PEER_SEQ_SHIFT) ? st->count
                                                       : (size_t)(avail - seq);
   }
   if (ready > l->pos) {
+    if (l->pos == 0) test_delay(l->comm);
     int b = st->src_buf == BUF_SEND ? 0 : 1;
     char *to = o->buf[st->dst_buf] + (st->dst_off + l->pos) * es;
     if (o->peer_read) {
@@ -381,14 +446,13 @@ static int step_done(lane_t *l, const op_ctx_t *o, int *moved) {
   ncclComm_t comm = l->comm;
   int n = comm->nranks, r = comm->rank;
   if (l->pos == 0) {
-    volatile uint64_t *done = peer_word(comm, r, PEER_WORD_DONE);
-    if (done) __atomic_store_n(done, o->peer_seq + 1, __ATOMIC_RELEASE);
+    word_publish(peer_word(comm, r, PEER_WORD_DONE), o->peer_seq + 1);
     l->pos = 1, *moved = 1;
   }
   while (l->pos < (size_t)n) {
     int k = tutti_mod(r + (int)l->pos, n);
-    volatile uint64_t *done = peer_word(comm, k, PEER_WORD_DONE);
-    if (done && __atomic_load_n(done, __ATOMIC_ACQUIRE) < o->peer_seq + 1) return block(l, k);
+    word_ref_t done = peer_word(comm, k, PEER_WORD_DONE);
+    if (done.w && word_read(done) < o->peer_seq + 1) return block(l, k);
     l->pos++;
   }
   return 1;

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tls_cache.h"
+
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 TUTTI_PARAM(Direct, "DIRECT", 1)
 TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 256 * 1024)
@@ -40,6 +42,7 @@ static int plan_temp_keep(void *p) {
     void **grown = realloc(temps, cap * sizeof(*grown));
     if (!grown) return -1;
     temps = grown, temps_cap = cap;
+    tls_cache_keep(&temps, &temps_cap);
   }
   temps[ntemps++] = p;
   return 0;
@@ -325,6 +328,8 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
       if (e) idx = e;
       if (!e) return TUTTI_ERR(ncclSystemError, "out of memory planning peer-memory calls");
       cap = c;
+      tls_cache_keep(&ctx, &cap), tls_cache_keep(&bytes, &cap);
+      tls_cache_keep(&ok, &cap), tls_cache_keep(&idx, &cap);
     }
     int nr = ops[i].args.nranks;
     const char **tables = plan_temp_alloc(2 * (size_t)nr * sizeof(char *));
@@ -470,6 +475,7 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
     int *grown = realloc(cached, n * sizeof(int));
     if (!grown) return TUTTI_ERR(ncclSystemError, "out of memory planning a group");
     cached = grown, cap = n;
+    tls_cache_keep(&cached, &cap);
   }
   int *c = cached, any_peer = 0; /* one thread-local access */
   for (size_t i = 0; i < n; i++) {

@@ -25,6 +25,7 @@ int sched_push(sched_t *s, step_t st) {
 }
 
 int sched_append(sched_t *s, const step_t *steps, size_t n) {
+  if (n == 0) return 0; /* an empty schedule (count 0) may have no steps array: no memcpy(NULL) */
   if (sched_reserve(s, s->n + n) != 0) return -1;
   memcpy(s->steps + s->n, steps, n * sizeof(*steps));
   s->n += n;

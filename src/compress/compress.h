@@ -39,6 +39,10 @@
 extern "C" {
 #endif
 
+/* Marks the tuttiCompressor* API (include/tutti.h) for export; unlike core.h's API (the nccl*
+ * names, weak as NCCL's), these are strong symbols: nothing else defines them. */
+#define COMPRESS_API __attribute__((visibility("default")))
+
 /* ---- wire header, 24 bytes, little-endian, in front of every message ---- */
 #define COMPRESS_MAGIC 0x31435454u /* "TTC1" */
 #define COMPRESS_HEADER_BYTES 24

@@ -5,8 +5,6 @@
 
 #include "compress/compressor.h"
 
-#define API __attribute__((visibility("default")))
-
 /* Counts above 2^32 - 1 do not fit the topk index; every kind keeps that limit. */
 #define COMPRESS_MAX_COUNT 0xffffffffull
 
@@ -27,9 +25,9 @@ static ncclResult_t check_config(const tuttiCompressorConfig_t *cfg) {
   return ncclSuccess;
 }
 
-API ncclResult_t tuttiCompressorCreate(tuttiCompressor_t *compressor,
-                                       const tuttiCompressorConfig_t *config, size_t count,
-                                       ncclDataType_t datatype) {
+COMPRESS_API ncclResult_t tuttiCompressorCreate(tuttiCompressor_t *compressor,
+                                                const tuttiCompressorConfig_t *config, size_t count,
+                                                ncclDataType_t datatype) {
   if (!compressor) return TUTTI_ERR(ncclInvalidArgument, "compressor is NULL");
   *compressor = NULL;
   if (!config) return TUTTI_ERR(ncclInvalidArgument, "config is NULL");
@@ -46,7 +44,7 @@ API ncclResult_t tuttiCompressorCreate(tuttiCompressor_t *compressor,
   return ncclSuccess;
 }
 
-API ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t c) {
+COMPRESS_API ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t c) {
   if (!c) return ncclSuccess;
   if (c->magic != COMPRESSOR_MAGIC)
     return TUTTI_ERR(ncclInvalidArgument, "compressor is not a live tuttiCompressor_t");
@@ -86,8 +84,8 @@ static ncclResult_t check_layout(tuttiCompressor_t c, int ntensors, const size_t
   return ncclSuccess;
 }
 
-API ncclResult_t tuttiCompressorSetLayout(tuttiCompressor_t c, int ntensors, const size_t *counts,
-                                          const size_t *rowLengths) {
+COMPRESS_API ncclResult_t tuttiCompressorSetLayout(tuttiCompressor_t c, int ntensors,
+                                                   const size_t *counts, const size_t *rowLengths) {
   TUTTI_CHECK(check_layout(c, ntensors, counts, rowLengths));
   size_t *cnt = malloc((size_t)ntensors * sizeof(size_t));
   size_t *row = malloc((size_t)ntensors * sizeof(size_t));
@@ -102,7 +100,7 @@ API ncclResult_t tuttiCompressorSetLayout(tuttiCompressor_t c, int ntensors, con
   return ncclSuccess;
 }
 
-API ncclResult_t tuttiCompressorBytesSent(tuttiCompressor_t c, uint64_t *bytes) {
+COMPRESS_API ncclResult_t tuttiCompressorBytesSent(tuttiCompressor_t c, uint64_t *bytes) {
   if (!c || c->magic != COMPRESSOR_MAGIC)
     return TUTTI_ERR(ncclInvalidArgument, "compressor is not a live tuttiCompressor_t");
   if (!bytes) return TUTTI_ERR(ncclInvalidArgument, "bytes is NULL");
@@ -165,10 +163,10 @@ ncclResult_t compress_flat_allreduce(struct tuttiCompressor *c, const float *x, 
   return res;
 }
 
-API ncclResult_t tuttiAllReduceCompressed(const void *sendbuff, void *recvbuff, size_t count,
-                                          ncclDataType_t datatype, ncclRedOp_t op,
-                                          tuttiCompressor_t c, ncclComm_t comm,
-                                          cudaStream_t stream) {
+COMPRESS_API ncclResult_t tuttiAllReduceCompressed(const void *sendbuff, void *recvbuff,
+                                                   size_t count, ncclDataType_t datatype,
+                                                   ncclRedOp_t op, tuttiCompressor_t c,
+                                                   ncclComm_t comm, cudaStream_t stream) {
   int rank, nranks;
   TUTTI_CHECK(check_call(sendbuff, recvbuff, count, datatype, op, c, stream));
   TUTTI_CHECK(ncclCommUserRank(comm, &rank));

@@ -6,8 +6,6 @@
 
 #include "compress/compress.h"
 
-#define API __attribute__((visibility("default")))
-
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the compressed wire formats are written with memcpy: little-endian hosts only"
 #endif
@@ -128,7 +126,7 @@ static ncclResult_t parse_arg(const char *kind, const char *arg, tuttiCompressor
   return ncclSuccess;
 }
 
-API ncclResult_t tuttiCompressorParse(const char *spec, tuttiCompressorConfig_t *config) {
+COMPRESS_API ncclResult_t tuttiCompressorParse(const char *spec, tuttiCompressorConfig_t *config) {
   if (!spec) return TUTTI_ERR(ncclInvalidArgument, "spec is NULL");
   if (!config) return TUTTI_ERR(ncclInvalidArgument, "config is NULL");
   char buf[64];
@@ -156,8 +154,8 @@ API ncclResult_t tuttiCompressorParse(const char *spec, tuttiCompressorConfig_t 
   return ncclSuccess;
 }
 
-API ncclResult_t tuttiCompressedWireBytes(const tuttiCompressorConfig_t *config, size_t count,
-                                          int nranks, size_t *bytes) {
+COMPRESS_API ncclResult_t tuttiCompressedWireBytes(const tuttiCompressorConfig_t *config,
+                                                   size_t count, int nranks, size_t *bytes) {
   if (!config) return TUTTI_ERR(ncclInvalidArgument, "config is NULL");
   if (!bytes) return TUTTI_ERR(ncclInvalidArgument, "bytes is NULL");
   if (nranks < 1) return TUTTI_ERR(ncclInvalidArgument, "nranks %d is below 1", nranks);

@@ -354,8 +354,10 @@ static void ib_mark_failed(struct ncclComm *comm) {
                     : comm->abort_flag    ? "ncclCommAbort was called"
                                           : "its communicator failed during init";
   ib_board_t *src = &st->board_src[comm->rank];
-  snprintf(src->reason, sizeof(src->reason), "rank %d on host %s aborted: %.400s", comm->rank,
-           ib_host_of(st, comm->rank), why);
+  int len = snprintf(src->reason, sizeof(src->reason), "rank %d on host %s aborted: %s", comm->rank,
+                     ib_host_of(st, comm->rank), why);
+  if (len >= (int)sizeof(src->reason)) /* the board entry is fixed: say the reason was cut */
+    memcpy(src->reason + sizeof(src->reason) - 4, "...", 4);
   src->failed = 1;
   for (int p = 0; p < comm->nranks; p++) {
     ib_conn_t *c = st->send[p];

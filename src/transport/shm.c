@@ -542,6 +542,17 @@ static volatile uint64_t *shm_mem_word(struct ncclComm *comm, int rank, int whic
   return which == PEER_WORD_PROGRESS ? &h->peer_progress : &h->peer_done;
 }
 
+/* The word's address in its owner's mapping: the same number for every rank of this process. */
+static const void *shm_mem_word_key(struct ncclComm *comm, int rank, int which) {
+  shm_state_t *st = comm->shm;
+  size_t off = which == PEER_WORD_PROGRESS ? offsetof(shm_header_t, peer_progress)
+                                           : offsetof(shm_header_t, peer_done);
+  if (!st || !st->seg) return NULL;
+  if (rank == comm->rank) return st->seg + off;
+  if (comm->peers[rank].pid != (int)getpid() || !st->peer_seg_addr[rank]) return NULL;
+  return (const char *)(uintptr_t)st->peer_seg_addr[rank] + off;
+}
+
 static void shm_close(struct ncclComm *comm) {
   shm_state_t *st = comm->shm;
   shm_remove_stale(); /* what a peer killed before it could unlink its segment left */
@@ -579,6 +590,7 @@ const transport_t shm_transport = {
     .mem_expose = shm_mem_expose,
     .mem_map = shm_mem_map,
     .mem_word = shm_mem_word,
+    .mem_word_key = shm_mem_word_key,
     .mem_read = shm_mem_read,
     .mem_write = shm_mem_write,
 };

@@ -36,6 +36,10 @@
  *                                    address here, NULL when it cannot be mapped
  *   mem_word(comm, rank, which)   -> PEER_WORD_PROGRESS / PEER_WORD_DONE of `rank` (this rank or
  *                                    a peer of this transport) as seen here; NULL if none
+ *   mem_word_key(comm, rank, which) -> the same word's address in its owner's own mapping when
+ *                                    the owner is this process (ranks as threads), else NULL: a
+ *                                    name every rank of the process gives the word alike, for
+ *                                    the race detector's annotations (tsan.h); never accessed
  * A second flavour, for memory peers cannot map (heap): the peer reads it by copy.
  *   mem_read(comm, peer, &h, off, dst, n) -> copies n bytes at offset off of the buffer `peer`
  *                                    exposed as h into dst here, in one step of the kernel (shm:
@@ -110,6 +114,7 @@ typedef struct transport {
   ncclResult_t (*mem_map)(struct ncclComm *comm, int peer, const peer_handle_t *h,
                           const char **addr);
   volatile uint64_t *(*mem_word)(struct ncclComm *comm, int rank, int which);
+  const void *(*mem_word_key)(struct ncclComm *comm, int rank, int which);
   ncclResult_t (*mem_read)(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
                            void *dst, size_t bytes);
   ncclResult_t (*mem_write)(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
