@@ -17,9 +17,10 @@
 #              sum (perftest's src/write_bw.c: xchg_bw_reports, then print_full_bw_report with
 #              the remote report, which "will sum the server and client results" as
 #              src/perftest_resources.h says). So the per-direction figure here is that sum / 2
-#              (the mean of the two directions); --report-both prints each side's own figure
-#              too, shown per round as the two directions. Iteration mode (duration mode -D
-#              prints 0 for --bidir on rxe). PT_SIZE is 1 MiB, not 64 MiB (20 writes of 64 MiB
+#              (the mean of the two directions). Iteration mode (duration mode -D prints 0
+#              for --bidir on rxe). -u 18: the ack timeout tutti's QPs use (TUTTI_IB_TIMEOUT,
+#              4.096 us x 2^18 = 1.07 s), where perftest's default (14: 67 ms) has rxe
+#              retransmitting whenever the loaded, emulated guest acks late. PT_SIZE is 1 MiB, not 64 MiB (20 writes of 64 MiB
 #              take minutes on Soft-RoCE); rxe cuts every message into MTU packets, so the rate
 #              does not depend on it beyond a few hundred KiB. The guest's kernel calibrates
 #              its TSC against the HPET, so the cycle counts perftest takes convert to time.
@@ -76,6 +77,8 @@ bytes=$(numfmt --from=iec "$size")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 port=18515
+log="$build/ib_compare-perftest.log"
+: >"$log"
 
 # stdin: numbers (nan lines ignored); prints "median min max", or "nan nan nan"
 stats() {
@@ -87,11 +90,11 @@ stats() {
 
 # One ib_write_bw run, rxe1 (client) -> rxe0 (server), on a port of its own so that a server
 # left over from a failed try cannot take the client. Prints the BW averages (Gb/s) of the
-# result lines (#bytes #iterations BW-peak BW-average MsgRate): one way one figure; --bidir
-# the sum, then with --report-both the client's and the server's own. Fails on no result or 0.
+# result line (#bytes #iterations BW-peak BW-average MsgRate); --bidir: the sum of both
+# directions. Fails on no result or 0.
 perftest_once() {
   port=$((port + 1))
-  local -a args=(-F --report_gbits -x 1 -p "$port" -s "$pt_size" -n "$pt_iters" "$@")
+  local -a args=(-F --report_gbits -x 1 -u 18 -p "$port" -s "$pt_size" -n "$pt_iters" "$@")
   timeout 300 ib_write_bw -d rxe0 "${args[@]}" >"$tmp/srv" 2>&1 &
   local srv=$! try rc=0
   for try in $(seq 120); do # the server listens once its device is open
@@ -101,7 +104,12 @@ perftest_once() {
   timeout 300 ib_write_bw -d rxe1 "${args[@]}" 127.0.0.1 >"$tmp/cli" 2>&1 || rc=$?
   [[ $rc == 0 ]] || kill "$srv" 2>/dev/null || true
   wait "$srv" 2>/dev/null || true
-  [[ $rc == 0 ]] || { echo "ib_write_bw $* exited $rc: $(tail -2 "$tmp/cli" | tr '\n' ' ')" >&2; return 1; }
+  if [[ $rc != 0 ]]; then # the whole output of both ends goes to the log (build folder)
+    echo "ib_write_bw $* exited $rc (client and server output in $log)" >&2
+    { echo "==== $(date +%T) ib_write_bw $* exited $rc; client:"; cat "$tmp/cli"
+      echo "==== server:"; cat "$tmp/srv"; } >>"$log"
+    return 1
+  fi
   awk -v s="$pt_size" '$1 == s && NF >= 5 {if ($4 <= 0) bad = 1; printf "%s ", $4; n++}
     END {print ""; exit (n == 0 || bad)}' "$tmp/cli" >"$tmp/pt" ||
     { echo "ib_write_bw $* gave no figure or 0: $(grep -E "^ *$pt_size " "$tmp/cli" | tr -s ' ')" >&2; return 1; }
@@ -123,10 +131,9 @@ perftest_retry() {
   echo nan
 }
 gbits_to_mbps() { awk -v g="$1" -v d="$2" 'BEGIN {if (g == "nan" || g == "") print "nan"; else printf "%.3f\n", g * 1e9 / 8 / d / 1e6}'; }
-perftest_bidir_mbps() { # MB/s (1e6 bytes) per direction: the sum / 2; each side's own in $tmp/dirs
+perftest_bidir_mbps() { # MB/s (1e6 bytes) per direction: the sum / 2
   local -a f
-  read -r -a f <<<"$(perftest_retry bidir --bidir --report-both)"
-  echo "$(gbits_to_mbps "${f[1]:-nan}" 1) $(gbits_to_mbps "${f[2]:-nan}" 1)" >>"$tmp/dirs"
+  read -r -a f <<<"$(perftest_retry bidir --bidir)"
   gbits_to_mbps "${f[0]}" 2
 }
 perftest_uni_mbps() {
@@ -164,11 +171,11 @@ done
 [[ -s $tmp/err ]] && grep -iE "warn|error" "$tmp/err" | head -5
 
 echo "rounds: MB/s (1e6 bytes) per direction; tutti at $size, perftest $pt_iters x $pt_size bytes"
-echo "| round | ib_write_bw --bidir (the two directions) | ib_write_bw one way | tutti ib all-reduce" \
+echo "| round | ib_write_bw --bidir | ib_write_bw one way | tutti ib all-reduce" \
   "| tutti ib send/recv both ways | tutti ib send one way | tutti tcp all-reduce | tutti tcp send/recv |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-paste -d ' ' "$tmp"/{perftest,dirs,perftest_uni,ib_ar,ib_sr,ib_p2p,tcp_ar,tcp_sr} |
-  awk '{printf "| %d | %s (%s, %s) | %s | %s | %s | %s | %s | %s |\n", NR, $1, $2, $3, $4, $5, $6, $7, $8, $9}'
+paste -d ' ' "$tmp"/{perftest,perftest_uni,ib_ar,ib_sr,ib_p2p,tcp_ar,tcp_sr} |
+  awk '{printf "| %d | %s | %s | %s | %s | %s | %s | %s |\n", NR, $1, $2, $3, $4, $5, $6, $7}'
 declare -A med lo hi
 for c in $cols; do
   read -r "med[$c]" "lo[$c]" "hi[$c]" <<<"$(stats <"$tmp/$c")"
