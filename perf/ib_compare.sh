@@ -161,9 +161,8 @@ for r in $(seq "$reps"); do
     "${w[@]:0:${#w[@]}-1}" >>"$tmp/${w[-1]}"
     echo "  $(date +%T) round $r ${w[-1]}: $(tail -1 "$tmp/${w[-1]}") MB/s" >&2
   done
-  # the ratios of this round
-  paste -d ' ' <(tail -1 "$tmp/ib_ar") <(tail -1 "$tmp/ib_sr") <(tail -1 "$tmp/ib_p2p") \
-    <(tail -1 "$tmp/perftest") <(tail -1 "$tmp/perftest_uni") |
+  # the ratios of this round (no process substitution: the guest has no /dev/fd)
+  for c in ib_ar ib_sr ib_p2p perftest perftest_uni; do tail -1 "$tmp/$c"; done | paste -sd ' ' |
     awk 'function q(a, b) { return (a == "nan" || b == "nan" || b + 0 <= 0) ? "nan" : a / b }
       {print q($1, $4), q($3, $5), q($2, $4), q($1, $5), q($2, $5)}' \
     >>"$tmp/ratios"
