@@ -263,6 +263,41 @@ TEST(IbZeroCopy, SendFromNcclMemAllocIsRegisteredOnceAndExact) {
       opt, "zero-copy send from ncclMemAlloc memory");
 }
 
+// ---------------------------------------------------------------- all-reduces until one fails
+
+// How a rank's loop of all-reduces ended: the first error (code and ncclGetLastError) and when
+// it came; code ncclSuccess when the loop ended otherwise (a wrong value or no error in 100000
+// calls: ctx.fail said which).
+struct LoopOutcome {
+  ncclResult_t code = ncclSuccess;
+  std::string message;
+  double failed_at = 0;  // th::now_s()
+};
+
+// Every rank contributes 1 + rank to 1 MiB of fp32 all-reduces until one call fails, counting
+// the calls that succeeded (the test's driver waits on the counts before it breaks something).
+// Every result is the exact sum (small integers in fp32).
+LoopOutcome all_reduce_until_error(RankCtx &ctx, std::atomic<int> *iterations) {
+  LoopOutcome out;
+  std::vector<float> in(1 << 18, 1.0f + ctx.rank), result(1 << 18);
+  const float want = ctx.nranks * (ctx.nranks + 1) / 2.0f;
+  for (int it = 0; it < 100000; it++) {
+    ncclResult_t rc =
+        ncclAllReduce(in.data(), result.data(), in.size(), ncclFloat32, ncclSum, ctx.comm, nullptr);
+    if (rc != ncclSuccess) {
+      out.failed_at = th::now_s();
+      out.code = rc;
+      out.message = ncclGetLastError(ctx.comm);
+      return out;
+    }
+    const float got = result[it % result.size()];
+    RCHECK_RET(ctx, got == want, out, "iteration %d: %g, expected %g", it, got, want);
+    (*iterations)++;
+  }
+  ctx.fail("the all-reduces never failed");
+  return out;
+}
+
 // ---------------------------------------------------------------- a rank is killed
 
 struct KillReport {
@@ -287,19 +322,9 @@ TEST(IbFailure, KilledRankIsNamedByTheOthers) {
   th::RunResult res = th::run_ranks(
       Mode::kProcs, 3,
       [&](RankCtx &ctx) {
-        std::vector<float> in(1 << 18, 1.0f + ctx.rank), out(1 << 18);
-        for (int it = 0; it < 100000; it++) {
-          ncclResult_t rc = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum,
-                                          ctx.comm, nullptr);
-          if (rc != ncclSuccess) {
-            rep->code[ctx.rank] = rc;
-            snprintf(rep->message[ctx.rank], 512, "%s", ncclGetLastError(ctx.comm));
-            return;
-          }
-          RCHECK(ctx, out[it % out.size()] == 6.0f, "iteration %d: %g", it, out[it % out.size()]);
-          rep->iterations[ctx.rank]++;
-        }
-        ctx.fail("the all-reduces never failed");
+        const LoopOutcome out = all_reduce_until_error(ctx, &rep->iterations[ctx.rank]);
+        rep->code[ctx.rank] = out.code;
+        snprintf(rep->message[ctx.rank], sizeof rep->message[0], "%s", out.message.c_str());
       },
       opt);
   ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
@@ -342,7 +367,10 @@ struct SilentReport {
 // names both ranks, the host, both devices and the verbs status: the retry counter runs out
 // on a write in flight, or on the probe a waiting end sends after TUTTI_IB_PROBE_MS of quiet
 // (or, on the rank whose own device lost its link, rxe fails the send locally).
-// rxe takes retry count 7 to mean forever, so the test sets 2 (and 16.8 ms per try).
+// rxe takes retry count 7 to mean forever, so the test sets 2: with TUTTI_IB_TIMEOUT's default
+// (1.07 s per try) a silent link ends in about 3 s. A shorter ack timeout fails the loop before
+// the link goes down on a loaded host: the emulated guest then acks late, rxe retransmits in
+// the middle of a write, and rank 1 once got "remote invalid request" on its first all-reduce.
 TEST(IbFailure, SilentLinkIsRetryExceededOnEveryRank) {
   ASSERT_EQ(system("ip link show veth1 >/dev/null 2>&1"), 0)
       << "needs the rxe-vm guest's veth pair (scripts/rxe-vm.sh --devices 2)";
@@ -350,7 +378,6 @@ TEST(IbFailure, SilentLinkIsRetryExceededOnEveryRank) {
   th::Options opt = ib_options();
   const int timeout_s = 30;
   opt.env.push_back({"TUTTI_TIMEOUT", std::to_string(timeout_s)});
-  opt.env.push_back({"TUTTI_IB_TIMEOUT", "12"});  // 4.096 us x 2^12 = 16.8 ms per try
   opt.env.push_back({"TUTTI_IB_RETRY_CNT", "2"});
   opt.env.push_back({"TUTTI_IB_HCA", "rxe"});
   opt.while_running = [&](const std::vector<pid_t> &) {
@@ -362,27 +389,16 @@ TEST(IbFailure, SilentLinkIsRetryExceededOnEveryRank) {
   th::RunResult res = th::run_ranks(
       Mode::kProcs, 2,
       [&](RankCtx &ctx) {
-        std::vector<float> in(1 << 18, 1.0f + ctx.rank), out(1 << 18);
-        for (int it = 0; it < 100000; it++) {
-          ncclResult_t rc = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum,
-                                          ctx.comm, nullptr);
-          if (rc != ncclSuccess) {
-            rep->failed_at[ctx.rank] = th::now_s();
-            rep->code[ctx.rank] = rc;
-            snprintf(rep->message[ctx.rank], sizeof rep->message[0], "%s",
-                     ncclGetLastError(ctx.comm));
-            // stay alive until the other rank failed too: a process that exits is another
-            // fault (on one host the engine names it as dead before any verbs error)
-            rep->failed[ctx.rank] = 1;
-            for (double until = th::now_s() + 60;
-                 !rep->failed[1 - ctx.rank] && th::now_s() < until;)
-              usleep(1000);
-            return;
-          }
-          RCHECK(ctx, out[it % out.size()] == 3.0f, "iteration %d: %g", it, out[it % out.size()]);
-          rep->iterations[ctx.rank]++;
-        }
-        ctx.fail("the all-reduces never failed");
+        const LoopOutcome out = all_reduce_until_error(ctx, &rep->iterations[ctx.rank]);
+        if (out.code == ncclSuccess) return;
+        rep->failed_at[ctx.rank] = out.failed_at;
+        rep->code[ctx.rank] = out.code;
+        snprintf(rep->message[ctx.rank], sizeof rep->message[0], "%s", out.message.c_str());
+        // stay alive until the other rank failed too: a process that exits is another fault
+        // (on one host the engine names it as dead before any verbs error)
+        rep->failed[ctx.rank] = 1;
+        for (double until = th::now_s() + 60; !rep->failed[1 - ctx.rank] && th::now_s() < until;)
+          usleep(1000);
       },
       opt);
   EXPECT_TRUE(set_veth1(true)) << "veth1 / rxe1 did not come back";
