@@ -42,7 +42,8 @@ static void list_algos(void) {
     printf("%-8s %s\n         collectives:", d->name, d->summary);
     for (int c = 0; c < COLL_NUM; c++)
       if (d->build[c]) printf(" %s", coll_name((coll_t)c));
-    printf("%s\n", d->needs & ALGO_PEER_STEPS ? " (needs peer memory)" : "");
+    printf("%s%s\n", d->needs & ALGO_PEER_STEPS ? " (needs peer memory)" : "",
+           d->needs & ALGO_LOSSY ? " (compressed: tuttiAllReduceCompressed only)" : "");
   }
   exit(0);
 }

@@ -15,10 +15,7 @@
  *   y = P Q^T                  (rows x cols, the segment's first count elements)
  *   e_k = M_k - y / R          so sum_k e_k = sum_k M_k - y: nothing is lost, only delayed
  * Q is kept for the next step (warm start); the first Q is pseudo-random from a fixed seed, the
- * same on every rank. The first warmupSteps calls are exact all-reduces (no residual); each
- * also runs the power iteration above on the exact sum, locally (every rank has the same sum,
- * so the same Q), so that the first compressed step starts from Q warm on the gradients of the
- * steps before it, as every later step does, instead of from the random one.
+ * same on every rank. The first warmupSteps calls are exact all-reduces (no residual).
  * Bytes per rank: the ring all-reduces of sum(rows r) + exact and sum(cols r) floats, against
  * count floats.
  */
@@ -154,40 +151,18 @@ static void psgd_second_half(struct tuttiCompressor *c, float *y) {
   }
 }
 
-/* A dense warm-up step's power iteration on the exact sum y, the same on every rank (y is):
- * Q = orthonormalize(Q), P = orthonormalize(y Q), Q = y^T P, without communication. */
-static void psgd_track(struct tuttiCompressor *c, const float *y) {
-  size_t r = (size_t)c->cfg.powerSgdRank;
-  for (int i = 0; i < c->nseg; i++) {
-    const compress_psgd_seg_t *s = &c->seg[i];
-    if (!s->compressed) continue;
-    float *m = c->work + s->work_off, *p = c->p + s->p_off, *q = c->q + s->q_off;
-    memcpy(m, y + s->off, s->count * sizeof(float));
-    orthonormalize(q, s->cols, r);
-    mat_times(m, s->rows, s->cols, q, r, p);
-    orthonormalize(p, s->rows, r);
-    mat_t_times(m, s->rows, s->cols, p, r, q);
-  }
-}
-
-/* A dense warm-up step: the exact sum, and Q follows it. */
-static ncclResult_t psgd_dense(struct tuttiCompressor *c, const float *x, float *y, float scale,
-                               ncclComm_t comm) {
-  size_t n = c->count;
-  float *m = c->residual; /* zero before and after the warm-up */
-  for (size_t i = 0; i < n; i++) m[i] = scale * x[i];
-  c->sent += compress_ring_allreduce_bytes(n, c->nranks);
-  ncclResult_t res = ncclAllReduce(m, y, n, ncclFloat, ncclSum, comm, NULL);
-  memset(m, 0, n * sizeof(float));
-  if (res == ncclSuccess) psgd_track(c, y);
-  return res;
-}
-
 ncclResult_t compress_powersgd_allreduce(struct tuttiCompressor *c, const float *x, float *y,
                                          float scale, int rank, ncclComm_t comm) {
   (void)rank;
-  size_t r = (size_t)c->cfg.powerSgdRank;
-  if (c->step < (uint32_t)c->cfg.warmupSteps) return psgd_dense(c, x, y, scale, comm);
+  size_t n = c->count, r = (size_t)c->cfg.powerSgdRank;
+  if (c->step < (uint32_t)c->cfg.warmupSteps) { /* dense warm-up */
+    float *m = c->residual;                     /* zero before and after the warm-up */
+    for (size_t i = 0; i < n; i++) m[i] = scale * x[i];
+    c->sent += compress_ring_allreduce_bytes(n, c->nranks);
+    ncclResult_t res = ncclAllReduce(m, y, n, ncclFloat, ncclSum, comm, NULL);
+    memset(m, 0, n * sizeof(float));
+    return res;
+  }
   size_t first = c->p_total + c->exact_count;
   psgd_first_half(c, x, scale);
   if (first) TUTTI_CHECK(ncclAllReduce(c->p, c->p, first, ncclFloat, ncclSum, comm, NULL));
