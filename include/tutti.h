@@ -350,14 +350,16 @@ typedef struct {
   int powerSgdRank;   /* powersgd: rank r of the factors, >= 1 */
   int warmupSteps;    /* powersgd: dense (exact) all-reduces before compression starts; topk:
                        * calls over which the fraction sent falls from all to topkFraction */
-  int hierarchical;   /* 1: exact inside a host, compressed only between hosts' leaders */
+  int hierarchical;   /* 0: compressed among all ranks; 1: exact inside a host, compressed
+                       * only between hosts' leaders; 2: the tuner chooses at the first call
+                       * (registry entries cblock/ctopk/cpsgd against chier, by cost) */
 } tuttiCompressorConfig_t;
 
 typedef struct tuttiCompressor *tuttiCompressor_t;
 
 /* Parses "none", "bf16", "fp16", "int8", "topk:0.01", "powersgd:2" (an optional ",hier" suffix
- * sets hierarchical) into a config with the other fields at their defaults (warmupSteps: 10 for
- * powersgd, 0 for topk). */
+ * sets hierarchical to 1, ",auto" to 2) into a config with the other fields at their defaults
+ * (warmupSteps: 10 for powersgd, 0 for topk). */
 ncclResult_t tuttiCompressorParse(const char *spec, tuttiCompressorConfig_t *config);
 ncclResult_t tuttiCompressorCreate(tuttiCompressor_t *compressor,
                                    const tuttiCompressorConfig_t *config, size_t count,

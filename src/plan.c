@@ -91,7 +91,7 @@ static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
   return tutti_log_enabled(LOG_INFO, SUB_TUNING) && seen_first(&seen, comm, c, bytes);
 }
 
-static tuner_topo_t plan_topo(ncclComm_t comm) {
+tuner_topo_t plan_topo(ncclComm_t comm) {
   return (tuner_topo_t){
       .nranks = comm->nranks,
       .nhosts = comm->nhosts,

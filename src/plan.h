@@ -34,6 +34,8 @@ ncclResult_t plan_group(pending_t *ops, size_t n);
  * address tables): released once the group's engine run is over. */
 void *plan_temp_alloc(size_t bytes);
 void plan_release(void);
+/* What the tuner knows of comm (the same on every rank); compress NULL: an exact call. */
+tuner_topo_t plan_topo(ncclComm_t comm);
 /* Frees the communicator's plan cache. */
 void plan_free(ncclComm_t comm);
 

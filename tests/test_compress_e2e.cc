@@ -368,6 +368,58 @@ TEST(CompressE2E, HierarchicalCompressesOnlyBetweenHosts) {
   }
 }
 
+// ",auto": the tuner prices the compressed registry entries for the communicator at the first
+// call (src/algos/compressed.c). One host: chier (exact reduce + broadcast in the host, nothing
+// compressed: 2 (L - 1) buffers through shared memory cost less than the codec's passes), so
+// the result is the fp32 sum of the two scaled inputs and the compressor sent nothing. Two hosts
+// of one rank: flat and chier price the same exchange, the tie goes to the earlier entry
+// (cblock): int8's wire bytes, int8's bound.
+TEST(CompressE2E, AutoTakesTheTunersChoice) {
+  const int R = 2;
+  const size_t count = 3001;
+  for (bool two_hosts : {false, true}) {
+    SCOPED_TRACE(two_hosts ? "2 hosts" : "1 host");
+    Shared sh(count, R);
+    th::Options opt;
+    if (two_hosts)
+      opt.before_init = [](int rank) { setenv("TUTTI_HOSTID", rank ? "hostB" : "hostA", 1); };
+    th::run_ranks_ok(
+        Mode::kProcs, R,
+        [&](RankCtx &ctx) {
+          tuttiCompressorConfig_t cfg;
+          tuttiCompressor_t c = nullptr;
+          NCCL_OK(ctx, tuttiCompressorParse("int8,auto", &cfg));
+          NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, count, ncclFloat));
+          std::vector<float> x(count);
+          for (size_t i = 0; i < count; i++) x[i] = input(i, ctx.rank);
+          NCCL_OK(ctx, tuttiAllReduceCompressed(x.data(), sh.of(ctx.rank), count, ncclFloat,
+                                                ncclAvg, c, ctx.comm, nullptr));
+          NCCL_OK(ctx, tuttiCompressorBytesSent(c, &sh.sent[ctx.rank]));
+          NCCL_OK(ctx, tuttiCompressorDestroy(c));
+        },
+        opt);
+    expect_same_on_every_rank(sh, "int8,auto");
+    tuttiCompressorConfig_t cfg;
+    size_t wire = 0;
+    ASSERT_EQ(tuttiCompressorParse("int8", &cfg), ncclSuccess);
+    ASSERT_EQ(tuttiCompressedWireBytes(&cfg, count, 2, &wire), ncclSuccess);
+    for (int r = 0; r < R; r++) EXPECT_EQ(sh.sent[r], two_hosts ? wire : 0u) << r;
+    for (size_t i = 0; i < count; i++) {
+      float x0 = 0.5f * input(i, 0), x1 = 0.5f * input(i, 1);
+      if (!two_hosts) {  // one fp32 addition of the scaled inputs (x 0.5 is exact)
+        ASSERT_EQ(sh.y[i], x0 + x1) << i;
+        continue;
+      }
+      // int8: < 2.01 R B / 254, B the largest |x_r| / R in i's scale block (256 elements of
+      // a rank's block, which need not start at a multiple of 256: every j within 255 of i)
+      double B = 0;
+      for (size_t j = i < 255 ? 0 : i - 255; j < std::min(count, i + 256); j++)
+        for (int r = 0; r < R; r++) B = std::max(B, std::fabs((double)input(j, r)) / R);
+      ASSERT_LE(std::fabs(sh.y[i] - ((double)x0 + x1)), 2.01 * R * B / 254) << i;
+    }
+  }
+}
+
 TEST(CompressE2E, AnotherKindsMessageIsAnErrorNamingTheSender) {
   // bf16 and fp16 messages have the same size, so the all-to-all delivers them; rank 1's header
   // says fp16, and every rank must fail naming rank 1 (rank 1 itself names rank 0), in one

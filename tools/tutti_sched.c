@@ -15,11 +15,15 @@
 
 #include "algos/schedule.h"
 #include "algos/tuner.h"
+#include "compress/compress.h"
 
 typedef struct opts {
   const char *coll, *algo;
   int nranks, rank, hosts, root, in_place;
   size_t count, chunk;
+  int compressed;               /* --compress: the call carries this compressor */
+  tuttiCompressorConfig_t ccfg; /* (the compressed entries apply, no exact one) */
+  tuner_compress_t view;        /* what the entries see of it (compress_tuner_view) */
 } opts_t;
 
 static void usage(const char *why) {
@@ -27,7 +31,9 @@ static void usage(const char *why) {
   fprintf(
       stderr,
       "usage: tutti-sched --coll C --nranks N --count K [--algo A|auto] [--rank R] [--hosts H]\n"
-      "                   [--root R] [--chunk ELEMS] [--in-place]\n"
+      "                   [--root R] [--chunk ELEMS] [--in-place] [--compress SPEC]\n"
+      "  --compress SPEC: an all-reduce of --count floats with a compressor (int8, topk:0.01,\n"
+      "     powersgd:2, ,hier / ,auto): the compressed entries' wire traffic in fp32 units\n"
       "  C: all_reduce broadcast reduce all_gather reduce_scatter alltoall gather scatter\n"
       "     (nccl-tests' names; allreduce, AllReduce, ncclAllReduce work too)\n"
       "  A: a registered algorithm's name (--list), or auto\n"
@@ -42,7 +48,8 @@ static void list_algos(void) {
     printf("%-8s %s\n         collectives:", d->name, d->summary);
     for (int c = 0; c < COLL_NUM; c++)
       if (d->build[c]) printf(" %s", coll_name((coll_t)c));
-    printf("%s\n", d->needs & ALGO_PEER_STEPS ? " (needs peer memory)" : "");
+    printf("%s%s\n", d->needs & ALGO_PEER_STEPS ? " (needs peer memory)" : "",
+           d->needs & ALGO_LOSSY ? " (compressed: tuttiAllReduceCompressed only)" : "");
   }
   exit(0);
 }
@@ -69,7 +76,8 @@ static opts_t parse(int argc, char **argv) {
     OPT_CHUNK,
     OPT_INPLACE,
     OPT_VERSION,
-    OPT_LIST
+    OPT_LIST,
+    OPT_COMPRESS
   };
   static const struct option lo[] = {{"coll", required_argument, NULL, OPT_COLL},
                                      {"algo", required_argument, NULL, OPT_ALGO},
@@ -83,6 +91,7 @@ static opts_t parse(int argc, char **argv) {
                                      {"help", no_argument, NULL, 'h'},
                                      {"version", no_argument, NULL, OPT_VERSION},
                                      {"list", no_argument, NULL, OPT_LIST},
+                                     {"compress", required_argument, NULL, OPT_COMPRESS},
                                      {NULL, 0, NULL, 0}};
   opts_t o = {.coll = NULL, .algo = "auto", .rank = -1, .hosts = 1, .chunk = 32768};
   int c;
@@ -122,6 +131,11 @@ static opts_t parse(int argc, char **argv) {
       case OPT_LIST:
         list_algos();
         break;
+      case OPT_COMPRESS:
+        if (tuttiCompressorParse(v, &o.ccfg) != ncclSuccess || o.ccfg.kind == tuttiCompressNone)
+          usage("--compress takes bf16, fp16, int8, topk:F or powersgd:R (,hier or ,auto)");
+        o.compressed = 1;
+        break;
       case 'h':
         usage(NULL);
         break;
@@ -153,7 +167,8 @@ static algo_t auto_algo(const opts_t *o, coll_t c, const int *host) {
                     .slot_bytes = 131072,
                     .chunk_bytes = o->chunk * 4,
                     .scratch_bytes = TUNER_SCRATCH_MAX_BYTES,
-                    .oneshot_max_bytes = 16384};
+                    .oneshot_max_bytes = 16384,
+                    .compress = o->compressed ? &o->view : NULL};
   return tuner_choose(&m, &t, c, bytes, TUNER_ALL_ALGOS, 0).algo;
 }
 
@@ -167,10 +182,12 @@ static int print_rank(const opts_t *o, int c, int algo, int r, const int *host, 
                       sched_t *lanes) {
   int n = o->nranks;
   sched_args_t a = {(coll_t)c, r, n, o->root, o->count, o->chunk, o->in_place};
+  a.compress = o->compressed ? &o->view : NULL;
   int rc = sched_build((algo_t)algo, &a, host, col, lanes);
   if (rc == -2)
-    fprintf(stderr, "tutti-sched: algorithm %s does not implement %s for %d ranks\n",
-            algo_name((algo_t)algo), coll_name((coll_t)c), n);
+    fprintf(stderr, "tutti-sched: algorithm %s does not implement %s for %d ranks%s\n",
+            algo_name((algo_t)algo), coll_name((coll_t)c), n,
+            algo_get((algo_t)algo)->needs & ALGO_LOSSY ? " without a --compress of its kind" : "");
   if (rc != 0) return 1;
   char title[128], lane_title[192];
   snprintf(title, sizeof(title), "%s algo %s nranks %d count %zu root %d chunk %zu%s",
@@ -192,6 +209,8 @@ int main(int argc, char **argv) {
   opts_t o = parse(argc, argv);
   int c = coll_parse(o.coll), n = o.nranks, rc = 0;
   if (c < 0) usage("unknown collective");
+  if (o.compressed && c != COLL_ALLREDUCE) usage("--compress takes --coll all_reduce");
+  if (o.compressed) compress_tuner_view(&o.ccfg, o.count, n, o.hosts, &o.view);
   int *host = calloc((size_t)n, sizeof(int)), per = (n + o.hosts - 1) / o.hosts;
   sched_t col = {0}, *lanes = calloc(2 * (size_t)n, sizeof(sched_t));
   if (!host || !lanes) return 1;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "compress/compress.h"
 #include "sim/sim.h"
 
 static const char *HELP =
@@ -51,6 +52,10 @@ static const char *HELP =
     "  --scale-to NODES          at size -b, double --nodes up to NODES (a ranks sweep)\n"
     "  --method auto|full|fast   (default auto: fast where a symmetry holds)\n"
     "  --max-steps N             limit of steps kept for a full simulation (default 4e7)\n"
+    "  --compress SPEC           the all-reduces carry a compressor (tutti-train's --compress\n"
+    "                            specs, ,hier / ,auto): the compressed entries cblock, ctopk,\n"
+    "                            cpsgd, chier apply and no exact one; float only\n"
+    "  --codec-ns N              compression CPU time per element and pass (default 1)\n"
     "  -J FILE                   also write the rows as JSON (perf/plot FILE)\n"
     "model: every rank runs its schedule's steps in order, cut into pieces of one FIFO slot; a\n"
     "piece costs the link's latency + bytes/bandwidth (shm: a copy by the sender; network: a\n"
@@ -64,6 +69,8 @@ typedef struct opts {
   sim_cluster_t cl;
   coll_t coll;
   int algos[ALGO_NUM + 1], nalgos, esize, scale_to;
+  int compressed; /* --compress: calls carry this compressor (the lossy entries apply) */
+  tuttiCompressorConfig_t compress;
   const char *type, *json;
   size_t minb, maxb, factor, max_steps;
   sim_method_t method;
@@ -130,13 +137,24 @@ static int type_size(const char *t) {
   return 4;
 }
 
-static const char *CLUSTER_KEYS[] = {
-    "nodes",         "ppn",         "intra-gbps",      "intra-lat-us", "inter-gbps", "inter-lat-us",
-    "nics",          "inter-burst", "inter-peak-gbps", "oversub",      "leaf-nodes", "reduce-gbps",
-    "overhead-us",   "slot-intra",  "slot-inter",      "fifo-intra",   "fifo-inter", "cpus",
-    "machine-nodes", "msg-cpu-us",  "intra-msg-cpu-us"};
+static const char *CLUSTER_KEYS[] = {"nodes",         "ppn",         "intra-gbps",
+                                     "intra-lat-us",  "inter-gbps",  "inter-lat-us",
+                                     "nics",          "inter-burst", "inter-peak-gbps",
+                                     "oversub",       "leaf-nodes",  "reduce-gbps",
+                                     "overhead-us",   "slot-intra",  "slot-inter",
+                                     "fifo-intra",    "fifo-inter",  "cpus",
+                                     "machine-nodes", "msg-cpu-us",  "intra-msg-cpu-us",
+                                     "codec-ns"};
 #define NKEYS (int)(sizeof CLUSTER_KEYS / sizeof CLUSTER_KEYS[0])
-enum { OPT_CLUSTER = 900, OPT_METHOD, OPT_SCALE, OPT_MAXSTEPS, OPT_VERSION, OPT_KEY = 1000 };
+enum {
+  OPT_CLUSTER = 900,
+  OPT_METHOD,
+  OPT_SCALE,
+  OPT_MAXSTEPS,
+  OPT_VERSION,
+  OPT_COMPRESS,
+  OPT_KEY = 1000
+};
 
 static void long_options(struct option *lo) {
   static const struct option fixed[] = {{"cluster", 1, 0, OPT_CLUSTER},
@@ -151,6 +169,7 @@ static void long_options(struct option *lo) {
                                         {"datatype", 1, 0, 'd'},
                                         {"help", 0, 0, 'h'},
                                         {"version", 0, 0, OPT_VERSION},
+                                        {"compress", 1, 0, OPT_COMPRESS},
                                         {0, 0, 0, 0}};
   for (int i = 0; i < NKEYS; i++) lo[i] = (struct option){CLUSTER_KEYS[i], 1, 0, OPT_KEY + i};
   memcpy(lo + NKEYS, fixed, sizeof fixed);
@@ -177,6 +196,11 @@ static void apply_option(opts_t *o, int ch, const char *arg) {
       break;
     case OPT_MAXSTEPS:
       o->max_steps = (size_t)strtod(arg, NULL);
+      break;
+    case OPT_COMPRESS:
+      if (tuttiCompressorParse(arg, &o->compress) != ncclSuccess || o->compress.kind == 0)
+        die("bad --compress '%s' (bf16, fp16, int8, topk:F, powersgd:R; ,hier or ,auto)", arg);
+      o->compressed = 1;
       break;
     case 'c':
       o->coll = parse_coll(arg);
@@ -209,7 +233,7 @@ static void apply_option(opts_t *o, int ch, const char *arg) {
 }
 
 static void parse_args(int argc, char **argv, opts_t *o) {
-  struct option lo[NKEYS + 13];
+  struct option lo[NKEYS + 14];
   long_options(lo);
   int ch;
   char err[256];
@@ -295,9 +319,15 @@ static void json_write(out_t *out, const char *path) {
 }
 
 /* One size on one cluster: a row per algorithm that implements the collective. */
-static int run_size(const opts_t *o, const sim_cluster_t *cl, size_t bytes, out_t *out) {
-  int n = sim_nranks(cl), failed = 0;
+static int run_size(const opts_t *o, const sim_cluster_t *cl_in, size_t bytes, out_t *out) {
+  int n = sim_nranks(cl_in), failed = 0;
   size_t count = sim_count_for(o->coll, bytes, o->esize, n);
+  sim_cluster_t with = *cl_in, *cl = &with;
+  tuner_compress_t view;
+  if (o->compressed) {
+    compress_tuner_view(&o->compress, count, n, cl->nodes, &view);
+    cl->compress = &view;
+  }
   for (int i = 0; i < o->nalgos; i++) {
     sim_result_t r;
     double t0 = now_s();

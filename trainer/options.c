@@ -60,8 +60,8 @@ static const char usage_text[] =
     "                         rank-R PowerSGD; all but the casts with error feedback. Implies\n"
     "                         --no-shard-optim and --no-factor-grads (docs/compression.md)\n"
     "  --compress-warmup N    steps before compression is fully on: topk's fraction falls from\n"
-    "                         all to F over them, powersgd runs exact all-reduces (the\n"
-    "                         learning-rate warm-up)\n"
+    "                         all to F over them (one epoch), powersgd runs exact all-reduces\n"
+    "                         (the learning-rate warm-up)\n"
     "  --blas-info            print the OpenBLAS kernels in use and exit\n";
 
 static void usage(int code) {

@@ -185,7 +185,9 @@ static void setup(trainer_t *t, int argc, char **argv) {
   t->warmup_steps = (int64_t)(o->warmup_epochs * t->steps_per_epoch + 0.5);
   if (o->compress_warmup >= 0)
     ddp_compress_warmup(t->ddp, o->compress_warmup);
-  else if (strncmp(o->compress, "topk", 4) == 0 || strncmp(o->compress, "powersgd", 8) == 0)
+  else if (strncmp(o->compress, "topk", 4) == 0) /* sparsity warmed up over the first epoch, as */
+    ddp_compress_warmup(t->ddp, t->steps_per_epoch); /* Deep Gradient Compression does */
+  else if (strncmp(o->compress, "powersgd", 8) == 0)
     ddp_compress_warmup(t->ddp, t->warmup_steps); /* fully on after the lr warm-up (PyTorch
                                                       advises start_powerSGD_iter >= it) */
   t->lr = options_scaled_lr(o, t->global_batch);

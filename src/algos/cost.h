@@ -38,7 +38,23 @@ typedef struct tuner_model {
   tuner_level_t peer_read; /* peer memory read by copy (CMA): lat_us the handshake, final wait
                               and system calls of one call, gbps of one rank's reads + writes */
   double piece_us;         /* engine time of one piece (slot) a rank sends (0: none) */
+  double codec_ns;         /* CPU time of compression per element and pass over the buffer
+                              (encode, select, decode, products), nanoseconds */
 } tuner_model_t;
+
+/* The compressor of a tuttiAllReduceCompressed call as the lossy entries (ALGO_LOSSY,
+ * compressed.c) see it: the bytes of its messages among all ranks (flat) and among the hosts'
+ * lowest ranks (lead), and its CPU work. Filled by src/compress (compress_tuner_view); every
+ * exact call has none (tuner_topo_t.compress NULL). */
+typedef struct tuner_compress {
+  int kind;                /* tuttiCompressKind_t: bf16, fp16, int8 (block path), topk, powersgd */
+  int hier;                /* 0: flat only, 1: hierarchical only, 2: the tuner chooses */
+  size_t count;            /* fp32 elements of the buffer */
+  size_t flat[2], lead[2]; /* message bytes: block [0] one block message, all pieces (header +
+                              payload); topk [0] one rank's pairs; powersgd [0] P with the exact
+                              tensors, [1] Q (fp32 all-reduces); unused 0 */
+  double passes;           /* CPU passes over the buffer per call */
+} tuner_compress_t;
 
 typedef struct tuner_topo {                /* what the communicator knows, the same on every rank */
   int nranks, nhosts, local_size, hier_ok; /* local_size: of the largest host */
@@ -57,6 +73,9 @@ typedef struct tuner_topo {                /* what the communicator knows, the s
   size_t peer_read_min_bytes; /* the same for reading by copy (TUTTI_CMA_MIN_BYTES) */
   int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
   int nics;      /* NICs per host, local rank l on NIC l mod nics (0: one) */
+  const tuner_compress_t *compress; /* the call's compressor (tuttiAllReduceCompressed): only
+                                       lossy entries apply; NULL (every exact call): only the
+                                       others */
 } tuner_topo_t;
 
 /* Reducing exchanges (rhd, rd) copy what they send into the FIFO in one step and reduce what

@@ -33,7 +33,11 @@ extern "C" {
   X(MRING, mring)      \
   X(BRUCK, bruck)      \
   X(DIRECT, direct)    \
-  X(CMA, cma)
+  X(CMA, cma)          \
+  X(CBLOCK, cblock)    \
+  X(CTOPK, ctopk)      \
+  X(CPSGD, cpsgd)      \
+  X(CHIER, chier)
 
 typedef enum {
 #define TUTTI_ALGO_ENUM(e, name) ALGO_##e,
@@ -62,6 +66,9 @@ enum {
                                  (transport mem_read) where they cannot be mapped */
   ALGO_RUNS_ON_DEVICE = 16,   /* only peer steps and local copies: runs on device buffers in
                                  place where they can be mapped (cuda_p2p: CUDA IPC) */
+  ALGO_LOSSY = 32, /* a compressed all-reduce (compressed.c): applies only to calls that carry a
+                      compressor (tuner_topo_t.compress), never to an exact one; its schedule
+                      is the wire traffic in fp32 units, run by src/compress, not the engine */
 };
 /* Either kind of peer steps: the call needs the peer-memory handshake. */
 #define ALGO_PEER_STEPS (ALGO_NEEDS_PEER_MEMORY | ALGO_NEEDS_PEER_READ)
@@ -146,6 +153,11 @@ int mring_allreduce(const sched_args_t *a, sched_t *s);
  * n * count elements. */
 int bruck_allgather(const sched_args_t *a, sched_t *s);
 int bruck_reducescatter(const sched_args_t *a, sched_t *s);
+/* Compressed all-reduces' wire traffic (compressed.c): -2 without a compressor of their kind. */
+int cblock_allreduce(const sched_args_t *a, sched_t *s);
+int ctopk_allreduce(const sched_args_t *a, sched_t *s);
+int cpsgd_allreduce(const sched_args_t *a, sched_t *s);
+int chier_allreduce(const sched_args_t *a, sched_t *s);
 /* Point-to-point based: one lane per peer and direction; lanes[p] sends, lanes[n + p] receives. */
 int p2p_alltoall(const sched_args_t *a, sched_t *lanes);
 int p2p_gather(const sched_args_t *a, sched_t *lanes);

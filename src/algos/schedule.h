@@ -126,6 +126,7 @@ typedef struct sched_args {
   const int *host_of_rank; /* [nranks]: host label of each rank (NULL: unknown) */
   const int *ring;         /* [nranks]: the rank at each ring position (NULL: rank order) */
   const int *ring_pos;     /* [nranks]: the ring position of each rank (with ring) */
+  const struct tuner_compress *compress; /* lossy entries: the call's compressor (cost.h) */
 } sched_args_t;
 
 /* The rank at ring position p (any integer: taken mod nranks) and this rank's position. */

@@ -28,6 +28,7 @@
 #define TUNER_PEER_GBPS 10.0
 #define TUNER_PEER_READ_LAT_US 10.0
 #define TUNER_PEER_READ_GBPS 14.0
+#define TUNER_CODEC_NS 1.0 /* an estimate: a few fp32 loads and stores per element and pass */
 
 /* A positive number setting (param.c; a bad one warns and keeps the default). */
 static double env_double(const char *name, double dflt) {
@@ -47,6 +48,7 @@ void tuner_model_from_env(tuner_model_t *m) {
   m->shm_msg_cpu_us = env_double("TUNER_SHM_MSG_CPU_US", TUNER_SHM_MSG_CPU_US);
   /* engine time per piece: not charged unless set (the message CPU times stand for it) */
   m->piece_us = tutti_getenv("TUNER_PIECE_US") ? env_double("TUNER_PIECE_US", 1.0) : 0;
+  m->codec_ns = env_double("TUNER_CODEC_NS", TUNER_CODEC_NS);
 }
 
 /* ---- NCCL_ALGO ---- */
@@ -146,6 +148,8 @@ static tuner_choice_t pick(const tuner_model_t *m, const tuner_topo_t *t, coll_t
   tuner_choice_t best = {.algo = ALGO_NUM, .us = -1};
   for (int a = 0; a < ALGO_NUM; a++) {
     if (!(mask & (1u << a))) continue;
+    /* a call with a compressor runs a compressed entry; an exact call never does */
+    if (((algo_get((algo_t)a)->needs & ALGO_LOSSY) != 0) != (t->compress != NULL)) continue;
     double us = tuner_estimate_us(m, t, c, (algo_t)a, bytes);
     if (us < 0) continue;
     if (log)

@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algos/cost.h"
 #include "core.h"
 
 #ifdef __cplusplus
@@ -123,6 +124,13 @@ void compress_topk_decode_add(const uint8_t *in, size_t k, float *acc);
 /* ---- PowerSGD shape: the gradient viewed as rows x cols, zero padded ---- */
 void compress_powersgd_shape(size_t count, size_t *rows, size_t *cols);
 
+/* "bf16", "topk", ... (tuttiCompressorParse's names). */
+const char *compress_kind_name(tuttiCompressKind_t kind);
+/* The compressor as the tuner's compressed entries see it (src/algos/compressed.c): message
+ * bytes among nranks ranks and among nhosts leaders (PowerSGD: the whole buffer as one
+ * matrix), CPU passes over the buffer. */
+void compress_tuner_view(const tuttiCompressorConfig_t *cfg, size_t count, int nranks, int nhosts,
+                         tuner_compress_t *v);
 /* Wire bytes of one all-reduce per rank (see tuttiCompressedWireBytes). */
 size_t compress_wire_bytes(const tuttiCompressorConfig_t *cfg, size_t count, int nranks);
 /* Bytes one rank sends in a ring all-reduce of `floats` fp32: 2 (R - 1) blocks of floats / R. */

@@ -3,7 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algos/tuner.h"
+#include "comm.h"
 #include "compress/compressor.h"
+#include "plan.h"
 
 /* Counts above 2^32 - 1 do not fit the topk index; every kind keeps that limit. */
 #define COMPRESS_MAX_COUNT 0xffffffffull
@@ -19,8 +22,8 @@ static ncclResult_t check_config(const tuttiCompressorConfig_t *cfg) {
                      cfg->powerSgdRank);
   if (cfg->warmupSteps < 0)
     return TUTTI_ERR(ncclInvalidArgument, "config->warmupSteps %d is negative", cfg->warmupSteps);
-  if (cfg->hierarchical != 0 && cfg->hierarchical != 1)
-    return TUTTI_ERR(ncclInvalidArgument, "config->hierarchical %d is not 0 or 1",
+  if (cfg->hierarchical < 0 || cfg->hierarchical > 2)
+    return TUTTI_ERR(ncclInvalidArgument, "config->hierarchical %d is not 0, 1 or 2",
                      cfg->hierarchical);
   return ncclSuccess;
 }
@@ -39,7 +42,7 @@ COMPRESS_API ncclResult_t tuttiCompressorCreate(tuttiCompressor_t *compressor,
     return TUTTI_ERR(ncclInvalidArgument, "count %zu is above 2^32 - 1", count);
   struct tuttiCompressor *c = calloc(1, sizeof(*c));
   if (!c) return TUTTI_ERR(ncclSystemError, "out of memory for a compressor");
-  c->magic = COMPRESSOR_MAGIC, c->cfg = *config, c->count = count;
+  c->magic = COMPRESSOR_MAGIC, c->cfg = *config, c->count = count, c->route = ALGO_NUM;
   *compressor = c;
   return ncclSuccess;
 }
@@ -130,6 +133,21 @@ static ncclResult_t check_call(const void *sendbuff, void *recvbuff, size_t coun
   return ncclSuccess;
 }
 
+/* hierarchical == 2: the registry's compressed entries priced by the tuner for this
+ * communicator (the same inputs on every rank, so the same choice): chier or the kind's flat
+ * entry. Decided once, at the first call (the hierarchical path keeps sub-communicators). */
+static algo_t compress_choose(tuttiCompressor_t c, ncclComm_t comm) {
+  tuner_compress_t view;
+  tuner_topo_t t = plan_topo(comm);
+  compress_tuner_view(&c->cfg, c->count, comm->nranks, comm->nhosts, &view);
+  t.compress = &view;
+  tuner_choice_t ch =
+      tuner_choose(&comm->tuner, &t, COLL_ALLREDUCE, c->count * sizeof(float), TUNER_ALL_ALGOS, 1);
+  INFO(SUB_TUNING, "compressed all-reduce (%s, %zu elements, %d ranks, %d hosts): chose %s",
+       compress_kind_name(c->cfg.kind), c->count, comm->nranks, comm->nhosts, algo_name(ch.algo));
+  return ch.algo;
+}
+
 static ncclResult_t setup(tuttiCompressor_t c, int nranks) {
   if (c->nranks == nranks) return ncclSuccess;
   if (c->nranks != 0)
@@ -177,7 +195,9 @@ COMPRESS_API ncclResult_t tuttiAllReduceCompressed(const void *sendbuff, void *r
     return ncclAllReduce(sendbuff, recvbuff, count, ncclFloat, op, comm, NULL);
   }
   float scale = op == ncclAvg ? 1.0f / (float)nranks : 1.0f;
-  if (c->cfg.hierarchical) return compress_hier_allreduce(c, sendbuff, recvbuff, scale, comm, rank);
+  if (c->cfg.hierarchical == 2 && c->route == ALGO_NUM) c->route = compress_choose(c, comm);
+  if (c->cfg.hierarchical == 1 || c->route == ALGO_CHIER)
+    return compress_hier_allreduce(c, sendbuff, recvbuff, scale, comm, rank);
   return compress_flat_allreduce(c, sendbuff, recvbuff, scale, comm);
 }
 

@@ -108,6 +108,10 @@ size_t compress_wire_bytes(const tuttiCompressorConfig_t *cfg, size_t count, int
 static const char *const kind_names[tuttiCompressNumKinds] = {"none", "bf16", "fp16",
                                                               "int8", "topk", "powersgd"};
 
+const char *compress_kind_name(tuttiCompressKind_t kind) {
+  return (unsigned)kind < tuttiCompressNumKinds ? kind_names[kind] : "?";
+}
+
 static ncclResult_t parse_arg(const char *kind, const char *arg, tuttiCompressorConfig_t *c) {
   char *end = NULL;
   if (c->kind == tuttiCompressTopk) {
@@ -139,6 +143,8 @@ COMPRESS_API ncclResult_t tuttiCompressorParse(const char *spec, tuttiCompressor
                                .hierarchical = 0};
   char *hier = strstr(buf, ",hier");
   if (hier && hier[5] == '\0') *hier = '\0', c.hierarchical = 1;
+  char *autos = strstr(buf, ",auto");
+  if (autos && autos[5] == '\0') *autos = '\0', c.hierarchical = 2;
   char *arg = strchr(buf, ':');
   if (arg) *arg++ = '\0';
   int k = 0;
@@ -163,4 +169,32 @@ COMPRESS_API ncclResult_t tuttiCompressedWireBytes(const tuttiCompressorConfig_t
     return TUTTI_ERR(ncclInvalidArgument, "config->kind %d is not a compressor", config->kind);
   *bytes = compress_wire_bytes(config, count, nranks);
   return ncclSuccess;
+}
+
+/* Message bytes of the kind's exchange among n ranks (compressed.c's S, M, P and Q). */
+static void view_sizes(const tuttiCompressorConfig_t *cfg, size_t count, int n, size_t sz[2]) {
+  sz[0] = sz[1] = 0;
+  if (n < 2) return;
+  size_t wire = compress_wire_bytes(cfg, count, n), r1 = (size_t)n - 1;
+  if (compress_codec_of(cfg->kind)) sz[0] = wire / (2 * r1);
+  if (cfg->kind == tuttiCompressTopk) sz[0] = wire / r1;
+  if (cfg->kind == tuttiCompressPowerSgd) {
+    size_t rows, cols, r = (size_t)cfg->powerSgdRank;
+    compress_powersgd_shape(count, &rows, &cols);
+    sz[0] = 4 * rows * r, sz[1] = 4 * cols * r;
+  }
+}
+
+/* CPU passes: casts encode all, decode-add R blocks, re-encode one, decode all; int8 adds its
+ * scale and residual passes; topk adds the input, histograms, selects, decodes; PowerSGD two
+ * products of r columns, the result (r) and the residual. */
+void compress_tuner_view(const tuttiCompressorConfig_t *cfg, size_t count, int nranks, int nhosts,
+                         tuner_compress_t *v) {
+  *v = (tuner_compress_t){.kind = (int)cfg->kind, .hier = cfg->hierarchical, .count = count};
+  view_sizes(cfg, count, nranks, v->flat);
+  view_sizes(cfg, count, nhosts, v->lead);
+  v->passes = cfg->kind == tuttiCompressInt8       ? 5
+              : cfg->kind == tuttiCompressTopk     ? 4
+              : cfg->kind == tuttiCompressPowerSgd ? 5.0 * cfg->powerSgdRank + 1
+                                                   : 3;
 }

@@ -19,6 +19,8 @@ struct tuttiCompressor {
   tuttiCompressorConfig_t cfg;
   size_t count;
   uint32_t step; /* all-reduces done, the wire header's step */
+  int route;     /* hierarchical == 2: the tuner's entry (ALGO_CHIER or a flat one; ALGO_NUM
+                    until the first call) */
   uint64_t sent; /* bytes sent by this rank so far */
   int nranks;    /* of the communicator the buffers were sized for; 0 before the first call */
   /* Buffers, sized at the first call (they depend on the communicator's size):

@@ -28,7 +28,8 @@ void sim_cluster_defaults(sim_cluster_t *c) {
                        .slot_intra = 128 * 1024,
                        .slot_inter = 512 * 1024,
                        .fifo_intra = 8,
-                       .fifo_inter = 8};
+                       .fifo_inter = 8,
+                       .codec_ns = 1.0}; /* TUTTI_TUNER_CODEC_NS */
 }
 
 static int parse_double(const char *s, double lo, double *out) {
@@ -83,6 +84,7 @@ int sim_cluster_set(sim_cluster_t *c, const char *key, const char *v) {
   if (!strcmp(key, "intra-lat-us")) return c->intra_lat = d * 1e-6, 0;
   if (!strcmp(key, "inter-lat-us")) return c->inter_lat = d * 1e-6, 0;
   if (!strcmp(key, "overhead-us")) return c->overhead = d * 1e-6, 0;
+  if (!strcmp(key, "codec-ns")) return c->codec_ns = d, 0;
   if (!strcmp(key, "msg-cpu-us")) return c->msg_cpu = d * 1e-6, 0;
   if (!strcmp(key, "intra-msg-cpu-us")) return c->intra_msg_cpu = d * 1e-6, 0;
   return -1;

@@ -41,6 +41,7 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
   m->msg_cpu_us = c->msg_cpu * 1e6;
   m->shm_msg_cpu_us = sim_intra_msg_cpu(c) * 1e6;
   m->piece_us = c->overhead * 1e6;
+  m->codec_ns = c->codec_ns;
   size_t oneshot_max = 16384; /* TUTTI_ONESHOT_MAX_BYTES */
   int machine_nodes = c->machine_nodes < c->nodes ? c->machine_nodes : c->nodes;
   *t = (tuner_topo_t){.nranks = sim_nranks(c),
@@ -58,7 +59,15 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .slot_bytes = sim_comm_slot(c),
                       .chunk_bytes = comm_chunk_bytes(c),
                       .scratch_bytes = TUNER_SCRATCH_MAX_BYTES,
-                      .oneshot_max_bytes = oneshot_max}; /* scratch: init.c and plan.c */
+                      .oneshot_max_bytes = oneshot_max, /* scratch: init.c and plan.c */
+                      .compress = c->compress};
+}
+
+/* The codec's CPU time in a compressed call (the schedules carry only its wire traffic): the
+ * ranks that compress work at once; chier on one node compresses nothing. */
+static double codec_seconds(const sim_cluster_t *c, algo_t algo) {
+  if (!c->compress || (algo == ALGO_CHIER && c->nodes < 2)) return 0;
+  return c->compress->passes * (double)c->compress->count * c->codec_ns * 1e-9;
 }
 
 int sim_choose(const sim_cluster_t *c, coll_t coll, int algo, size_t bytes, algo_t *chosen,
@@ -89,6 +98,11 @@ int sim_run(const sim_cluster_t *c, coll_t coll, int algo_in, size_t bytes, int 
     return -2;
   }
   r->algo = algo;
+  if (c->compress && esize != 4) {
+    snprintf(r->msg, sizeof r->msg, "%s: a compressed all-reduce takes fp32 (4-byte) elements",
+             algo_name(algo));
+    return -2;
+  }
   size_t chunk = chunk_bytes / es;
   if (slot >= es) chunk -= chunk % (slot / es);
   sched_args_t a = {.coll = coll,
@@ -96,7 +110,8 @@ int sim_run(const sim_cluster_t *c, coll_t coll, int algo_in, size_t bytes, int 
                     .nranks = n,
                     .root = 0,
                     .count = sim_count_for(coll, bytes, esize, n),
-                    .chunk = chunk ? chunk : 1};
+                    .chunk = chunk ? chunk : 1,
+                    .compress = c->compress};
   sim_lane_t *lanes;
   sim_sym_t sym;
   int nlanes, approx, rc;
@@ -116,6 +131,7 @@ int sim_run(const sim_cluster_t *c, coll_t coll, int algo_in, size_t bytes, int 
   r->simulated = sym.kind == SYM_NONE ? n : sym.period;
   rc = sim_des(c, lanes, nlanes, &sym, esize, r);
   sim_lanes_free(lanes, nlanes);
+  if (rc == 0) r->time += codec_seconds(c, algo);
   /* the symmetry was checked on samples only; when an unsampled rank breaks it (a piece that
    * does not match, a rank left waiting), the automatic method falls back to the full one */
   if (rc != 0 && sym.kind != SYM_NONE && method == SIM_AUTO)
