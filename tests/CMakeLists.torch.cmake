@@ -11,6 +11,11 @@ foreach(n 1 2 3 4)
   set_tests_properties(torch_ops_${n}ranks PROPERTIES LABELS "slow" TIMEOUT 600
                        ENVIRONMENT "${tutti_torch_env}")
 endforeach()
+# The same on 2 ranks with every call queued for the group's worker thread (none on the caller's).
+add_test(NAME torch_ops_2ranks_worker
+         COMMAND ${tutti_torch_launch} -n 2 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_ops.py)
+set_tests_properties(torch_ops_2ranks_worker PROPERTIES LABELS "slow" TIMEOUT 600
+                     ENVIRONMENT "${tutti_torch_env};TUTTI_TORCH_INLINE_BYTES=0")
 add_test(NAME torch_ddp_equals_gloo
          COMMAND ${tutti_torch_launch} -n 2 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_ddp.py)
 add_test(NAME torch_killed_rank

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "process_group.hpp"
@@ -116,6 +117,12 @@ struct Dense {
   }
 };
 
+size_t list_bytes(const std::vector<at::Tensor> &list) {
+  size_t n = 0;
+  for (const at::Tensor &t : list) n += t.nbytes();
+  return n;
+}
+
 // Copies a list into one contiguous buffer (rows of the list's element size) and back.
 at::Tensor flatten(const std::vector<at::Tensor> &list) {
   std::vector<at::Tensor> flat;
@@ -147,7 +154,8 @@ WorkPtr ProcessGroupTutti::allreduce(std::vector<at::Tensor> &tensors,
   ncclDataType_t type = to_nccl_type(*this, t.scalar_type());
   ncclRedOp_t op = to_nccl_op(*this, opts.reduceOp, t.scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::ALLREDUCE, "allreduce", tensors);
-  return enqueue(work, [this, t, type, op] {
+  size_t bytes = t.nbytes();
+  return enqueue(work, bytes, [this, t, type, op] {
     Dense d(t);
     allreduce_dense(*this, d.ptr(), d.d.numel(), type, op);
     d.write_back();
@@ -166,7 +174,8 @@ WorkPtr ProcessGroupTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
   ncclRedOp_t op = to_nccl_op(*this, opts.reduceOp, tensors[0].scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::ALLREDUCE_COALESCED,
                                              "allreduce_coalesced", tensors);
-  return enqueue(work, [this, tensors, type, op]() mutable {
+  size_t bytes = list_bytes(tensors);
+  return enqueue(work, bytes, [this, tensors, type, op]() mutable {
     at::Tensor flat = flatten(tensors);
     allreduce_dense(*this, flat.data_ptr(), flat.numel(), type, op);
     unflatten(flat, tensors);
@@ -180,7 +189,8 @@ WorkPtr ProcessGroupTutti::broadcast(std::vector<at::Tensor> &tensors,
   ncclDataType_t type = to_nccl_type(*this, t.scalar_type());
   int root = (int)opts.rootRank;
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::BROADCAST, "broadcast", tensors);
-  return enqueue(work, [this, t, type, root] {
+  size_t bytes = t.nbytes();
+  return enqueue(work, bytes, [this, t, type, root] {
     Dense d(t);
     call(*this, "ncclBroadcast",
          ncclBroadcast(d.ptr(), d.ptr(), d.d.numel(), type, root, comm(), nullptr));
@@ -196,7 +206,8 @@ WorkPtr ProcessGroupTutti::reduce(std::vector<at::Tensor> &tensors,
   ncclRedOp_t op = to_nccl_op(*this, opts.reduceOp, t.scalar_type());
   int root = (int)opts.rootRank;
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::REDUCE, "reduce", tensors);
-  return enqueue(work, [this, t, type, op, root] {
+  size_t bytes = t.nbytes();
+  return enqueue(work, bytes, [this, t, type, op, root] {
     Dense d(t);
     call(*this, "ncclReduce",
          ncclReduce(d.ptr(), d.ptr(), d.d.numel(), type, op, root, comm(), nullptr));
@@ -213,7 +224,8 @@ WorkPtr ProcessGroupTutti::allgather(std::vector<std::vector<at::Tensor>> &outpu
   ncclDataType_t type = to_nccl_type(*this, in.scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::ALLGATHER, "allgather", outputs[0]);
   std::vector<at::Tensor> out = outputs[0];
-  return enqueue(work, [this, in, out, type]() mutable {
+  size_t bytes = size_ * in.nbytes();
+  return enqueue(work, bytes, [this, in, out, type]() mutable {
     Dense d(in);
     at::Tensor flat = at::empty({size_ * d.d.numel()}, in.options());
     call(*this, "ncclAllGather",
@@ -235,7 +247,8 @@ WorkPtr ProcessGroupTutti::_allgather_base(at::Tensor &output, at::Tensor &input
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::_ALLGATHER_BASE, "_allgather_base",
                                              std::vector<at::Tensor>{output});
   at::Tensor out = output;
-  return enqueue(work, [this, input, out, type] {
+  size_t bytes = out.nbytes();
+  return enqueue(work, bytes, [this, input, out, type] {
     Dense d(input);
     call(*this, "ncclAllGather",
          ncclAllGather(d.ptr(), out.data_ptr(), d.d.numel(), type, comm(), nullptr));
@@ -259,7 +272,8 @@ WorkPtr ProcessGroupTutti::allgather_coalesced(std::vector<std::vector<at::Tenso
   for (auto &list : outputs) flat_out.insert(flat_out.end(), list.begin(), list.end());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::ALLGATHER_COALESCED,
                                              "allgather_coalesced", flat_out);
-  return enqueue(work, [this, inputs, outputs]() mutable {
+  size_t bytes = size_ * list_bytes(inputs);
+  return enqueue(work, bytes, [this, inputs, outputs]() mutable {
     for (size_t i = 0; i < inputs.size(); i++) {
       Dense d(inputs[i]);
       at::Tensor flat = at::empty({size_ * d.d.numel()}, inputs[i].options());
@@ -289,7 +303,8 @@ WorkPtr ProcessGroupTutti::gather(std::vector<std::vector<at::Tensor>> &outputs,
   }
   ncclDataType_t type = to_nccl_type(*this, in.scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::GATHER, "gather", out);
-  return enqueue(work, [this, in, out, type, root]() mutable {
+  size_t bytes = size_ * in.nbytes();
+  return enqueue(work, bytes, [this, in, out, type, root]() mutable {
     Dense d(in);
     at::Tensor flat;
     if (rank_ == root) flat = at::empty({size_ * d.d.numel()}, in.options());
@@ -317,7 +332,8 @@ WorkPtr ProcessGroupTutti::scatter(std::vector<at::Tensor> &outputs,
   }
   ncclDataType_t type = to_nccl_type(*this, out.scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::SCATTER, "scatter", outputs);
-  return enqueue(work, [this, in, out, type, root] {
+  size_t bytes = size_ * out.nbytes();
+  return enqueue(work, bytes, [this, in, out, type, root] {
     Dense d(out);
     at::Tensor flat;
     if (rank_ == root) flat = flatten(in);
@@ -339,7 +355,8 @@ WorkPtr ProcessGroupTutti::reduce_scatter(std::vector<at::Tensor> &outputs,
   auto work =
       c10::make_intrusive<WorkTutti>(this, OpType::REDUCE_SCATTER, "reduce_scatter", outputs);
   std::vector<at::Tensor> in = inputs[0];
-  return enqueue(work, [this, in, out, type, op] {
+  size_t bytes = size_ * out.nbytes();
+  return enqueue(work, bytes, [this, in, out, type, op] {
     Dense d(out);
     at::Tensor flat = flatten(in);
     call(*this, "ncclReduceScatter",
@@ -361,7 +378,8 @@ WorkPtr ProcessGroupTutti::_reduce_scatter_base(at::Tensor &output, at::Tensor &
   auto work = c10::make_intrusive<WorkTutti>(
       this, OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", std::vector<at::Tensor>{output});
   at::Tensor out = output;
-  return enqueue(work, [this, input, out, type, op] {
+  size_t bytes = input.nbytes();
+  return enqueue(work, bytes, [this, input, out, type, op] {
     Dense in(input), d(out);
     call(*this, "ncclReduceScatter",
          ncclReduceScatter(in.ptr(), d.ptr(), d.d.numel(), type, op, comm(), nullptr));
@@ -432,7 +450,8 @@ WorkPtr ProcessGroupTutti::alltoall_base(at::Tensor &output, at::Tensor &input,
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::ALLTOALL_BASE, "alltoall_base",
                                              std::vector<at::Tensor>{output});
   at::Tensor out = output;
-  return enqueue(work, [this, input, out, cin, cout, type] {
+  size_t bytes = std::max(input.nbytes(), out.nbytes());
+  return enqueue(work, bytes, [this, input, out, cin, cout, type] {
     Dense d(input);
     alltoallv(*this, (const char *)d.ptr(), (char *)out.data_ptr(), cin, cout, type);
   });
@@ -454,7 +473,8 @@ WorkPtr ProcessGroupTutti::alltoall(std::vector<at::Tensor> &outputs,
   }
   ncclDataType_t type = to_nccl_type(*this, inputs[0].scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::ALLTOALL, "alltoall", outputs);
-  return enqueue(work, [this, inputs, outputs, cin, cout, type]() mutable {
+  size_t bytes = std::max(list_bytes(inputs), list_bytes(outputs));
+  return enqueue(work, bytes, [this, inputs, outputs, cin, cout, type]() mutable {
     at::Tensor in = flatten(inputs);
     at::Tensor out = at::empty({(int64_t)std::accumulate(cout.begin(), cout.end(), (size_t)0)},
                                inputs[0].options());
@@ -469,7 +489,8 @@ WorkPtr ProcessGroupTutti::send(std::vector<at::Tensor> &tensors, int dst, int t
               size_, ")");
   ncclDataType_t type = to_nccl_type(*this, t.scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::SEND, "send", tensors);
-  return enqueue(work, [this, t, dst, type] {
+  size_t bytes = kNeverInline;
+  return enqueue(work, bytes, [this, t, dst, type] {
     Dense d(t);
     call(*this, "ncclSend", ncclSend(d.ptr(), d.d.numel(), type, dst, comm(), nullptr));
   });
@@ -481,7 +502,8 @@ WorkPtr ProcessGroupTutti::recv(std::vector<at::Tensor> &tensors, int src, int t
               size_, ")");
   ncclDataType_t type = to_nccl_type(*this, t.scalar_type());
   auto work = c10::make_intrusive<WorkTutti>(this, OpType::RECV, "recv", tensors);
-  return enqueue(work, [this, t, src, type] {
+  size_t bytes = kNeverInline;
+  return enqueue(work, bytes, [this, t, src, type] {
     Dense d(t);
     call(*this, "ncclRecv", ncclRecv(d.ptr(), d.d.numel(), type, src, comm(), nullptr));
     d.write_back();
@@ -492,7 +514,8 @@ WorkPtr ProcessGroupTutti::recv(std::vector<at::Tensor> &tensors, int src, int t
 WorkPtr ProcessGroupTutti::barrier(const c10d::BarrierOptions &opts) {
   auto work =
       c10::make_intrusive<WorkTutti>(this, OpType::BARRIER, "barrier", std::vector<at::Tensor>{});
-  return enqueue(work, [this] {
+  size_t bytes = 1;
+  return enqueue(work, bytes, [this] {
     uint8_t byte = 0;
     call(*this, "ncclAllReduce",
          ncclAllReduce(&byte, &byte, 1, ncclUint8, ncclMax, comm(), nullptr));

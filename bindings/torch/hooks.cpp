@@ -154,12 +154,12 @@ void def_hook(py::module_ &m, const char *name, tuttiCompressKind_t kind, const 
 
 }  // namespace
 
-// The compressed average of a contiguous fp32 CPU tensor, in place, queued on the worker.
+// The compressed average of a contiguous fp32 CPU tensor, in place, run like the collectives.
 c10::intrusive_ptr<c10d::Work> ProcessGroupTutti::allreduce_compressed(
     at::Tensor &t, std::shared_ptr<struct tuttiCompressor> c) {
   auto work = c10::make_intrusive<WorkTutti>(this, c10d::OpType::ALLREDUCE, "allreduce_compressed",
                                              std::vector<at::Tensor>{t});
-  return enqueue(work, [this, t, c] {
+  return enqueue(work, t.nbytes(), [this, t, c] {
     ncclResult_t res = tuttiAllReduceCompressed(t.data_ptr(), t.data_ptr(), (size_t)t.numel(),
                                                 ncclFloat, ncclAvg, c.get(), comm(), nullptr);
     if (res != ncclSuccess) fail("tuttiAllReduceCompressed", res);

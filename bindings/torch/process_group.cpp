@@ -34,6 +34,18 @@ void adopt_timeout(std::chrono::milliseconds timeout) {
   setenv("TUTTI_TIMEOUT", std::to_string(seconds).c_str(), 0);
 }
 
+// TUTTI_TORCH_INLINE_BYTES: the largest collective (bytes of its biggest buffer) that runs on the
+// calling thread when the group is idle; 0 queues every call for the worker.
+size_t inline_max_bytes() {
+  const char *v = getenv("TUTTI_TORCH_INLINE_BYTES");
+  if (!v || !*v) return (size_t)16 << 20;
+  char *end = nullptr;
+  unsigned long long n = strtoull(v, &end, 10);
+  TORCH_CHECK(end && *end == '\0', "tutti: TUTTI_TORCH_INLINE_BYTES=", v,
+              " is not a number of bytes");
+  return (size_t)n;
+}
+
 }  // namespace
 
 // ---- Work ----
@@ -77,7 +89,10 @@ bool WorkTutti::wait(std::chrono::milliseconds timeout) {
 
 ProcessGroupTutti::ProcessGroupTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank,
                                      int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size), timeout_(timeout), host_(local_host()) {
+    : c10d::ProcessGroup(rank, size),
+      timeout_(timeout),
+      host_(local_host()),
+      inline_max_bytes_(inline_max_bytes()) {
   adopt_timeout(timeout);
   rendezvous(store);
   worker_ = std::thread([this] { worker_loop(); });
@@ -137,38 +152,59 @@ void ProcessGroupTutti::abort_after_timeout(const char *op) {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTutti::enqueue(c10::intrusive_ptr<WorkTutti> work,
-                                                          Job job) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
+                                                          size_t bytes, Job job) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (bytes > inline_max_bytes_ || running_ || !queue_.empty()) {
     queue_.emplace_back(work, std::move(job));
+    lock.unlock();
+    cv_.notify_one();
+    return work;
   }
-  cv_.notify_one();
+  // Inline: the group is idle, so this job is next in order; running_ holds later ones back.
+  running_ = true;
+  std::exception_ptr error = broken_;
+  lock.unlock();
+  error = run_job(job, error);
+  lock.lock();
+  running_ = false;
+  bool queued = !queue_.empty();  // issued meanwhile by another thread
+  lock.unlock();
+  if (queued) cv_.notify_one();
+  work->complete(error);
   return work;
+}
+
+// Runs one job unless the group is already broken; returns its error. A failed communicator
+// (peer gone, timeout, abort) breaks the group; a rejected argument does not.
+std::exception_ptr ProcessGroupTutti::run_job(const Job &job, std::exception_ptr broken) {
+  if (broken) return broken;
+  try {
+    job();
+    return nullptr;
+  } catch (...) {
+    std::exception_ptr error = std::current_exception();
+    ncclResult_t async = ncclSuccess;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!comm_ || (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess))
+      if (!broken_) broken_ = error;
+    return error;
+  }
 }
 
 void ProcessGroupTutti::worker_loop() {
   for (;;) {
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    cv_.wait(lock, [&] { return !running_ && (stop_ || !queue_.empty()); });
     if (queue_.empty()) return;  // stop_ with nothing left
     auto item = std::move(queue_.front());
     queue_.pop_front();
+    running_ = true;
     std::exception_ptr error = broken_;
     lock.unlock();
-    if (!error) {
-      try {
-        item.second();
-      } catch (...) {
-        error = std::current_exception();
-        ncclResult_t async = ncclSuccess;
-        // A failed communicator (peer gone, timeout) fails everything after it; a rejected
-        // argument does not.
-        lock.lock();
-        if (!comm_ || (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess))
-          if (!broken_) broken_ = error;
-        lock.unlock();
-      }
-    }
+    error = run_job(item.second, error);
+    lock.lock();
+    running_ = false;  // before completing: whoever the completion wakes finds the group idle
+    lock.unlock();
     item.first->complete(error);
   }
 }

@@ -1,10 +1,15 @@
 // tutti's c10d::ProcessGroup for PyTorch 1.13 (Debian's python3-torch, CPU tensors).
 //
 // Shape: the calling thread checks the arguments (a bad call raises at once, nothing is queued)
-// and queues a job; one worker thread per process group runs the jobs in order, each a
-// synchronous tutti call on host buffers (stream NULL), and completes the job's Work and its
-// Future. So async_op=True returns at once and the work progresses in the background, and
-// DDP's reducer gets the completed Future its comm hook chains on.
+// and makes a job, a synchronous tutti call on host buffers (stream NULL). A collective of at
+// most TUTTI_TORCH_INLINE_BYTES (default 16 MiB) that finds the group idle (nothing queued or
+// running) runs at once on the calling thread, as NCCL's host path does, and returns completed
+// work: no hand-off to another thread and back, and no second thread competing for the CPU the
+// caller computes on. Everything else is queued; one worker thread per process group runs the
+// queued jobs in order, and completes the job's Work and its Future. Either way the jobs of a
+// group run one at a time in the order they were issued, and DDP's reducer gets the Future its
+// comm hook chains on. send/recv always go to the worker, so isend returns before its peer
+// has matched it.
 //
 // Timeouts: the timeout given to init_process_group becomes tutti's communicator timeout
 // (TUTTI_TIMEOUT, when the user has not set it) and also bounds Work::wait(): a wait that
@@ -17,6 +22,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -98,7 +104,7 @@ class ProcessGroupTutti : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
 
   // The compressed average (tuttiAllReduceCompressed, ncclAvg) of a contiguous fp32 CPU tensor
-  // in place with compressor c, queued like the collectives (hooks.cpp: the DDP comm hooks).
+  // in place with compressor c, run like the collectives (hooks.cpp: the DDP comm hooks).
   c10::intrusive_ptr<c10d::Work> allreduce_compressed(at::Tensor &t,
                                                       std::shared_ptr<struct tuttiCompressor> c);
 
@@ -111,7 +117,11 @@ class ProcessGroupTutti : public c10d::ProcessGroup {
 
  private:
   using Job = std::function<void()>;
-  c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<WorkTutti> work, Job job);
+  // Runs job on the calling thread when it moves at most inline_max_bytes_ (kNeverInline: a
+  // point-to-point call) and the group is idle; queues it for the worker otherwise.
+  static constexpr size_t kNeverInline = SIZE_MAX;
+  c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<WorkTutti> work, size_t bytes, Job job);
+  std::exception_ptr run_job(const Job &job, std::exception_ptr broken);
   void worker_loop();
   void rendezvous(const c10::intrusive_ptr<c10d::Store> &store);
 
@@ -119,9 +129,12 @@ class ProcessGroupTutti : public c10d::ProcessGroup {
   std::chrono::milliseconds timeout_;
   std::string host_;
 
-  std::mutex mutex_;  // guards queue_, stop_, broken_
+  size_t inline_max_bytes_;
+
+  std::mutex mutex_;  // guards queue_, running_, stop_, broken_
   std::condition_variable cv_;
   std::deque<std::pair<c10::intrusive_ptr<WorkTutti>, Job>> queue_;
+  bool running_ = false;  // a job runs (on the worker or inline); the next one waits for it
   bool stop_ = false;
   std::exception_ptr broken_;  // first failure; later jobs fail with it
   std::thread worker_;

@@ -196,6 +196,29 @@ def check_coalesced_p2p_async():
         assert wk.is_completed()
         fut = wk.get_future()
         same(fut.value()[0], expect(100000, torch.float32, "sum"), "async all_reduce future")
+    # a collective that finds the group idle runs on the calling thread (TUTTI_TORCH_INLINE_BYTES,
+    # default 16 MiB; 0 sends every call to the worker): its work is complete when it returns
+    small = data(1000, rank, torch.float32)
+    wk = dist.all_reduce(small, async_op=True)
+    inline_max = int(os.environ.get("TUTTI_TORCH_INLINE_BYTES", 16 << 20))
+    if small.numel() * small.element_size() <= inline_max:
+        assert wk.is_completed(), f"rank {rank}: an all_reduce on an idle group did not run inline"
+    wk.wait()
+    same(small, expect(1000, torch.float32, "sum"), "all_reduce on the calling thread")
+    # behind a queued point-to-point call a collective is queued too, and runs after it
+    if w > 1:
+        peer = rank ^ 1 if (rank ^ 1) < w else rank
+        got = torch.empty(1000, dtype=torch.int64)
+        p2p = [dist.isend(data(1000, rank, torch.int64), peer) if rank % 2 == 0 else
+               dist.irecv(got, peer)] if peer != rank else []
+        after = data(1000, rank, torch.float32)
+        wk = dist.all_reduce(after, async_op=True)
+        for p in p2p:
+            p.wait()
+        wk.wait()
+        same(after, expect(1000, torch.float32, "sum"), "all_reduce queued behind isend/irecv")
+        if peer != rank and rank % 2 == 1:
+            same(got, data(1000, peer, torch.int64), "irecv before a queued all_reduce")
     # non-contiguous tensor
     m = data(12, rank, torch.float32).view(3, 4).t()
     dist.all_reduce(m)
