@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "device.h"
+#include "forked_ranks.h"
 #include "nccl.h"
 
 namespace {
@@ -48,44 +49,6 @@ int32_t sum(int n, size_t j) {
   for (int q = 0; q < n; q++) t += in(q, j);
   return t;
 }
-
-// Runs body(rank, comm) in n forked ranks; returns each child's exit code (0: passed; the
-// child prints why it failed). env(rank) is applied in the child before init.
-std::vector<int> forked(int n, const std::function<void(int)> &env,
-                        const std::function<int(int, ncclComm_t)> &body) {
-  ncclUniqueId id;
-  EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < n; rank++) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      env(rank);
-      ncclComm_t comm;
-      if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) _exit(90);
-      int rc = body(rank, comm);
-      if (rc == 0 && ncclCommDestroy(comm) != ncclSuccess) rc = 91;
-      _exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  return codes;
-}
-
-#define CHILD_CHECK(cond, code, ...)                     \
-  do {                                                   \
-    if (!(cond)) {                                       \
-      fprintf(stderr, "rank %d: ", rank);                \
-      fprintf(stderr, __VA_ARGS__);                      \
-      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__); \
-      return code;                                       \
-    }                                                    \
-  } while (0)
 
 // All-reduce (out of place, in place, max), reduce-scatter (out of place, in place) and
 // all-gather (out of place, in place) on device buffers, exact, in one rank of n; k crosses

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "device.h"
+#include "forked_ranks.h"
 #include "nccl.h"
 
 namespace {
@@ -49,44 +50,6 @@ int32_t sum(int n, size_t j, int it) {
   for (int q = 0; q < n; q++) t += in(q, j, it);
   return t;
 }
-
-// Runs body(rank, comm) in n forked ranks; returns each child's exit code (0: passed; the
-// child prints why it failed). env(rank) is applied in the child before init.
-std::vector<int> forked(int n, const std::function<void(int)> &env,
-                        const std::function<int(int, ncclComm_t)> &body) {
-  ncclUniqueId id;
-  EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < n; rank++) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      env(rank);
-      ncclComm_t comm;
-      if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) _exit(90);
-      int rc = body(rank, comm);
-      if (rc == 0 && ncclCommDestroy(comm) != ncclSuccess) rc = 91;
-      _exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  return codes;
-}
-
-#define CHILD_CHECK(cond, code, ...)                     \
-  do {                                                   \
-    if (!(cond)) {                                       \
-      fprintf(stderr, "rank %d: ", rank);                \
-      fprintf(stderr, __VA_ARGS__);                      \
-      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__); \
-      return code;                                       \
-    }                                                    \
-  } while (0)
 
 // The application's "kernels" on the stream: fill the send buffer for call `it`, and check
 // the receive buffer after it (counting wrong elements), so that many calls are queued with
