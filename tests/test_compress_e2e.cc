@@ -46,7 +46,8 @@ struct Shared {
 };
 
 // One compressed all-reduce of `count` elements on R processes, results into sh.
-void run_once(const char *spec, int R, size_t count, ncclRedOp_t op, bool in_place, Shared &sh) {
+void run_once(const char *spec, int R, size_t count, ncclRedOp_t op, bool in_place, Shared &sh,
+              const th::Options &opt = th::Options()) {
   th::run_ranks_ok(
       Mode::kProcs, R,
       [&](RankCtx &ctx) {
@@ -63,7 +64,7 @@ void run_once(const char *spec, int R, size_t count, ncclRedOp_t op, bool in_pla
         NCCL_OK(ctx, tuttiCompressorBytesSent(c, &sh.sent[ctx.rank]));
         NCCL_OK(ctx, tuttiCompressorDestroy(c));
       },
-      th::Options(), std::string(spec) + " R=" + std::to_string(R));
+      opt, std::string(spec) + " R=" + std::to_string(R));
 }
 
 void expect_same_on_every_rank(const Shared &sh, const char *what) {
@@ -336,21 +337,7 @@ TEST(CompressE2E, HierarchicalCompressesOnlyBetweenHosts) {
   Shared sh(count, R);
   th::Options opt;
   opt.before_init = [](int rank) { setenv("TUTTI_HOSTID", rank < 2 ? "hostA" : "hostB", 1); };
-  th::run_ranks_ok(
-      Mode::kProcs, R,
-      [&](RankCtx &ctx) {
-        tuttiCompressorConfig_t cfg;
-        tuttiCompressor_t c = nullptr;
-        NCCL_OK(ctx, tuttiCompressorParse("bf16,hier", &cfg));
-        NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, count, ncclFloat));
-        std::vector<float> x(count);
-        for (size_t i = 0; i < count; i++) x[i] = input(i, ctx.rank);
-        NCCL_OK(ctx, tuttiAllReduceCompressed(x.data(), sh.of(ctx.rank), count, ncclFloat, ncclAvg,
-                                              c, ctx.comm, nullptr));
-        NCCL_OK(ctx, tuttiCompressorBytesSent(c, &sh.sent[ctx.rank]));
-        NCCL_OK(ctx, tuttiCompressorDestroy(c));
-      },
-      opt);
+  run_once("bf16,hier", R, count, ncclAvg, false, sh, opt);
   expect_same_on_every_rank(sh, "bf16,hier");
   tuttiCompressorConfig_t cfg;
   size_t between = 0;
@@ -383,21 +370,7 @@ TEST(CompressE2E, AutoTakesTheTunersChoice) {
     th::Options opt;
     if (two_hosts)
       opt.before_init = [](int rank) { setenv("TUTTI_HOSTID", rank ? "hostB" : "hostA", 1); };
-    th::run_ranks_ok(
-        Mode::kProcs, R,
-        [&](RankCtx &ctx) {
-          tuttiCompressorConfig_t cfg;
-          tuttiCompressor_t c = nullptr;
-          NCCL_OK(ctx, tuttiCompressorParse("int8,auto", &cfg));
-          NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, count, ncclFloat));
-          std::vector<float> x(count);
-          for (size_t i = 0; i < count; i++) x[i] = input(i, ctx.rank);
-          NCCL_OK(ctx, tuttiAllReduceCompressed(x.data(), sh.of(ctx.rank), count, ncclFloat,
-                                                ncclAvg, c, ctx.comm, nullptr));
-          NCCL_OK(ctx, tuttiCompressorBytesSent(c, &sh.sent[ctx.rank]));
-          NCCL_OK(ctx, tuttiCompressorDestroy(c));
-        },
-        opt);
+    run_once("int8,auto", R, count, ncclAvg, false, sh, opt);
     expect_same_on_every_rank(sh, "int8,auto");
     tuttiCompressorConfig_t cfg;
     size_t wire = 0;
