@@ -26,6 +26,11 @@ typedef struct group_state {
   lane_t *lanes;
   ncclComm_t *comms;
   size_t ctx_cap, lane_cap, comm_cap;
+  /* reused by the stream path */
+  size_t *idx;
+  uint32_t *calls;
+  pending_t *rest;
+  size_t idx_cap, call_cap, rest_cap;
 } group_state_t;
 
 static TUTTI_TLS group_state_t grp;
@@ -37,6 +42,7 @@ static pthread_once_t grp_key_once = PTHREAD_ONCE_INIT;
 
 static void grp_free(void *unused) {
   free(grp.ops), free(grp.ctxs), free(grp.lanes), free(grp.comms);
+  free(grp.idx), free(grp.calls), free(grp.rest);
   memset(&grp, 0, sizeof(grp));
 }
 
@@ -213,11 +219,13 @@ static size_t group_pick_small(const pending_t *ops, size_t n, size_t *idx) {
  * group become one item of its proxy. */
 static ncclResult_t group_submit_small(pending_t *ops, size_t n, const size_t *idx, size_t k) {
   group_state_t *g = grp_self();
-  uint32_t *calls = malloc(k * sizeof(*calls));
-  pending_t *rest = malloc((n - k + 1) * sizeof(*rest));
   ncclResult_t res = ncclSuccess;
   size_t m = 0, j = 0, started = 0;
-  if (!calls || !rest) res = TUTTI_ERR(ncclSystemError, "out of memory");
+  if (grow((void **)&g->calls, &g->call_cap, k, sizeof(*g->calls)) ||
+      grow((void **)&g->rest, &g->rest_cap, n - k + 1, sizeof(*g->rest)))
+    res = TUTTI_ERR(ncclSystemError, "out of memory");
+  uint32_t *calls = g->calls;
+  pending_t *rest = g->rest;
   for (; res == ncclSuccess && started < k; started++)
     res = small_start(&ops[idx[started]], &calls[started]);
   for (size_t i = 0; res == ncclSuccess && i < k; i++) res = small_finish(&ops[idx[i]], calls[i]);
@@ -230,15 +238,15 @@ static ncclResult_t group_submit_small(pending_t *ops, size_t n, const size_t *i
   int nc = res == ncclSuccess && m ? collect_comms(g, rest, m) : 0;
   if (nc < 0) res = TUTTI_ERR(ncclSystemError, "out of memory");
   if (res == ncclSuccess && m) res = proxy_submit(g->comms, nc, rest, m, group_run_now);
-  free(calls), free(rest);
   return res;
 }
 
 /* The stream path: small all-reduces on their streams, the rest to the proxies. */
 static ncclResult_t group_submit(pending_t *ops, size_t n) {
   group_state_t *g = grp_self();
-  size_t one, *idx = n == 1 ? &one : malloc(n * sizeof(*idx));
-  if (!idx) return TUTTI_ERR(ncclSystemError, "out of memory");
+  if (grow((void **)&g->idx, &g->idx_cap, n, sizeof(*g->idx)))
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  size_t *idx = g->idx;
   size_t k = group_pick_small(ops, n, idx);
   ncclResult_t res;
   if (k) {
@@ -248,7 +256,6 @@ static ncclResult_t group_submit(pending_t *ops, size_t n) {
     res = nc < 0 ? TUTTI_ERR(ncclSystemError, "out of memory")
                  : proxy_submit(g->comms, nc, ops, n, group_run_now);
   }
-  if (idx != &one) free(idx);
   return res;
 }
 
