@@ -31,17 +31,18 @@ usage: $(basename "$0") -A build_a -B build_b [options] [-- all_reduce_perf opti
   -x 'VAR=v ...'   environment settings for build A's runs only (e.g. TUTTI_CMA_MIN_BYTES=64K);
   -y 'VAR=v ...'   for B's: compare settings of one build with -A and -B the same directory
   -o dir           keep every run's output in dir (A.i.txt, B.i.txt) for a later look
+  -a               no runs: report again on the outputs kept in -o dir (e.g. with -P in)
 all_reduce_perf options default to: -b 8 -e 256M -f 4 -n 200 -w 5 -c 0 --iter-bytes 256M
 EOF2
   exit "${1:-0}"
 }
 
-a="" b="" nranks=2 reps=5 thresh=5 rt="" place=out state_us=0.4 env_a="" env_b="" keep=""
-while getopts "A:B:p:r:t:R:P:s:x:y:o:h" opt; do
+a="" b="" nranks=2 reps=5 thresh=5 rt="" place=out state_us=0.4 env_a="" env_b="" keep="" again=0
+while getopts "A:B:p:r:t:R:P:s:x:y:o:ah" opt; do
   case $opt in
     A) a=$OPTARG ;; B) b=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;; t) thresh=$OPTARG ;;
     R) rt=$OPTARG ;; P) place=$OPTARG ;; s) state_us=$OPTARG ;; x) env_a=$OPTARG ;;
-    y) env_b=$OPTARG ;; o) keep=$OPTARG ;; h) usage 0 ;; *) usage 2 ;;
+    y) env_b=$OPTARG ;; o) keep=$OPTARG ;; a) again=1 ;; h) usage 0 ;; *) usage 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -60,7 +61,8 @@ else
   trap 'rm -rf "$out"' EXIT
 fi
 
-for ((rep = 1; rep <= reps; rep++)); do
+[[ $again == 0 || -n $keep ]] || usage 2
+((again)) || for ((rep = 1; rep <= reps; rep++)); do
   if ((rep % 2)); then order=(A B); else order=(B A); fi
   for which in "${order[@]}"; do
     dir=$a settings=$env_a
@@ -107,7 +109,8 @@ state = ["fast" if (x[small] + y[small]) / 2 <= state_us else "slow" for x, y in
 nfast = state.count("fast")
 limit = 1 - thresh / 100
 
-print(f"# all_reduce_perf {args}, {place} of place, {reps} interleaved pairs")
+print(f"# all_reduce_perf {args}, {'out-of-place' if place == 'out' else 'in-place'}, "
+      f"{reps} interleaved pairs")
 print(f"# A = {a}{'  [' + env_a + ']' if env_a else ''}")
 print(f"# B = {b}{'  [' + env_b + ']' if env_b else ''}")
 print(f"# state per pair (mean {small} B time, fast <= {state_us} us): {nfast} fast, "
