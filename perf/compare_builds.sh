@@ -31,7 +31,8 @@ usage: $(basename "$0") -A build_a -B build_b [options] [-- all_reduce_perf opti
   -x 'VAR=v ...'   environment settings for build A's runs only (e.g. TUTTI_CMA_MIN_BYTES=64K);
   -y 'VAR=v ...'   for B's: compare settings of one build with -A and -B the same directory
   -o dir           keep every run's output in dir (A.i.txt, B.i.txt) for a later look
-  -a               no runs: report again on the outputs kept in -o dir (e.g. with -P in)
+  -a               no runs: report again on the outputs kept in -o dir (e.g. with -P in);
+                   -o dir1,dir2,... pools the pairs of several runs, each run one block
 all_reduce_perf options default to: -b 8 -e 256M -f 4 -n 200 -w 5 -c 0 --iter-bytes 256M
 EOF2
   exit "${1:-0}"
@@ -77,18 +78,25 @@ done
 
 "$PY" - "$out" "$reps" "$place" "$thresh" "$a" "$b" "$state_us" "$env_a" "$env_b" \
   "${perf_args[*]}" <<'PYEOF'
-import math, statistics, sys
+import math, os, statistics, sys
 out, reps, place, thresh, a, b, state_us, env_a, env_b, args = sys.argv[1:11]
 reps, thresh, state_us = int(reps), float(thresh), float(state_us)
 col = 5 if place == "out" else 9  # nccl-tests columns: time of out-of-place, of in-place
 
-def run(which, r):
+def run(d, which, r):
     rows = {}
-    for line in open(f"{out}/{which}.{r}.txt"):
+    for line in open(f"{d}/{which}.{r}.txt"):
         f = line.split()
         if len(f) >= 13 and f[0].isdigit():
             rows[int(f[0])] = float(f[col])
     return rows
+
+def pairs_of(d):
+    """The pairs kept in d (A.i.txt and B.i.txt, i = 1, 2, ...)."""
+    n = 0
+    while os.path.exists(f"{d}/A.{n + 1}.txt") and os.path.exists(f"{d}/B.{n + 1}.txt"):
+        n += 1
+    return n
 
 def median_ci(x):
     """Median of x and a distribution-free 95 % interval: [x(k), x(n+1-k)] in sorted order, k
@@ -101,8 +109,13 @@ def median_ci(x):
     ci = (x[k - 1], x[n - k]) if k >= 1 else (None, None)
     return statistics.median(x), ci
 
-ra = [run("A", r) for r in range(1, reps + 1)]
-rb = [run("B", r) for r in range(1, reps + 1)]
+# Each directory is one block (one invocation: pairs minutes apart from another block's).
+dirs = out.split(",")
+blocks = [(d, pairs_of(d) if len(dirs) > 1 else reps) for d in dirs]
+ra = [run(d, "A", r) for d, n in blocks for r in range(1, n + 1)]
+rb = [run(d, "B", r) for d, n in blocks for r in range(1, n + 1)]
+block_of = [k for k, (d, n) in enumerate(blocks) for r in range(n)]
+reps = len(ra)
 sizes = sorted(set.intersection(*(set(x) for x in ra + rb)))
 small = sizes[0]
 state = ["fast" if (x[small] + y[small]) / 2 <= state_us else "slow" for x, y in zip(ra, rb)]
@@ -116,8 +129,12 @@ print(f"# B = {b}{'  [' + env_b + ']' if env_b else ''}")
 print(f"# state per pair (mean {small} B time, fast <= {state_us} us): {nfast} fast, "
       f"{reps - nfast} slow: {''.join(s[0] for s in state)}")
 print(f"# ratio = B busbw / A busbw of one pair; verdict against {limit:.2f} on the 95 % interval")
+if len(blocks) > 1:
+    print(f"# {len(blocks)} blocks (runs) of {', '.join(str(n) for d, n in blocks)} pairs; 'blocks': "
+          "each block's median ratio, lowest..highest (a spread wider than the interval means "
+          "the runs differ by more than the pairs within a run)")
 print(f"# {'size':>9} {'A us':>9} {'B us':>9} {'ratio med':>9} {'95% CI':>13} {'fast med':>8} "
-      f"{'slow med':>8} verdict")
+      f"{'slow med':>8} verdict{'  blocks' if len(blocks) > 1 else ''}")
 lost = False
 for s in sizes:
     pairs = [x[s] / y[s] for x, y in zip(ra, rb) if y[s] > 0]
@@ -129,7 +146,10 @@ for s in sizes:
     verdict = "?" if lo is None or (lo < limit <= hi) else ("ok" if lo >= limit else "LOSS")
     lost |= verdict == "LOSS"
     ci = f"{lo:.3f}-{hi:.3f}" if lo is not None else "-"
+    bm = [statistics.median(p for p, k in zip(pairs, block_of) if k == b)
+          for b in range(len(blocks))]
+    spread = f"  {min(bm):.3f}..{max(bm):.3f}" if len(blocks) > 1 else ""
     print(f"  {s:>9} {ta:>9.2f} {tb:>9.2f} {med:>9.3f} {ci:>13} {sm['fast']:>8} {sm['slow']:>8} "
-          f"{verdict}")
+          f"{verdict:<7}{spread}")
 sys.exit(1 if lost else 0)
 PYEOF
