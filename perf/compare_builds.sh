@@ -77,9 +77,9 @@ fi
 done
 
 "$PY" - "$out" "$reps" "$place" "$thresh" "$a" "$b" "$state_us" "$env_a" "$env_b" \
-  "${perf_args[*]}" <<'PYEOF'
+  "${perf_args[*]}" "$again" <<'PYEOF'
 import math, os, statistics, sys
-out, reps, place, thresh, a, b, state_us, env_a, env_b, args = sys.argv[1:11]
+out, reps, place, thresh, a, b, state_us, env_a, env_b, args, again = sys.argv[1:12]
 reps, thresh, state_us = int(reps), float(thresh), float(state_us)
 col = 5 if place == "out" else 9  # nccl-tests columns: time of out-of-place, of in-place
 
@@ -111,7 +111,11 @@ def median_ci(x):
 
 # Each directory is one block (one invocation: pairs minutes apart from another block's).
 dirs = out.split(",")
-blocks = [(d, pairs_of(d) if len(dirs) > 1 else reps) for d in dirs]
+blocks = [(d, pairs_of(d) if again == "1" else reps) for d in dirs]
+if not all(n for d, n in blocks):
+    print(f"compare_builds: no pairs (A.1.txt, B.1.txt) in {[d for d, n in blocks if not n]}",
+          file=sys.stderr)
+    sys.exit(2)
 ra = [run(d, "A", r) for d, n in blocks for r in range(1, n + 1)]
 rb = [run(d, "B", r) for d, n in blocks for r in range(1, n + 1)]
 block_of = [k for k, (d, n) in enumerate(blocks) for r in range(n)]
