@@ -50,7 +50,8 @@ struct State {
   std::mutex mutex;
   bool enabled = env_bytes("TUTTI_TORCH_HUGEPAGES", 1) != 0;
   size_t min_bytes = env_bytes("TUTTI_TORCH_HUGEPAGE_MIN_BYTES", (size_t)512 << 10);
-  std::unordered_set<uint64_t> seen;     // hash of (address, size) of buffers met once
+  // A hash of (address, size) of the buffers met once; a collision only collapses a buffer early.
+  std::unordered_set<uint64_t> seen;
   std::unordered_set<uintptr_t> ranges;  // 2 MiB ranges already tried
   HugePageStats stats;
 };
@@ -60,7 +61,9 @@ State &state() {
   return s;
 }
 
-uint64_t key(uintptr_t p, size_t bytes) { return (uint64_t)p * 1000003u ^ (uint64_t)bytes; }
+uint64_t key(uintptr_t p, size_t bytes) {
+  return (uint64_t)p * 1000003u ^ (uint64_t)bytes;
+}
 
 }  // namespace
 
