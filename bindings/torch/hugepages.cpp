@@ -8,16 +8,16 @@
 // all-reduce's time. With 2 MiB pages that is one walk per 2 MiB.
 //
 // The pages of a tensor the backend did not allocate can only be changed in place:
-// MADV_COLLAPSE (Linux 6.1) replaces the small pages of an aligned 2 MiB range of anonymous memory
-// by one huge page with the same contents, synchronously, whatever the THP sysfs mode. Ranges
-// reach past the tensor to the 2 MiB boundaries around it (other malloc'd memory of the same
-// mapping: its contents are kept, only the page size changes; the process may use up to 2 MiB
-// more memory at each end where those pages were not yet touched). A call that runs once on a
-// buffer gains nothing from it, so a range is collapsed only when the same buffer (address and
-// size) is all-reduced a second time, and every 2 MiB range at most once in the process's life
-// (success or not), so the cost (copying the range, about as long as one all-reduce of it) is
-// paid once. TUTTI_TORCH_HUGEPAGES=0 leaves every page as it is; buffers below
-// TUTTI_TORCH_HUGEPAGE_MIN_BYTES (default 512 KiB) are left alone.
+// MADV_COLLAPSE (Linux 6.1) replaces the small pages of an aligned 2 MiB range of anonymous
+// memory by one huge page with the same contents, synchronously, independent of the THP sysfs
+// mode (as the kernel documents it). Ranges reach past the tensor to the 2 MiB boundaries around
+// it (other malloc'd memory of the same mapping: its contents are kept, only the page size
+// changes; the process may use up to 2 MiB more memory at each end where those pages were not
+// yet touched). A call that runs once on a buffer gains nothing from it, so a range is collapsed
+// only when the same buffer (address and size) is all-reduced a second time, and every 2 MiB
+// range at most once in the process's life (success or not), so the cost (copying the range,
+// about as long as one all-reduce of it) is paid once. TUTTI_TORCH_HUGEPAGES=0 leaves every
+// page as it is; buffers below TUTTI_TORCH_HUGEPAGE_MIN_BYTES (default 512 KiB) are left alone.
 #include "hugepages.hpp"
 
 #include <c10/util/Exception.h>
