@@ -38,3 +38,13 @@ add_test(NAME torch_compress_hooks
          COMMAND ${tutti_torch_launch} -n 2 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_hooks.py)
 set_tests_properties(torch_compress_hooks PROPERTIES LABELS "slow" TIMEOUT 600
                      ENVIRONMENT "${tutti_torch_env}")
+# Huge pages for repeatedly all-reduced heap tensors (bindings/torch/hugepages.cpp): collapsed on
+# the second all-reduce of a buffer, results exact; and nothing collapsed when turned off.
+add_test(NAME torch_hugepages
+         COMMAND ${tutti_torch_launch} -n 2 --limit 200 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_hugepages.py)
+add_test(NAME torch_hugepages_off
+         COMMAND ${tutti_torch_launch} -n 2 --limit 200 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_hugepages.py off)
+set_tests_properties(torch_hugepages PROPERTIES LABELS "slow" TIMEOUT 300
+                     ENVIRONMENT "${tutti_torch_env}")
+set_tests_properties(torch_hugepages_off PROPERTIES LABELS "slow" TIMEOUT 300
+                     ENVIRONMENT "${tutti_torch_env};TUTTI_TORCH_HUGEPAGES=0")

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "hugepages.hpp"
 #include "process_group.hpp"
 
 namespace tutti_torch {
@@ -157,6 +158,7 @@ WorkPtr ProcessGroupTutti::allreduce(std::vector<at::Tensor> &tensors,
   size_t bytes = t.nbytes();
   return enqueue(work, bytes, [this, t, type, op] {
     Dense d(t);
+    if (d.d.is_same(t)) hugepages_note_buffer(d.ptr(), d.d.nbytes());  // DDP's buckets
     allreduce_dense(*this, d.ptr(), d.d.numel(), type, op);
     d.write_back();
   });

@@ -10,6 +10,7 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "hugepages.hpp"
 #include "process_group.hpp"
 
 namespace py = pybind11;
@@ -35,6 +36,13 @@ PYBIND11_MODULE(tutti_torch, m) {
         py::arg("world_size"), py::arg("timeout"),
         "Creates a tutti process group (the creator registered for backend \"tutti\").");
   m.def("version", [] { return std::string(tuttiVersionString()); });
+  m.def(
+      "_hugepage_stats",
+      [] {
+        tutti_torch::HugePageStats s = tutti_torch::hugepages_stats();
+        return py::dict(py::arg("collapsed") = s.collapsed, py::arg("failed") = s.failed);
+      },
+      "2 MiB ranges of all-reduced tensors collapsed into huge pages, and refused (hugepages.cpp)");
   tutti_torch::define_hooks(m);
   py::object backend = py::module_::import("torch.distributed").attr("Backend");
   if (!py::hasattr(backend, "TUTTI"))
