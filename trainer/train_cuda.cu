@@ -169,12 +169,14 @@ struct Layer {  // one fully connected layer: W (out, in), b (out), offsets into
   size_t w, b;
 };
 
-struct Mlp {         // the MLP's activations and their gradients
+// The MLP's activations and their gradients.
+struct Mlp {
   float *h1, *h2;    // (B, 512), (B, 256) after ReLU
   float *dh1, *dh2;  // same shapes
 };
 
-struct Cnn {                           // the CNN's activations (NHWC) and their gradients
+// The CNN's activations (NHWC) and their gradients.
+struct Cnn {
   float *cols1;                        // (B*28*28, 25) conv1's im2col, kept for its weight gradient
   float *c1;                           // (B, 28, 28, 32) conv1
   float *p1;                           // (B, 14, 14, 32) maxpool + ReLU
@@ -185,7 +187,7 @@ struct Cnn {                           // the CNN's activations (NHWC) and their
   int32_t *arg2;                       // (B, 7, 7, 64)
   float *f1;                           // (B, 512) fc1 + ReLU
   float *dcols2;                       // (B*14*14, 800)
-  float *dc1, *dp1, *dc2, *dp2, *df1;  // the gradients of c1, p1, c2, p2, f1
+  float *dc1, *dp1, *dc2, *dp2, *df1;  // gradients, shaped as c1, p1, c2, p2, f1
 };
 
 struct Gpu {
