@@ -15,7 +15,8 @@
 // A convolution is that linear layer applied to the rows of its im2col matrix: cols
 // (B*H*W, K*K*C) times W^T, W (OC, K, K, C) = (OC, K*K*C) as model.c stores it; its input
 // gradient is col2im of dY W. im2col, col2im and pooling + ReLU are one thread per element
-// calling the maps of cnn_index.h, which test_cnn_index checks on the host against layers.c.
+// calling the maps of cnn_index.h (cnn_kernels.cuh), which test_cnn_index checks on the host
+// against layers.c, and tests/gpu/test_cnn_kernels on a GPU.
 // What is not supported here (refused with a message): --accum > 1, --dropout, --compress,
 // checkpoints, --dump, --log, --profile.
 // This file has been compiled but has not run on a GPU (docs/gpu.md).
@@ -30,13 +31,13 @@
 #include <vector>
 
 extern "C" {
-#include "cnn_index.h"
 #include "data.h"
 #include "model.h"
 #include "optim.h"
 #include "options.h"
 #include "train_cuda.h"
 }
+#include "cnn_kernels.cuh"
 #include "tutti.h"
 
 namespace {
@@ -116,33 +117,6 @@ __global__ void bias_grad(const float *dy, long rows, int O, float *db) {
     __syncthreads();
   }
   if (threadIdx.x == 0) db[o] = part[0];
-}
-
-// The CNN's element-wise layers: one thread per output element, the maps of cnn_index.h.
-// cols (n = B*H*W*K*K*C) = im2col(inp).
-__global__ void im2col(float *cols, const float *inp, conv_shape_t s, size_t n) {
-  size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e < n) cols[e] = cnn_im2col_at(inp, (long)e, s);
-}
-
-// dinp (n = B*H*W*C) = col2im(dcols), every element summed in the host's order.
-__global__ void col2im(float *dinp, const float *dcols, conv_shape_t s, size_t n) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) dinp[i] = cnn_col2im_at(dcols, (long)i, s);
-}
-
-// out, arg (n = B*H/2*W/2*C) = ReLU(maxpool2(inp (B, H, W, C))) and the winning taps.
-__global__ void pool_relu(float *out, int32_t *arg, const float *inp, int H, int W, int C,
-                          size_t n) {
-  size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (o < n) cnn_pool_relu_at(out + o, arg + o, inp, (long)o, H, W, C);
-}
-
-// dinp (n = B*H*W*C) = the backward of pool_relu from dout, out, arg (B, H/2, W/2, C).
-__global__ void pool_relu_back(float *dinp, const float *dout, const float *out, const int32_t *arg,
-                               int H, int W, int C, size_t n) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) dinp[i] = cnn_pool_relu_backward_at(dout, out, arg, (long)i, H, W, C);
 }
 
 // optim.c's update rules, element by element, with the step's constants from optim_begin_step.
@@ -246,8 +220,7 @@ void mlp_backward(Gpu &g, int B) {
 
 // y (B*H*W, OC) = im2col(x) W^T + b: the convolution as a linear layer over cols' rows.
 void conv_forward(Gpu &g, const Layer &l, conv_shape_t s, const float *x, float *cols, float *y) {
-  size_t n = (size_t)s.B * s.H * s.W * s.K * s.K * s.C;
-  im2col<<<blocks(n), kThreads, 0, g.stream>>>(cols, x, s, n);
+  cnn_im2col(g.stream, cols, x, s);
   fc_forward(g, l, cols, y, s.B * s.H * s.W, 0);
 }
 
@@ -255,20 +228,17 @@ void conv_forward(Gpu &g, const Layer &l, conv_shape_t s, const float *x, float 
 void conv_backward(Gpu &g, const Layer &l, conv_shape_t s, const float *cols, const float *dy,
                    float *dcols, float *dx) {
   fc_backward(g, l, cols, dy, dx ? dcols : nullptr, s.B * s.H * s.W);
-  size_t n = (size_t)s.B * s.H * s.W * s.C;
-  if (dx) col2im<<<blocks(n), kThreads, 0, g.stream>>>(dx, dcols, s, n);
+  if (dx) cnn_col2im(g.stream, dx, dcols, s);
 }
 
 // y, arg (B, H/2, W/2, C) = ReLU(maxpool2(x (B, H, W, C))).
 void pool_forward(Gpu &g, const float *x, float *y, int32_t *arg, int B, int H, int W, int C) {
-  size_t n = (size_t)B * (H / 2) * (W / 2) * C;
-  pool_relu<<<blocks(n), kThreads, 0, g.stream>>>(y, arg, x, H, W, C, n);
+  cnn_pool_relu(g.stream, y, arg, x, B, H, W, C);
 }
 
 void pool_backward(Gpu &g, const float *dy, const float *y, const int32_t *arg, float *dx, int B,
                    int H, int W, int C) {
-  size_t n = (size_t)B * H * W * C;
-  pool_relu_back<<<blocks(n), kThreads, 0, g.stream>>>(dx, dy, y, arg, H, W, C, n);
+  cnn_pool_relu_back(g.stream, dx, dy, y, arg, B, H, W, C);
 }
 
 conv_shape_t conv1_shape(int B) {
