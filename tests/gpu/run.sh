@@ -258,7 +258,7 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
   # less the 1.5 points allowed above for the MLP (same model, init, data order and update
   # rules; only the sums run in other orders). And the loss falls: epoch 2's mean training loss
   # below epoch 1's.
-  step train_cuda_cnn_2epochs 150 $(tutti_run 2) "$bin/tutti-train" --device cuda --model cnn --epochs 2 --data "$data"
+  step train_cuda_cnn_2epochs 150 "$bin/tutti-run" -n 2 --timeout 140 -- "$bin/tutti-train" --device cuda --model cnn --epochs 2 --data "$data"
   cnn_lines=$(awk '/^=== train_cuda_cnn_2epochs/ { on = 1 } on && /^epoch +[12]\/2/' "$results")
   cnn_field() { echo "$cnn_lines" | sed -n "$1p" | sed -E "$2"; }
   cnn_acc1=$(cnn_field 1 's/.*test +([0-9.]+)%.*/\1/') cnn_acc2=$(cnn_field 2 's/.*test +([0-9.]+)%.*/\1/')
