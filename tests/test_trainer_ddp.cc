@@ -408,24 +408,26 @@ TEST_F(TrainerDdpQuick, CorruptDataIsAClearError) {
 }
 
 // --device cuda where there is no GPU (this machine, CI): a clear refusal, exit status 2, before
-// any work. The CUDA variant says there is no usable device (or names an option the GPU trainer
-// lacks); the host-only build says it has no GPU trainer. On a machine with a GPU,
-// tests/gpu/run.sh trains with --device cuda instead.
+// any work, for both models. The CUDA variant says there is no usable device (or names an
+// option the GPU trainer lacks); the host-only build says it has no GPU trainer. On a machine
+// with a GPU, tests/gpu/run.sh trains with --device cuda instead.
 TEST_F(TrainerDdpQuick, DeviceCudaIsRefusedWithoutAGpu) {
   if (access("/dev/nvidia0", F_OK) == 0)
     GTEST_SKIP() << "a GPU is present: tests/gpu/run.sh trains";
 #ifdef TUTTI_TRAIN_CUDA_BUILT
   const char *want = "--device cuda: no usable CUDA device";
-  RunResult cnn = run(trainer(0, "--device cuda --model cnn --epochs 1"));
-  EXPECT_EQ(cnn.status, 2) << cnn.output;
-  EXPECT_NE(cnn.output.find("does not support --model cnn"), std::string::npos) << cnn.output;
+  RunResult accum = run(trainer(0, "--device cuda --model cnn --accum 2 --epochs 1"));
+  EXPECT_EQ(accum.status, 2) << accum.output;
+  EXPECT_NE(accum.output.find("does not support --accum"), std::string::npos) << accum.output;
 #else
   const char *want = "--device cuda needs tutti's CUDA variant";
 #endif
-  RunResult r = run(trainer(2, "--device cuda --epochs 1"));
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("epoch"), std::string::npos) << "it trained: " << r.output;
+  for (const char *model : {"mlp", "cnn"}) {
+    RunResult r = run(trainer(2, std::string("--device cuda --epochs 1 --model ") + model));
+    EXPECT_EQ(r.status, 2) << model << ": " << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << model << ": " << r.output;
+    EXPECT_EQ(r.output.find("epoch"), std::string::npos) << "it trained: " << r.output;
+  }
 }
 
 // ---------------------------------------------------------------- slow (CNN)

@@ -113,7 +113,7 @@ TRAINER_SIMD void dropout_backward(float *dinp, const float *dout, const float *
 /* cols (B*H*W, K*K*C): row (b, y, x) holds the K x K x C window centred on (y, x), zeros
  * where the window leaves the image. In NHWC one window row (ky) is a single contiguous run of
  * K*C floats of the input, cut at the left and right borders: we copy runs, not taps. */
-TRAINER_SIMD static void im2col(float *cols, const float *inp, conv_shape_t s) {
+TRAINER_SIMD void conv2d_im2col(float *cols, const float *inp, conv_shape_t s) {
   int P = s.K / 2, C = s.C, KC = s.K * s.C;
   for (int b = 0; b < s.B; b++)
     for (int y = 0; y < s.H; y++)
@@ -135,7 +135,7 @@ TRAINER_SIMD static void im2col(float *cols, const float *inp, conv_shape_t s) {
 }
 
 /* The adjoint of im2col: dinp (B, H, W, C) = sum of every window's gradient at its place. */
-TRAINER_SIMD static void col2im(float *dinp, const float *dcols, conv_shape_t s) {
+TRAINER_SIMD void conv2d_col2im(float *dinp, const float *dcols, conv_shape_t s) {
   int P = s.K / 2, C = s.C, KC = s.K * s.C;
   memset(dinp, 0, (size_t)s.B * s.H * s.W * C * sizeof(float));
   for (int b = 0; b < s.B; b++)
@@ -343,7 +343,7 @@ void conv2d_forward(float *out, float *cols, const float *inp, const float *w, c
     t.B = b0 + tile <= s.B ? tile : s.B - b0;
     long M = (long)t.B * s.H * s.W;
     float *o = out + b0 * out_img;
-    im2col(cols, inp + b0 * in_img, t);
+    conv2d_im2col(cols, inp + b0 * in_img, t);
     for (long r = 0; r < M; r++) memcpy(o + r * s.OC, b, (size_t)s.OC * sizeof(float));
     // out (M, OC) += cols (M, KKC) . w^T (KKC, OC)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, s.OC, kkc, 1.0f, cols, kkc, w, kkc,
@@ -366,7 +366,7 @@ void conv2d_backward(float *dinp, float *dw, float *db, float *cols, float *dcol
     t.B = b0 + tile <= s.B ? tile : s.B - b0;
     long M = (long)t.B * s.H * s.W;
     const float *d = dout + b0 * out_img;
-    im2col(cols, inp + b0 * in_img, t); /* again: cheaper than keeping the batch's */
+    conv2d_im2col(cols, inp + b0 * in_img, t); /* again: cheaper than keeping the batch's */
     // dw (OC, KKC) (+)= dout^T (OC, M) . cols (M, KKC): the first tile overwrites unless
     // accumulating
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.OC, kkc, (int)M, 1.0f, d, s.OC, cols,
@@ -376,7 +376,7 @@ void conv2d_backward(float *dinp, float *dw, float *db, float *cols, float *dcol
     // dcols (M, KKC) = dout (M, OC) . w (OC, KKC)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, kkc, s.OC, 1.0f, d, s.OC, w, kkc,
                 0.0f, dcols, kkc);
-    col2im(dinp + b0 * in_img, dcols, t);
+    conv2d_col2im(dinp + b0 * in_img, dcols, t);
   }
 }
 

@@ -76,6 +76,13 @@ void conv2d_backward(float *dinp, float *dw, float *db, float *cols, float *dcol
                      const float *dout, const float *inp, const float *w, conv_shape_t s,
                      int accumulate);
 
+/* The unfolding under conv2d (used for C > 1; exported for test_cnn_index, which checks the GPU
+ * trainer's element-wise maps of cnn_index.h against them): cols (B*H*W, K*K*C), row
+ * (b, y, x) the K x K x C window centred on (y, x), zeros outside the image; col2im is its
+ * adjoint, dinp (B, H, W, C) = the sum of every window's gradient at its place (overwritten). */
+void conv2d_im2col(float *cols, const float *inp, conv_shape_t s);
+void conv2d_col2im(float *dinp, const float *dcols, conv_shape_t s);
+
 /* 2x2 max pooling, stride 2: inp (B, H, W, C) -> out (B, H/2, W/2, C); H and W even.
  * arg (B, H/2, W/2, C) remembers which input won (index into inp) for backward. */
 void maxpool2_forward(float *out, int32_t *arg, const float *inp, int B, int H, int W, int C);

@@ -14,7 +14,7 @@ static const char usage_text[] =
     "usage: tutti-train [options]      (one process per rank: tutti-run -n N, mpirun, torchrun "
     "env)\n"
     "  --model mlp|cnn        model (mlp)\n"
-    "  --device cpu|cuda      where to train (cpu); cuda: the MLP on a GPU with cuBLAS, the\n"
+    "  --device cpu|cuda      where to train (cpu); cuda: the model on a GPU with cuBLAS, the\n"
     "                         gradients all-reduced on the device (CUDA builds only)\n"
     "  --epochs N             epochs (10)\n"
     "  --batch B              per-rank micro-batch; global batch = B x ranks x accum (64)\n"

@@ -1,5 +1,5 @@
-// tutti-train --device cuda: the MLP of model.c trained on a GPU (built with the CUDA variant
-// only). The same model, initialization (model_init_params), sampler, augmentation,
+// tutti-train --device cuda: the MLP and the CNN of model.c trained on a GPU (built with the
+// CUDA variant only). The same models, initialization (model_init_params), sampler, augmentation,
 // learning-rate schedule and update rules (optim.c's constants from optim_begin_step, the
 // element-wise update in a kernel) as on the host; the layers are cuBLAS GEMMs and small kernels,
 // and the gradients are all-reduced on the device: one ncclAllReduce of the whole gradient on
@@ -7,11 +7,18 @@
 // cuda_p2p: kernels reading the peers' gradients in place).
 //
 //   mlp  x (B, 784) -> fc1 (512) -> ReLU -> fc2 (256) -> ReLU -> fc3 (10) -> softmax + NLL
+//   cnn  x (B, 28, 28, 1) -> conv5x5 (32) -> maxpool2 + ReLU -> conv5x5 (64) -> maxpool2 + ReLU
+//        -> fc1 (512) -> ReLU -> fc2 (10) -> softmax + NLL                  (NHWC, as model.c)
 //
 // Row-major tensors through column-major cuBLAS: Y (B, O) = X (B, I) W^T, W (O, I), is the
 // column-major product Y^T = W^T' X^T, i.e. gemm(T, N, O, B, I) on the stored arrays.
-// What is not supported here (refused with a message): the CNN, --accum > 1, --dropout,
-// --compress, checkpoints, --dump, --log, --profile.
+// A convolution is that linear layer applied to the rows of its im2col matrix: cols
+// (B*H*W, K*K*C) times W^T, W (OC, K, K, C) = (OC, K*K*C) as model.c stores it; its input
+// gradient is col2im of dY W. im2col, col2im and pooling + ReLU are one thread per element
+// calling the maps of cnn_index.h (cnn_kernels.cuh), which test_cnn_index checks on the host
+// against layers.c, and tests/gpu/test_cnn_kernels on a GPU.
+// What is not supported here (refused with a message): --accum > 1, --dropout, --compress,
+// checkpoints, --dump, --log, --profile.
 // This file has been compiled but has not run on a GPU (docs/gpu.md).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -30,6 +37,7 @@ extern "C" {
 #include "options.h"
 #include "train_cuda.h"
 }
+#include "cnn_kernels.cuh"
 #include "tutti.h"
 
 namespace {
@@ -60,7 +68,7 @@ namespace {
     }                                                                                    \
   } while (0)
 
-const int kThreads = 256;
+constexpr int kThreads = 256;
 int blocks(size_t n) {
   return (int)((n + kThreads - 1) / kThreads);
 }
@@ -94,13 +102,21 @@ __global__ void relu_back(float *dh, const float *h, size_t n) {
   if (i < n && h[i] <= 0.0f) dh[i] = 0.0f;
 }
 
-// db (O) = column sums of dy (B, O).
-__global__ void bias_grad(const float *dy, int B, int O, float *db) {
-  int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= O) return;
+// db (O) = column sums of dy (rows, O): block o sums column o, each thread a strided share of
+// the rows (conv1 has B*28*28 of them), then a tree in shared memory. Launch with O blocks of
+// kThreads threads.
+__global__ void bias_grad(const float *dy, long rows, int O, float *db) {
+  __shared__ float part[kThreads];
+  int o = blockIdx.x;
   float acc = 0.0f;
-  for (int s = 0; s < B; s++) acc += dy[(size_t)s * O + o];
-  db[o] = acc;
+  for (long s = threadIdx.x; s < rows; s += blockDim.x) acc += dy[s * O + o];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[o] = part[0];
 }
 
 // optim.c's update rules, element by element, with the step's constants from optim_begin_step.
@@ -127,16 +143,41 @@ struct Layer {  // one fully connected layer: W (out, in), b (out), offsets into
   size_t w, b;
 };
 
+// The MLP's activations and their gradients.
+struct Mlp {
+  float *h1, *h2;    // (B, 512), (B, 256) after ReLU
+  float *dh1, *dh2;  // same shapes
+};
+
+// The CNN's activations (NHWC) and their gradients.
+struct Cnn {
+  float *cols1;                        // (B*28*28, 25) conv1's im2col, kept for its weight gradient
+  float *c1;                           // (B, 28, 28, 32) conv1
+  float *p1;                           // (B, 14, 14, 32) maxpool + ReLU
+  int32_t *arg1;                       // (B, 14, 14, 32) the winning taps (indices into c1)
+  float *cols2;                        // (B*14*14, 800) conv2's im2col
+  float *c2;                           // (B, 14, 14, 64) conv2
+  float *p2;                           // (B, 7, 7, 64) maxpool + ReLU = (B, 3136) fc1's input
+  int32_t *arg2;                       // (B, 7, 7, 64)
+  float *f1;                           // (B, 512) fc1 + ReLU
+  float *dcols2;                       // (B*14*14, 800)
+  float *dc1, *dp1, *dc2, *dp2, *df1;  // gradients, shaped as c1, p1, c2, p2, f1
+};
+
 struct Gpu {
   cudaStream_t stream;
   cublasHandle_t blas;
   ncclComm_t comm = nullptr;
   int rank = 0, world = 1, batch;
-  Layer fc[3];
+  model_kind_t kind;
+  Layer fc[3];    // mlp: fc1, fc2, fc3; cnn: fc1, fc2
+  Layer conv[2];  // cnn: conv1 (in 25, out 32), conv2 (in 800, out 64) over im2col rows
   size_t nparams;
-  float *params, *grads, *m, *v;  // (nparams) each; v for adamw only
-  float *x, *h1, *h2, *logits, *dlogits, *dh1, *dh2, *losses;
+  float *params, *grads, *m, *v;         // (nparams) each, model.c's layout; v for adamw only
+  float *x, *logits, *dlogits, *losses;  // (B, 784), (B, 10), (B, 10), (B)
   uint8_t *y;
+  Mlp mlp;
+  Cnn cnn;
 };
 
 // y (B, out) = x (B, in) W^T + b, ReLU when relu.
@@ -152,25 +193,96 @@ void fc_backward(Gpu &g, const Layer &l, const float *x, const float *dy, float 
   const float one = 1.0f, zero = 0.0f;
   BLAS(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, l.in, l.out, B, &one, x, l.in, dy, l.out,
                    &zero, g.grads + l.w, l.in));
-  bias_grad<<<blocks(l.out), kThreads, 0, g.stream>>>(dy, B, l.out, g.grads + l.b);
+  bias_grad<<<l.out, kThreads, 0, g.stream>>>(dy, B, l.out, g.grads + l.b);
   if (dx)
     BLAS(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, l.in, B, l.out, &one, g.params + l.w, l.in,
                      dy, l.out, &zero, dx, l.in));
 }
 
+void relu_backward(Gpu &g, float *dh, const float *h, size_t n) {
+  relu_back<<<blocks(n), kThreads, 0, g.stream>>>(dh, h, n);
+}
+
+void mlp_forward(Gpu &g, int B) {
+  fc_forward(g, g.fc[0], g.x, g.mlp.h1, B, 1);
+  fc_forward(g, g.fc[1], g.mlp.h1, g.mlp.h2, B, 1);
+  fc_forward(g, g.fc[2], g.mlp.h2, g.logits, B, 0);
+}
+
+void mlp_backward(Gpu &g, int B) {
+  Mlp &a = g.mlp;
+  fc_backward(g, g.fc[2], a.h2, g.dlogits, a.dh2, B);
+  relu_backward(g, a.dh2, a.h2, (size_t)B * 256);
+  fc_backward(g, g.fc[1], a.h1, a.dh2, a.dh1, B);
+  relu_backward(g, a.dh1, a.h1, (size_t)B * 512);
+  fc_backward(g, g.fc[0], g.x, a.dh1, nullptr, B);
+}
+
+// y (B*H*W, OC) = im2col(x) W^T + b: the convolution as a linear layer over cols' rows.
+void conv_forward(Gpu &g, const Layer &l, conv_shape_t s, const float *x, float *cols, float *y) {
+  cnn_im2col(g.stream, cols, x, s);
+  fc_forward(g, l, cols, y, s.B * s.H * s.W, 0);
+}
+
+// From dy (B*H*W, OC): dW = dy^T cols, db = sums of dy, and dx = col2im(dy W) when wanted.
+void conv_backward(Gpu &g, const Layer &l, conv_shape_t s, const float *cols, const float *dy,
+                   float *dcols, float *dx) {
+  fc_backward(g, l, cols, dy, dx ? dcols : nullptr, s.B * s.H * s.W);
+  if (dx) cnn_col2im(g.stream, dx, dcols, s);
+}
+
+// y, arg (B, H/2, W/2, C) = ReLU(maxpool2(x (B, H, W, C))).
+void pool_forward(Gpu &g, const float *x, float *y, int32_t *arg, int B, int H, int W, int C) {
+  cnn_pool_relu(g.stream, y, arg, x, B, H, W, C);
+}
+
+void pool_backward(Gpu &g, const float *dy, const float *y, const int32_t *arg, float *dx, int B,
+                   int H, int W, int C) {
+  cnn_pool_relu_back(g.stream, dx, dy, y, arg, B, H, W, C);
+}
+
+conv_shape_t conv1_shape(int B) {
+  return conv_shape_t{B, 28, 28, 1, 32, 5};
+}
+conv_shape_t conv2_shape(int B) {
+  return conv_shape_t{B, 14, 14, 32, 64, 5};
+}
+
+void cnn_forward(Gpu &g, int B) {
+  Cnn &a = g.cnn;
+  conv_forward(g, g.conv[0], conv1_shape(B), g.x, a.cols1, a.c1);   // (B, 28, 28, 32)
+  pool_forward(g, a.c1, a.p1, a.arg1, B, 28, 28, 32);               // (B, 14, 14, 32)
+  conv_forward(g, g.conv[1], conv2_shape(B), a.p1, a.cols2, a.c2);  // (B, 14, 14, 64)
+  pool_forward(g, a.c2, a.p2, a.arg2, B, 14, 14, 64);               // (B, 7, 7, 64)
+  fc_forward(g, g.fc[0], a.p2, a.f1, B, 1);                         // (B, 512)
+  fc_forward(g, g.fc[1], a.f1, g.logits, B, 0);                     // (B, 10)
+}
+
+// Tensors in reverse order: fc2, fc1, conv2, conv1 (whose input gradient nobody needs).
+void cnn_backward(Gpu &g, int B) {
+  Cnn &a = g.cnn;
+  fc_backward(g, g.fc[1], a.f1, g.dlogits, a.df1, B);
+  relu_backward(g, a.df1, a.f1, (size_t)B * 512);
+  fc_backward(g, g.fc[0], a.p2, a.df1, a.dp2, B);
+  pool_backward(g, a.dp2, a.p2, a.arg2, a.dc2, B, 14, 14, 64);
+  conv_backward(g, g.conv[1], conv2_shape(B), a.cols2, a.dc2, a.dcols2, a.dp1);
+  pool_backward(g, a.dp1, a.p1, a.arg1, a.dc1, B, 28, 28, 32);
+  conv_backward(g, g.conv[0], conv1_shape(B), a.cols1, a.dc1, nullptr, nullptr);
+}
+
 void forward(Gpu &g, int B) {
-  fc_forward(g, g.fc[0], g.x, g.h1, B, 1);
-  fc_forward(g, g.fc[1], g.h1, g.h2, B, 1);
-  fc_forward(g, g.fc[2], g.h2, g.logits, B, 0);
+  if (g.kind == MODEL_MLP)
+    mlp_forward(g, B);
+  else
+    cnn_forward(g, B);
 }
 
 void backward(Gpu &g, int B, float scale) {
   softmax_xent<<<blocks(B), kThreads, 0, g.stream>>>(g.logits, g.y, B, scale, g.losses, g.dlogits);
-  fc_backward(g, g.fc[2], g.h2, g.dlogits, g.dh2, B);
-  relu_back<<<blocks((size_t)B * 256), kThreads, 0, g.stream>>>(g.dh2, g.h2, (size_t)B * 256);
-  fc_backward(g, g.fc[1], g.h1, g.dh2, g.dh1, B);
-  relu_back<<<blocks((size_t)B * 512), kThreads, 0, g.stream>>>(g.dh1, g.h1, (size_t)B * 512);
-  fc_backward(g, g.fc[0], g.x, g.dh1, nullptr, B);
+  if (g.kind == MODEL_MLP)
+    mlp_backward(g, B);
+  else
+    cnn_backward(g, B);
 }
 
 void optimizer(Gpu &g, optim_t *o, float lr) {
@@ -226,7 +338,6 @@ void evaluate(Gpu &g, const dataset_t *test, double *loss, double *acc) {
 }
 
 const char *unsupported(const options_t *o) {
-  if (o->model != MODEL_MLP) return "--model cnn (the GPU trainer runs the MLP)";
   if (o->accum != 1) return "--accum";
   if (o->dropout > 0) return "--dropout";
   if (strcmp(o->compress, "none") != 0) return "--compress";
@@ -244,31 +355,71 @@ float *dev_floats(size_t n) {
   return p;
 }
 
+int32_t *dev_ints(size_t n) {
+  int32_t *p = nullptr;
+  CU(cudaMalloc(&p, (n ? n : 1) * sizeof(int32_t)));
+  return p;
+}
+
+// Layer l: weight w (out, in) and bias b, views into m's parameters.
+Layer layer_of(const model_t &m, const float *w, const float *b, int in, int out) {
+  return Layer{in, out, (size_t)(w - m.params), (size_t)(b - m.params)};
+}
+
+void setup_layers(Gpu &g, const model_t &m) {
+  if (g.kind == MODEL_MLP) {
+    const mlp_params_t &p = m.p.mlp;
+    g.fc[0] = layer_of(m, p.fc1w, p.fc1b, DATA_PIXELS, 512);
+    g.fc[1] = layer_of(m, p.fc2w, p.fc2b, 512, 256);
+    g.fc[2] = layer_of(m, p.fc3w, p.fc3b, 256, DATA_CLASSES);
+    return;
+  }
+  const cnn_params_t &p = m.p.cnn;
+  g.conv[0] = layer_of(m, p.conv1w, p.conv1b, 5 * 5 * 1, 32);   // (32, 5, 5, 1)
+  g.conv[1] = layer_of(m, p.conv2w, p.conv2b, 5 * 5 * 32, 64);  // (64, 5, 5, 32)
+  g.fc[0] = layer_of(m, p.fc1w, p.fc1b, 7 * 7 * 64, 512);
+  g.fc[1] = layer_of(m, p.fc2w, p.fc2b, 512, DATA_CLASSES);
+}
+
+void setup_acts(Gpu &g, size_t B) {
+  if (g.kind == MODEL_MLP) {
+    Mlp &a = g.mlp;
+    a.h1 = dev_floats(B * 512), a.h2 = dev_floats(B * 256);
+    a.dh1 = dev_floats(B * 512), a.dh2 = dev_floats(B * 256);
+    return;
+  }
+  Cnn &a = g.cnn;
+  size_t n1 = B * 28 * 28 * 32, n2 = B * 14 * 14 * 32, n3 = B * 14 * 14 * 64, n4 = B * 7 * 7 * 64;
+  a.cols1 = dev_floats(B * 28 * 28 * 25), a.cols2 = dev_floats(B * 14 * 14 * 800);
+  a.dcols2 = dev_floats(B * 14 * 14 * 800);
+  a.c1 = dev_floats(n1), a.p1 = dev_floats(n2), a.arg1 = dev_ints(n2);
+  a.c2 = dev_floats(n3), a.p2 = dev_floats(n4), a.arg2 = dev_ints(n4);
+  a.f1 = dev_floats(B * 512), a.df1 = dev_floats(B * 512);
+  a.dc1 = dev_floats(n1), a.dp1 = dev_floats(n2), a.dc2 = dev_floats(n3), a.dp2 = dev_floats(n4);
+}
+
 // Parameters initialized on the host (model.c, the same draws as the host trainer) and copied.
 void setup_model(Gpu &g, const options_t *o) {
   model_t m;
-  if (model_create(&m, MODEL_MLP, o->batch)) {
+  g.kind = o->model;
+  if (model_create(&m, o->model, o->batch)) {
     fprintf(stderr, "tutti-train: out of memory\n");
     exit(1);
   }
   model_init_params(&m, o->seed);
   g.nparams = m.nparams;
-  float *const w[3] = {m.p.mlp.fc1w, m.p.mlp.fc2w, m.p.mlp.fc3w};
-  float *const b[3] = {m.p.mlp.fc1b, m.p.mlp.fc2b, m.p.mlp.fc3b};
-  const int dims[4] = {DATA_PIXELS, 512, 256, DATA_CLASSES};
-  for (int k = 0; k < 3; k++)
-    g.fc[k] = Layer{dims[k], dims[k + 1], (size_t)(w[k] - m.params), (size_t)(b[k] - m.params)};
+  setup_layers(g, m);
   g.params = dev_floats(g.nparams), g.grads = dev_floats(g.nparams);
   g.m = dev_floats(g.nparams);
   g.v = o->optim == OPT_ADAMW ? dev_floats(g.nparams) : nullptr;
   CU(cudaMemcpy(g.params, m.params, g.nparams * 4, cudaMemcpyHostToDevice));
   model_free(&m);
   size_t B = (size_t)o->batch;
-  g.x = dev_floats(B * DATA_PIXELS), g.h1 = dev_floats(B * 512), g.h2 = dev_floats(B * 256);
-  g.dh1 = dev_floats(B * 512), g.dh2 = dev_floats(B * 256);
+  g.x = dev_floats(B * DATA_PIXELS);
   g.logits = dev_floats(B * DATA_CLASSES), g.dlogits = dev_floats(B * DATA_CLASSES);
   g.losses = dev_floats(B);
   CU(cudaMalloc(&g.y, B));
+  setup_acts(g, B);
 }
 
 int local_rank(void) {
@@ -328,9 +479,9 @@ extern "C" int train_cuda_run(const options_t *o, ncclComm_t comm, const dataset
   std::vector<int> idx(o->batch);
   if (g.rank == 0)
     printf(
-        "tutti-train --device cuda: mlp, %zu parameters, %d rank(s) x batch %d, %s, lr %.3g, "
+        "tutti-train --device cuda: %s, %zu parameters, %d rank(s) x batch %d, %s, lr %.3g, "
         "gradients all-reduced on the device (ncclAllReduce on the training stream)\n",
-        g.nparams, g.world, o->batch, optim_name(o->optim), lr0);
+        model_name(o->model), g.nparams, g.world, o->batch, optim_name(o->optim), lr0);
   for (int epoch = 0; epoch < o->epochs; epoch++) {
     sampler_set_epoch(&s, epoch);
     double t0 = now_s(), sums[3] = {0, 0, 0};  // loss, correct, samples
