@@ -23,6 +23,8 @@
 #include <sstream>
 #include <thread>
 
+#include "forked_ranks.h"
+
 namespace th {
 
 namespace {
@@ -140,60 +142,57 @@ void read_report(int fd, RankResult *rr) {
   while (std::getline(in, line)) rr->messages.push_back(line);
 }
 
+// The ranks are forked before their ids exist (forked_ranks.h says why) and wait for them on a
+// pipe each; where no id can be made, their pipes close and they exit without starting.
 void run_procs(int n, const Body &body, const Options &opt, RunResult *res) {
-  ncclUniqueId id;
-  std::vector<ncclUniqueId> extra(opt.extra_ids);
-  ncclResult_t rc = ncclGetUniqueId(&id);
-  for (int i = 0; i < opt.extra_ids && rc == ncclSuccess; i++) rc = ncclGetUniqueId(&extra[i]);
-  if (rc != ncclSuccess) {
-    res->setup_error = std::string("ncclGetUniqueId failed: ") + ncclGetLastError(nullptr);
-    return;
-  }
-  fflush(stdout);
-  fflush(stderr);
+  fflush(nullptr);
+  wait_single_threaded();
   std::vector<pid_t> pids;
-  std::vector<int> fds;
-  // The children wait at this gate until all are forked: a rank that starts at once makes the
-  // parent's bootstrap root threads allocate while the next fork copies the process, and a
-  // child can inherit an allocator lock held by a thread that does not exist in it (seen with
-  // ASan's allocator, which has no fork handler here).
-  int gate[2];
-  if (pipe(gate) != 0) {
-    res->setup_error = "pipe failed";
-    return;
-  }
+  std::vector<int> fds, id_fds;
   for (int r = 0; r < n; r++) {
-    int p[2];
+    int p[2], q[2];
     if (pipe(p) != 0) {
+      res->setup_error = "pipe failed";
+      break;
+    }
+    if (pipe(q) != 0) {
+      close(p[0]), close(p[1]);
       res->setup_error = "pipe failed";
       break;
     }
     pid_t pid = fork();
     if (pid == 0) {
       close(p[0]);
+      close(q[1]);
       for (int fd : fds) close(fd);
-      close(gate[1]);
-      char go;
-      while (read(gate[0], &go, 1) < 0 && errno == EINTR) {
-      }
-      close(gate[0]);
-      child_main(r, n, id, extra, body, opt, p[1]);
+      for (int fd : id_fds) close(fd);
+      std::vector<ncclUniqueId> ids;
+      if (!recv_ids(q[0], 1 + static_cast<size_t>(opt.extra_ids), &ids)) _exit(89);
+      std::vector<ncclUniqueId> extra(ids.begin() + 1, ids.end());
+      child_main(r, n, ids[0], extra, body, opt, p[1]);
     }
     close(p[1]);
+    close(q[0]);
     if (pid < 0) {
       close(p[0]);
+      close(q[1]);
       res->setup_error = "fork failed";
       break;
     }
     fcntl(p[0], F_SETFL, O_NONBLOCK);
     pids.push_back(pid);
     fds.push_back(p[0]);
+    id_fds.push_back(q[1]);
     res->ranks.push_back(RankResult{});
     res->ranks.back().rank = r;
     res->ranks.back().pid = pid;
   }
-  close(gate[0]);
-  close(gate[1]);  // EOF at the gate: every child starts
+  std::vector<ncclUniqueId> ids(1 + static_cast<size_t>(opt.extra_ids));
+  ncclResult_t rc = ncclSuccess;
+  for (size_t i = 0; i < ids.size() && rc == ncclSuccess; i++) rc = ncclGetUniqueId(&ids[i]);
+  if (rc != ncclSuccess && res->setup_error.empty())
+    res->setup_error = std::string("ncclGetUniqueId failed: ") + ncclGetLastError(nullptr);
+  for (int fd : id_fds) rc == ncclSuccess ? (void)send_ids(fd, ids) : (void)close(fd);
   if (opt.while_running && res->setup_error.empty()) opt.while_running(pids);
   double deadline = now_s() + opt.timeout_s;
   size_t left = pids.size();

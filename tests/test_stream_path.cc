@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "device.h"
+#include "forked_ranks.h"
 #include "nccl.h"
 
 namespace {
@@ -466,37 +467,23 @@ TEST(StreamPathProtocol, DestroyRunsQueuedOperationsFirst) {
 TEST(StreamPathProtocol, ForkedRanksOverShm) {
   const int n = 2;
   const size_t k = 100003;
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < n; rank++) {
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ncclComm_t comm;
-      if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) _exit(2);
-      void *st = device_emu_stream_create();
-      DevBuf s(k * 4), r(k * n * 4);
-      fill(s, rank, k);
-      int bad = ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st) != 0;
-      bad |= device_emu_stream_sync(st, 60000) != 0;
-      for (size_t j = 0; j < k && !bad; j++) bad |= r.host<int32_t>()[j] != in(0, j) + in(1, j);
-      bad |= ncclAllGather(s.d, r.d, k, ncclInt32, comm, (cudaStream_t)st) != 0;
-      bad |= device_emu_stream_sync(st, 60000) != 0;
-      for (int q = 0; q < n; q++)
-        for (size_t j = 0; j < k && !bad; j++) bad |= r.host<int32_t>()[q * k + j] != in(q, j);
-      bad |= ncclCommDestroy(comm) != 0;
-      device_emu_stream_destroy(st);
-      _exit(bad ? 1 : 0);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: wrong values, 2: init failed";
-  }
+  auto codes = forked(
+      n, [](int) {},
+      [&](int rank, ncclComm_t comm) {
+        void *st = device_emu_stream_create();
+        DevBuf s(k * 4), r(k * n * 4);
+        fill(s, rank, k);
+        int bad = ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st) != 0;
+        bad |= device_emu_stream_sync(st, 60000) != 0;
+        for (size_t j = 0; j < k && !bad; j++) bad |= r.host<int32_t>()[j] != in(0, j) + in(1, j);
+        bad |= ncclAllGather(s.d, r.d, k, ncclInt32, comm, (cudaStream_t)st) != 0;
+        bad |= device_emu_stream_sync(st, 60000) != 0;
+        for (int q = 0; q < n; q++)
+          for (size_t j = 0; j < k && !bad; j++) bad |= r.host<int32_t>()[q * k + j] != in(q, j);
+        device_emu_stream_destroy(st);
+        return bad ? 1 : 0;
+      });
+  for (int code : codes) EXPECT_EQ(code, 0) << "1: wrong values, 90: init failed, 91: destroy";
 }
 
 }  // namespace

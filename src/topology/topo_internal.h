@@ -32,6 +32,9 @@ struct topo {
 
 /* topo_load.c */
 int topo_parse_busid(const char *s, unsigned *domain, unsigned *bus, unsigned *dev, unsigned *func);
+/* topo_load_xml after its trial load in a child process: for a caller that made the trial
+ * itself (fuzz_topo_xml does it in one long-lived helper process, not in a fork per file). */
+ncclResult_t topo_load_xml_tried(const char *path, topo_t **out);
 /* The PCI device an object hangs from (itself when it is one), NULL when none. */
 hwloc_obj_t topo_pci_of(hwloc_obj_t o);
 

@@ -248,26 +248,27 @@ static int xml_kills_hwloc(const char *path) {
 }
 
 ncclResult_t topo_load_xml(const char *path, topo_t **out) {
+  *out = NULL;
+  if (access(path, R_OK) != 0)
+    return TUTTI_ERR(ncclInvalidUsage, "cannot load the hwloc XML topology \"%s\": %s", path,
+                     strerror(errno));
+  int sig = xml_kills_hwloc(path);
+  if (sig)
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "cannot load the hwloc XML topology \"%s\": hwloc crashed reading it (%s in "
+                     "a trial load): the file is malformed (`lstopo --if xml --input FILE` "
+                     "crashes the same way)",
+                     path, strsignal(sig));
+  return topo_load_xml_tried(path, out);
+}
+
+ncclResult_t topo_load_xml_tried(const char *path, topo_t **out) {
   uint64_t t0 = tutti_time_ns();
   topo_t *t = NULL;
   ncclResult_t res;
   *out = NULL;
   TUTTI_CHECK(topo_new(&t));
   snprintf(t->source, sizeof(t->source), "%s", path);
-  if (access(path, R_OK) != 0) {
-    res = TUTTI_ERR(ncclInvalidUsage, "cannot load the hwloc XML topology \"%s\": %s", path,
-                    strerror(errno));
-    goto fail;
-  }
-  int sig = xml_kills_hwloc(path);
-  if (sig) {
-    res = TUTTI_ERR(ncclInvalidUsage,
-                    "cannot load the hwloc XML topology \"%s\": hwloc crashed reading it (%s in "
-                    "a trial load): the file is malformed (`lstopo --if xml --input FILE` crashes "
-                    "the same way)",
-                    path, strsignal(sig));
-    goto fail;
-  }
   if (hwloc_topology_set_xml(t->hw, path) != 0 || hwloc_topology_load(t->hw) != 0) {
     res = TUTTI_ERR(ncclInvalidUsage,
                     "cannot load the hwloc XML topology \"%s\": it is not a "
