@@ -63,7 +63,7 @@ static const char usage_text[] =
     "                         all to F over them (one epoch), powersgd runs exact all-reduces\n"
     "                         (the learning-rate warm-up)\n"
     "  --compress-min-count N tensors of fewer elements are sent exactly, the others compressed\n"
-    "                         (topk, powersgd; 16384 = 64 KiB of fp32; 0: compress all)\n"
+    "                         (topk, powersgd; 65536 = 256 KiB of fp32; 0: compress all)\n"
     "  --blas-info            print the OpenBLAS kernels in use and exit\n";
 
 static void usage(int code) {
@@ -98,7 +98,7 @@ static void set_defaults(options_t *o) {
   o->momentum = 0.9f, o->weight_decay = -1.0f;
   o->warmup_epochs = 0.5f, o->final_lr_frac = 0.0f;
   o->seed = 1, o->bucket_mb = 25.0, o->compress = "none";
-  o->compress_warmup = -1, o->compress_min = 16384;
+  o->compress_warmup = -1, o->compress_min = 65536;
   o->data_dir = DATA_DEFAULT_DIR;
   o->log_every = -1;
 }
