@@ -346,13 +346,16 @@ typedef enum {
 
 typedef struct {
   tuttiCompressKind_t kind;
-  float topkFraction; /* topk: fraction of the elements sent, in (0, 1] */
-  int powerSgdRank;   /* powersgd: rank r of the factors, >= 1 */
-  int warmupSteps;    /* powersgd: dense (exact) all-reduces before compression starts; topk:
-                       * calls over which the fraction sent falls from all to topkFraction */
-  int hierarchical;   /* 0: compressed among all ranks; 1: exact inside a host, compressed
-                       * only between hosts' leaders; 2: the tuner chooses at the first call
-                       * (registry entries cblock/ctopk/cpsgd against chier, by cost) */
+  float topkFraction;   /* topk: fraction of the elements sent, in (0, 1] */
+  int powerSgdRank;     /* powersgd: rank r of the factors, >= 1 */
+  int warmupSteps;      /* powersgd: dense (exact) all-reduces before compression starts; topk:
+                         * calls over which the fraction sent falls from all to topkFraction */
+  int hierarchical;     /* 0: compressed among all ranks; 1: exact inside a host, compressed
+                         * only between hosts' leaders; 2: the tuner chooses at the first call
+                         * (registry entries cblock/ctopk/cpsgd against chier, by cost) */
+  int minCompressCount; /* topk, powersgd with a layout: tensors of fewer elements are sent
+                         * exactly (topk: every element as a pair, powersgd: in the exact
+                         * part), the others compressed; 0 (the default): none */
 } tuttiCompressorConfig_t;
 
 typedef struct tuttiCompressor *tuttiCompressor_t;
@@ -370,7 +373,8 @@ ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor);
  * (out, ...) has rowLength numel / out, as PyTorch's view(out, -1); a 1-D tensor: its count).
  * The counts add up to the compressor's count. PowerSGD compresses each matrix on its own and
  * sends 1-D tensors and matrices too small to gain exactly; without a layout it views the whole
- * buffer as one matrix. The other kinds keep the layout and do not use it. */
+ * buffer as one matrix. topk uses it only with minCompressCount; the other kinds keep it and
+ * do not use it. */
 ncclResult_t tuttiCompressorSetLayout(tuttiCompressor_t compressor, int ntensors,
                                       const size_t *counts, const size_t *rowLengths);
 /* Bytes this compressor's all-reduces have sent from this rank so far (headers included). */

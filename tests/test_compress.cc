@@ -167,7 +167,7 @@ TEST(CompressTopk, PicksTheLargestMagnitudesInIndexOrder) {
   for (size_t j = 0; j < big.size(); j++) v[big[j]] = (j % 2 ? -1.0f : 1.0f) * (100.0f + j);
   std::vector<uint8_t> out(k * COMPRESS_TOPK_PAIR_BYTES);
   std::vector<float> left = v;
-  compress_topk_take(left.data(), n, k, out.data());
+  compress_topk_take(left.data(), n, k, nullptr, 0, out.data());
   ASSERT_EQ(compress_topk_check(out.data(), k, n), nullptr);
   for (size_t j = 0; j < k; j++) {
     uint32_t idx;
@@ -182,6 +182,39 @@ TEST(CompressTopk, PicksTheLargestMagnitudesInIndexOrder) {
   for (size_t j = 0; j < k; j++) EXPECT_EQ(acc[big[j]], v[big[j]]);
   // what was taken is zero in v, the rest unchanged (the residual)
   for (size_t i = 0; i < n; i++) EXPECT_EQ(left[i], acc[i] != 0.0f ? 0.0f : v[i]) << i;
+}
+
+TEST(CompressTopk, TakesEverySpanWholeAndTheLargestOutside) {
+  // Two spans of tiny values (every element taken whatever its size) around and among 10 big
+  // elements outside them; the spans' elements must not count against k and the big ones in a
+  // span must not be picked twice.
+  size_t n = 3000, k = 10;
+  std::vector<compress_span_t> spans = {{0, 50}, {1000, 300}, {2990, 10}};
+  std::vector<float> v(n);
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> small(-1.0f, 1.0f);
+  for (auto &e : v) e = small(gen);
+  for (const auto &s : spans)
+    for (size_t i = s.off; i < s.off + s.count; i++) v[i] = 1e-3f * v[i];
+  v[1100] = 1e6f;  // inside a span: taken as a span element, not one of the k
+  std::vector<uint32_t> big;
+  for (uint32_t j = 0; j < k; j++) big.push_back(j < 5 ? 60 + 97 * j : 1400 + 151 * j);
+  for (size_t j = 0; j < k; j++) v[big[j]] = (j % 2 ? -1.0f : 1.0f) * (100.0f + j);
+  size_t total = k + 50 + 300 + 10;
+  std::vector<uint8_t> out(total * COMPRESS_TOPK_PAIR_BYTES);
+  std::vector<float> left = v;
+  compress_topk_take(left.data(), n, k, spans.data(), (int)spans.size(), out.data());
+  ASSERT_EQ(compress_topk_check(out.data(), total, n), nullptr);  // increasing, in bounds
+  std::vector<int> want(n, 0);
+  for (const auto &s : spans)
+    for (size_t i = s.off; i < s.off + s.count; i++) want[i] = 1;
+  for (uint32_t b : big) want[b] = 1;
+  std::vector<float> acc(n, 0.0f);
+  compress_topk_decode_add(out.data(), total, acc.data());
+  for (size_t i = 0; i < n; i++) {
+    EXPECT_EQ(acc[i], want[i] ? v[i] : 0.0f) << i;   // sent: exactly its value
+    EXPECT_EQ(left[i], want[i] ? 0.0f : v[i]) << i;  // the residual keeps the rest bit for bit
+  }
 }
 
 TEST(CompressCodec, EncodeScalesBeforeTheCast) {

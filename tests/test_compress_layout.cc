@@ -2,7 +2,8 @@
 // matrix is compressed on its own, so rank-1 matrices are recovered up to fp32 rounding by
 // rank-1 PowerSGD at every step; 1-D tensors and matrices too small to gain are sent exactly
 // (bit for bit the exact average); the bytes sent are those of the per-tensor factors (so the
-// test knows which path ran); the layout's arguments are checked.
+// test knows which path ran); tensors under minCompressCount go exactly (PowerSGD and topk); the
+// layout's arguments are checked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,6 +100,52 @@ TEST(CompressLayout, PowerSgdPerTensorRecoversRankOneAndSendsVectorsExactly) {
   EXPECT_EQ(sent[1], want);
   th::shared_free(out, R * kCount * kSteps * sizeof(float));
   th::shared_free(sent, R * sizeof(uint64_t));
+}
+
+// minCompressCount = 1921: T3 (1920 elements) joins T1 and T2 as exact, T0 (2000) stays
+// compressed. For both kinds that use a layout, the three small tensors come out bit for bit the
+// exact average at every step, and the bytes sent say which path ran.
+void run_min_count(const char *spec, uint64_t want_per_step) {
+  const int R = 2;
+  float *out = static_cast<float *>(th::shared_alloc(R * kCount * kSteps * sizeof(float)));
+  uint64_t *sent = static_cast<uint64_t *>(th::shared_alloc(R * sizeof(uint64_t)));
+  th::run_ranks_ok(Mode::kProcs, R, [&](RankCtx &ctx) {
+    tuttiCompressorConfig_t cfg;
+    tuttiCompressor_t c = nullptr;
+    NCCL_OK(ctx, tuttiCompressorParse(spec, &cfg));
+    cfg.warmupSteps = 0, cfg.minCompressCount = 1921;
+    NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, kCount, ncclFloat));
+    NCCL_OK(ctx, tuttiCompressorSetLayout(c, 4, kCounts, kRows));
+    std::vector<float> g(kCount);
+    for (int t = 0; t < kSteps; t++) {
+      for (size_t i = 0; i < kCount; i++) g[i] = grad(i, ctx.rank, t);
+      float *y = out + ((size_t)ctx.rank * kSteps + (size_t)t) * kCount;
+      NCCL_OK(ctx, tuttiAllReduceCompressed(g.data(), y, kCount, ncclFloat, ncclAvg, c, ctx.comm,
+                                            nullptr));
+    }
+    NCCL_OK(ctx, tuttiCompressorBytesSent(c, &sent[ctx.rank]));
+    NCCL_OK(ctx, tuttiCompressorDestroy(c));
+  });
+  ASSERT_EQ(memcmp(out, out + kSteps * kCount, kSteps * kCount * sizeof(float)), 0)
+      << spec << ": rank 1's results differ from rank 0's";
+  for (int t = 0; t < kSteps; t++)
+    for (size_t i = kCounts[0]; i < kCount; i++) {  // T1, T2, T3: exact averages in fp32
+      float exact = (float)(((double)grad(i, 0, t) + grad(i, 1, t)) / 2);
+      ASSERT_EQ(out[(size_t)t * kCount + i], exact) << spec << " step " << t << " element " << i;
+    }
+  EXPECT_EQ(sent[0], kSteps * want_per_step) << spec;
+  EXPECT_EQ(sent[1], kSteps * want_per_step) << spec;
+  th::shared_free(out, R * kCount * kSteps * sizeof(float));
+  th::shared_free(sent, R * sizeof(uint64_t));
+}
+
+TEST(CompressLayout, TensorsUnderMinCompressCountGoExactly) {
+  auto ring = [](size_t n) { return (uint64_t)(2 * ((n + 1) / 2) * sizeof(float)); };
+  // PowerSGD rank 1: T0's P (40 floats) with the exact 37 + 12 + 1920, then T0's Q (50).
+  run_min_count("powersgd:1", ring(40 + 37 + 12 + 1920) + ring(50));
+  // topk 1 %: one message (R - 1 = 1 out) of the header and ceil(0.01 x 2000) = 20 pairs of T0
+  // plus every element of T1, T2, T3.
+  run_min_count("topk:0.01", 24 + 8 * (20 + 37 + 12 + 1920));
 }
 
 TEST(CompressLayout, BadLayoutsAreNamed) {

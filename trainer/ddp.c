@@ -327,14 +327,15 @@ static ncclResult_t compress_layout(ddp_t *d, int b) {
 }
 
 /* One compressor per bucket (each owns its bucket's error-feedback residual); warmup < 0: the
- * spec's default warm-up. */
-static void compress_setup(ddp_t *d, const char *spec, int64_t warmup) {
+ * spec's default warm-up; tensors under min_count elements are sent exactly (topk, powersgd). */
+static void compress_setup(ddp_t *d, const char *spec, int64_t warmup, int min_count) {
   tuttiCompressorConfig_t cfg;
   d->compress_spec = spec;
   if (d->world == 1 || !spec || tuttiCompressorParse(spec, &cfg) != ncclSuccess ||
       cfg.kind == tuttiCompressNone)
     return;
   if (warmup >= 0) cfg.warmupSteps = warmup > 1 << 30 ? 1 << 30 : (int)warmup;
+  cfg.minCompressCount = min_count;
   for (int b = 0; b < d->nbuckets; b++)
     if (tuttiCompressorCreate(&d->compressors[b], &cfg, d->buckets[b].count, ncclFloat) !=
             ncclSuccess ||
@@ -359,7 +360,7 @@ ddp_t *ddp_create(ncclComm_t comm, model_t *m, double bucket_mb, int shard, int 
   factor_setup(d, factor && !compressed);
   size_t bucket_bytes = bucket_mb > 0 ? (size_t)(bucket_mb * 1024 * 1024) : 1;
   make_buckets(d, bucket_bytes);
-  compress_setup(d, compress, -1);
+  compress_setup(d, compress, -1, 0);
   pthread_mutex_init(&d->lock, NULL);
   pthread_cond_init(&d->changed, NULL);
   if (d->world > 1) {
@@ -409,12 +410,12 @@ int ddp_factored(const ddp_t *d) {
   return d->factor;
 }
 
-void ddp_compress_warmup(ddp_t *d, int64_t steps) {
+void ddp_compress_tune(ddp_t *d, int64_t steps, int min_count) {
   for (int b = 0; b < d->nbuckets; b++) {
     tuttiCompressorDestroy(d->compressors[b]);
     d->compressors[b] = NULL;
   }
-  compress_setup(d, d->compress_spec, steps);
+  compress_setup(d, d->compress_spec, steps, min_count);
 }
 
 uint64_t ddp_compressed_bytes(const ddp_t *d) {

@@ -90,9 +90,10 @@ int ddp_world(const ddp_t *d);
 int ddp_buckets(const ddp_t *d, const ddp_bucket_t **buckets);
 int ddp_sharded(const ddp_t *d);
 int ddp_factored(const ddp_t *d);
-/* Recreates the compressors with `steps` warm-up steps (tuttiCompressorConfig_t.warmupSteps);
- * before the first step only. */
-void ddp_compress_warmup(ddp_t *d, int64_t steps);
+/* Recreates the compressors with `steps` warm-up steps (tuttiCompressorConfig_t.warmupSteps)
+ * and tensors under min_count elements sent exactly (minCompressCount); before the first step
+ * only. */
+void ddp_compress_tune(ddp_t *d, int64_t steps, int min_count);
 /* Bytes this rank's compressed gradient all-reduces have sent so far (0 without --compress). */
 uint64_t ddp_compressed_bytes(const ddp_t *d);
 

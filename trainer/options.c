@@ -62,6 +62,8 @@ static const char usage_text[] =
     "  --compress-warmup N    steps before compression is fully on: topk's fraction falls from\n"
     "                         all to F over them (one epoch), powersgd runs exact all-reduces\n"
     "                         (the learning-rate warm-up)\n"
+    "  --compress-min-count N tensors of fewer elements are sent exactly, the others compressed\n"
+    "                         (topk, powersgd; 65536 = 256 KiB of fp32; 0: compress all)\n"
     "  --blas-info            print the OpenBLAS kernels in use and exit\n";
 
 static void usage(int code) {
@@ -96,7 +98,7 @@ static void set_defaults(options_t *o) {
   o->momentum = 0.9f, o->weight_decay = -1.0f;
   o->warmup_epochs = 0.5f, o->final_lr_frac = 0.0f;
   o->seed = 1, o->bucket_mb = 25.0, o->compress = "none";
-  o->compress_warmup = -1;
+  o->compress_warmup = -1, o->compress_min = 65536;
   o->data_dir = DATA_DEFAULT_DIR;
   o->log_every = -1;
 }
@@ -214,6 +216,7 @@ static const option_spec_t specs[] = {
     {"dump", ARG_STRING, FIELD(dump_prefix)},
     {"compress", ARG_CALL, 0, 0, 0, parse_compress},
     {"compress-warmup", ARG_INT, FIELD(compress_warmup), 0, 1 << 30},
+    {"compress-min-count", ARG_INT, FIELD(compress_min), 0, 1 << 30},
     {"blas-info", ARG_FLAG, FIELD(blas_info)},
     {"help", ARG_ACTION, 0, 0, 0, help},
     {"version", ARG_ACTION, 0, 0, 0, version},

@@ -27,7 +27,8 @@ typedef struct {
   int no_shard_optim; /* every rank applies the whole update (PyTorch DDP's way) */
   int no_factor;      /* reduce-scatter the MLP's fc1 gradient instead of its sufficient factors */
   const char *compress; /* --compress spec (tuttiCompressorParse); "none": exact all-reduces */
-  int compress_warmup;  /* --compress-warmup steps; -1: the lr warm-up (topk, powersgd) */
+  int compress_warmup;  /* --compress-warmup steps; -1: the trainer's default (topk, powersgd) */
+  int compress_min;     /* --compress-min-count: smaller tensors go exactly (topk, powersgd) */
   const char *data_dir;
   const char *checkpoint;
   int resume;

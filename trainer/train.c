@@ -183,13 +183,15 @@ static void setup(trainer_t *t, int argc, char **argv) {
   if (t->steps_per_epoch == 0) die("the global batch is larger than the training set");
   t->total_steps = (int64_t)o->epochs * t->steps_per_epoch;
   t->warmup_steps = (int64_t)(o->warmup_epochs * t->steps_per_epoch + 0.5);
-  if (o->compress_warmup >= 0)
-    ddp_compress_warmup(t->ddp, o->compress_warmup);
-  else if (strncmp(o->compress, "topk", 4) == 0) /* sparsity warmed up over the first epoch, as */
-    ddp_compress_warmup(t->ddp, t->steps_per_epoch); /* Deep Gradient Compression does */
-  else if (strncmp(o->compress, "powersgd", 8) == 0)
-    ddp_compress_warmup(t->ddp, t->warmup_steps); /* fully on after the lr warm-up (PyTorch
-                                                      advises start_powerSGD_iter >= it) */
+  int64_t compress_warmup = o->compress_warmup; /* -1: the spec's default */
+  if (compress_warmup < 0 && strncmp(o->compress, "topk", 4) == 0)
+    compress_warmup = t->steps_per_epoch; /* sparsity warmed up over the first epoch, as Deep
+                                             Gradient Compression does */
+  else if (compress_warmup < 0 && strncmp(o->compress, "powersgd", 8) == 0)
+    compress_warmup = t->warmup_steps; /* on after the lr warm-up (PyTorch advises
+                                          start_powerSGD_iter no earlier) */
+  if (compress_warmup >= 0 || o->compress_min > 0)
+    ddp_compress_tune(t->ddp, compress_warmup, o->compress_min);
   t->lr = options_scaled_lr(o, t->global_batch);
   t->x = tensor_alloc((size_t)o->batch * DATA_PIXELS * sizeof(float)); /* gathered (factors) */
   t->y = malloc((size_t)o->batch);

@@ -113,10 +113,16 @@ size_t compress_block_slot(const compress_codec_t *codec, size_t count, int nran
 /* ---- topk ---- */
 #define COMPRESS_TOPK_PAIR_BYTES 8 /* u32 index, f32 value */
 size_t compress_topk_k(size_t count, float fraction);
-/* Picks k indices of v with the largest |v| (ties and magnitudes within 2^-7 of the threshold
- * broken by index), writes the pairs in increasing index order to out, and zeroes them in v
- * (what is left in v is the error-feedback residual). */
-void compress_topk_take(float *v, size_t count, size_t k, uint8_t *out);
+/* A run of elements [off, off + count) of a buffer. */
+typedef struct {
+  size_t off, count;
+} compress_span_t;
+/* Picks every element inside the nspans spans (sorted, disjoint) and the k elements outside
+ * them with the largest |v| (ties and magnitudes within 2^-7 of the threshold broken by index),
+ * writes the pairs in increasing index order to out, and zeroes them in v (what is left in v is
+ * the error-feedback residual). */
+void compress_topk_take(float *v, size_t count, size_t k, const compress_span_t *spans, int nspans,
+                        uint8_t *out);
 /* NULL if the k pairs are well formed for a buffer of count elements, else the reason. */
 const char *compress_topk_check(const uint8_t *in, size_t k, size_t count);
 void compress_topk_decode_add(const uint8_t *in, size_t k, float *acc);

@@ -22,6 +22,9 @@ static ncclResult_t check_config(const tuttiCompressorConfig_t *cfg) {
                      cfg->powerSgdRank);
   if (cfg->warmupSteps < 0)
     return TUTTI_ERR(ncclInvalidArgument, "config->warmupSteps %d is negative", cfg->warmupSteps);
+  if (cfg->minCompressCount < 0)
+    return TUTTI_ERR(ncclInvalidArgument, "config->minCompressCount %d is negative",
+                     cfg->minCompressCount);
   if (cfg->hierarchical < 0 || cfg->hierarchical > 2)
     return TUTTI_ERR(ncclInvalidArgument, "config->hierarchical %d is not 0, 1 or 2",
                      cfg->hierarchical);
@@ -54,7 +57,7 @@ COMPRESS_API ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t c) {
   c->magic = 0;
   free(c->work), free(c->residual), free(c->residual2), free(c->acc);
   free(c->sendbuf), free(c->recvbuf), free(c->p), free(c->q), free(c->hier_sum);
-  free(c->seg), free(c->layout_count), free(c->layout_row);
+  free(c->seg), free(c->layout_count), free(c->layout_row), free(c->spans);
   if (c->hier_leaders) ncclCommDestroy(c->hier_leaders);
   if (c->hier_host) ncclCommDestroy(c->hier_host);
   free(c);

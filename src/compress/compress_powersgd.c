@@ -4,7 +4,8 @@
  * without a layout, one segment of the whole buffer viewed as rows x cols (cols =
  * ceil(sqrt(count)), the last row zero padded). A segment is compressed when it is a matrix
  * whose factors take less than half its size, r (rows + cols) < rows cols / 2 (the rule of
- * PyTorch's PowerSGD hook); 1-D tensors (one row) and small matrices are sent exactly. The
+ * PyTorch's PowerSGD hook) and that has at least cfg.minCompressCount elements; 1-D tensors
+ * (one row) and small matrices are sent exactly. The
  * whole-buffer view is always compressed. On rank k, for a compressed segment, M_k = scale x_k +
  * e_k (e_k its residual); with Q (cols x r) the same on every rank:
  *   Q = orthonormalize(Q)                    (as PyTorch's hook does before each use)
@@ -42,7 +43,8 @@ static ncclResult_t psgd_segments(struct tuttiCompressor *c) {
     s->off = off;
     if (c->layout_n) {
       s->count = c->layout_count[i], s->cols = c->layout_row[i], s->rows = s->count / s->cols;
-      s->compressed = psgd_worth_it(s->rows, s->cols, r);
+      s->compressed =
+          psgd_worth_it(s->rows, s->cols, r) && s->count >= (size_t)c->cfg.minCompressCount;
     } else {
       s->count = c->count, s->compressed = 1;
       compress_powersgd_shape(c->count, &s->rows, &s->cols);

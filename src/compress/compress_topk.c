@@ -10,6 +10,8 @@
  * 1 + 2^-7) finds the bucket T where the k-th largest lies; the second pass takes every element
  * above T and the first ones of T in index order until there are k. The choice depends on the
  * bits of v only: deterministic. NaN sorts above infinity and is sent (the sum shows it).
+ * Elements inside the given spans (tensors sent exactly) are left out of the histogram and all
+ * taken, in index order with the selected ones.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -34,8 +36,24 @@ static inline uint32_t mag_bucket(float f) {
   return (bits & 0x7fffffffu) >> 15;
 }
 
-/* The bucket holding the k-th largest magnitude, and how many of it to take. */
-static uint32_t topk_threshold(const float *v, size_t count, size_t k, size_t *take_at_t) {
+/* Calls fn(v, from, to, arg) for each run of [0, count) outside the spans (sorted, disjoint). */
+static void outside_spans(float *v, size_t count, const compress_span_t *sp, int ns,
+                          void (*fn)(float *, size_t, size_t, void *), void *arg) {
+  size_t from = 0;
+  for (int s = 0; s <= ns; s++) {
+    size_t to = s < ns ? sp[s].off : count;
+    if (to > from) fn(v, from, to, arg);
+    if (s < ns) from = sp[s].off + sp[s].count;
+  }
+}
+
+static void histogram_range(float *v, size_t from, size_t to, void *hist) {
+  for (size_t i = from; i < to; i++) ((uint32_t *)hist)[mag_bucket(v[i])]++;
+}
+
+/* The bucket holding the k-th largest magnitude outside the spans, and how many of it to take. */
+static uint32_t topk_threshold(float *v, size_t count, const compress_span_t *sp, int ns, size_t k,
+                               size_t *take_at_t) {
   uint32_t *hist = calloc(TOPK_BUCKETS, sizeof(*hist));
   uint32_t t = 0;
   size_t above = 0;
@@ -43,7 +61,7 @@ static uint32_t topk_threshold(const float *v, size_t count, size_t k, size_t *t
     *take_at_t = k;
     return 0;
   }
-  for (size_t i = 0; i < count; i++) hist[mag_bucket(v[i])]++;
+  outside_spans(v, count, sp, ns, histogram_range, hist);
   for (t = TOPK_BUCKETS - 1; t > 0 && above + hist[t] < k; t--) above += hist[t];
   *take_at_t = k - above;
   free(hist);
@@ -55,14 +73,38 @@ static inline void put_pair(uint8_t *out, size_t j, uint32_t idx, float val) {
   memcpy(out + COMPRESS_TOPK_PAIR_BYTES * j + 4, &val, 4);
 }
 
-void compress_topk_take(float *v, size_t count, size_t k, uint8_t *out) {
-  size_t take = 0, j = 0;
-  uint32_t t = topk_threshold(v, count, k, &take);
-  for (size_t i = 0; i < count && j < k; i++) {
+/* The selection's state: threshold bucket t, how many of bucket t and in all are still to be
+ * taken, the pairs written so far. */
+typedef struct {
+  uint32_t t;
+  size_t take_at_t, left, j;
+  uint8_t *out;
+} topk_pick_t;
+
+static void take_range(float *v, size_t from, size_t to, topk_pick_t *p) {
+  for (size_t i = from; i < to && p->left > 0; i++) {
     uint32_t b = mag_bucket(v[i]);
-    if (b > t || (b == t && take > 0)) {
-      if (b == t) take--;
-      put_pair(out, j++, (uint32_t)i, v[i]);
+    if (b > p->t || (b == p->t && p->take_at_t > 0)) {
+      if (b == p->t) p->take_at_t--;
+      p->left--;
+      put_pair(p->out, p->j++, (uint32_t)i, v[i]);
+      v[i] = 0.0f;
+    }
+  }
+}
+
+void compress_topk_take(float *v, size_t count, size_t k, const compress_span_t *spans, int nspans,
+                        uint8_t *out) {
+  topk_pick_t p = {.left = k, .out = out};
+  p.t = topk_threshold(v, count, spans, nspans, k, &p.take_at_t);
+  size_t from = 0;
+  for (int s = 0; s <= nspans; s++) { /* the run before span s, then span s whole */
+    size_t to = s < nspans ? spans[s].off : count;
+    take_range(v, from, to, &p);
+    if (s == nspans) break;
+    from = spans[s].off + spans[s].count;
+    for (size_t i = spans[s].off; i < from; i++) {
+      put_pair(out, p.j++, (uint32_t)i, v[i]);
       v[i] = 0.0f;
     }
   }

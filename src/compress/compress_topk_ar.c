@@ -12,11 +12,36 @@
  * exact ncclAllReduce of scale * x + residual (pairs would take more bytes), after which the
  * residual is zero. Starting sparse from the first step would send, early on, values that
  * had waited ~1/F steps in the residual, while the model moves fastest.
+ *
+ * With a layout and cfg.minCompressCount, the tensors under that many elements are sent whole
+ * every call (pairs like the others, so the message keeps its format) and k, k_s count only the
+ * elements of the other tensors: a small tensor's bytes are a small part of the message, and
+ * its elements would otherwise wait in the residual as long as the large tensors' do. With no
+ * element left to select, every call is an exact ncclAllReduce.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "compress/compressor.h"
+
+/* The layout's tensors under cfg.minCompressCount elements as spans (adjacent ones merged). */
+static ncclResult_t topk_spans(struct tuttiCompressor *c) {
+  size_t off = 0, min = (size_t)c->cfg.minCompressCount;
+  c->exact_total = 0, c->nspans = 0;
+  if (min == 0 || c->layout_n == 0) return ncclSuccess;
+  c->spans = calloc((size_t)c->layout_n, sizeof(*c->spans));
+  if (!c->spans) return TUTTI_ERR(ncclSystemError, "out of memory for a topk layout");
+  for (int i = 0; i < c->layout_n; off += c->layout_count[i++]) {
+    if (c->layout_count[i] >= min) continue;
+    compress_span_t *last = c->nspans ? &c->spans[c->nspans - 1] : NULL;
+    if (last && last->off + last->count == off)
+      last->count += c->layout_count[i];
+    else
+      c->spans[c->nspans++] = (compress_span_t){.off = off, .count = c->layout_count[i]};
+    c->exact_total += c->layout_count[i];
+  }
+  return ncclSuccess;
+}
 
 /* Halvings from count down to k (H above). */
 static size_t topk_halvings(size_t count, size_t k) {
@@ -25,9 +50,9 @@ static size_t topk_halvings(size_t count, size_t k) {
   return h;
 }
 
-/* k_s of call `step` (see above). */
+/* k_s of call `step` (see above), among the elements outside the spans. */
 static size_t topk_k_at(const struct tuttiCompressor *c, uint32_t step) {
-  size_t n = c->count, k = compress_topk_k(n, c->cfg.topkFraction);
+  size_t n = c->count - c->exact_total, k = compress_topk_k(n, c->cfg.topkFraction);
   uint64_t w = (uint64_t)c->cfg.warmupSteps;
   if (step >= w) return k;
   size_t shift = (size_t)(((uint64_t)step + 1) * topk_halvings(n, k) / (w + 1));
@@ -36,9 +61,10 @@ static size_t topk_k_at(const struct tuttiCompressor *c, uint32_t step) {
 }
 
 ncclResult_t compress_topk_setup(struct tuttiCompressor *c, int nranks) {
-  size_t k = compress_topk_k(c->count, c->cfg.topkFraction);
-  if (c->cfg.warmupSteps > 0 && c->count / 2 > k) k = c->count / 2; /* the largest sparse k_s */
-  c->slot = COMPRESS_HEADER_BYTES + COMPRESS_TOPK_PAIR_BYTES * k;
+  TUTTI_CHECK(topk_spans(c));
+  size_t n = c->count - c->exact_total, k = compress_topk_k(n, c->cfg.topkFraction);
+  if (c->cfg.warmupSteps > 0 && n / 2 > k) k = n / 2; /* the largest sparse k_s */
+  c->slot = COMPRESS_HEADER_BYTES + COMPRESS_TOPK_PAIR_BYTES * (c->exact_total + k);
   c->residual = calloc(c->count, sizeof(float));
   c->sendbuf = malloc(c->slot);
   c->recvbuf = malloc((size_t)nranks * c->slot);
@@ -78,8 +104,10 @@ static ncclResult_t topk_dense(struct tuttiCompressor *c, const float *x, float 
 
 ncclResult_t compress_topk_allreduce(struct tuttiCompressor *c, const float *x, float *y,
                                      float scale, int rank, ncclComm_t comm) {
-  size_t n = c->count, k = topk_k_at(c, c->step);
-  if (2 * k >= n && c->step < (uint32_t)c->cfg.warmupSteps) return topk_dense(c, x, y, scale, comm);
+  size_t n = c->count, ks = topk_k_at(c, c->step), k = c->exact_total + ks; /* pairs sent */
+  size_t nc = n - c->exact_total;                                           /* selected from */
+  if (nc == 0 || (2 * ks >= nc && c->step < (uint32_t)c->cfg.warmupSteps))
+    return topk_dense(c, x, y, scale, comm);
   size_t msg = COMPRESS_HEADER_BYTES + COMPRESS_TOPK_PAIR_BYTES * k; /* <= c->slot */
   add_scaled(c->residual, x, n, scale);                              /* the residual is now v */
   compress_header_t h = {.magic = COMPRESS_MAGIC,
@@ -89,7 +117,7 @@ ncclResult_t compress_topk_allreduce(struct tuttiCompressor *c, const float *x, 
                          .step = c->step,
                          .count = k};
   compress_header_write(c->sendbuf, &h);
-  compress_topk_take(c->residual, n, k, c->sendbuf + COMPRESS_HEADER_BYTES);
+  compress_topk_take(c->residual, n, ks, c->spans, c->nspans, c->sendbuf + COMPRESS_HEADER_BYTES);
   TUTTI_CHECK(ncclAllGather(c->sendbuf, c->recvbuf, msg, ncclUint8, comm, NULL));
   c->sent += (size_t)(c->nranks - 1) * msg; /* a ring all-gather: R - 1 messages out */
   for (int src = 0; src < c->nranks; src++) {

@@ -43,6 +43,11 @@ struct tuttiCompressor {
   compress_psgd_seg_t *seg;
   size_t p_total, q_total, exact_count;
   float *p, *q;
+  /* topk (compress_topk_ar.c): the layout's tensors under cfg.minCompressCount elements,
+   * adjacent ones merged, sent whole every call; exact_total elements in all */
+  int nspans;
+  compress_span_t *spans;
+  size_t exact_total;
   /* hierarchical: the host's ranks, the hosts' leaders (NULL on other ranks), the host's sum */
   ncclComm_t hier_parent, hier_host, hier_leaders;
   float *hier_sum;

@@ -161,7 +161,7 @@ static void seed_topk(fuzz_put_fn put, void *arg) {
                            .step = 3,
                            .count = k};
     compress_header_write(buf + len, &h);
-    compress_topk_take(v, count, k, buf + len + COMPRESS_HEADER_BYTES);
+    compress_topk_take(v, count, k, NULL, 0, buf + len + COMPRESS_HEADER_BYTES);
     len += slot;
   }
   put(arg, "topk", buf, len);
