@@ -261,13 +261,21 @@ TEST_F(TrainerDdpQuick, CompressedGradientsSameOnEveryRankAndBytesLogged) {
 // (2 x (10 + 256 + 192)) with its biases (10 + 256 + 512), then their Q (2 x (256 + 512 +
 // 784)); bucket 2 P (2 x 320) then Q (2 x 784): 4 x (1694 + 3104 + 640 + 1568) = 28,024 bytes,
 // printed as 0.028 MB (the whole buckets as two square matrices would send 16,560: 0.017).
+// That is with --compress-min-count 0; the default (65,536) sends fc3.w (2,560 elements)
+// exactly with the biases: bucket 1's first all-reduce is then 2 x (256 + 192) + 778 + 2,560,
+// its second 2 x (512 + 784), bucket 2 as before: 4 x (4234 + 2592 + 640 + 1568) = 36,136
+// bytes, 0.036 MB.
 TEST_F(TrainerDdpQuick, PowerSgdCompressesEachWeightOnItsOwn) {
-  std::string out = train(2,
-                          "--model mlp --epochs 1 --batch 16 --train-limit 512 --test-limit "
-                          "100 --compress powersgd:2 --compress-warmup 0 --dump " +
-                              path("p"));
+  const std::string args =
+      "--model mlp --epochs 1 --batch 16 --train-limit 512 --test-limit 100 --compress "
+      "powersgd:2 --compress-warmup 0 ";
+  std::string out = train(2, args + "--compress-min-count 0 --dump " + path("p"));
   expect_ranks_identical(path("p"), 2, 512 / 32);
   EXPECT_NE(out.find("compressed (powersgd:2): 0.028 MB sent per step"), std::string::npos) << out;
+  std::string dflt = train(2, args + "--dump " + path("q"));
+  expect_ranks_identical(path("q"), 2, 512 / 32);
+  EXPECT_NE(dflt.find("compressed (powersgd:2): 0.036 MB sent per step"), std::string::npos)
+      << dflt;
 }
 
 TEST_F(TrainerDdpQuick, TwoRanksEqualOneRankWithTwiceTheBatchAdamW) {
