@@ -50,15 +50,16 @@ double rank1_bound(size_t rows, size_t cols, double frob) {
   return 2.0 * (100.0 * (double)cols + (double)rows + 8.0) * std::ldexp(1.0, -24) * frob;
 }
 
-TEST(CompressLayout, PowerSgdPerTensorRecoversRankOneAndSendsVectorsExactly) {
-  const int R = 2;
-  float *out = static_cast<float *>(th::shared_alloc(R * kCount * kSteps * sizeof(float)));
-  uint64_t *sent = static_cast<uint64_t *>(th::shared_alloc(R * sizeof(uint64_t)));
-  th::run_ranks_ok(Mode::kProcs, R, [&](RankCtx &ctx) {
+// Runs kSteps compressed all-reduces (ncclAvg) of grad() on R = 2 forked ranks with the layout
+// above, compressor `spec` without warm-up and with min_count: out gets each rank's results
+// (rank, step, element), sent each rank's bytes sent; the two ranks' results must agree.
+const int kRanks = 2;
+void run_layout_steps(const char *spec, int min_count, float *out, uint64_t *sent) {
+  th::run_ranks_ok(Mode::kProcs, kRanks, [&](RankCtx &ctx) {
     tuttiCompressorConfig_t cfg;
     tuttiCompressor_t c = nullptr;
-    NCCL_OK(ctx, tuttiCompressorParse("powersgd:1", &cfg));
-    cfg.warmupSteps = 0;
+    NCCL_OK(ctx, tuttiCompressorParse(spec, &cfg));
+    cfg.warmupSteps = 0, cfg.minCompressCount = min_count;
     NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, kCount, ncclFloat));
     NCCL_OK(ctx, tuttiCompressorSetLayout(c, 4, kCounts, kRows));
     std::vector<float> g(kCount);
@@ -72,7 +73,14 @@ TEST(CompressLayout, PowerSgdPerTensorRecoversRankOneAndSendsVectorsExactly) {
     NCCL_OK(ctx, tuttiCompressorDestroy(c));
   });
   ASSERT_EQ(memcmp(out, out + kSteps * kCount, kSteps * kCount * sizeof(float)), 0)
-      << "rank 1's results differ from rank 0's";
+      << spec << ": rank 1's results differ from rank 0's";
+}
+
+TEST(CompressLayout, PowerSgdPerTensorRecoversRankOneAndSendsVectorsExactly) {
+  const int R = kRanks;
+  float *out = static_cast<float *>(th::shared_alloc(R * kCount * kSteps * sizeof(float)));
+  uint64_t *sent = static_cast<uint64_t *>(th::shared_alloc(R * sizeof(uint64_t)));
+  run_layout_steps("powersgd:1", 0, out, sent);
   for (int t = 0; t < kSteps; t++) {
     const float *y = out + (size_t)t * kCount;
     size_t off = 0;
@@ -106,28 +114,10 @@ TEST(CompressLayout, PowerSgdPerTensorRecoversRankOneAndSendsVectorsExactly) {
 // compressed. For both kinds that use a layout, the three small tensors come out bit for bit the
 // exact average at every step, and the bytes sent say which path ran.
 void run_min_count(const char *spec, uint64_t want_per_step) {
-  const int R = 2;
+  const int R = kRanks;
   float *out = static_cast<float *>(th::shared_alloc(R * kCount * kSteps * sizeof(float)));
   uint64_t *sent = static_cast<uint64_t *>(th::shared_alloc(R * sizeof(uint64_t)));
-  th::run_ranks_ok(Mode::kProcs, R, [&](RankCtx &ctx) {
-    tuttiCompressorConfig_t cfg;
-    tuttiCompressor_t c = nullptr;
-    NCCL_OK(ctx, tuttiCompressorParse(spec, &cfg));
-    cfg.warmupSteps = 0, cfg.minCompressCount = 1921;
-    NCCL_OK(ctx, tuttiCompressorCreate(&c, &cfg, kCount, ncclFloat));
-    NCCL_OK(ctx, tuttiCompressorSetLayout(c, 4, kCounts, kRows));
-    std::vector<float> g(kCount);
-    for (int t = 0; t < kSteps; t++) {
-      for (size_t i = 0; i < kCount; i++) g[i] = grad(i, ctx.rank, t);
-      float *y = out + ((size_t)ctx.rank * kSteps + (size_t)t) * kCount;
-      NCCL_OK(ctx, tuttiAllReduceCompressed(g.data(), y, kCount, ncclFloat, ncclAvg, c, ctx.comm,
-                                            nullptr));
-    }
-    NCCL_OK(ctx, tuttiCompressorBytesSent(c, &sent[ctx.rank]));
-    NCCL_OK(ctx, tuttiCompressorDestroy(c));
-  });
-  ASSERT_EQ(memcmp(out, out + kSteps * kCount, kSteps * kCount * sizeof(float)), 0)
-      << spec << ": rank 1's results differ from rank 0's";
+  run_layout_steps(spec, 1921, out, sent);
   for (int t = 0; t < kSteps; t++)
     for (size_t i = kCounts[0]; i < kCount; i++) {  // T1, T2, T3: exact averages in fp32
       float exact = (float)(((double)grad(i, 0, t) + grad(i, 1, t)) / 2);
