@@ -17,6 +17,8 @@
 #include <random>
 #include <vector>
 
+#include "cnn_test_data.h"
+
 extern "C" {
 #include "cnn_index.h"
 #include "layers.h"
@@ -25,22 +27,6 @@ extern "C" {
 namespace {
 
 using Vec = std::vector<float>;
-
-// Floats whose magnitudes spread over 2^-10 .. 2^10, so that a sum in another order rounds
-// differently (a check of the summation order can fail).
-Vec spread_floats(size_t n, std::mt19937 &gen) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> e(-10, 10);
-  Vec v(n);
-  for (auto &x : v) x = std::ldexp(u(gen), e(gen));
-  return v;
-}
-
-long count_differing_bits(const float *a, const float *b, size_t n) {
-  long bad = 0;
-  for (size_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return bad;
-}
 
 size_t image_floats(conv_shape_t s) {
   return (size_t)s.B * s.H * s.W * s.C;
@@ -109,16 +95,6 @@ struct PoolShape {
   int B, H, W, C;
 };
 const PoolShape kPools[] = {{2, 28, 28, 32}, {2, 14, 14, 64}, {1, 2, 2, 1}, {3, 6, 4, 5}};
-
-// Values from {-2, -1, -0, 0, 1, 2}: ties inside windows (the first tap must win, as on the
-// host), windows whose maximum is 0, -0 or negative (ReLU's zeros).
-Vec tied_floats(size_t n, std::mt19937 &gen) {
-  const float values[] = {-2.0f, -1.0f, -0.0f, 0.0f, 1.0f, 2.0f};
-  std::uniform_int_distribution<int> pick(0, 5);
-  Vec v(n);
-  for (auto &x : v) x = values[pick(gen)];
-  return v;
-}
 
 TEST(CnnIndex, PoolReluEqualsHostMaxpoolThenReluBitForBit) {
   std::mt19937 gen(7);

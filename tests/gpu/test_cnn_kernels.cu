@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "../cnn_test_data.h"
 #include "cnn_kernels.cuh"
 extern "C" {
 #include "layers.h"
@@ -21,24 +22,6 @@ namespace {
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
 using Vec = std::vector<float>;
-
-// Magnitudes over 2^-10 .. 2^10: a sum in another order rounds differently.
-Vec spread_floats(size_t n, std::mt19937 &gen) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> e(-10, 10);
-  Vec v(n);
-  for (auto &x : v) x = std::ldexp(u(gen), e(gen));
-  return v;
-}
-
-// Values from {-2, -1, -0, 0, 1, 2}: tied taps, zero and negative maxima.
-Vec tied_floats(size_t n, std::mt19937 &gen) {
-  const float values[] = {-2.0f, -1.0f, -0.0f, 0.0f, 1.0f, 2.0f};
-  std::uniform_int_distribution<int> pick(0, 5);
-  Vec v(n);
-  for (auto &x : v) x = values[pick(gen)];
-  return v;
-}
 
 template <typename T>
 struct Dev {  // a device copy of a host vector
@@ -62,9 +45,7 @@ struct Dev {  // a device copy of a host vector
 };
 
 long differing(const Vec &a, const Vec &b) {
-  long bad = 0;
-  for (size_t i = 0; i < a.size(); i++) bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return bad;
+  return a.size() == b.size() ? count_differing_bits(a.data(), b.data(), a.size()) : -1;
 }
 
 const conv_shape_t kShapes[] = {
