@@ -29,6 +29,7 @@ static ncclResult_t topk_spans(struct tuttiCompressor *c) {
   size_t off = 0, min = (size_t)c->cfg.minCompressCount;
   c->exact_total = 0, c->nspans = 0;
   if (min == 0 || c->layout_n == 0) return ncclSuccess;
+  free(c->spans); /* a setup that failed after this point may be tried again */
   c->spans = calloc((size_t)c->layout_n, sizeof(*c->spans));
   if (!c->spans) return TUTTI_ERR(ncclSystemError, "out of memory for a topk layout");
   for (int i = 0; i < c->layout_n; off += c->layout_count[i++]) {
