@@ -334,6 +334,56 @@ TEST(IbLarge, SendRecvWholeBothWaysAnyBufferExact) {
       opt, "large send/recv over ib");
 }
 
+// The fallbacks: a receiver that does not offer its buffer (TUTTI_TEST_IB_RDV_DECLINE=1, what it
+// does when its registration fails) or a sender that does not take the offer (=2, the same on
+// its side) sends the large message through the FIFO, behind the step's header, exact. Which
+// end registered what shows in the MRs after ncclMemAlloc rounds: with 1 nothing, with 2 only
+// the receive region (offered, then not written).
+void large_declined(int mode) {
+  th::Options opt = ib_options();
+  opt.init = false;
+  opt.env.push_back({"TUTTI_TEST_IB_RDV_DECLINE", std::to_string(mode)});
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [mode](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        NCCL_OK(ctx, ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        ctx.comm = comm;
+        const size_t n = (size_t{3} << 20) + 5;
+        uint8_t *region[2] = {nullptr, nullptr};  // send, receive
+        for (uint8_t *&r : region) NCCL_OK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&r), n + 1));
+        std::vector<uint8_t> heap_out(n + 1), heap_in(n + 1);
+        const int peer = 1 - ctx.rank, base = verbs_objects("mr");
+        for (int round = 0; round < 2; round++) {
+          uint8_t *out = (round ? region[0] : heap_out.data()) + 1;
+          uint8_t *in = round ? region[1] : heap_in.data();
+          for (size_t j = 0; j < n; j++) out[j] = large_byte(j, round, ctx.rank);
+          memset(in, 0, n);
+          NCCL_OK(ctx, ncclGroupStart());
+          NCCL_OK(ctx, ncclSend(out, n, ncclUint8, peer, comm, nullptr));
+          NCCL_OK(ctx, ncclRecv(in, n, ncclUint8, peer, comm, nullptr));
+          NCCL_OK(ctx, ncclGroupEnd());
+          for (size_t j = 0; j < n; j++)
+            RCHECK(ctx, in[j] == large_byte(j, round, peer), "round %d byte %zu is %u", round, j,
+                   in[j]);
+        }
+        const int want = base + (mode == 2 ? 1 : 0);
+        RCHECK(ctx, verbs_objects("mr") == want, "decline %d: %d MRs, expected %d", mode,
+               verbs_objects("mr"), want);
+        NCCL_OK(ctx, ncclCommDestroy(comm));
+        ctx.comm = nullptr;
+        for (uint8_t *r : region) NCCL_OK(ctx, ncclMemFree(r));
+      },
+      opt, "large send/recv declined");
+}
+
+TEST(IbLarge, ReceiverThatDoesNotOfferGetsPiecesExact) {
+  large_declined(1);
+}
+TEST(IbLarge, SenderThatDoesNotTakeTheOfferSendsPiecesExact) {
+  large_declined(2);
+}
+
 struct OfferReport {
   std::atomic<int> base_mrs, receiving, seen_mrs, go;
 };

@@ -16,7 +16,10 @@
  * while k - credit < nslots. Nothing else moves: the engine's thread posts and polls, no helper
  * thread, and sleeps on one completion channel for all CQs when it waits (ib_wait).
  * send_from stages a piece into the next slot, or with TUTTI_IB_ZERO_COPY writes it from a
- * registered user buffer in place (ib_mr.c), taken once that write completed.
+ * registered user buffer in place (ib_mr.c), taken once that write completed. Large p2p
+ * messages (STEP_WHOLE steps from TUTTI_IB_RDV_MIN bytes) skip the FIFO: the sender writes
+ * them straight into the receiver's buffer after a rendezvous (ib_rdv.c, send_large /
+ * recv_large); only a zero-byte header piece per message goes through the FIFO.
  *
  * Failure: a completion with an error status (a peer gone: retry exceeded after TUTTI_IB_TIMEOUT
  * x TUTTI_IB_RETRY_CNT; a QP in the error state: flushed) fails the connection with a reason

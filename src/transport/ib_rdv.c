@@ -39,6 +39,10 @@
 TUTTI_PARAM(IbRdvMin, "IB_RDV_MIN", 1 << 20)     /* large steps from this many bytes; 0: none */
 TUTTI_PARAM(IbRdvChunk, "IB_RDV_CHUNK", 1 << 20) /* bytes per RDMA write of a large step */
 
+/* Test hook: 1, a receiver answers "pieces" without registering; 2, a sender answers an offer
+ * with the header "pieces" (the fallbacks a failed registration takes). */
+TUTTI_PARAM(TestIbRdvDecline, "TEST_IB_RDV_DECLINE", 0)
+
 enum { RDV_IDLE = 0, RDV_ANSWER, RDV_WAIT, RDV_WRITE, RDV_HEADER };
 
 size_t ib_rdv_min(void) {
@@ -114,7 +118,8 @@ int ib_recv_large(conn_t *conn, void *buf, size_t bytes) {
   ib_flush_credit(c);
   if (r->state == RDV_IDLE) {
     *r = (ib_rdv_t){.state = RDV_ANSWER, .buf = buf, .bytes = bytes};
-    if (buf) r->mr = rdv_register(c, buf, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (buf && tutti_param_TestIbRdvDecline() != 1)
+      r->mr = rdv_register(c, buf, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   }
   if (r->state == RDV_ANSWER) {
     if (!rdv_answer(c)) return 0;
@@ -143,7 +148,9 @@ static int rdv_read_answer(ib_conn_t *c) {
     return -1;
   }
   r->state = RDV_HEADER;
-  if (!m->addr || !(r->mr = rdv_register(c, r->buf, r->bytes, 0))) return 1;
+  if (!m->addr || tutti_param_TestIbRdvDecline() == 2 ||
+      !(r->mr = rdv_register(c, r->buf, r->bytes, 0)))
+    return 1;
   r->raddr = m->addr, r->rkey = m->rkey, r->mode = LARGE_DONE, r->state = RDV_WRITE;
   return 1;
 }
