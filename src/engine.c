@@ -116,6 +116,38 @@ static int lane_flush(lane_t *l, int *moved) {
   return 1;
 }
 
+/* A STEP_WHOLE step of at least its connection's large_bytes, at its start: the two ends agree
+ * through the transport whether it travels whole (transport.h). The buffer offered is where
+ * the step's bytes lie (a send without transform) or go (a plain store), NULL otherwise: the
+ * transport then answers for pieces, keeping both ends' count of such steps alike. Returns 1
+ * when settled (l->pos at the step's end when it went whole, else l->large set), 0 while
+ * blocked. */
+static int lane_large(lane_t *l, const op_ctx_t *o, const step_t *st, conn_t *rc, conn_t *sc,
+                      char *src, char *dst, int rflags, int *moved) {
+  size_t bytes = st->count * o->esize;
+  conn_t *c = sc ? sc : rc;
+  int r;
+  int can = sc ? c->transport->send_large != NULL : c->transport->recv_large != NULL;
+  if ((rc && sc) || !can || !c->large_bytes || bytes < c->large_bytes) {
+    l->large = 1;
+    return 1;
+  }
+  if (sc)
+    r = c->transport->send_large(c, piece_ref(o, st, src, dst, rflags), bytes);
+  else
+    r = c->transport->recv_large(c, recv_in_place(o, st, dst, rflags) ? dst : NULL, bytes);
+  if (r == 0) {
+    l->wait_peer = c->peer, l->wait_send = sc != NULL;
+    return 0;
+  }
+  *moved = 1;
+  if (r == LARGE_DONE)
+    l->pos = st->count;
+  else
+    l->large = 1;
+  return 1;
+}
+
 /* Advances one lane as far as it can without waiting. Returns 1 if it moved, 0 if blocked,
  * -1 on a protocol error (message recorded). */
 static int lane_advance(lane_t *l, const op_ctx_t *ops) {
@@ -131,7 +163,7 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
     }
     size_t left = st->count - l->pos, es = o->esize, n = left;
     if (left == 0) {
-      l->cur++, l->pos = 0;
+      l->cur++, l->pos = 0, l->large = 0;
       continue;
     }
     conn_t *rc = st->recv_peer >= 0 ? &comm->recv_conn[st->recv_peer] : NULL;
@@ -146,6 +178,10 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
     char *dst = o->buf[st->dst_buf] ? o->buf[st->dst_buf] + (st->dst_off + l->pos) * es : NULL;
     int rflags =
         ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
+    if ((st->flags & STEP_WHOLE) && !l->large && l->pos == 0) {
+      if (!lane_large(l, o, st, rc, sc, src, dst, rflags, &moved)) return moved;
+      continue; /* done whole (left is 0 now), or settled for pieces */
+    }
     const char *ref = sc && sc->transport->send_from ? piece_ref(o, st, src, dst, rflags) : NULL;
     int into = rc && rc->transport->recv_into && recv_in_place(o, st, dst, rflags);
     if (rc && !(into ? lane_recv_into(l, rc, dst, n * es, &moved)

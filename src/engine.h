@@ -47,6 +47,8 @@ typedef struct lane {
   const char *tx;
   size_t tx_left;
   size_t rx_got;    /* recv_into: bytes of the current piece already in place */
+  int large;        /* a STEP_WHOLE step's rendezvous (send_large / recv_large) was settled:
+                     * the step goes on by pieces */
   ncclResult_t err; /* the code of a failed step (0: ncclInvalidUsage, its message recorded) */
 } lane_t;
 

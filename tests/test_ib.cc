@@ -166,10 +166,10 @@ TEST(IbSettings, HcaExactNameWithPortAndPrefixWork) {
 // ---------------------------------------------------------------- resources
 
 // This process's verbs objects of one kind, as the kernel lists them (rdma res show qp|cq|mr|pd).
-int verbs_objects(const char *kind) {
+int verbs_objects(const char *kind, pid_t of = getpid()) {
   char cmd[64], line[1024], pid[32];
   snprintf(cmd, sizeof cmd, "rdma res show %s 2>/dev/null", kind);
-  snprintf(pid, sizeof pid, " pid %d ", static_cast<int>(getpid()));
+  snprintf(pid, sizeof pid, " pid %d ", static_cast<int>(of));
   FILE *f = popen(cmd, "r");
   if (!f) return -1;
   int n = 0;
@@ -220,13 +220,15 @@ TEST(IbResources, NothingLeftAfterAbort) {
 
 // ---------------------------------------------------------------- zero copy
 
-// With TUTTI_IB_ZERO_COPY=1 a send from an ncclMemAlloc buffer is written from it in place: its
+// With TUTTI_IB_ZERO_COPY=1 (and large messages through the FIFO, TUTTI_IB_RDV_MIN=0) a send
+// from an ncclMemAlloc buffer is written from it in place: its
 // region is registered once (one more MR for the process while the communicator lives, the same
 // one on the second send: cached) and the data arrive exact; a send from malloc'ed memory is
 // staged (no MR for it); nothing is left after ncclCommDestroy.
 TEST(IbZeroCopy, SendFromNcclMemAllocIsRegisteredOnceAndExact) {
   th::Options opt = ib_options();
   opt.env.push_back({"TUTTI_IB_ZERO_COPY", "1"});
+  opt.env.push_back({"TUTTI_IB_RDV_MIN", "0"});  // the FIFO path, not the rendezvous
   opt.init = false;
   th::run_ranks_ok(
       Mode::kProcs, 2,
@@ -261,6 +263,231 @@ TEST(IbZeroCopy, SendFromNcclMemAllocIsRegisteredOnceAndExact) {
         NCCL_OK(ctx, ncclMemFree(reg));
       },
       opt, "zero-copy send from ncclMemAlloc memory");
+}
+
+// ---------------------------------------------------------------- large messages whole
+
+// Byte j of a message in round `round` from rank `rank`: every byte position, round and sender
+// gives its own value mod 256, so a byte written to the wrong place or taken from the wrong
+// message shows.
+uint8_t large_byte(size_t j, int round, int rank) {
+  return static_cast<uint8_t>(j * 7 + j / 251 + static_cast<size_t>(round) * 13 + rank * 101);
+}
+
+// Both ranks send and receive at once, in one group per round: a large message (from the
+// threshold, 1 MiB, up to 20 MiB + 12 bytes: not multiples of the 256 KiB piece), then a small
+// one (1 MiB - 1: below TUTTI_IB_RDV_MIN, through the FIFO) behind it on the same connection.
+// Buffers start 1-3 bytes past their allocation. Rounds: heap to heap, an ncclMemAlloc region
+// to heap, heap to a region, region to region. The regions are registered on their first
+// large message and cached, so each rank has exactly one more MR after round 1 (its send
+// region: the sender registers only when the receiver offered its buffer, so the message went
+// whole) and two after round 2 (its receive region, offered); heap memory is registered for
+// the call only (no MR left after it); none after ncclCommDestroy. Every byte is exact.
+TEST(IbLarge, SendRecvWholeBothWaysAnyBufferExact) {
+  th::Options opt = ib_options();
+  opt.init = false;
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        NCCL_OK(ctx, ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        ctx.comm = comm;
+        const size_t sizes[] = {size_t{1} << 20, (size_t{3} << 20) + 5, (size_t{20} << 20) + 12};
+        const size_t small = (size_t{1} << 20) - 1, cap = (size_t{20} << 20) + 16 + small;
+        uint8_t *region[2] = {nullptr, nullptr};  // send, receive
+        for (uint8_t *&r : region) NCCL_OK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&r), cap));
+        std::vector<uint8_t> heap_out(cap), heap_in(cap);
+        const int peer = 1 - ctx.rank, base = verbs_objects("mr");
+        for (int round = 0; round < 4; round++) {
+          uint8_t *out = (round & 1) ? region[0] : heap_out.data();
+          uint8_t *in = (round & 2) ? region[1] : heap_in.data();
+          for (int k = 0; k < 3; k++) {
+            const size_t n = sizes[k], off_out = 1 + k, off_in = 3 - k;
+            for (size_t j = 0; j < n + small; j++)
+              out[off_out + j] = large_byte(j, round, ctx.rank);
+            memset(in, 0, cap);
+            NCCL_OK(ctx, ncclGroupStart());
+            NCCL_OK(ctx, ncclSend(out + off_out, n, ncclUint8, peer, comm, nullptr));
+            NCCL_OK(ctx, ncclSend(out + off_out + n, small, ncclUint8, peer, comm, nullptr));
+            NCCL_OK(ctx, ncclRecv(in + off_in, n, ncclUint8, peer, comm, nullptr));
+            NCCL_OK(ctx, ncclRecv(in + off_in + n, small, ncclUint8, peer, comm, nullptr));
+            NCCL_OK(ctx, ncclGroupEnd());
+            for (size_t j = 0; j < off_in; j++)
+              RCHECK(ctx, in[j] == 0, "round %d size %zu: byte %zu before the buffer written",
+                     round, n, j);
+            for (size_t j = 0; j < n + small; j++)
+              RCHECK(ctx, in[off_in + j] == large_byte(j, round, peer),
+                     "round %d size %zu: byte %zu is %u, expected %u", round, n, j, in[off_in + j],
+                     large_byte(j, round, peer));
+            RCHECK(ctx, in[off_in + n + small] == 0,
+                   "round %d size %zu: byte after the end written", round, n);
+          }
+          const int want = base + (round == 0 ? 0 : round == 1 ? 1 : 2);
+          RCHECK(ctx, verbs_objects("mr") == want, "round %d: %d MRs, expected %d", round,
+                 verbs_objects("mr"), want);
+        }
+        NCCL_OK(ctx, ncclCommDestroy(comm));
+        ctx.comm = nullptr;
+        RCHECK(ctx, verbs_objects("mr") == 0, "%d MR(s) left", verbs_objects("mr"));
+        for (uint8_t *r : region) NCCL_OK(ctx, ncclMemFree(r));
+      },
+      opt, "large send/recv over ib");
+}
+
+// The fallbacks: a receiver that does not offer its buffer (TUTTI_TEST_IB_RDV_DECLINE=1, what it
+// does when its registration fails) or a sender that does not take the offer (=2, the same on
+// its side) sends the large message through the FIFO, behind the step's header, exact. Which
+// end registered what shows in the MRs after ncclMemAlloc rounds: with 1 nothing, with 2 only
+// the receive region (offered, then not written).
+void large_declined(int mode) {
+  th::Options opt = ib_options();
+  opt.init = false;
+  opt.env.push_back({"TUTTI_TEST_IB_RDV_DECLINE", std::to_string(mode)});
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [mode](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        NCCL_OK(ctx, ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        ctx.comm = comm;
+        const size_t n = (size_t{3} << 20) + 5;
+        uint8_t *region[2] = {nullptr, nullptr};  // send, receive
+        for (uint8_t *&r : region) NCCL_OK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&r), n + 1));
+        std::vector<uint8_t> heap_out(n + 1), heap_in(n + 1);
+        const int peer = 1 - ctx.rank, base = verbs_objects("mr");
+        for (int round = 0; round < 2; round++) {
+          uint8_t *out = (round ? region[0] : heap_out.data()) + 1;
+          uint8_t *in = round ? region[1] : heap_in.data();
+          for (size_t j = 0; j < n; j++) out[j] = large_byte(j, round, ctx.rank);
+          memset(in, 0, n);
+          NCCL_OK(ctx, ncclGroupStart());
+          NCCL_OK(ctx, ncclSend(out, n, ncclUint8, peer, comm, nullptr));
+          NCCL_OK(ctx, ncclRecv(in, n, ncclUint8, peer, comm, nullptr));
+          NCCL_OK(ctx, ncclGroupEnd());
+          for (size_t j = 0; j < n; j++)
+            RCHECK(ctx, in[j] == large_byte(j, round, peer), "round %d byte %zu is %u", round, j,
+                   in[j]);
+        }
+        const int want = base + (mode == 2 ? 1 : 0);
+        RCHECK(ctx, verbs_objects("mr") == want, "decline %d: %d MRs, expected %d", mode,
+               verbs_objects("mr"), want);
+        NCCL_OK(ctx, ncclCommDestroy(comm));
+        ctx.comm = nullptr;
+        for (uint8_t *r : region) NCCL_OK(ctx, ncclMemFree(r));
+      },
+      opt, "large send/recv declined");
+}
+
+TEST(IbLarge, ReceiverThatDoesNotOfferGetsPiecesExact) {
+  large_declined(1);
+}
+TEST(IbLarge, SenderThatDoesNotTakeTheOfferSendsPiecesExact) {
+  large_declined(2);
+}
+
+struct OfferReport {
+  std::atomic<int> base_mrs, receiving, seen_mrs, go;
+};
+
+// A receiver of a large message into malloc'ed memory offers that memory for the call: while
+// rank 1 waits in ncclRecv (rank 0 holds its send back), the kernel lists one more MR of rank
+// 1's than before the call; after the call, none more. The 8 MiB arrive exact.
+TEST(IbLarge, ReceiverRegistersHeapBufferForTheCallOnly) {
+  auto *rep = new (th::shared_alloc(sizeof(OfferReport))) OfferReport();
+  th::Options opt = ib_options();
+  opt.while_running = [&](const std::vector<pid_t> &pids) {
+    double until = th::now_s() + 120;
+    while (!rep->receiving && th::now_s() < until) usleep(1000);
+    while (th::now_s() < until && rep->seen_mrs <= rep->base_mrs) {
+      rep->seen_mrs = verbs_objects("mr", pids[1]);
+      usleep(20000);
+    }
+    rep->go = 1;
+  };
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [&](RankCtx &ctx) {
+        const size_t n = size_t{8} << 20;
+        std::vector<uint8_t> buf(n + 1);
+        if (ctx.rank == 0) {
+          for (size_t j = 0; j < n; j++) buf[j + 1] = large_byte(j, 0, 0);
+          for (double until = th::now_s() + 150; !rep->go && th::now_s() < until;) usleep(1000);
+          NCCL_OK(ctx, ncclSend(buf.data() + 1, n, ncclUint8, 1, ctx.comm, nullptr));
+          return;
+        }
+        rep->base_mrs = verbs_objects("mr");
+        rep->receiving = 1;
+        NCCL_OK(ctx, ncclRecv(buf.data() + 1, n, ncclUint8, 0, ctx.comm, nullptr));
+        for (size_t j = 0; j < n; j++)
+          RCHECK(ctx, buf[j + 1] == large_byte(j, 0, 0), "byte %zu is %u", j, buf[j + 1]);
+        RCHECK(ctx, rep->seen_mrs == rep->base_mrs + 1,
+               "%d MRs while receiving, %d before: the buffer was not offered",
+               rep->seen_mrs.load(), rep->base_mrs.load());
+        RCHECK(ctx, verbs_objects("mr") == rep->base_mrs, "%d MRs after the call, %d before",
+               verbs_objects("mr"), rep->base_mrs.load());
+      },
+      opt, "heap receive buffer offered");
+  th::shared_free(rep, sizeof(OfferReport));
+}
+
+struct LargeKillReport {
+  std::atomic<int> started[2];
+  int code[2];
+  char message[2][512];
+  int left[2];  // verbs objects (qp + cq + mr + pd) after ncclCommAbort
+};
+
+// Rank 0 sends 64 MiB (heap) to rank 1, which receives them into heap memory, in a loop; the
+// victim (receiver or sender) is SIGKILLed while a message is under way. The other returns a
+// peer error naming the victim, and after ncclCommAbort no verbs object of its own is left
+// (its offered buffer or its source's registration released too).
+void large_peer_killed(int victim) {
+  auto *rep = new (th::shared_alloc(sizeof(LargeKillReport))) LargeKillReport();
+  th::Options opt = ib_options();
+  opt.init = false;
+  opt.env.push_back({"TUTTI_TIMEOUT", "30"});
+  opt.while_running = [&](const std::vector<pid_t> &pids) {
+    double until = th::now_s() + 120;
+    while ((!rep->started[0] || !rep->started[1]) && th::now_s() < until) usleep(1000);
+    usleep(300000);  // 64 MiB take seconds on Soft-RoCE in the guest: mid-message
+    kill(pids[victim], SIGKILL);
+  };
+  th::RunResult res = th::run_ranks(
+      Mode::kProcs, 2,
+      [&](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        NCCL_OK(ctx, ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
+        const size_t n = size_t{64} << 20;
+        std::vector<uint8_t> buf(n, static_cast<uint8_t>(ctx.rank));
+        ncclResult_t rc = ncclSuccess;
+        for (int it = 0; it < 100 && rc == ncclSuccess; it++) {
+          rep->started[ctx.rank] = 1;
+          rc = ctx.rank == 0 ? ncclSend(buf.data(), n, ncclUint8, 1, comm, nullptr)
+                             : ncclRecv(buf.data(), n, ncclUint8, 0, comm, nullptr);
+        }
+        rep->code[ctx.rank] = rc;
+        snprintf(rep->message[ctx.rank], sizeof rep->message[0], "%s", ncclGetLastError(comm));
+        ncclCommAbort(comm);
+        rep->left[ctx.rank] =
+            verbs_objects("qp") + verbs_objects("cq") + verbs_objects("mr") + verbs_objects("pd");
+      },
+      opt);
+  ASSERT_TRUE(res.setup_error.empty()) << res.setup_error;
+  const int other = 1 - victim;
+  EXPECT_EQ(res.ranks[victim].term_signal, SIGKILL) << res.describe();
+  EXPECT_EQ(res.ranks[other].exit_code, 0) << res.describe();
+  EXPECT_TRUE(rep->code[other] == ncclRemoteError || rep->code[other] == ncclSystemError)
+      << "rank " << other << ": " << rep->code[other] << " " << rep->message[other];
+  EXPECT_TRUE(th::contains(rep->message[other], "rank " + std::to_string(victim)))
+      << rep->message[other];
+  EXPECT_EQ(rep->left[other], 0) << "verbs objects left on rank " << other;
+  th::shared_free(rep, sizeof(LargeKillReport));
+}
+
+TEST(IbLarge, ReceiverKilledMidLargeSendIsNamed) {
+  large_peer_killed(1);
+}
+TEST(IbLarge, SenderKilledMidLargeSendIsNamed) {
+  large_peer_killed(0);
 }
 
 // ---------------------------------------------------------------- all-reduces until one fails

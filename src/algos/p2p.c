@@ -16,6 +16,7 @@ static int send_block(sched_t *lanes, int peer, size_t src_off, size_t count) {
                                      .send_peer = peer,
                                      .src_buf = BUF_SEND,
                                      .dst_buf = BUF_NONE,
+                                     .flags = STEP_WHOLE,
                                      .src_off = src_off,
                                      .count = count});
 }
@@ -25,7 +26,7 @@ static int recv_block(sched_t *lanes, int n, int peer, size_t dst_off, size_t co
                                          .send_peer = -1,
                                          .src_buf = BUF_NONE,
                                          .dst_buf = BUF_RECV,
-                                         .flags = STEP_STORE,
+                                         .flags = STEP_STORE | STEP_WHOLE,
                                          .dst_off = dst_off,
                                          .count = count});
 }
@@ -87,6 +88,7 @@ static int p2p_send(const sched_args_t *a, sched_t *col, sched_t *lanes) {
                                               .send_peer = a->root,
                                               .src_buf = BUF_SEND,
                                               .dst_buf = BUF_NONE,
+                                              .flags = STEP_WHOLE,
                                               .count = a->count});
 }
 
@@ -96,7 +98,7 @@ static int p2p_recv(const sched_args_t *a, sched_t *col, sched_t *lanes) {
                                                           .send_peer = -1,
                                                           .src_buf = BUF_NONE,
                                                           .dst_buf = BUF_RECV,
-                                                          .flags = STEP_STORE,
+                                                          .flags = STEP_STORE | STEP_WHOLE,
                                                           .count = a->count});
 }
 

@@ -39,8 +39,11 @@ enum {
   STEP_PRE = 4,
   STEP_POST = 8,
   STEP_AFTER_PROGRESS = 16,
-  STEP_PUSH = 32, /* PEER_REDUCE, read by copy only: also writes each finished piece of dst
-                     into the same place of every other rank's dst_buf */
+  STEP_PUSH = 32,  /* PEER_REDUCE, read by copy only: also writes each finished piece of dst
+                      into the same place of every other rank's dst_buf */
+  STEP_WHOLE = 64, /* FIFO step, only a send from src_buf or only a store into dst_buf, whose
+                      peer's matching step is one too: a transport may move it whole by
+                      rendezvous (transport.h, send_large / recv_large) */
 };
 
 /* What a step does. FIFO steps move pieces through connections (the semantics above). Peer

@@ -16,7 +16,10 @@
  * while k - credit < nslots. Nothing else moves: the engine's thread posts and polls, no helper
  * thread, and sleeps on one completion channel for all CQs when it waits (ib_wait).
  * send_from stages a piece into the next slot, or with TUTTI_IB_ZERO_COPY writes it from a
- * registered user buffer in place (ib_mr.c), taken once that write completed.
+ * registered user buffer in place (ib_mr.c), taken once that write completed. Large p2p
+ * messages (STEP_WHOLE steps from TUTTI_IB_RDV_MIN bytes) skip the FIFO: the sender writes
+ * them straight into the receiver's buffer after a rendezvous (ib_rdv.c, send_large /
+ * recv_large); only a zero-byte header piece per message goes through the FIFO.
  *
  * Failure: a completion with an error status (a peer gone: retry exceeded after TUTTI_IB_TIMEOUT
  * x TUTTI_IB_RETRY_CNT; a QP in the error state: flushed) fails the connection with a reason
@@ -43,12 +46,6 @@ TUTTI_PARAM(IbProbeMs, "IB_PROBE_MS", 1000) /* a waiting end probes a peer this 
 TUTTI_PARAM(IbZeroCopy, "IB_ZERO_COPY", 0)  /* write registered user buffers in place */
 TUTTI_PARAM(IbZeroCopyMin, "IB_ZERO_COPY_MIN", 64 * 1024) /* from pieces this large */
 
-#define WR_RECV 0u
-#define WR_DATA 1u
-#define WR_CREDIT 2u
-#define WR_BOARD 3u
-#define WR_PROBE 4u
-#define WR_ZC 5u /* a data write straight from user memory */
 #define WR_ID(kind, q) (((uint64_t)(kind) << 32) | (uint32_t)(q))
 
 static const char *comm_error_text(struct ncclComm *comm) {
@@ -61,8 +58,7 @@ static const char *comm_error_text(struct ncclComm *comm) {
 
 /* Records why a connection broke and fails the communicator. Quiet when this rank is closing
  * or already failed (flushed work requests are then our own doing). */
-static void conn_fail(ib_conn_t *c, const char *fmt, const char *detail, int status,
-                      uint32_t vendor) {
+void ib_conn_fail(ib_conn_t *c, const char *fmt, const char *detail, int status, uint32_t vendor) {
   ib_state_t *st = c->st;
   if (__atomic_exchange_n(&c->failed, 1, __ATOMIC_ACQ_REL)) return;
   int me = st->comm->rank, p = c->peer;
@@ -88,8 +84,8 @@ int ib_post_recv(ib_conn_t *c, int q) {
   return ibv_post_recv(c->qp[q], &wr, &bad);
 }
 
-static int post_write(ib_conn_t *c, int q, uint64_t kind, void *src, uint32_t lkey, size_t bytes,
-                      uint64_t raddr, uint32_t rkey, int imm, uint32_t imm_data) {
+int ib_post_write(ib_conn_t *c, int q, uint64_t kind, void *src, uint32_t lkey, size_t bytes,
+                  uint64_t raddr, uint32_t rkey, int imm, uint32_t imm_data) {
   struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)src, .length = (uint32_t)bytes, .lkey = lkey};
   struct ibv_send_wr wr = {.wr_id = WR_ID(kind, q),
                            .sg_list = &sge,
@@ -106,19 +102,21 @@ static int post_write(ib_conn_t *c, int q, uint64_t kind, void *src, uint32_t lk
 
 /* A piece arrived: the immediate names its slot and length. 0, or -1 if malformed. */
 static int fill_slot(ib_conn_t *c, uint32_t imm) {
-  uint32_t slot = imm >> 24;
-  if (slot >= c->nslots || (imm & 0xffffff) > c->slot_bytes) {
-    conn_fail(c, "receiving from", "a write with a malformed immediate", 0, imm);
+  uint32_t slot = IB_IMM_SLOT(imm), hdr = imm & IB_IMM_HEADER ? imm & 0xffffff : 0;
+  if (slot >= c->nslots || (imm & IB_IMM_ANSWER) || (imm & 0xffffff) > c->slot_bytes ||
+      (hdr && hdr != LARGE_DONE && hdr != LARGE_PIECES)) {
+    ib_conn_fail(c, "receiving from", "a write with a malformed immediate", 0, imm);
     return -1;
   }
-  c->got[slot] = (imm & 0xffffff) + 1;
+  c->hdr[slot] = (uint8_t)hdr;
+  c->got[slot] = hdr ? 1 : (imm & 0xffffff) + 1;
   return 0;
 }
 
 /* Reaps the connection's completions: sends free their queue entry, a write with immediate
  * fills its slot (receive end) or brings credit (send end), and gets its receive reposted.
  * Returns the completions reaped, or -1 once the connection failed. */
-static int poll_cq(ib_conn_t *c) {
+int ib_poll_cq(ib_conn_t *c) {
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) return -1;
   struct ibv_wc wc[16];
   int n, total = 0;
@@ -127,29 +125,37 @@ static int poll_cq(ib_conn_t *c) {
     for (int i = 0; i < n; i++) {
       uint32_t kind = (uint32_t)(wc[i].wr_id >> 32), q = (uint32_t)wc[i].wr_id;
       if (wc[i].status != IBV_WC_SUCCESS) {
-        const char *what = kind == WR_DATA     ? "writing data to"
+        const char *what = kind == WR_DATA || kind == WR_ZC || kind == WR_HEADER ? "writing data to"
+                           : kind == WR_RDV    ? "writing a large message into the buffer of"
+                           : kind == WR_ANSWER ? "offering its buffer for a large message to"
                            : kind == WR_CREDIT ? "returning credit to"
                            : kind == WR_BOARD  ? "telling of its failure"
                            : kind == WR_PROBE  ? "probing the link to"
                                                : "receiving from";
-        conn_fail(c, what, ib_v.wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err);
+        ib_conn_fail(c, what, ib_v.wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err);
         return -1;
       }
       if (kind != WR_RECV) {
         c->sq_out[q]--;
         c->probe_out &= kind != WR_PROBE;
         c->zc_inflight &= kind != WR_ZC;
+        c->rdv.out -= kind == WR_RDV;
+        c->rdv_answers += kind == WR_ANSWER;
         continue;
       }
-      if (!c->is_send && fill_slot(c, ntohl(wc[i].imm_data))) return -1;
+      uint32_t imm = ntohl(wc[i].imm_data);
+      if (c->is_send)
+        c->rdv_answers += (imm & IB_IMM_ANSWER) != 0;
+      else if (fill_slot(c, imm))
+        return -1;
       if (ib_post_recv(c, (int)q)) {
-        conn_fail(c, "receiving from", "ibv_post_recv failed", 0, 0);
+        ib_conn_fail(c, "receiving from", "ibv_post_recv failed", 0, 0);
         return -1;
       }
     }
   }
   if (n < 0) {
-    conn_fail(c, "polling the completions of", "ibv_poll_cq failed", n, 0);
+    ib_conn_fail(c, "polling the completions of", "ibv_poll_cq failed", n, 0);
     return -1;
   }
   if (total) c->quiet_since = 0;
@@ -160,7 +166,7 @@ static int poll_cq(ib_conn_t *c) {
 
 static void *ib_send_slot(conn_t *conn) {
   ib_conn_t *c = conn->priv;
-  if (poll_cq(c) < 0 || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return NULL;
+  if (ib_poll_cq(c) < 0 || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return NULL;
   int q = (int)(c->pos % (uint64_t)c->nqps);
   if (c->pos - __atomic_load_n(c->credit, __ATOMIC_ACQUIRE) >= c->nslots ||
       c->sq_out[q] >= c->sq_max - 1)
@@ -172,10 +178,10 @@ static void ib_send_post(conn_t *conn, size_t bytes) {
   ib_conn_t *c = conn->priv;
   uint32_t slot = (uint32_t)(c->pos % c->nslots);
   int q = (int)(c->pos % (uint64_t)c->nqps);
-  int err = post_write(c, q, WR_DATA, c->slots + slot * c->slot_bytes, c->mr->lkey, bytes,
-                       c->remote.addr + slot * c->slot_bytes, c->remote.rkey, 1,
-                       (slot << 24) | (uint32_t)bytes);
-  if (err) conn_fail(c, "posting a write to", strerror(err), err, 0);
+  int err = ib_post_write(c, q, WR_DATA, c->slots + slot * c->slot_bytes, c->mr->lkey, bytes,
+                          c->remote.addr + slot * c->slot_bytes, c->remote.rkey, 1,
+                          (slot << 24) | (uint32_t)bytes);
+  if (err) ib_conn_fail(c, "posting a write to", strerror(err), err, 0);
   c->pos++;
 }
 
@@ -189,7 +195,7 @@ static void ib_send_post(conn_t *conn, size_t bytes) {
 static size_t ib_send_from(conn_t *conn, const void *buf, size_t bytes) {
   ib_conn_t *c = conn->priv;
   if (c->zc_buf) { /* posted; the engine calls again with the same piece until it is taken */
-    if (c->zc_inflight && (poll_cq(c) < 0 || c->zc_inflight)) return 0;
+    if (c->zc_inflight && (ib_poll_cq(c) < 0 || c->zc_inflight)) return 0;
     c->zc_buf = NULL;
     return bytes;
   }
@@ -206,31 +212,38 @@ static size_t ib_send_from(conn_t *conn, const void *buf, size_t bytes) {
   uint32_t i = (uint32_t)(c->pos % c->nslots);
   int q = (int)(c->pos % (uint64_t)c->nqps);
   int err =
-      post_write(c, q, WR_ZC, (void *)buf, mr->lkey, bytes, c->remote.addr + i * c->slot_bytes,
-                 c->remote.rkey, 1, (i << 24) | (uint32_t)bytes);
-  if (err) conn_fail(c, "posting a write to", strerror(err), err, 0);
+      ib_post_write(c, q, WR_ZC, (void *)buf, mr->lkey, bytes, c->remote.addr + i * c->slot_bytes,
+                    c->remote.rkey, 1, (i << 24) | (uint32_t)bytes);
+  if (err) ib_conn_fail(c, "posting a write to", strerror(err), err, 0);
   c->pos++, c->zc_inflight = 1, c->zc_buf = buf;
   return 0;
 }
 
 /* Returns the freed slots to the sender: one write of the consumed count, on QP 0, with an
  * immediate so that a sender asleep on its completion channel wakes. */
-static void flush_credit(ib_conn_t *c) {
+void ib_flush_credit(ib_conn_t *c) {
   if (!c->credit_pending || c->sq_out[0] >= c->sq_max - 1) return;
   uint32_t i = (uint32_t)(c->pos % c->nslots);
   c->credit_src[i] = c->pos;
-  int err = post_write(c, 0, WR_CREDIT, &c->credit_src[i], c->mr->lkey, sizeof(uint64_t),
-                       c->remote.addr, c->remote.rkey, 1, 0);
-  if (err) conn_fail(c, "returning credit to", strerror(err), err, 0);
+  int err = ib_post_write(c, 0, WR_CREDIT, &c->credit_src[i], c->mr->lkey, sizeof(uint64_t),
+                          c->remote.addr, c->remote.rkey, 1, 0);
+  if (err) ib_conn_fail(c, "returning credit to", strerror(err), err, 0);
   c->credit_pending = 0;
 }
 
 static const void *ib_recv_slot(conn_t *conn, size_t *bytes) {
   ib_conn_t *c = conn->priv;
-  if (poll_cq(c) < 0) return NULL;
-  flush_credit(c);
+  if (ib_poll_cq(c) < 0) return NULL;
+  ib_flush_credit(c);
   uint32_t i = (uint32_t)(c->pos % c->nslots);
   if (!c->got[i]) return NULL;
+  if (c->hdr[i]) {
+    ib_conn_fail(c, "receiving from",
+                 "the header of a large message where a piece was expected: ranks called "
+                 "different counts or types",
+                 0, 0);
+    return NULL;
+  }
   *bytes = c->got[i] - 1;
   return c->slots + i * c->slot_bytes;
 }
@@ -240,7 +253,7 @@ static void ib_recv_done(conn_t *conn) {
   c->got[c->pos % c->nslots] = 0;
   c->pos++;
   c->credit_pending = 1;
-  if (poll_cq(c) >= 0) flush_credit(c);
+  if (ib_poll_cq(c) >= 0) ib_flush_credit(c);
 }
 
 /* Arms every CQ of the communicator's connections for one event on the shared channel, then
@@ -253,7 +266,7 @@ static int arm_all(ib_state_t *st) {
       ib_conn_t *c = d ? st->recv[p] : st->send[p];
       if (!c || !c->cq) continue;
       if (ibv_req_notify_cq(c->cq, 0)) return -1;
-      int n = poll_cq(c);
+      int n = ib_poll_cq(c);
       if (n < 0) return -1;
       total += n;
     }
@@ -274,14 +287,14 @@ static void drain_events(ib_state_t *st) {
 static void ib_wait(conn_t *conn, int send, uint64_t timeout_ns) {
   ib_conn_t *c = conn->priv;
   ib_state_t *st = c->st;
-  if (!send) flush_credit(c);
+  if (!send) ib_flush_credit(c);
   if (!tutti_param_IbEvents()) {
     sched_yield();
     return;
   }
   uint64_t spin_end = tutti_time_ns() + (uint64_t)tutti_param_IbSpinUs() * 1000;
   do {
-    int n = poll_cq(c);
+    int n = ib_poll_cq(c);
     if (n != 0) return;
   } while (tutti_time_ns() < spin_end);
   if (arm_all(st) != 0) return;
@@ -302,16 +315,17 @@ static void probe_quiet_peer(ib_conn_t *c) {
   if (!c->quiet_since) c->quiet_since = now;
   if (c->probe_out || now - c->quiet_since < ms * 1000000ull || c->sq_out[0] >= c->sq_max - 1)
     return;
-  int err = post_write(c, 0, WR_PROBE, NULL, c->mr->lkey, 0, c->remote.addr, c->remote.rkey, 0, 0);
-  if (err) conn_fail(c, "probing the link to", strerror(err), err, 0);
+  int err =
+      ib_post_write(c, 0, WR_PROBE, NULL, c->mr->lkey, 0, c->remote.addr, c->remote.rkey, 0, 0);
+  if (err) ib_conn_fail(c, "probing the link to", strerror(err), err, 0);
   c->probe_out = 1, c->quiet_since = now;
 }
 
 static int ib_peer_failed(conn_t *conn) {
   ib_conn_t *c = conn->priv, *twin = conn_twin(c);
   ib_state_t *st = c->st;
-  if (!c->is_send) flush_credit(c); /* a sender waiting on us must not wait for credit */
-  if (poll_cq(c) == 0 && !__atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE)) probe_quiet_peer(c);
+  if (!c->is_send) ib_flush_credit(c); /* a sender waiting on us must not wait for credit */
+  if (ib_poll_cq(c) == 0 && !__atomic_load_n(&st->aborted, __ATOMIC_ACQUIRE)) probe_quiet_peer(c);
   return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) ||
          (twin && __atomic_load_n(&twin->failed, __ATOMIC_ACQUIRE)) ||
          __atomic_load_n(&st->board[c->peer].failed, __ATOMIC_ACQUIRE) ||
@@ -363,8 +377,8 @@ static void ib_mark_failed(struct ncclComm *comm) {
     ib_conn_t *c = st->send[p];
     if (!c || !c->qp[0] || c->failed || c->sq_out[0] >= c->sq_max) continue;
     const ib_blob_t *pb = &st->peer_blob[p];
-    post_write(c, 0, WR_BOARD, src, st->board_mr->lkey, sizeof(*src),
-               pb->board_addr + (uint64_t)comm->rank * sizeof(ib_board_t), pb->board_rkey, 0, 0);
+    ib_post_write(c, 0, WR_BOARD, src, st->board_mr->lkey, sizeof(*src),
+                  pb->board_addr + (uint64_t)comm->rank * sizeof(ib_board_t), pb->board_rkey, 0, 0);
   }
   pthread_mutex_unlock(&st->life_mu);
 }
@@ -382,7 +396,7 @@ static void ib_close(struct ncclComm *comm) {
       ib_conn_t *c = d ? st->recv[p] : st->send[p];
       int busy = 1;
       while (c && busy && !c->failed && tutti_time_ns() < deadline) {
-        poll_cq(c);
+        ib_poll_cq(c);
         busy = 0;
         for (int q = 0; q < c->nqps; q++) busy |= c->sq_out[q] > 0;
       }
@@ -404,6 +418,8 @@ const transport_t ib_transport = {
     .send_post = ib_send_post,
     .send_from = ib_send_from,
     .recv_into = NULL,
+    .send_large = ib_send_large,
+    .recv_large = ib_recv_large,
     .wait = ib_wait,
     .recv_slot = ib_recv_slot,
     .recv_done = ib_recv_done,

@@ -2,6 +2,8 @@
  *   ib_setup.c  libibverbs loaded at run time, device/port/GID choice, resources, QP bring-up
  *   ib.c        the vtable, the data path (RDMA write with immediate into the peer's FIFO,
  *               credits back), failure and teardown
+ *   ib_rdv.c    large STEP_WHOLE steps by rendezvous: straight from buffer to buffer
+ *   ib_mr.c     the registration cache for user buffers
  * See ib.c for the design. */
 #ifndef TUTTI_TRANSPORT_IB_H_
 #define TUTTI_TRANSPORT_IB_H_
@@ -16,6 +18,14 @@
 #define IB_MAX_SLOTS 64
 #define IB_REASON_MAX 480
 #define IB_BLOB_MAGIC 0x74757474692d6962ull
+#define IB_RDV_RING 4 /* a receiver's answers to large steps, in flight at once at most */
+
+/* Immediates. A FIFO piece: slot << 24 | bytes, with IB_IMM_HEADER: a large step's header
+ * (zero bytes; the low bits say LARGE_DONE or LARGE_PIECES). To the send end: 0 a credit,
+ * IB_IMM_ANSWER an answer to a large step. */
+#define IB_IMM_HEADER (1u << 31)
+#define IB_IMM_ANSWER (1u << 30)
+#define IB_IMM_SLOT(imm) (((imm) >> 24) & 0x3fu)
 
 /* The verbs this transport calls, resolved with dlsym from libibverbs.so.1 (NULL: not loaded).
  * Posting and polling are inline in verbs.h (through the context's ops) and need no symbol. */
@@ -60,6 +70,7 @@ typedef struct ib_blob {
   uint64_t board_addr; /* this rank's failure board: peer p writes board[p] */
   uint32_t board_rkey;
   char dev[32];
+  uint64_t rdv_min; /* TUTTI_IB_RDV_MIN: large steps from this many bytes (0: none) */
 } ib_blob_t;
 
 /* What one end of one direction tells the other end (exchanged in post_connect). */
@@ -77,14 +88,36 @@ typedef struct ib_board {
   char reason[IB_REASON_MAX];
 } ib_board_t;
 
+/* A receiver's answer to a large step: its buffer, or addr 0 for pieces. */
+typedef struct ib_rdv_msg {
+  uint64_t seq; /* the large step's number on this connection */
+  uint64_t addr, bytes;
+  uint32_t rkey, pad;
+} ib_rdv_msg_t;
+
+/* The large step in progress on one end of a connection (ib_rdv.c). */
+typedef struct ib_rdv {
+  int state;         /* ib_rdv.c's RDV_* */
+  int mode;          /* what the header says: LARGE_DONE or LARGE_PIECES */
+  const char *buf;   /* the step's bytes (send) or their destination (recv); NULL: pieces */
+  size_t bytes, off; /* send: bytes whose writes are posted */
+  struct ibv_mr *mr; /* covering buf */
+  int own_mr;        /* registered for this step (not the cache's): deregistered at its end */
+  int out;           /* send: writes in flight */
+  uint64_t raddr;    /* send: the receiver's buffer */
+  uint32_t rkey;
+} ib_rdv_t;
+
 struct ib_state;
 
 /* One direction with one peer. One registered arena:
  *   send end   slots[nslots][slot_bytes]  staging: the RDMA writes' source
  *              credit (8 bytes)           the receiver's count of freed slots, written by RDMA
+ *              answers[IB_RDV_RING]       the receiver's answers to large steps (by RDMA)
  *   recv end   slots[nslots][slot_bytes]  the FIFO the peer writes into
  *              credit_src[nslots]         sources of the credit writes (one per slot: a write
  *                                         in flight keeps its value)
+ *              answers[IB_RDV_RING]       sources of the answer writes
  */
 typedef struct ib_conn {
   struct ib_state *st;
@@ -94,6 +127,7 @@ typedef struct ib_conn {
   char *arena, *slots;
   volatile uint64_t *credit; /* send end */
   uint64_t *credit_src;      /* recv end */
+  ib_rdv_msg_t *answers;     /* both ends: IB_RDV_RING entries */
   struct ibv_mr *mr;
   struct ibv_cq *cq;
   struct ibv_qp *qp[IB_MAX_QPS];
@@ -102,11 +136,16 @@ typedef struct ib_conn {
   ib_wire_t remote;
   uint64_t pos;               /* pieces posted (send) or consumed (recv) */
   uint32_t got[IB_MAX_SLOTS]; /* recv: bytes + 1 of the piece in each slot, 0: empty */
-  int credit_pending;         /* recv: a credit write waits for room */
-  const void *zc_buf;         /* send: a piece written from user memory, posted, not yet taken */
-  int zc_inflight;            /* its write has not completed */
-  uint64_t quiet_since;       /* when a completion last came (a waiting end probes the peer) */
-  int probe_out;              /* a probe write is in flight */
+  uint8_t hdr[IB_MAX_SLOTS];  /* recv: the slot holds a large step's header (its mode) */
+  size_t large_bytes;         /* large steps from this many bytes (agreed; 0: none) */
+  uint64_t rdv_seq;           /* large steps settled on this connection */
+  uint64_t rdv_answers;       /* send: answers arrived; recv: answer writes completed */
+  ib_rdv_t rdv;
+  int credit_pending;   /* recv: a credit write waits for room */
+  const void *zc_buf;   /* send: a piece written from user memory, posted, not yet taken */
+  int zc_inflight;      /* its write has not completed */
+  uint64_t quiet_since; /* when a completion last came (a waiting end probes the peer) */
+  int probe_out;        /* a probe write is in flight */
   int failed;
   char reason[IB_REASON_MAX];
 } ib_conn_t;
@@ -150,7 +189,26 @@ ncclResult_t ib_setup_post_connect(struct ncclComm *comm);
 void ib_conn_free(ib_conn_t *c);
 void ib_state_free(ib_state_t *st);
 /* ib.c */
+#define WR_RECV 0u
+#define WR_DATA 1u
+#define WR_CREDIT 2u
+#define WR_BOARD 3u
+#define WR_PROBE 4u
+#define WR_ZC 5u     /* a data write straight from user memory */
+#define WR_RDV 6u    /* a large step's write into the receiver's buffer */
+#define WR_ANSWER 7u /* a receiver's answer to a large step */
+#define WR_HEADER 8u /* a large step's header (a FIFO piece) */
 int ib_post_recv(ib_conn_t *c, int q);
+int ib_post_write(ib_conn_t *c, int q, uint64_t kind, void *src, uint32_t lkey, size_t bytes,
+                  uint64_t raddr, uint32_t rkey, int imm, uint32_t imm_data);
+int ib_poll_cq(ib_conn_t *c);
+void ib_flush_credit(ib_conn_t *c);
+void ib_conn_fail(ib_conn_t *c, const char *fmt, const char *detail, int status, uint32_t vendor);
+/* ib_rdv.c (the vtable's send_large / recv_large) */
+int ib_send_large(conn_t *conn, const void *buf, size_t bytes);
+int ib_recv_large(conn_t *conn, void *buf, size_t bytes);
+void ib_rdv_release(ib_conn_t *c); /* the step's own MR, if any (close, failure) */
+size_t ib_rdv_min(void);           /* TUTTI_IB_RDV_MIN (0: no large steps) */
 /* ib_mr.c: the MR covering [buf, buf + bytes) when it may be written from in place (an
  * ncclMemAlloc region, or device memory registered by dma-buf), registered on first use and
  * cached; NULL: stage it. */

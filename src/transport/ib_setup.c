@@ -305,7 +305,8 @@ ncclResult_t ib_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]) {
                  .nslots = st->nslots,
                  .slot_bytes = (uint32_t)st->slot_bytes,
                  .board_addr = (uint64_t)(uintptr_t)st->board,
-                 .board_rkey = st->board_mr->rkey};
+                 .board_rkey = st->board_mr->rkey,
+                 .rdv_min = ib_rdv_min()};
   snprintf(b.dev, sizeof(b.dev), "%s", st->dev);
   _Static_assert(sizeof(ib_blob_t) <= TRANSPORT_BLOB_BYTES, "the ib blob must fit");
   memcpy(blob, &b, sizeof(b));
@@ -321,6 +322,7 @@ void ib_conn_free(ib_conn_t *c) {
   for (int q = 0; q < c->nqps; q++)
     if (c->qp[q]) ib_v.destroy_qp(c->qp[q]);
   if (c->cq) ib_v.destroy_cq(c->cq);
+  ib_rdv_release(c);
   if (c->mr) ib_v.dereg_mr(c->mr);
   if (c->arena) munmap(c->arena, c->arena_bytes);
   free(c);
@@ -365,8 +367,9 @@ static ncclResult_t conn_new(ib_state_t *st, int peer, int is_send, int nqps, ui
   *out = c;
   c->st = st, c->peer = peer, c->is_send = is_send, c->nqps = nqps, c->nslots = nslots,
   c->slot_bytes = slot_bytes;
-  size_t ctrl = is_send ? sizeof(uint64_t) : nslots * sizeof(uint64_t);
-  c->arena_bytes = TUTTI_ALIGN_UP((size_t)nslots * slot_bytes + ctrl, 4096);
+  size_t ctrl = (is_send ? 1 : nslots) * sizeof(uint64_t);
+  c->arena_bytes =
+      TUTTI_ALIGN_UP((size_t)nslots * slot_bytes + ctrl + IB_RDV_RING * sizeof(ib_rdv_msg_t), 4096);
   void *p = mmap(NULL, c->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     return TUTTI_ERR(ncclSystemError, "cannot map %zu bytes of ib FIFO", c->arena_bytes);
@@ -376,6 +379,7 @@ static ncclResult_t conn_new(ib_state_t *st, int peer, int is_send, int nqps, ui
     c->credit = (volatile uint64_t *)tail;
   else
     c->credit_src = (uint64_t *)tail;
+  c->answers = (ib_rdv_msg_t *)(tail + ctrl); /* the send end's right after its credit word */
   c->mr = ib_v.reg_mr(st->pd, p, c->arena_bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!c->mr)
     return TUTTI_ERR(
@@ -414,6 +418,10 @@ ncclResult_t ib_setup_connect(struct ncclComm *comm, int peer, const char *peer_
   recv->priv = st->recv[peer];
   send->slot_bytes = recv->slot_bytes = slot;
   send->nslots = recv->nslots = (int)nslots;
+  /* large steps: from the larger of both ends' TUTTI_IB_RDV_MIN, none if either has 0 */
+  size_t large = ib_rdv_min() && b.rdv_min ? TUTTI_MAX(ib_rdv_min(), (size_t)b.rdv_min) : 0;
+  send->large_bytes = recv->large_bytes = large;
+  st->send[peer]->large_bytes = st->recv[peer]->large_bytes = large;
   return ncclSuccess;
 }
 

@@ -18,6 +18,18 @@
  *                            which must be n bytes long, straight into buf (without blocking);
  *                            the engine uses it where a step only stores what it receives, and
  *                            recv_slot/recv_done (in place, e.g. to reduce from) otherwise.
+ * Optional, whole steps by rendezvous (NULL: pieces only, e.g. shm, tcp). A step the schedule
+ * marks STEP_WHOLE (a plain send from, or a plain store into, the user's buffer, matched by such
+ * a step on the peer) of at least conn->large_bytes bytes (0: never; both ends of a connection
+ * hold the same value) is announced on both ends before any piece of it moves, and the two ends
+ * agree whether it travels whole (the receiver offers its buffer, the sender writes into it) or
+ * by pieces as any other step. The engine calls the same function again until it answers:
+ *   send_large(conn, buf, n) -> the step's n bytes lie at buf, unchanged until LARGE_DONE;
+ *                            LARGE_DONE: all of them are in the peer's buffer (the step is
+ *                            over); LARGE_PIECES: send them piece by piece; 0: not yet.
+ *   recv_large(conn, buf, n) -> the step stores the n bytes it receives at buf; LARGE_DONE: they
+ *                            are all there; LARGE_PIECES: receive them piece by piece; 0: not
+ *                            yet. A failure shows as peer_failed, as on the data path.
  * Every slot holds up to conn->slot_bytes bytes. The engine cuts a step into pieces of the
  * smallest slot of the step's connections, so the pieces a sender cuts match the receiver's
  * only if every connection of the communicator has the same slot_bytes: after setup,
@@ -68,9 +80,10 @@ struct ncclComm;
 typedef struct conn {
   const struct transport *transport;
   int peer;
-  size_t slot_bytes; /* the communicator's agreed slot: every connection cuts the same pieces */
-  int nslots;        /* FIFO depth in slots (0: not reported); bounds the agreed chunk */
-  void *priv;        /* transport's own state */
+  size_t slot_bytes;  /* the communicator's agreed slot: every connection cuts the same pieces */
+  int nslots;         /* FIFO depth in slots (0: not reported); bounds the agreed chunk */
+  size_t large_bytes; /* STEP_WHOLE steps this long go through send_large/recv_large (0: none) */
+  void *priv;         /* transport's own state */
 } conn_t;
 
 #define TRANSPORT_BLOB_BYTES 256
@@ -79,6 +92,7 @@ typedef struct conn {
 typedef struct peer_handle {
   unsigned char bytes[PEER_HANDLE_BYTES];
 } peer_handle_t;
+enum { LARGE_DONE = 1, LARGE_PIECES = 2 }; /* send_large / recv_large; 0: not yet */
 enum { PEER_WORD_PROGRESS = 0, PEER_WORD_DONE = 1 };
 /* What mem_expose says about a buffer, ordered: every mappable buffer can also be read. */
 enum { PEER_EXPOSE_NONE = 0, PEER_EXPOSE_MAP = 1, PEER_EXPOSE_READ = 2 };
@@ -94,6 +108,8 @@ typedef struct transport {
   void (*send_post)(conn_t *conn, size_t bytes);
   size_t (*send_from)(conn_t *conn, const void *buf, size_t bytes);
   size_t (*recv_into)(conn_t *conn, void *buf, size_t bytes);
+  int (*send_large)(conn_t *conn, const void *buf, size_t bytes);
+  int (*recv_large)(conn_t *conn, void *buf, size_t bytes);
   /* Optional: sleeps until the connection can probably move (send: room; receive: a piece),
    * at most timeout_ns; the engine calls it instead of spinning and sleeping (on machines with
    * more ranks than CPUs after yielding for TUTTI_YIELD_US). */
