@@ -154,6 +154,35 @@ TEST(SmallDevShm, EveryRankFailsWithAMessageAndNoSignal) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "see stderr";
 }
 
+// The shm segments are reserved at init: the creator sizes a segment with ftruncate, maps it with
+// MAP_POPULATE (the pages come from the fault path) and then posix_fallocate allocates what the
+// populate could not (ENOSPC is the test above). So right after init every page of every
+// /dev/shm/tutti-* mapping, this rank's own segment and its peer's, is resident: smaps' Rss
+// equals Size, and no first write to a slot can fault a page in (or die of SIGBUS).
+TEST(SmallDevShm, SegmentPagesAreResidentAfterInit) {
+  th::run_ranks_ok(Mode::kProcs, 2, [](RankCtx &ctx) {
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line;
+    bool in_seg = false;
+    long size_kb = -1, segments = 0;
+    while (std::getline(smaps, line)) {
+      std::string first = line.substr(0, line.find(' '));
+      if (first.find('-') != std::string::npos && first.find(':') == std::string::npos) {
+        in_seg = line.find("/dev/shm/tutti-") != std::string::npos, size_kb = -1;
+        segments += in_seg;
+      } else if (in_seg && line.rfind("Size:", 0) == 0) {
+        size_kb = std::atol(line.c_str() + 5);
+      } else if (in_seg && line.rfind("Rss:", 0) == 0) {
+        long rss_kb = std::atol(line.c_str() + 4);
+        RCHECK(ctx, size_kb > 0 && rss_kb == size_kb, "segment mapping: Rss %ld kB of Size %ld kB",
+               rss_kb, size_kb);
+      }
+    }
+    RCHECK(ctx, segments == 2, "%ld /dev/shm/tutti-* mappings, expected 2 (own and peer's)",
+           segments);
+  });
+}
+
 // ---------------------------------------------------------------- defect 4 and 9: launch env
 
 // env_allreduce (tuttiCommInitFromEnv, all-reduces with closed-form sums) as a process with the

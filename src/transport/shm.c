@@ -158,33 +158,44 @@ static void shm_remove_stale(void) {
   closedir(d);
 }
 
+/* The error for a segment whose pages /dev/shm could not reserve (err from posix_fallocate). */
+static ncclResult_t shm_reserve_error(const char *name, size_t bytes, int err) {
+  if (err == ENOSPC || err == EFBIG)
+    return TUTTI_ERR(ncclSystemError,
+                     "/dev/shm has too little free space for the %zu bytes of "
+                     "%s (%s): give the job more shared memory (docker run --shm-size=1g, or a "
+                     "larger tmpfs), lower TUTTI_SHM_SLOT_BYTES / TUTTI_SHM_NSLOTS, or set "
+                     "TUTTI_SHM_DISABLE=1 to use sockets",
+                     bytes, name, strerror(err));
+  return TUTTI_ERR(ncclSystemError, "cannot size shared memory %s to %zu bytes: %s", name, bytes,
+                   strerror(err));
+}
+
+/* Opens (create: makes) the segment and maps it with its pages faulted in. The creator sizes it
+ * with ftruncate and lets mmap's MAP_POPULATE allocate the pages, then reserves with
+ * posix_fallocate whatever the populate could not allocate: a sparse segment on a full /dev/shm
+ * (Docker's default is 64 MiB) maps fine and kills the process with SIGBUS at the first write to
+ * a missing page, while posix_fallocate reports ENOSPC. The pages come from the fault path,
+ * not from posix_fallocate: with slots allocated by posix_fallocate the out-of-place FIFO calls
+ * measured slower, for a reason not found (docs/perf.md, "Pair ratios"). */
 static ncclResult_t map_segment(const char *name, size_t bytes, int create, char **out) {
   int fd = shm_open(name, create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
   if (fd < 0)
     return TUTTI_ERR(ncclSystemError, "shm_open(%s) failed: %s (is /dev/shm full or missing?)",
                      name, strerror(errno));
-  /* Reserve the pages now: a sparse segment on a full /dev/shm (Docker's default is 64 MiB)
-   * maps fine and kills the process with SIGBUS at the first write to a missing page. */
-  int err = create ? posix_fallocate(fd, 0, (off_t)bytes) : 0;
-  if (err != 0) {
-    close(fd);
-    shm_unlink(name);
-    if (err == ENOSPC || err == EFBIG)
-      return TUTTI_ERR(ncclSystemError,
-                       "/dev/shm has too little free space for the %zu bytes of "
-                       "%s (%s): give the job more shared memory (docker run --shm-size=1g, or a "
-                       "larger tmpfs), lower TUTTI_SHM_SLOT_BYTES / TUTTI_SHM_NSLOTS, or set "
-                       "TUTTI_SHM_DISABLE=1 to use sockets",
-                       bytes, name, strerror(err));
-    return TUTTI_ERR(ncclSystemError, "cannot size shared memory %s to %zu bytes: %s", name, bytes,
-                     strerror(err));
-  }
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  int err = create && ftruncate(fd, (off_t)bytes) != 0 ? errno : 0;
+  void *p = err ? MAP_FAILED
+                : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  int map_err = p == MAP_FAILED && !err ? errno : 0;
+  if (create && !err && !map_err) err = posix_fallocate(fd, 0, (off_t)bytes);
   close(fd);
-  if (p == MAP_FAILED) {
+  if (err || map_err) {
+    if (p != MAP_FAILED) munmap(p, bytes);
     if (create) shm_unlink(name);
-    return TUTTI_ERR(ncclSystemError, "mmap of %s (%zu bytes) failed: %s", name, bytes,
-                     strerror(errno));
+    if (map_err)
+      return TUTTI_ERR(ncclSystemError, "mmap of %s (%zu bytes) failed: %s", name, bytes,
+                       strerror(map_err));
+    return shm_reserve_error(name, bytes, err);
   }
   *out = p;
   return ncclSuccess;
