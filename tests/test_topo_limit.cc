@@ -129,10 +129,10 @@ TEST_F(TopoLoadLimit, FileThatBlocksIsRefused) {
   std::string err = tutti_last_error();
   EXPECT_NE(err.find("did not finish reading it in 10 s"), std::string::npos) << err;
   EXPECT_NE(err.find(fifo), std::string::npos) << err;
-  // 10 s of the caller's own time; a loaded machine delays each wake-up, so the wall clock
-  // runs longer, never shorter.
+  // 10 s of the caller's own time; a loaded machine delays each wake-up (a delay counts up to
+  // 0.5 s), so the wall clock runs longer, never shorter.
   EXPECT_GE(secs, 10.0);
-  EXPECT_LT(secs, 60.0);
+  EXPECT_LT(secs, 120.0);
 }
 
 TEST_F(TopoLoadLimit, BadSettingIsAnErrorNamingIt) {

@@ -229,15 +229,17 @@ fail:
 
 /* hwloc 2.9's XML importer crashes (SIGSEGV in hwloc_bitmap_compare_first) on some malformed
  * files, and so do its own lstopo and hwloc-info (tests/fuzz/regress/topo_xml/hwloc-crash.xml,
- * found by fuzz_topo_xml); other files make it work for seconds (an os_index near 2^31 makes
- * bitmaps of 256 MiB). A file is therefore loaded once in a child process first: one that kills
- * the child is refused with an error instead of taking the caller (every rank, at init) down,
- * and so is one that takes the child more than TUTTI_TOPO_LOAD_TIMEOUT seconds of CPU, or ten
- * times that (at least 10 s) of the caller's time, counted while the caller runs, so that a
- * SIGSTOP of the job does not count: a file that blocks (a FIFO, a hung file system). CPU time,
- * not wall time, is the main limit: on a loaded machine a valid file's load takes longer by the
- * wall clock, not by the CPU it uses. Where no child can be made (fork refused), the file is
- * loaded as it is. */
+ * found by fuzz_topo_xml); other files keep it busy for seconds (an os_index near 2^31 makes
+ * bitmaps of 256 MiB). A file is therefore loaded once in a child process first, and refused
+ * with an error instead of taking the caller (every rank, at init) down or holding it when
+ *  - the child dies by a signal (hwloc crashed), or
+ *  - the child used more than TUTTI_TOPO_LOAD_TIMEOUT seconds of CPU: CPU time, not wall time,
+ *    is the main limit, since on a loaded machine a valid file takes longer by the wall clock,
+ *    not by the CPU it uses, or
+ *  - it has not finished after ten times that (at least 10 s) of the caller's time: a file that
+ *    blocks (a FIFO, a hung file system). The caller sleeps up to 20 ms between checks, and a
+ *    sleep that took longer counts 0.5 s at most, so a SIGSTOP of the job does not use it up.
+ * Where no child can be made (fork refused), the file is loaded as it is. */
 #define TOPO_LOAD_TIMEOUT_DEFAULT 5.0 /* s of CPU; real machines' files load in < 0.1 s */
 
 ncclResult_t topo_load_time_limit(double *secs, char *which, size_t len) {
@@ -282,7 +284,7 @@ static trial_end_t trial_wait(pid_t pid, double cpu_limit, int *status) {
     }
     uint64_t t0 = tutti_time_ns();
     usleep(nap);
-    waited += fmin((tutti_time_ns() - t0) / 1e9, 0.1); /* a stopped caller does not count */
+    waited += fmin((tutti_time_ns() - t0) / 1e9, 0.5); /* a stopped caller does not count */
     nap = nap < 20000 ? nap * 2 : nap;
   }
 }
