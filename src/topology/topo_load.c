@@ -233,12 +233,13 @@ fail:
  * bitmaps of 256 MiB). A file is therefore loaded once in a child process first, and refused
  * with an error instead of taking the caller (every rank, at init) down or holding it when
  *  - the child dies by a signal (hwloc crashed), or
- *  - the child used more than TUTTI_TOPO_LOAD_TIMEOUT seconds of CPU: CPU time, not wall time,
- *    is the main limit, since on a loaded machine a valid file takes longer by the wall clock,
- *    not by the CPU it uses, or
- *  - it has not finished after ten times that (at least 10 s) of the caller's time: a file that
- *    blocks (a FIFO, a hung file system). The caller sleeps up to 20 ms between checks, and a
- *    sleep that took longer counts 0.5 s at most, so a SIGSTOP of the job does not use it up.
+ *  - the child's main thread used more than TUTTI_TOPO_LOAD_TIMEOUT seconds of CPU: CPU time,
+ *    not wall time, is the main limit, since on a loaded machine a valid file takes longer by
+ *    the wall clock, not by the CPU it uses, or
+ *  - that thread has used no CPU for ten times that (at least 10 s) of the caller's time: a file
+ *    that blocks (a FIFO, a hung file system). The caller sleeps up to 20 ms between checks,
+ *    and a sleep that took longer counts 0.5 s at most, so a SIGSTOP of the job does not use
+ *    it up; a child starved on a loaded machine still uses some CPU, so it is not "blocked".
  * Where no child can be made (fork refused), the file is loaded as it is. */
 #define TOPO_LOAD_TIMEOUT_DEFAULT 5.0 /* s of CPU; real machines' files load in < 0.1 s */
 
@@ -258,24 +259,40 @@ ncclResult_t topo_load_time_limit(double *secs, char *which, size_t len) {
 
 typedef enum { TRIAL_DONE, TRIAL_OVER_CPU, TRIAL_OVER_WALL, TRIAL_UNKNOWN } trial_end_t;
 
+/* CPU time of the child's main thread, the one that runs hwloc (a sanitizer's runtime may keep
+ * a thread of its own in the child, using CPU while hwloc blocks): /proc/PID/task/PID/schedstat
+ * in ns, else the whole process's CPU clock. */
 static double child_cpu_s(pid_t pid) {
+  char path[64];
+  unsigned long long ns;
+  snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    int got = fscanf(f, "%llu", &ns);
+    fclose(f);
+    if (got == 1) return ns / 1e9;
+  }
   clockid_t clock;
   struct timespec ts;
   if (clock_getcpuclockid(pid, &clock) != 0 || clock_gettime(clock, &ts) != 0) return 0;
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Waits for the trial child, killing it past its limits; *status is its wait status. */
+/* Waits for the trial child, killing it past its limits; *status is its wait status. A child
+ * is stalled while its CPU clock does not move: a starved child on a loaded machine still
+ * moves, a blocked one does not. */
 static trial_end_t trial_wait(pid_t pid, double cpu_limit, int *status) {
-  double wall_limit = fmax(10 * cpu_limit, 10), waited = 0;
+  double stall_limit = fmax(10 * cpu_limit, 10), stalled = 0, last_cpu = -1;
   useconds_t nap = 100;
   trial_end_t end = TRIAL_DONE;
   for (;;) {
     pid_t r = waitpid(pid, status, WNOHANG);
     if (r == pid) return end;
     if (r < 0 && errno != EINTR) return TRIAL_UNKNOWN; /* reaped elsewhere (SIGCHLD ignored) */
-    if (end == TRIAL_DONE && child_cpu_s(pid) > cpu_limit) end = TRIAL_OVER_CPU;
-    if (end == TRIAL_DONE && waited > wall_limit) end = TRIAL_OVER_WALL;
+    double cpu = child_cpu_s(pid);
+    if (cpu > last_cpu) last_cpu = cpu, stalled = 0;
+    if (end == TRIAL_DONE && cpu > cpu_limit) end = TRIAL_OVER_CPU;
+    if (end == TRIAL_DONE && stalled > stall_limit) end = TRIAL_OVER_WALL;
     if (end != TRIAL_DONE) {
       kill(pid, SIGKILL);
       while (waitpid(pid, status, 0) < 0)
@@ -284,7 +301,7 @@ static trial_end_t trial_wait(pid_t pid, double cpu_limit, int *status) {
     }
     uint64_t t0 = tutti_time_ns();
     usleep(nap);
-    waited += fmin((tutti_time_ns() - t0) / 1e9, 0.5); /* a stopped caller does not count */
+    stalled += fmin((tutti_time_ns() - t0) / 1e9, 0.5); /* a stopped caller does not count */
     nap = nap < 20000 ? nap * 2 : nap;
   }
 }
@@ -316,9 +333,9 @@ static ncclResult_t xml_trial(const char *path) {
                        head, path, limit, which);
     case TRIAL_OVER_WALL:
       return TUTTI_ERR(ncclInvalidUsage,
-                       "%s \"%s\": hwloc did not finish reading it in %g s (ten times %s, at "
-                       "least 10 s; the trial load was killed): the file blocks (a FIFO, a hung "
-                       "file system) or the machine is overloaded",
+                       "%s \"%s\": hwloc used no CPU reading it for %g s (ten times %s, at least "
+                       "10 s; the trial load was killed): the file blocks (a FIFO, a hung file "
+                       "system)",
                        head, path, fmax(10 * limit, 10), which);
     case TRIAL_UNKNOWN:
       return ncclSuccess;
