@@ -14,3 +14,10 @@ set_target_properties(tutti_fake_nvml PROPERTIES OUTPUT_NAME nvidia-ml VERSION 1
 add_dependencies(test_topology tutti_fake_nvml)
 gtest_discover_tests(test_topology PROPERTIES LABELS "quick"
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_BINARY_DIR}/tests/fake-nvml")
+
+# The time limit on loading a topology file (TUTTI_TOPO_LOAD_TIMEOUT).
+tutti_test(test_topo_limit test_topo_limit.cc)
+target_link_libraries(test_topo_limit PRIVATE PkgConfig::HWLOC)
+target_compile_definitions(test_topo_limit PRIVATE
+  TUTTI_FIXTURES_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures")
+gtest_discover_tests(test_topo_limit PROPERTIES LABELS "quick")

@@ -42,6 +42,12 @@ double now_s() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double timeout_scale() {
+  const char *s = getenv("TUTTI_TEST_TIMEOUT_SCALE");
+  double v = s ? atof(s) : 1;
+  return v >= 1 ? v : 1;
+}
+
 bool contains(const std::string &text, const std::string &what) {
   return text.find(what) != std::string::npos;
 }
@@ -194,7 +200,7 @@ void run_procs(int n, const Body &body, const Options &opt, RunResult *res) {
     res->setup_error = std::string("ncclGetUniqueId failed: ") + ncclGetLastError(nullptr);
   for (int fd : id_fds) rc == ncclSuccess ? (void)send_ids(fd, ids) : (void)close(fd);
   if (opt.while_running && res->setup_error.empty()) opt.while_running(pids);
-  double deadline = now_s() + opt.timeout_s;
+  double deadline = now_s() + opt.timeout_s * timeout_scale();
   size_t left = pids.size();
   std::vector<bool> reaped(pids.size(), false);
   while (left > 0) {
@@ -268,13 +274,13 @@ void run_threads(int n, const Body &body, const Options &opt, RunResult *res) {
       return sync->cv.wait_for(lock, std::chrono::duration<double>(s),
                                [&] { return sync->done == n; });
     };
-    if (!until(opt.timeout_s)) {
+    if (!until(opt.timeout_s * timeout_scale())) {
       lock.unlock();
       for (int r = 0; r < n; r++) {
         if (finished[r]) continue;
         timed_out[r] = true;
         fprintf(stderr, "[threads rank %d/%d] still running after %.0f s: aborting its comm\n", r,
-                n, opt.timeout_s);
+                n, opt.timeout_s * timeout_scale());
         if (comms[r] != nullptr) ncclCommAbort(comms[r]), aborted[r] = true;
       }
       lock.lock();

@@ -113,6 +113,9 @@ void shared_free(void *p, size_t bytes);
 // /dev/shm/tutti-<pid>-* entries for the given pids.
 std::vector<std::string> shm_segments_of(const std::vector<pid_t> &pids);
 double now_s();  // CLOCK_MONOTONIC, comparable between processes
+// TUTTI_TEST_TIMEOUT_SCALE (default 1, at least 1): multiplies every run's Options::timeout_s,
+// for builds that run several times slower (sanitizers; scripts/sanitize.sh sets it).
+double timeout_scale();
 bool contains(const std::string &text, const std::string &what);
 
 // Inside a body: record and return (or return `ret`) when a condition or a call fails.

@@ -27,9 +27,9 @@ std::string fixture(const char *name) {
 
 // Settings the decisions read, cleared around every test so the caller's environment (an
 // NCCL_IB_HCA exported in the shell...) cannot change the answers.
-const char *const kSettings[] = {"P2P_LEVEL",     "P2P_DISABLE",         "IB_HCA",
-                                 "SOCKET_IFNAME", "IGNORE_CPU_AFFINITY", "TOPO_FILE",
-                                 "TOPO_DUMP_FILE"};
+const char *const kSettings[] = {"P2P_LEVEL",      "P2P_DISABLE",         "IB_HCA",
+                                 "SOCKET_IFNAME",  "IGNORE_CPU_AFFINITY", "TOPO_FILE",
+                                 "TOPO_DUMP_FILE", "TOPO_LOAD_TIMEOUT"};
 
 void clear_settings() {
   unsetenv("HWLOC_THISSYSTEM");  // would make the fixtures "this machine" and bind for real

@@ -35,6 +35,10 @@ int topo_parse_busid(const char *s, unsigned *domain, unsigned *bus, unsigned *d
 /* topo_load_xml after its trial load in a child process: for a caller that made the trial
  * itself (fuzz_topo_xml does it in one long-lived helper process, not in a fork per file). */
 ncclResult_t topo_load_xml_tried(const char *path, topo_t **out);
+/* TUTTI_TOPO_LOAD_TIMEOUT: the seconds of CPU the trial load of a topology file may take
+ * (default 5); which[len] receives the variable's name for messages. ncclInvalidUsage naming
+ * the variable when it is not a number in (0, 3600]. */
+ncclResult_t topo_load_time_limit(double *secs, char *which, size_t len);
 /* The PCI device an object hangs from (itself when it is one), NULL when none. */
 hwloc_obj_t topo_pci_of(hwloc_obj_t o);
 

@@ -16,12 +16,15 @@
  * that too. We do not set it ourselves: it would change other hwloc users in the process.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "topology/topo_internal.h"
@@ -226,25 +229,125 @@ fail:
 
 /* hwloc 2.9's XML importer crashes (SIGSEGV in hwloc_bitmap_compare_first) on some malformed
  * files, and so do its own lstopo and hwloc-info (tests/fuzz/regress/topo_xml/hwloc-crash.xml,
- * found by fuzz_topo_xml). A file is therefore loaded once in a child process first: one that
- * kills the child is refused with an error instead of taking the caller (every rank, at init)
- * down. Where no child can be made or reaped (fork refused, SIGCHLD ignored), the file is loaded
- * as it is. The signal that ended the child, or 0. */
-static int xml_kills_hwloc(const char *path) {
+ * found by fuzz_topo_xml); other files keep it busy for seconds (an os_index near 2^31 makes
+ * bitmaps of 256 MiB). A file is therefore loaded once in a child process first, and refused
+ * with an error instead of taking the caller (every rank, at init) down or holding it when
+ *  - the child dies by a signal (hwloc crashed), or
+ *  - the child's main thread used more than TUTTI_TOPO_LOAD_TIMEOUT seconds of CPU: CPU time,
+ *    not wall time, is the main limit, since on a loaded machine a valid file takes longer by
+ *    the wall clock, not by the CPU it uses, or
+ *  - that thread has used no CPU for ten times that (at least 10 s) of the caller's time: a file
+ *    that blocks (a FIFO, a hung file system). The caller sleeps up to 20 ms between checks,
+ *    and a sleep that took longer counts 0.5 s at most, so a SIGSTOP of the job does not use
+ *    it up; a child starved on a loaded machine still uses some CPU, so it is not "blocked".
+ * Where no child can be made (fork refused), the file is loaded as it is. */
+#define TOPO_LOAD_TIMEOUT_DEFAULT 5.0 /* s of CPU; real machines' files load in < 0.1 s */
+
+ncclResult_t topo_load_time_limit(double *secs, char *which, size_t len) {
+  const char *text = tutti_getenv_which("TOPO_LOAD_TIMEOUT", which, len);
+  double v = TOPO_LOAD_TIMEOUT_DEFAULT;
+  const char *why = text ? tutti_parse_double(text, &v) : NULL;
+  if (!why && !(v > 0 && v <= 3600)) why = "is outside the allowed range";
+  if (why)
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "setting %s=\"%s\" %s: expected seconds of CPU a topology file's load may "
+                     "take, more than 0 and at most 3600",
+                     which, text, why);
+  *secs = v;
+  return ncclSuccess;
+}
+
+typedef enum { TRIAL_DONE, TRIAL_OVER_CPU, TRIAL_OVER_WALL, TRIAL_UNKNOWN } trial_end_t;
+
+/* CPU time of the child's main thread, the one that runs hwloc (a sanitizer's runtime may keep
+ * a thread of its own in the child, using CPU while hwloc blocks): /proc/PID/task/PID/schedstat
+ * in ns, else the whole process's CPU clock. */
+static double child_cpu_s(pid_t pid) {
+  char path[64];
+  unsigned long long ns;
+  snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    int got = fscanf(f, "%llu", &ns);
+    fclose(f);
+    if (got == 1) return ns / 1e9;
+  }
+  clockid_t clock;
+  struct timespec ts;
+  if (clock_getcpuclockid(pid, &clock) != 0 || clock_gettime(clock, &ts) != 0) return 0;
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Waits for the trial child, killing it past its limits; *status is its wait status. A child
+ * is stalled while its CPU clock does not move: a starved child on a loaded machine still
+ * moves, a blocked one does not. */
+static trial_end_t trial_wait(pid_t pid, double cpu_limit, int *status) {
+  double stall_limit = fmax(10 * cpu_limit, 10), stalled = 0, last_cpu = -1;
+  useconds_t nap = 100;
+  trial_end_t end = TRIAL_DONE;
+  for (;;) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) return end;
+    if (r < 0 && errno != EINTR) return TRIAL_UNKNOWN; /* reaped elsewhere (SIGCHLD ignored) */
+    double cpu = child_cpu_s(pid);
+    if (cpu > last_cpu) last_cpu = cpu, stalled = 0;
+    if (end == TRIAL_DONE && cpu > cpu_limit) end = TRIAL_OVER_CPU;
+    if (end == TRIAL_DONE && stalled > stall_limit) end = TRIAL_OVER_WALL;
+    if (end != TRIAL_DONE) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, status, 0) < 0)
+        if (errno != EINTR) return end;
+      return end;
+    }
+    uint64_t t0 = tutti_time_ns();
+    usleep(nap);
+    stalled += fmin((tutti_time_ns() - t0) / 1e9, 0.5); /* a stopped caller does not count */
+    nap = nap < 20000 ? nap * 2 : nap;
+  }
+}
+
+/* The trial load in a child: ncclSuccess when the caller may load the file itself. */
+static ncclResult_t xml_trial(const char *path) {
+  char which[64];
+  double limit;
+  TUTTI_CHECK(topo_load_time_limit(&limit, which, sizeof(which)));
   pid_t pid = fork();
   if (pid == 0) { /* a crash must end the child by its signal, not in the caller's handlers */
     const int deadly[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
     for (size_t i = 0; i < sizeof(deadly) / sizeof(deadly[0]); i++) signal(deadly[i], SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     hwloc_topology_t t;
     int ok = hwloc_topology_init(&t) == 0 && hwloc_topology_set_xml(t, path) == 0 &&
              hwloc_topology_load(t) == 0;
     _exit(ok ? 0 : 1);
   }
+  if (pid < 0) return ncclSuccess;
   int status = 0;
-  if (pid < 0) return 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return 0;
-  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  const char *head = "cannot load the hwloc XML topology";
+  switch (trial_wait(pid, limit, &status)) {
+    case TRIAL_OVER_CPU:
+      return TUTTI_ERR(ncclInvalidUsage,
+                       "%s \"%s\": hwloc used more than %g s of CPU reading it (the limit, %s; "
+                       "the trial load was killed): the file is malformed or describes objects far "
+                       "beyond a real machine (e.g. an os_index near 2^31)",
+                       head, path, limit, which);
+    case TRIAL_OVER_WALL:
+      return TUTTI_ERR(ncclInvalidUsage,
+                       "%s \"%s\": hwloc used no CPU reading it for %g s (ten times %s, at least "
+                       "10 s; the trial load was killed): the file blocks (a FIFO, a hung file "
+                       "system)",
+                       head, path, fmax(10 * limit, 10), which);
+    case TRIAL_UNKNOWN:
+      return ncclSuccess;
+    case TRIAL_DONE:
+      break;
+  }
+  if (WIFSIGNALED(status))
+    return TUTTI_ERR(ncclInvalidUsage,
+                     "%s \"%s\": hwloc crashed reading it (%s in a trial load): the file is "
+                     "malformed (`lstopo --if xml --input FILE` crashes the same way)",
+                     head, path, strsignal(WTERMSIG(status)));
+  return ncclSuccess;
 }
 
 ncclResult_t topo_load_xml(const char *path, topo_t **out) {
@@ -252,13 +355,7 @@ ncclResult_t topo_load_xml(const char *path, topo_t **out) {
   if (access(path, R_OK) != 0)
     return TUTTI_ERR(ncclInvalidUsage, "cannot load the hwloc XML topology \"%s\": %s", path,
                      strerror(errno));
-  int sig = xml_kills_hwloc(path);
-  if (sig)
-    return TUTTI_ERR(ncclInvalidUsage,
-                     "cannot load the hwloc XML topology \"%s\": hwloc crashed reading it (%s in "
-                     "a trial load): the file is malformed (`lstopo --if xml --input FILE` "
-                     "crashes the same way)",
-                     path, strsignal(sig));
+  TUTTI_CHECK(xml_trial(path));
   return topo_load_xml_tried(path, out);
 }
 

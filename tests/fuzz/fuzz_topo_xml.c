@@ -17,11 +17,15 @@
  * (forked again after an input killed it), which loads each input as the library's trial child
  * does, then calls topo_load_xml_tried: an input that kills the helper is refused as
  * topo_load_xml refuses it; one after which the helper ends without a signal (a sanitizer
- * report) is loaded here, as topo_load_xml would load it. */
+ * report) is loaded here, as topo_load_xml would load it. The helper's trial has the library's
+ * CPU limit (TUTTI_TOPO_LOAD_TIMEOUT), so a file that keeps hwloc busy for seconds is refused
+ * in a few seconds instead of running into libFuzzer's timeout. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,14 +62,33 @@ static int memfd_with(const void *data, size_t size, char path[64]) {
   return fd;
 }
 
+/* The library's CPU limit on a trial load, for the helper's next input: RLIMIT_CPU counts the
+ * whole process, so the soft limit is the CPU used so far plus the setting (rounded up to whole
+ * seconds, RLIMIT_CPU's unit); past it SIGXCPU ends the helper, and the input is refused as
+ * topo_load_xml refuses a file whose trial load takes too long. */
+static void helper_limit_cpu(double limit) {
+  struct rusage ru;
+  struct rlimit rl;
+  if (getrusage(RUSAGE_SELF, &ru) != 0 || getrlimit(RLIMIT_CPU, &rl) != 0) return;
+  double used = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+  rl.rlim_cur = (rlim_t)ceil(used + limit);
+  setrlimit(RLIMIT_CPU, &rl);
+}
+
 /* The helper: for each [u32 length][bytes] it reads, the library's trial load (init, set_xml,
- * load), then one byte back once hwloc returned. A crash ends it by its signal. */
+ * load), then one byte back once hwloc returned. A crash, or the CPU limit, ends it by its
+ * signal. */
 static void trial_helper(int sock) {
-  const int deadly[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+  const int deadly[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGXCPU};
   for (size_t i = 0; i < sizeof(deadly) / sizeof(deadly[0]); i++) signal(deadly[i], SIG_DFL);
+  char which[64];
+  double limit = 5;
+  if (topo_load_time_limit(&limit, which, sizeof(which)) != ncclSuccess) limit = 5;
   for (;;) {
     uint32_t len;
     if (!io_full(sock, &len, sizeof(len), 0)) _exit(0);
+    helper_limit_cpu(limit);
     char *buf = malloc(len ? len : 1), path[64];
     if (!buf || !io_full(sock, buf, len, 0)) _exit(0);
     int fd = memfd_with(buf, len, path);
