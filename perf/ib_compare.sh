@@ -29,7 +29,10 @@
 #              direction's bytes per second) and sendrecv_perf busbw (both directions at once),
 #              one warm-up and one timed call each (SIZE / out-of-place time: the programs'
 #              GB/s columns round these rates to 0.00), and net_p2p_perf: rank 0 -> rank 1
-#              only (SIZE, one warm-up, two timed sends, each timed until its last byte came)
+#              only (SIZE, one warm-up, two timed sends, each timed until its last byte came),
+#              from malloc buffers (each large send registers both ends' buffers for the call)
+#              and with -M from ncclMemAlloc buffers (registered once and cached, as perftest
+#              registers its buffer before timing; printed beside the verdict, not in it)
 #   tutti tcp  the same two programs with NCCL_NET=Socket over lo
 # Targets: all-reduce busbw >= 0.8 x perftest --bidir per direction; send/recv >= 0.9 x
 # perftest: one way against one way (net_p2p_perf / ib_write_bw), both ways against both ways
@@ -141,9 +144,9 @@ perftest_uni_mbps() {
   read -r -a f <<<"$(perftest_retry uni)"
   gbits_to_mbps "${f[0]}" 1
 }
-tutti_p2p_mbps() { # one way, rank 0 -> rank 1: net_p2p_perf's GB/s (1e9 bytes) in MB/s
+tutti_p2p_mbps() { # one way, rank 0 -> rank 1: net_p2p_perf's GB/s (1e9 bytes) in MB/s; $1: -M
   env NCCL_NET=IB TUTTI_SHM_DISABLE=1 timeout 900 "$bin/tutti-run" -n 2 \
-    "$bin/net_p2p_perf" "$bytes" 2 1 2>>"$tmp/err" |
+    "$bin/net_p2p_perf" "$@" "$bytes" 2 1 2>>"$tmp/err" |
     awk '/^p2p/ {printf "%.3f\n", $3 * 1e3; f = 1} END {if (!f) print "nan"}'
 }
 tutti_mbps() { # $1 net, $2 program: out-of-place busbw in MB/s (bytes / time in us; n = 2)
@@ -152,10 +155,10 @@ tutti_mbps() { # $1 net, $2 program: out-of-place busbw in MB/s (bytes / time in
     awk '!/^#/ && NF >= 8 {printf "%.3f\n", $1 / $6; f = 1; exit} END {if (!f) print "nan"}'
 }
 
-cols="perftest perftest_uni ib_ar ib_sr ib_p2p tcp_ar tcp_sr"
+cols="perftest perftest_uni ib_ar ib_sr ib_p2p ib_p2p_m tcp_ar tcp_sr"
 for r in $(seq "$reps"); do
   for m in "perftest_bidir_mbps perftest" "tutti_mbps IB all_reduce_perf ib_ar" \
-    "perftest_uni_mbps perftest_uni" "tutti_mbps IB sendrecv_perf ib_sr" "tutti_p2p_mbps ib_p2p" \
+    "perftest_uni_mbps perftest_uni" "tutti_mbps IB sendrecv_perf ib_sr" "tutti_p2p_mbps ib_p2p" "tutti_p2p_mbps -M ib_p2p_m" \
     "tutti_mbps Socket all_reduce_perf tcp_ar" "tutti_mbps Socket sendrecv_perf tcp_sr"; do
     read -r -a w <<<"$m"
     "${w[@]:0:${#w[@]}-1}" >>"$tmp/${w[-1]}"
@@ -171,10 +174,11 @@ done
 
 echo "rounds: MB/s (1e6 bytes) per direction; tutti at $size, perftest $pt_iters x $pt_size bytes"
 echo "| round | ib_write_bw --bidir | ib_write_bw one way | tutti ib all-reduce" \
-  "| tutti ib send/recv both ways | tutti ib send one way | tutti tcp all-reduce | tutti tcp send/recv |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-paste -d ' ' "$tmp"/{perftest,perftest_uni,ib_ar,ib_sr,ib_p2p,tcp_ar,tcp_sr} |
-  awk '{printf "| %d | %s | %s | %s | %s | %s | %s | %s |\n", NR, $1, $2, $3, $4, $5, $6, $7}'
+  "| tutti ib send/recv both ways | tutti ib send one way | tutti ib send one way, -M" \
+  "| tutti tcp all-reduce | tutti tcp send/recv |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+paste -d ' ' "$tmp"/{perftest,perftest_uni,ib_ar,ib_sr,ib_p2p,ib_p2p_m,tcp_ar,tcp_sr} |
+  awk '{printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", NR, $1, $2, $3, $4, $5, $6, $7, $8}'
 declare -A med lo hi
 for c in $cols; do
   read -r "med[$c]" "lo[$c]" "hi[$c]" <<<"$(stats <"$tmp/$c")"
@@ -193,7 +197,7 @@ done
 # (parentheses: a bare ">" among printf's arguments would be an output redirection)
 echo "ratios of the medians:"
 awk -v p="${med[perftest]}" -v pu="${med[perftest_uni]}" -v ar="${med[ib_ar]}" -v sr="${med[ib_sr]}" \
-  -v p2p="${med[ib_p2p]}" 'BEGIN {
+  -v p2p="${med[ib_p2p]}" -v p2pm="${med[ib_p2p_m]}" 'BEGIN {
   if (p == "nan" || pu == "nan" || ar == "nan" || sr == "nan" || p2p == "nan") {
     print "  a median is missing: no verdict"; exit 2 }
   r1 = ar / p; r2 = p2p / pu; r3 = sr / p
@@ -201,5 +205,6 @@ awk -v p="${med[perftest]}" -v pu="${med[perftest_uni]}" -v ar="${med[ib_ar]}" -
   printf "  send one way / perftest one way        = %.2f (target >= 0.90) %s\n", r2, (r2 >= 0.9 ? "PASS" : "FAIL")
   printf "  send/recv both ways / perftest --bidir = %.2f (target >= 0.90) %s\n", r3, (r3 >= 0.9 ? "PASS" : "FAIL")
   printf "  (against one way: all-reduce %.2f, send/recv both ways %.2f)\n", ar / pu, sr / pu
+  if (p2pm != "nan") printf "  (send one way from ncclMemAlloc buffers / perftest one way = %.2f)\n", p2pm / pu
   exit ((r1 >= 0.8 && r2 >= 0.9 && r3 >= 0.9) ? 0 : 1)
 }'

@@ -1,8 +1,10 @@
 /* net_p2p_perf: one-way bandwidth between rank 0 and rank 1 (ncclSend / ncclRecv), the number
  * to hold against iperf3's single stream on the same link (perf/net_compare.sh).
  *
- *   tutti-run --hosts h1,h2 net_p2p_perf [bytes (64M)] [iterations (20)] [warm-up (3)]
+ *   tutti-run --hosts h1,h2 net_p2p_perf [-M] [bytes (64M)] [iterations (20)] [warm-up (3)]
  *
+ * -M: the buffers come from ncclMemAlloc (registered once by transports that register memory,
+ * as perftest registers its buffer before timing) instead of malloc.
  * Rank 0 sends `bytes` to rank 1 `iterations` times; rank 1 answers each with one byte, so a
  * send is timed until its last byte has arrived. Prints "p2p <bytes> <GB/s>" on rank 0 (GB =
  * 1e9 bytes). The warm-up messages are checked (i-th float of message k is k + i % 1024).
@@ -40,11 +42,14 @@ static size_t parse_bytes(const char *s) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "--help"))) {
-    printf(strcmp(argv[1], "--help") ? "net_p2p_perf (tutti) %s\n"
-                                     : "usage: net_p2p_perf [bytes [iters [warmup]]] (tutti %s)\n",
+    printf(strcmp(argv[1], "--help")
+               ? "net_p2p_perf (tutti) %s\n"
+               : "usage: net_p2p_perf [-M] [bytes [iters [warmup]]] (tutti %s)\n",
            TUTTI_VERSION_STRING);
     return 0;
   }
+  int memalloc = argc > 1 && !strcmp(argv[1], "-M");
+  argc -= memalloc, argv += memalloc;
   size_t bytes = argc > 1 ? parse_bytes(argv[1]) : 64u << 20;
   int iters = argc > 2 ? atoi(argv[2]) : 20, warmup = argc > 3 ? atoi(argv[3]) : 3;
   size_t count = bytes / sizeof(float);
@@ -57,7 +62,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "net_p2p_perf: needs 2 ranks\n");
     return 1;
   }
-  float *buf = malloc(count * sizeof(float));
+  float *buf = NULL;
+  if (memalloc)
+    CHECK(ncclMemAlloc((void **)&buf, count * sizeof(float)));
+  else
+    buf = malloc(count * sizeof(float));
   char ack = 0;
   if (!buf) return 1;
   long bad = 0;
@@ -86,7 +95,10 @@ int main(int argc, char **argv) {
   double secs = now_s() - start;
   if (rank == 0) printf("p2p %zu %.6f\n", bytes, (double)bytes * iters / secs / 1e9);
   if (rank == 1 && bad) fprintf(stderr, "net_p2p_perf: %ld wrong values\n", bad);
-  free(buf);
+  if (memalloc)
+    ncclMemFree(buf);
+  else
+    free(buf);
   ncclCommDestroy(comm);
   return bad ? 1 : 0;
 }

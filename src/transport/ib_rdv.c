@@ -13,13 +13,13 @@
  *             other memory for this step only) and writes an answer {k, address, rkey, bytes}
  *             into the sender's answer ring (address 0: it cannot, pieces), with an immediate
  *             so that a sleeping sender wakes; then waits for the step's header at its FIFO
- *   sender    waits for answer k (an end whose bytes are not in memory as they go, buf NULL,
- *             does not wait: pieces); with an address it registers its source likewise and
- *             posts RDMA writes of TUTTI_IB_RDV_CHUNK bytes spread over the connection's QPs,
- *             as many in flight as the send queues hold; once every write is acknowledged (the
- *             bytes are in the receiver's memory) it sends the header LARGE_DONE as a FIFO
- *             piece; otherwise the header LARGE_PIECES, and the pieces follow in the FIFO
- *   receiver  the header ends the step: LARGE_DONE, the bytes are there; LARGE_PIECES, they
+ *   sender    registers its source likewise (at the step's start, while the receiver
+ *             registers its end) and waits for answer k (an end whose bytes are not in memory
+ *             as they go, buf NULL, does not wait: pieces); with an address it posts RDMA writes of
+ * TUTTI_IB_RDV_CHUNK bytes spread over the connection's QPs, as many in flight as the send queues
+ * hold; once every write is acknowledged (the bytes are in the receiver's memory) it sends the
+ * header LARGE_DONE as a FIFO piece; otherwise the header LARGE_PIECES, and the pieces follow in
+ * the FIFO receiver  the header ends the step: LARGE_DONE, the bytes are there; LARGE_PIECES, they
  *             come through the FIFO as any step's. Its own registration ends here.
  * A registration for one step only is safe for malloc'ed memory without hooks on free: it ends
  * before the call returns. A failed registration is no error: that end answers (or heads) for
@@ -148,9 +148,10 @@ static int rdv_read_answer(ib_conn_t *c) {
     return -1;
   }
   r->state = RDV_HEADER;
-  if (!m->addr || tutti_param_TestIbRdvDecline() == 2 ||
-      !(r->mr = rdv_register(c, r->buf, r->bytes, 0)))
+  if (!m->addr || !r->mr) { /* pieces: the source's registration is not needed */
+    ib_rdv_release(c);
     return 1;
+  }
   r->raddr = m->addr, r->rkey = m->rkey, r->mode = LARGE_DONE, r->state = RDV_WRITE;
   return 1;
 }
@@ -194,9 +195,12 @@ int ib_send_large(conn_t *conn, const void *buf, size_t bytes) {
   ib_conn_t *c = conn->priv;
   ib_rdv_t *r = &c->rdv;
   if (ib_poll_cq(c) < 0 || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return 0;
-  if (r->state == RDV_IDLE)
+  if (r->state == RDV_IDLE) {
     *r = (ib_rdv_t){
         .state = buf ? RDV_WAIT : RDV_HEADER, .mode = LARGE_PIECES, .buf = buf, .bytes = bytes};
+    /* the source is registered while the receiver registers its destination, not after */
+    if (buf && tutti_param_TestIbRdvDecline() != 2) r->mr = rdv_register(c, buf, bytes, 0);
+  }
   if (r->state == RDV_WAIT && rdv_read_answer(c) <= 0) return 0;
   if (r->state == RDV_WRITE) {
     if (!rdv_write(c)) return 0;
