@@ -280,9 +280,9 @@ uint8_t large_byte(size_t j, int round, int rank) {
 // Buffers start 1-3 bytes past their allocation. Rounds: heap to heap, an ncclMemAlloc region
 // to heap, heap to a region, region to region. The regions are registered on their first
 // large message and cached, so each rank has exactly one more MR after round 1 (its send
-// region: the sender registers only when the receiver offered its buffer, so the message went
-// whole) and two after round 2 (its receive region, offered); heap memory is registered for
-// the call only (no MR left after it); none after ncclCommDestroy. Every byte is exact.
+// region, registered when the step started) and two after round 2 (its receive region, offered);
+// heap memory is registered for the call only (no MR left after it); none after ncclCommDestroy.
+// Every byte is exact.
 TEST(IbLarge, SendRecvWholeBothWaysAnyBufferExact) {
   th::Options opt = ib_options();
   opt.init = false;

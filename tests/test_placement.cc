@@ -22,6 +22,7 @@
 #include <string>
 
 #include "net_addr.h"
+#include "scoped_env.h"
 #include "topology/topo.h"
 #include "topology/topo_internal.h"
 
@@ -30,15 +31,6 @@ namespace {
 const char *const kSettings[] = {"TUTTI_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TUTTI_BIND",
                                  "NCCL_BIND",           "TUTTI_TOPO_FILE",    "NCCL_TOPO_FILE",
                                  "HWLOC_THISSYSTEM",    "TUTTI_HOSTID"};
-
-class Env {  // one variable, removed at the end of the scope
- public:
-  Env(const char *name, const char *value) : name_(name) { setenv(name, value, 1); }
-  ~Env() { unsetenv(name_.c_str()); }
-
- private:
-  std::string name_;
-};
 
 std::string ip_of(const sock_addr_t &a) {
   char host[INET6_ADDRSTRLEN] = "?";

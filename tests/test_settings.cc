@@ -7,17 +7,9 @@
 #include <vector>
 
 #include "core.h"
+#include "scoped_env.h"
 
 namespace {
-
-class Env {  // one variable, removed at the end of the scope
- public:
-  Env(const char *name, const char *value) : name_(name) { setenv(name, value, 1); }
-  ~Env() { unsetenv(name_.c_str()); }
-
- private:
-  std::string name_;
-};
 
 int64_t parse_ok(const char *text) {
   int64_t v = -12345;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "scoped_env.h"
 #include "topology/topo.h"
 #include "topology/topo_internal.h"
 
@@ -19,15 +20,6 @@ namespace {
 std::string fixture(const char *name) {
   return std::string(TUTTI_FIXTURES_DIR "/") + name;
 }
-
-class Env {  // one variable, removed at the end of the scope
- public:
-  Env(const char *name, const char *value) : name_(name) { setenv(name, value, 1); }
-  ~Env() { unsetenv(name_.c_str()); }
-
- private:
-  std::string name_;
-};
 
 double children_cpu_s() {  // user + system time of the reaped children so far
   struct rusage ru;
