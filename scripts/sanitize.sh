@@ -35,7 +35,10 @@ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_SANITIZE=$flags \
 targets=()
 for t in ${SANITIZE_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$dir" -j"${SANITIZE_JOBS:-$(nproc)}" "${targets[@]}"
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}
+# verify_asan_link_order=0: Install.* build a consumer program against the installed library
+# without -fsanitize; the ASan runtime then comes in as libtutti's dependency, not first.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:verify_asan_link_order=0}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitize/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:die_after_fork=0}
 # The harness's per-run limits (tests/harness.h, 40-300 s) are set for plain builds; ranks run
