@@ -19,8 +19,9 @@
 /* Hot loops are compiled for AVX-512, AVX2 and baseline x86-64, the best chosen when the program
  * loads (GCC function multi-versioning), so one binary runs everywhere and vectorizes where it
  * can. The trainer is built with -ffp-contract=off: no clone fuses a multiply-add the others do
- * not, and the results are the same bits on every ISA. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * not, and the results are the same bits on every ISA. Not under TSan: the clones' resolvers run
+ * while the loader relocates the program, before TSan's runtime is ready (as in compress.h). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define TRAINER_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TRAINER_SIMD
