@@ -336,17 +336,20 @@ TEST(IbLarge, SendRecvWholeBothWaysAnyBufferExact) {
 
 // The fallbacks: a receiver that does not offer its buffer (TUTTI_TEST_IB_RDV_DECLINE=1, what it
 // does when its registration fails) or a sender that does not take the offer (=2, the same on
-// its side) sends the large message through the FIFO, behind the step's header, exact. Which
-// end registered what shows in the MRs after ncclMemAlloc rounds: with 1 only the send region
-// (a sender registers its source at the step's start, before the answer comes), with 2 only the
-// receive region (offered, then not written). Either way one region stays in the cache.
-void large_declined(int mode) {
+// its side) sends the large message through the FIFO, behind the step's header, exact; so does
+// a receiver that offered two segments and cannot register the third (=3), or a sender that
+// wrote two and cannot register its third (=4): the message then comes whole through the FIFO
+// after the writes already posted landed. Which end registered what shows in the MRs after
+// ncclMemAlloc rounds (regions are registered whole, the hooks 3 and 4 do not apply to them):
+// with 1 only the send region (a sender registers its source at the step's start, before the
+// answer comes), with 2 only the receive region (offered, then not written), with 3 and 4 both.
+void large_declined(int mode, int regions) {
   th::Options opt = ib_options();
   opt.init = false;
   opt.env.push_back({"TUTTI_TEST_IB_RDV_DECLINE", std::to_string(mode)});
   th::run_ranks_ok(
       Mode::kProcs, 2,
-      [](RankCtx &ctx) {
+      [regions](RankCtx &ctx) {
         ncclComm_t comm = nullptr;
         NCCL_OK(ctx, ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank));
         ctx.comm = comm;
@@ -368,7 +371,7 @@ void large_declined(int mode) {
             RCHECK(ctx, in[j] == large_byte(j, round, peer), "round %d byte %zu is %u", round, j,
                    in[j]);
         }
-        const int want = base + 1;
+        const int want = base + regions;
         RCHECK(ctx, verbs_objects("mr") == want, "%d MRs, expected %d", verbs_objects("mr"), want);
         NCCL_OK(ctx, ncclCommDestroy(comm));
         ctx.comm = nullptr;
@@ -378,26 +381,33 @@ void large_declined(int mode) {
 }
 
 TEST(IbLarge, ReceiverThatDoesNotOfferGetsPiecesExact) {
-  large_declined(1);
+  large_declined(1, 1);
 }
 TEST(IbLarge, SenderThatDoesNotTakeTheOfferSendsPiecesExact) {
-  large_declined(2);
+  large_declined(2, 1);
+}
+TEST(IbLarge, ReceiverThatStopsOfferingMidMessageGetsPiecesExact) {
+  large_declined(3, 2);
+}
+TEST(IbLarge, SenderThatCannotRegisterMidMessageSendsPiecesExact) {
+  large_declined(4, 2);
 }
 
 struct OfferReport {
   std::atomic<int> base_mrs, receiving, seen_mrs, go;
 };
 
-// A receiver of a large message into malloc'ed memory offers that memory for the call: while
-// rank 1 waits in ncclRecv (rank 0 holds its send back), the kernel lists one more MR of rank
-// 1's than before the call; after the call, none more. The 8 MiB arrive exact.
+// A receiver of a large message into malloc'ed memory offers that memory for the call, in
+// segments (ib_rdv.c: 1 MiB, then each twice the one before): while rank 1 waits in ncclRecv
+// (rank 0 holds its send back), the kernel lists four more MRs of rank 1's than before the call
+// (8 MiB as 1 + 2 + 4 + 1 MiB); after the call, none more. The 8 MiB arrive exact.
 TEST(IbLarge, ReceiverRegistersHeapBufferForTheCallOnly) {
   auto *rep = new (th::shared_alloc(sizeof(OfferReport))) OfferReport();
   th::Options opt = ib_options();
   opt.while_running = [&](const std::vector<pid_t> &pids) {
     double until = th::now_s() + 120;
     while (!rep->receiving && th::now_s() < until) usleep(1000);
-    while (th::now_s() < until && rep->seen_mrs <= rep->base_mrs) {
+    while (th::now_s() < until && rep->seen_mrs < rep->base_mrs + 4) {
       rep->seen_mrs = verbs_objects("mr", pids[1]);
       usleep(20000);
     }
@@ -419,8 +429,8 @@ TEST(IbLarge, ReceiverRegistersHeapBufferForTheCallOnly) {
         NCCL_OK(ctx, ncclRecv(buf.data() + 1, n, ncclUint8, 0, ctx.comm, nullptr));
         for (size_t j = 0; j < n; j++)
           RCHECK(ctx, buf[j + 1] == large_byte(j, 0, 0), "byte %zu is %u", j, buf[j + 1]);
-        RCHECK(ctx, rep->seen_mrs == rep->base_mrs + 1,
-               "%d MRs while receiving, %d before: the buffer was not offered",
+        RCHECK(ctx, rep->seen_mrs == rep->base_mrs + 4,
+               "%d MRs while receiving, %d before: the buffer was not offered in 4 segments",
                rep->seen_mrs.load(), rep->base_mrs.load());
         RCHECK(ctx, verbs_objects("mr") == rep->base_mrs, "%d MRs after the call, %d before",
                verbs_objects("mr"), rep->base_mrs.load());

@@ -144,10 +144,15 @@ int ib_poll_cq(ib_conn_t *c) {
         continue;
       }
       uint32_t imm = ntohl(wc[i].imm_data);
-      if (c->is_send)
-        c->rdv_answers += (imm & IB_IMM_ANSWER) != 0;
-      else if (fill_slot(c, imm))
+      if (c->is_send) {
+        if ((imm & IB_IMM_ANSWER) && IB_IMM_SLOT(imm) >= IB_RDV_SEGS) {
+          ib_conn_fail(c, "sending to", "an answer with a malformed immediate", 0, imm);
+          return -1;
+        }
+        if (imm & IB_IMM_ANSWER) c->ans_imm[IB_IMM_SLOT(imm)] = imm;
+      } else if (fill_slot(c, imm)) {
         return -1;
+      }
       if (ib_post_recv(c, (int)q)) {
         ib_conn_fail(c, "receiving from", "ibv_post_recv failed", 0, 0);
         return -1;

@@ -18,11 +18,14 @@
 #define IB_MAX_SLOTS 64
 #define IB_REASON_MAX 480
 #define IB_BLOB_MAGIC 0x74757474692d6962ull
-#define IB_RDV_RING 4 /* a receiver's answers to large steps, in flight at once at most */
+/* A large step is registered and offered in segments (ib_rdv.c): the first IB_RDV_SEG0 bytes,
+ * each next segment twice the one before, the last of IB_RDV_SEGS taking the rest. */
+#define IB_RDV_SEGS 16
+#define IB_RDV_SEG0 ((size_t)1 << 20)
 
 /* Immediates. A FIFO piece: slot << 24 | bytes, with IB_IMM_HEADER: a large step's header
  * (zero bytes; the low bits say LARGE_DONE or LARGE_PIECES). To the send end: 0 a credit,
- * IB_IMM_ANSWER an answer to a large step. */
+ * IB_IMM_ANSWER | segment << 24 | the step's number (low 24 bits) an answer to a large step. */
 #define IB_IMM_HEADER (1u << 31)
 #define IB_IMM_ANSWER (1u << 30)
 #define IB_IMM_SLOT(imm) (((imm) >> 24) & 0x3fu)
@@ -88,11 +91,12 @@ typedef struct ib_board {
   char reason[IB_REASON_MAX];
 } ib_board_t;
 
-/* A receiver's answer to a large step: its buffer, or addr 0 for pieces. */
+/* A receiver's answer for one segment of a large step: where it goes, or addr 0 for pieces. */
 typedef struct ib_rdv_msg {
-  uint64_t seq; /* the large step's number on this connection */
-  uint64_t addr, bytes;
-  uint32_t rkey, pad;
+  uint64_t seq;   /* the large step's number on this connection */
+  uint64_t addr;  /* the segment's first byte in the receiver's buffer */
+  uint64_t bytes; /* the whole step's */
+  uint32_t rkey, seg;
 } ib_rdv_msg_t;
 
 /* The large step in progress on one end of a connection (ib_rdv.c). */
@@ -101,11 +105,17 @@ typedef struct ib_rdv {
   int mode;          /* what the header says: LARGE_DONE or LARGE_PIECES */
   const char *buf;   /* the step's bytes (send) or their destination (recv); NULL: pieces */
   size_t bytes, off; /* send: bytes whose writes are posted */
-  struct ibv_mr *mr; /* covering buf */
-  int own_mr;        /* registered for this step (not the cache's): deregistered at its end */
+  int nseg;          /* segments of the step */
+  int nreg;          /* segments registered (all of them at once with a cached MR) */
+  int nans;          /* recv: answers posted; send: answers taken */
+  int wseg;          /* send: the segment `off` is in */
+  int declined;      /* recv: an answer said pieces, no more follow */
+  int own;           /* mr[] registered for this step; else mr[0] is the cache's for all */
   int out;           /* send: writes in flight */
-  uint64_t raddr;    /* send: the receiver's buffer */
-  uint32_t rkey;
+  uint64_t ans_base; /* recv: answer writes posted before this step */
+  struct ibv_mr *mr[IB_RDV_SEGS];
+  uint64_t raddr[IB_RDV_SEGS]; /* send: where each segment goes */
+  uint32_t rkey[IB_RDV_SEGS];
 } ib_rdv_t;
 
 struct ib_state;
@@ -113,11 +123,11 @@ struct ib_state;
 /* One direction with one peer. One registered arena:
  *   send end   slots[nslots][slot_bytes]  staging: the RDMA writes' source
  *              credit (8 bytes)           the receiver's count of freed slots, written by RDMA
- *              answers[IB_RDV_RING]       the receiver's answers to large steps (by RDMA)
+ *              answers[IB_RDV_SEGS]       the receiver's answers, one per segment (by RDMA)
  *   recv end   slots[nslots][slot_bytes]  the FIFO the peer writes into
  *              credit_src[nslots]         sources of the credit writes (one per slot: a write
  *                                         in flight keeps its value)
- *              answers[IB_RDV_RING]       sources of the answer writes
+ *              answers[IB_RDV_SEGS]       sources of the answer writes
  */
 typedef struct ib_conn {
   struct ib_state *st;
@@ -127,19 +137,21 @@ typedef struct ib_conn {
   char *arena, *slots;
   volatile uint64_t *credit; /* send end */
   uint64_t *credit_src;      /* recv end */
-  ib_rdv_msg_t *answers;     /* both ends: IB_RDV_RING entries */
+  ib_rdv_msg_t *answers;     /* both ends: IB_RDV_SEGS entries */
   struct ibv_mr *mr;
   struct ibv_cq *cq;
   struct ibv_qp *qp[IB_MAX_QPS];
   int sq_out[IB_MAX_QPS], sq_max;
   uint32_t psn;
   ib_wire_t remote;
-  uint64_t pos;               /* pieces posted (send) or consumed (recv) */
-  uint32_t got[IB_MAX_SLOTS]; /* recv: bytes + 1 of the piece in each slot, 0: empty */
-  uint8_t hdr[IB_MAX_SLOTS];  /* recv: the slot holds a large step's header (its mode) */
-  size_t large_bytes;         /* large steps from this many bytes (agreed; 0: none) */
-  uint64_t rdv_seq;           /* large steps settled on this connection */
-  uint64_t rdv_answers;       /* send: answers arrived; recv: answer writes completed */
+  uint64_t pos;                  /* pieces posted (send) or consumed (recv) */
+  uint32_t got[IB_MAX_SLOTS];    /* recv: bytes + 1 of the piece in each slot, 0: empty */
+  uint8_t hdr[IB_MAX_SLOTS];     /* recv: the slot holds a large step's header (its mode) */
+  size_t large_bytes;            /* large steps from this many bytes (agreed; 0: none) */
+  uint64_t rdv_seq;              /* large steps settled on this connection */
+  uint64_t rdv_posted;           /* recv: answer writes posted */
+  uint64_t rdv_answers;          /* recv: answer writes completed */
+  uint32_t ans_imm[IB_RDV_SEGS]; /* send: the immediate of the last answer per segment, 0 taken */
   ib_rdv_t rdv;
   int credit_pending;   /* recv: a credit write waits for room */
   const void *zc_buf;   /* send: a piece written from user memory, posted, not yet taken */

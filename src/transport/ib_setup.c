@@ -369,7 +369,7 @@ static ncclResult_t conn_new(ib_state_t *st, int peer, int is_send, int nqps, ui
   c->slot_bytes = slot_bytes;
   size_t ctrl = (is_send ? 1 : nslots) * sizeof(uint64_t);
   c->arena_bytes =
-      TUTTI_ALIGN_UP((size_t)nslots * slot_bytes + ctrl + IB_RDV_RING * sizeof(ib_rdv_msg_t), 4096);
+      TUTTI_ALIGN_UP((size_t)nslots * slot_bytes + ctrl + IB_RDV_SEGS * sizeof(ib_rdv_msg_t), 4096);
   void *p = mmap(NULL, c->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     return TUTTI_ERR(ncclSystemError, "cannot map %zu bytes of ib FIFO", c->arena_bytes);
