@@ -37,6 +37,10 @@ typedef enum {
 } log_subsys_t;
 
 extern int tutti_log_level; /* -1 until the first log call reads TUTTI_DEBUG */
+/* The level now: ncclResetDebugInit may change it while other threads log. */
+static inline int tutti_log_level_now(void) {
+  return __atomic_load_n(&tutti_log_level, __ATOMIC_RELAXED);
+}
 void tutti_log(log_level_t level, unsigned subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 int tutti_log_enabled(log_level_t level, unsigned subsys);
@@ -48,10 +52,10 @@ void tutti_log_reinit(void);
 void tutti_log_version(void);
 
 #define WARN(...) tutti_log(LOG_WARN, SUB_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define INFO(sub, ...)                                             \
-  do {                                                             \
-    if (tutti_log_level >= LOG_INFO || tutti_log_level < 0)        \
-      tutti_log(LOG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__); \
+#define INFO(sub, ...)                                                                             \
+  do {                                                                                             \
+    int lvl_ = tutti_log_level_now();                                                              \
+    if (lvl_ >= LOG_INFO || lvl_ < 0) tutti_log(LOG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #ifdef TUTTI_ENABLE_TRACE
 #define TRACE(sub, ...) tutti_log(LOG_TRACE, (sub), __FILE__, __LINE__, __VA_ARGS__)

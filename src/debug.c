@@ -51,7 +51,7 @@ static unsigned parse_subsys(const char *s) {
   return exclude ? ~mask : mask;
 }
 
-static void open_log_file(const char *pattern) {
+static FILE *open_log_file(const char *pattern) {
   char path[512];
   size_t o = 0;
   for (const char *c = pattern; *c && o + 32 < sizeof(path); c++) {
@@ -64,17 +64,16 @@ static void open_log_file(const char *pattern) {
     }
   }
   path[o] = '\0';
-  log_file = fopen(path, "a");
-  if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
+  FILE *f = fopen(path, "a");
+  if (f) setvbuf(f, NULL, _IOLBF, 0);
+  return f;
 }
 
-static void log_init(void) {
-  gethostname(log_host, sizeof(log_host) - 1);
-  char *dot = strchr(log_host, '.');
-  if (dot) *dot = '\0';
+/* Reads the settings and publishes them: level, subsystems and the explicit flag as atomics,
+ * the file under log_lock (threads may be logging while ncclResetDebugInit re-reads them). */
+static void log_settings(void) {
   const char *lvl = tutti_getenv("DEBUG");
   int level = LOG_WARN; /* WARN prints unless TUTTI_DEBUG=NONE */
-  log_level_explicit = lvl != NULL;
   if (lvl) {
     if (strcasecmp(lvl, "NONE") == 0)
       level = LOG_NONE;
@@ -88,16 +87,30 @@ static void log_init(void) {
       level = LOG_TRACE;
   }
   const char *sub = tutti_getenv("DEBUG_SUBSYS");
-  log_subsys = sub ? parse_subsys(sub) : (SUB_ALL & ~0u);
   const char *file = tutti_getenv("DEBUG_FILE");
-  if (file) open_log_file(file);
+  FILE *f = file ? open_log_file(file) : NULL;
+  pthread_mutex_lock(&log_lock);
+  FILE *old = log_file;
+  log_file = f;
+  pthread_mutex_unlock(&log_lock);
+  if (old) fclose(old);
+  __atomic_store_n(&log_subsys, sub ? parse_subsys(sub) : (SUB_ALL & ~0u), __ATOMIC_RELAXED);
+  __atomic_store_n(&log_level_explicit, lvl != NULL, __ATOMIC_RELAXED);
   __atomic_store_n(&tutti_log_level, level, __ATOMIC_RELEASE);
+}
+
+static void log_init(void) {
+  gethostname(log_host, sizeof(log_host) - 1);
+  char *dot = strchr(log_host, '.');
+  if (dot) *dot = '\0';
+  log_settings();
 }
 
 int tutti_log_enabled(log_level_t level, unsigned subsys) {
   pthread_once(&log_once, log_init);
-  if (level <= LOG_WARN) return tutti_log_level >= (int)level;
-  return tutti_log_level >= (int)level && (log_subsys & subsys);
+  if (level <= LOG_WARN) return tutti_log_level_now() >= (int)level;
+  return tutti_log_level_now() >= (int)level &&
+         (__atomic_load_n(&log_subsys, __ATOMIC_RELAXED) & subsys);
 }
 
 void tutti_log_set_rank(int rank) {
@@ -106,12 +119,7 @@ void tutti_log_set_rank(int rank) {
 
 void tutti_log_reinit(void) {
   pthread_once(&log_once, log_init);
-  pthread_mutex_lock(&log_lock);
-  FILE *old = log_file;
-  log_file = NULL;
-  if (old) fclose(old);
-  pthread_mutex_unlock(&log_lock);
-  log_init();
+  log_settings();
 }
 
 /* The first line NCCL users look for. Printed once per process, at the first communicator's
@@ -119,7 +127,9 @@ void tutti_log_reinit(void) {
 void tutti_log_version(void) {
   static int printed;
   pthread_once(&log_once, log_init);
-  if (!log_level_explicit || tutti_log_level < LOG_VERSION) return;
+  if (!__atomic_load_n(&log_level_explicit, __ATOMIC_RELAXED) ||
+      tutti_log_level_now() < LOG_VERSION)
+    return;
   if (__atomic_exchange_n(&printed, 1, __ATOMIC_ACQ_REL)) return;
   tutti_log(LOG_VERSION, SUB_ALL, __FILE__, __LINE__,
             "tutti version %s, NCCL API %d.%d.%d (code %d), build %s %s", TUTTI_VERSION_STRING,
@@ -165,7 +175,7 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
   vsnprintf(last_error, sizeof(last_error), fmt, ap);
   va_end(ap);
   pthread_once(&log_once, log_init);
-  if (tutti_log_level >= LOG_WARN) tutti_log(LOG_WARN, SUB_ALL, file, line, "%s", last_error);
+  if (tutti_log_level_now() >= LOG_WARN) tutti_log(LOG_WARN, SUB_ALL, file, line, "%s", last_error);
   return code;
 }
 

@@ -109,7 +109,8 @@ TEST_F(Install, PkgConfigConsumer) {
   std::ofstream(tmp + "/consumer.c") << consumer_src;
   int st;
   std::string out = in_prefix("env PKG_CONFIG_PATH=" + prefix +
-                                  "/lib/pkgconfig sh -c 'cc -o ../consumer ../consumer.c "
+                                  "/lib/pkgconfig sh -c 'cc " CONSUMER_CFLAGS
+                                  " -o ../consumer ../consumer.c "
                                   "$(pkg-config --cflags --libs tutti) -Wl,-rpath,$PWD/lib'",
                               &st);
   ASSERT_EQ(st, 0) << out;
@@ -128,7 +129,8 @@ TEST_F(Install, CMakePackageConsumer) {
       << "cmake_minimum_required(VERSION 3.25)\nproject(c C)\nfind_package(tutti REQUIRED)\n"
          "add_executable(consumer consumer.c)\ntarget_link_libraries(consumer tutti::tutti)\n";
   std::string out = run(std::string(CMAKE_COMMAND) + " -S " + dir + " -B " + dir +
-                            "/build -DCMAKE_PREFIX_PATH=" + prefix + " > /dev/null && " +
+                            "/build -DCMAKE_PREFIX_PATH=" + prefix +
+                            " -DCMAKE_C_FLAGS='" CONSUMER_CFLAGS "' > /dev/null && " +
                             CMAKE_COMMAND + " --build " + dir + "/build > /dev/null",
                         &st);
   ASSERT_EQ(st, 0) << out;
