@@ -300,7 +300,9 @@ int64_t input_value(ncclDataType_t t, Op op, size_t g, int rank, int nranks) {
   }
   if (!ti.is_signed)
     return bound == UINT64_MAX ? static_cast<int64_t>(h) : static_cast<int64_t>(h % (bound + 1));
-  return static_cast<int64_t>(h % (2 * bound + 1)) - static_cast<int64_t>(bound);
+  // in [-bound, bound]; the difference taken in uint64_t (bound = INT64_MAX for 64-bit types on
+  // one rank: the signed difference overflowed there, UBSan)
+  return static_cast<int64_t>(h % (2 * bound + 1) - bound);
 }
 
 static const uint8_t kSentinel = 0xa5;
