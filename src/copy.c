@@ -24,10 +24,15 @@ __attribute__((target("avx2"))) static void stream_copy_avx2(char *dst, const ch
   _mm_sfence();
 }
 
+/* Rank threads of one process ask at once: the cached answer is an atomic (TSan). */
 static int have_avx2(void) {
   static int v = -1;
-  if (v < 0) v = __builtin_cpu_supports("avx2") ? 1 : 0;
-  return v;
+  int got = __atomic_load_n(&v, __ATOMIC_RELAXED);
+  if (got < 0) {
+    got = __builtin_cpu_supports("avx2") ? 1 : 0;
+    __atomic_store_n(&v, got, __ATOMIC_RELAXED);
+  }
+  return got;
 }
 #endif
 
