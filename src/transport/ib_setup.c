@@ -147,21 +147,29 @@ static int list_ports(ib_choice_t *out, int max) {
   return n;
 }
 
-int ib_available(void) {
-  static int avail = -1;
-  if (avail >= 0) return avail;
-  if (tutti_param_IbDisable()) return avail = 0;
+static int ib_find(void) {
+  if (tutti_param_IbDisable()) return 0;
   pthread_once(&load_once, load_verbs);
   if (!loaded) {
     INFO(SUB_NET | SUB_INIT, "ib: not used: %s", load_error);
-    return avail = 0;
+    return 0;
   }
   ib_choice_t c[1];
-  avail = list_ports(c, 1) > 0;
+  int avail = list_ports(c, 1) > 0;
   if (!avail)
     INFO(SUB_NET | SUB_INIT, "ib: no active port on a device that TUTTI_IB_HCA admits (%s)",
          tutti_getenv("IB_HCA") ? tutti_getenv("IB_HCA") : "unset");
   return avail;
+}
+
+int ib_available(void) {
+  static int avail = -1; /* rank threads of one process ask at once: an atomic */
+  int got = __atomic_load_n(&avail, __ATOMIC_RELAXED);
+  if (got < 0) {
+    got = ib_find();
+    __atomic_store_n(&avail, got, __ATOMIC_RELAXED);
+  }
+  return got;
 }
 
 /* ---- which state belongs to which communicator ---- */
