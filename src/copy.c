@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "core.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -24,15 +26,13 @@ __attribute__((target("avx2"))) static void stream_copy_avx2(char *dst, const ch
   _mm_sfence();
 }
 
-/* Rank threads of one process ask at once: the cached answer is an atomic (TSan). */
+static int probe_avx2(void) {
+  return __builtin_cpu_supports("avx2") ? 1 : 0;
+}
+
 static int have_avx2(void) {
   static int v = -1;
-  int got = __atomic_load_n(&v, __ATOMIC_RELAXED);
-  if (got < 0) {
-    got = __builtin_cpu_supports("avx2") ? 1 : 0;
-    __atomic_store_n(&v, got, __ATOMIC_RELAXED);
-  }
-  return got;
+  return tutti_cached_flag(&v, probe_avx2);
 }
 #endif
 

@@ -36,6 +36,17 @@ typedef enum {
   SUB_ALL = ~0
 } log_subsys_t;
 
+/* A flag computed once and read by many threads (rank threads of one process ask at once): *slot
+ * starts at -1; probe may run more than once, every run gives the same answer. */
+static inline int tutti_cached_flag(int *slot, int (*probe)(void)) {
+  int v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+  if (v < 0) {
+    v = probe();
+    __atomic_store_n(slot, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
 extern int tutti_log_level; /* -1 until the first log call reads TUTTI_DEBUG */
 /* The level now: ncclResetDebugInit may change it while other threads log. */
 static inline int tutti_log_level_now(void) {

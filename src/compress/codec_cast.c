@@ -86,15 +86,14 @@ __attribute__((target("avx,f16c"))) static size_t f16c_decode(const uint16_t *q,
 
 /* F16C from CPUID (leaf 1, ECX): clang's __builtin_cpu_supports does not know "f16c"; AVX from
  * the builtin, which also checks that the OS saves the AVX registers. */
-static int have_f16c(void) {
-  static int have = -1; /* rank threads of one process ask at once: an atomic */
-  int got = __atomic_load_n(&have, __ATOMIC_RELAXED);
+static int probe_f16c(void) {
   unsigned a, b, c = 0, d;
-  if (got < 0) {
-    got = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
-    __atomic_store_n(&have, got, __ATOMIC_RELAXED);
-  }
-  return got;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
+}
+
+static int have_f16c(void) {
+  static int have = -1;
+  return tutti_cached_flag(&have, probe_f16c);
 }
 #endif
 

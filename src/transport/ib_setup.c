@@ -163,13 +163,8 @@ static int ib_find(void) {
 }
 
 int ib_available(void) {
-  static int avail = -1; /* rank threads of one process ask at once: an atomic */
-  int got = __atomic_load_n(&avail, __ATOMIC_RELAXED);
-  if (got < 0) {
-    got = ib_find();
-    __atomic_store_n(&avail, got, __ATOMIC_RELAXED);
-  }
-  return got;
+  static int avail = -1;
+  return tutti_cached_flag(&avail, ib_find);
 }
 
 /* ---- which state belongs to which communicator ---- */
