@@ -54,6 +54,16 @@ COMPRESS_SIMD static void int8_encode_block(const float *x, size_t n, float scal
   }
 }
 
+/* A block whose scale is subnormal: 1 / s overflows to infinity (and 0 * inf is NaN), and s itself
+ * is rounded to a few bits, so the quotient is computed directly and clamped to [-127, 127]. */
+COMPRESS_SIMD static void int8_encode_block_tiny(const float *x, size_t n, float scale, float s,
+                                                 int8_t *q) {
+  for (size_t i = 0; i < n; i++) {
+    float v = fminf(fmaxf((scale * x[i]) / s, -127.0f), 127.0f);
+    q[i] = (int8_t)(int32_t)(v + copysignf(0.5f, v));
+  }
+}
+
 static void int8_encode(const float *x, size_t count, float scale, uint8_t *out) {
   size_t nb = int8_nblocks(count);
   int8_t *q = (int8_t *)(out + 4 * nb);
@@ -61,8 +71,10 @@ static void int8_encode(const float *x, size_t count, float scale, uint8_t *out)
     size_t lo = b * B, n = count - lo < B ? count - lo : B;
     float s = block_scale(x + lo, n, scale);
     memcpy(out + 4 * b, &s, 4);
-    if (s > 0 && isfinite(s))
+    if (s > 0 && isfinite(s) && isfinite(1.0f / s))
       int8_encode_block(x + lo, n, scale, 1.0f / s, q + lo);
+    else if (s > 0 && isfinite(s))
+      int8_encode_block_tiny(x + lo, n, scale, s, q + lo);
     else /* a zero block, or one the receiver rejects for its NaN scale */
       memset(q + lo, 0, n);
   }
