@@ -22,13 +22,20 @@ static const char *const agreed_names[] = {
     "TUNER_NET_GBPS",
     "TUNER_MSG_CPU_US",
     "TUNER_SHM_MSG_CPU_US",
+    "TUNER_PEER_LAT_US", /* peer memory (direct) against the FIFOs */
+    "TUNER_PEER_GBPS",
+    "TUNER_PEER_READ_LAT_US", /* reading by copy (cma) against the FIFOs */
+    "TUNER_PEER_READ_GBPS",
+    "TUNER_PIECE_US",
+    "TUNER_CODEC_NS", /* compressed calls: which lossy entry */
     "SHM_DISABLE",    /* which transport connects a pair */
     "SHM_SLOT_BYTES", /* the shared FIFO's layout */
     "SHM_NSLOTS",
     "DIRECT", /* the direct all-reduce path */
     "DIRECT_MIN_BYTES",
-    "CHECK_COLL", /* an extra exchange before each group's collectives */
-    "CHECKSUM",   /* a CRC32C on every piece the tcp transport sends */
+    "CMA_MIN_BYTES", /* the cma path (CMA itself is agreed at setup, shm.c) */
+    "CHECK_COLL",    /* an extra exchange before each group's collectives */
+    "CHECKSUM",      /* a CRC32C on every piece the tcp transport sends */
 };
 #define AGREED_N (sizeof(agreed_names) / sizeof(agreed_names[0]))
 

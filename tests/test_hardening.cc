@@ -378,6 +378,14 @@ TEST(AgreedSettings, OneshotMaxBytesOnOneRankOnlyFailsInit) {
 TEST(AgreedSettings, TunerModelOnOneRankOnlyFailsInit) {
   expect_setting_refused("TUNER_NET_GBPS", "0.001");
 }
+// These two hung before (found 2026-12-02): one rank ran cma on a 512 KiB all-reduce, the others
+// the FIFO ring, until TUTTI_TIMEOUT.
+TEST(AgreedSettings, CmaMinBytesOnOneRankOnlyFailsInit) {
+  expect_setting_refused("CMA_MIN_BYTES", "64");
+}
+TEST(AgreedSettings, PeerReadModelOnOneRankOnlyFailsInit) {
+  expect_setting_refused("TUNER_PEER_READ_GBPS", "0.001");
+}
 
 // ---------------------------------------------------------------- TUTTI_CHECK_COLL=1
 
