@@ -54,6 +54,9 @@ static void bench_usage(const char *prog, int status) {
           "      --warmup-bytes <n>   tutti extension: before each size, warmup-bytes/size\n"
           "                           untimed calls (1 to 200): steady state at every size,\n"
           "                           e.g. behind a token-bucket rate limit\n"
+          "      --buffer-offset <n>  tutti extension: send and receive buffers start n bytes\n"
+          "                           past a page boundary, as malloc's do (16 with glibc);\n"
+          "                           0: page-aligned (0)\n"
           "  -h, --help               this text\n"
           "      --version            tutti's version\n"
           "Run without a launcher, the program is one rank (as nccl-tests' binaries are).\n",
@@ -125,7 +128,13 @@ static void bench_defaults(bench_opts_t *o) {
   o->cycles = 1;
 }
 
-enum { BENCH_OPT_ITER_BYTES = 1000, BENCH_OPT_COLL, BENCH_OPT_WARMUP_BYTES, BENCH_OPT_VERSION };
+enum {
+  BENCH_OPT_ITER_BYTES = 1000,
+  BENCH_OPT_COLL,
+  BENCH_OPT_WARMUP_BYTES,
+  BENCH_OPT_VERSION,
+  BENCH_OPT_BUFFER_OFFSET
+};
 
 static const struct option bench_long_opts[] = {
     {"minbytes", required_argument, NULL, 'b'},
@@ -154,6 +163,7 @@ static const struct option bench_long_opts[] = {
     {"version", no_argument, NULL, BENCH_OPT_VERSION},
     {"iter-bytes", required_argument, NULL, BENCH_OPT_ITER_BYTES},
     {"warmup-bytes", required_argument, NULL, BENCH_OPT_WARMUP_BYTES},
+    {"buffer-offset", required_argument, NULL, BENCH_OPT_BUFFER_OFFSET},
     {"coll", required_argument, NULL, BENCH_OPT_COLL},
     {NULL, 0, NULL, 0}};
 
@@ -199,6 +209,9 @@ static int bench_apply_measure(int c, const char *arg, const char *prog, bench_o
       return 1;
     case BENCH_OPT_WARMUP_BYTES:
       o->warmup_bytes = bench_bytes_arg(prog, "--warmup-bytes", arg);
+      return 1;
+    case BENCH_OPT_BUFFER_OFFSET:
+      o->buffer_offset = bench_bytes_arg(prog, "--buffer-offset", arg);
       return 1;
     default:
       return 0;
@@ -363,6 +376,14 @@ void *bench_alloc(size_t bytes) {
   (void)madvise(p, bytes, MADV_HUGEPAGE);
   memset(p, 0, bytes);
   return p;
+}
+
+void *bench_alloc_at(size_t bytes, size_t offset) {
+  return (char *)bench_alloc(bytes + offset) + offset;
+}
+
+void bench_free_at(void *p, size_t bytes, size_t offset) {
+  if (p) bench_free((char *)p - offset, bytes + offset);
 }
 
 void bench_free(void *p, size_t bytes) {

@@ -32,6 +32,8 @@ typedef struct bench_opts {
   const char *coll_arg;  /* --coll: which collective a peer program (MPI, Gloo) measures */
   size_t iter_bytes;     /* --iter-bytes (tutti extension): 0 = -n at every size */
   size_t warmup_bytes;   /* --warmup-bytes (tutti extension): untimed calls at every size */
+  size_t buffer_offset;  /* --buffer-offset (tutti extension): send/recv buffers this many
+                            bytes past a page boundary (0: page-aligned) */
   int parallel_init;     /* -p: accepted; one rank per process initialises alone */
   int cputime;           /* -C 1: time is the process's CPU time, not wall time */
   int cycles;            /* -N: run the whole sweep this many times (0: until stopped) */
@@ -71,6 +73,10 @@ double bench_clock(const bench_opts_t *o);
  * Exits on failure. bench_free takes the same length. */
 void *bench_alloc(size_t bytes);
 void bench_free(void *p, size_t bytes);
+/* The same, the buffer starting `offset` bytes into the mapping (--buffer-offset); free with the
+ * same bytes and offset. */
+void *bench_alloc_at(size_t bytes, size_t offset);
+void bench_free_at(void *p, size_t bytes, size_t offset);
 
 /* algbw and busbw in GB/s (1e9 B/s) for `bytes` moved in `seconds`. */
 double bench_algbw(size_t bytes, double seconds);

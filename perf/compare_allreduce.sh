@@ -48,6 +48,8 @@ usage: $(basename "$0") [options]
   -K dir     keep every run's raw output in dir
   -A dir     run nothing: summarize the outputs kept earlier with -K dir (same -p)
   -T s       kill a run after s seconds (600)
+  -O bytes   both programs' buffers start this many bytes past a page boundary (the perf
+             programs' --buffer-offset): 16 is where glibc's malloc puts large blocks (0)
   -M         tutti's buffers from ncclMemAlloc (all_reduce_perf -R 1): memory the other
              ranks of the host map, so an all-reduce reads the peers' buffers in place instead
              of copying through the FIFOs (Open MPI's buffers stay as they are)
@@ -61,14 +63,15 @@ EOF
 }
 
 build="" nranks=2 reps=5 minb=8 maxb=256M factor=2 iters=1000 iter_bytes=512M warmup=5
-place=out json="" keep="" run_timeout=600 analyze="" rt="" memalloc=() memlimit=1
-while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:MLh" opt; do
+place=out json="" keep="" run_timeout=600 analyze="" rt="" memalloc=() memlimit=1 offset=0
+while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:O:MLh" opt; do
   case $opt in
     B) build=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;;
     b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
     n) iters=$OPTARG ;; I) iter_bytes=$OPTARG ;; w) warmup=$OPTARG ;;
     P) place=$OPTARG ;; J) json=$OPTARG ;; K) keep=$OPTARG ;; A) analyze=$OPTARG ;;
     T) run_timeout=$OPTARG ;; R) rt=$OPTARG ;; M) memalloc=(-R 1) ;; L) memlimit=0 ;;
+    O) offset=$OPTARG ;;
     h) usage 0 ;; *) usage 2 ;;
   esac
 done
@@ -84,6 +87,7 @@ else
 fi
 perf_args=(-b "$minb" -e "$maxb" -f "$factor" -n "$iters" --iter-bytes "$iter_bytes"
            -w "$warmup" -d float -o sum -c 0 -a 3) # -a 3: time = max over ranks
+((offset == 0)) || perf_args+=(--buffer-offset "$offset")
 [[ -x $PY ]] || { echo "$PY not found" >&2; exit 2; }
 if [[ -z $analyze ]]; then
   progs=(tutti-run all_reduce_perf mpi_allreduce_perf)

@@ -62,11 +62,11 @@ static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char
       if (o->stream)
         copy_stream(dst + i * es, (char *)out + i * es, m * es);
       else
-        memcpy(dst + i * es, (char *)out + i * es, m * es);
+        copy_bytes(dst + i * es, (char *)out + i * es, m * es);
     }
     return;
   }
-  if (out) memcpy(out, in, n * o->esize);
+  if (out) copy_bytes(out, in, n * o->esize);
   if (!(st->flags & STEP_STORE)) return;
   if (o->stream && !transform_active(&o->rop, rflags & REDUCE_POST))
     copy_stream(dst, in, n * o->esize);
@@ -202,7 +202,7 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
       return -1;
     }
     if (into && out)
-      memcpy(out, dst, n * es); /* forwarded through a slot transport */
+      copy_bytes(out, dst, n * es); /* forwarded through a slot transport */
     else if (rc && !into)
       piece_recv(o, st, in, src, dst, out, n, rflags);
     else if (!rc)

@@ -434,7 +434,7 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
     } else if (o->stream) {
       copy_stream(to, src, bytes);
     } else {
-      memcpy(to, src, bytes);
+      copy_bytes(to, src, bytes);
     }
     l->pos = ready, *moved = 1;
   }

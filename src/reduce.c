@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "copy.h"
 #include "core.h"
 #include "reduce_impl.h"
 
@@ -324,7 +325,7 @@ void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count
   reduce_args_t args;
   if (count == 0 || !reduce_args_decode(op, flags, &args)) return;
   if (!args.pre && !args.post) {
-    if (dst != src) memcpy(dst, src, count * tuttiTypeSize(op->type));
+    if (dst != src) copy_bytes(dst, src, count * tuttiTypeSize(op->type));
     return;
   }
   kernel_for(&args, op->type)(dst, src, NULL, count, &args);

@@ -50,6 +50,7 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "copy.h"
 #include "cuda_p2p.h"
 #include "memreg.h"
 #include "small.h"
@@ -503,7 +504,7 @@ static ncclResult_t mem_move(struct ncclComm *comm, int peer, const peer_handle_
   memcpy(&sh, h->bytes, sizeof(sh));
   char *remote = (char *)(uintptr_t)sh.addr + off;
   if (sh.pid == (int32_t)getpid()) {
-    memcpy(write ? remote : local, write ? local : remote, bytes);
+    copy_bytes(write ? remote : local, write ? local : remote, bytes);
     return ncclSuccess;
   }
   int err = cma_move(sh.pid, local, sh.addr + off, bytes, write);
