@@ -54,10 +54,14 @@ int main(int argc, char **argv) {
   int factor = 4;
   double secs = 0.05;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "-b")) lo = parse_size(argv[i + 1]);
-    else if (!strcmp(argv[i], "-e")) hi = parse_size(argv[i + 1]);
-    else if (!strcmp(argv[i], "-f")) factor = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "-t")) secs = atof(argv[i + 1]);
+    if (!strcmp(argv[i], "-b"))
+      lo = parse_size(argv[i + 1]);
+    else if (!strcmp(argv[i], "-e"))
+      hi = parse_size(argv[i + 1]);
+    else if (!strcmp(argv[i], "-f"))
+      factor = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "-t"))
+      secs = atof(argv[i + 1]);
     else {
       fprintf(stderr, "usage: copy_alias [-b size] [-e size] [-f factor] [-t seconds]\n");
       return 2;
@@ -69,7 +73,8 @@ int main(int argc, char **argv) {
   }
   static const size_t ahead[] = {0, 16, 32, 64, 4080};
   char *src = NULL, *dst = NULL;
-  if (posix_memalign((void **)&src, 4096, hi + 8192) || posix_memalign((void **)&dst, 4096, hi + 8192)) {
+  if (posix_memalign((void **)&src, 4096, hi + 8192) ||
+      posix_memalign((void **)&dst, 4096, hi + 8192)) {
     fprintf(stderr, "copy_alias: out of memory\n");
     return 1;
   }

@@ -38,8 +38,8 @@ void check_copy(void (*copy)(void *, const void *, size_t), const char *name) {
       uint8_t *d = dst.p + 4096 + ((256 + ahead) & 4095);
       memset(dst.p, 0xA5, span);
       copy(d, s, n);
-      ASSERT_EQ(memcmp(d, s, n), 0) << name << ": " << n << " bytes, dst " << ahead
-                                    << " bytes past src's page offset";
+      ASSERT_EQ(memcmp(d, s, n), 0)
+          << name << ": " << n << " bytes, dst " << ahead << " bytes past src's page offset";
       for (uint8_t *g = dst.p; g < d; g++) ASSERT_EQ(*g, 0xA5) << name << ": wrote before dst";
       for (uint8_t *g = d + n; g < dst.p + span; g++)
         ASSERT_EQ(*g, 0xA5) << name << ": wrote past dst + " << n;
@@ -64,10 +64,10 @@ TEST(Copy, VectorLoopWhereTheDestinationIsJustPastTheSourcesPageOffset) {
 #else
   EXPECT_EQ(copy_uses_vector(b + 16, a, 16384), 0);
 #endif
-  EXPECT_EQ(copy_uses_vector(b, a, 16384), 0);         // same page offset
-  EXPECT_EQ(copy_uses_vector(b + 64, a, 16384), 0);    // far enough
-  EXPECT_EQ(copy_uses_vector(b, a + 16, 16384), 0);    // destination behind the source
-  EXPECT_EQ(copy_uses_vector(b + 16, a, 1023), 0);     // below rep movsb's sizes
+  EXPECT_EQ(copy_uses_vector(b, a, 16384), 0);       // same page offset
+  EXPECT_EQ(copy_uses_vector(b + 64, a, 16384), 0);  // far enough
+  EXPECT_EQ(copy_uses_vector(b, a + 16, 16384), 0);  // destination behind the source
+  EXPECT_EQ(copy_uses_vector(b + 16, a, 1023), 0);   // below rep movsb's sizes
 }
 
 }  // namespace
