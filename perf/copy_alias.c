@@ -12,22 +12,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench.h"
 #include "copy.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static size_t parse_size(const char *s) {
-  char *end;
-  double v = strtod(s, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024;
-  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-  return (size_t)v;
+/* A size argument ("64K"); exits on a malformed one. */
+static size_t size_arg(const char *s) {
+  size_t v = 0;
+  if (bench_parse_bytes(s, &v) != 0) {
+    fprintf(stderr, "copy_alias: bad size %s\n", s);
+    exit(2);
+  }
+  return v;
 }
 
 /* Microseconds per copy: the fastest of 5 rounds of about `secs` each. */
@@ -35,7 +31,7 @@ static double time_copy(int use_memcpy, char *dst, const char *src, size_t n, do
   double best = 1e30;
   for (int round = 0; round < 5; round++) {
     long iters = 0;
-    double t0 = now_s(), t;
+    double t0 = bench_now(), t;
     do {
       if (use_memcpy)
         memcpy(dst, src, n);
@@ -43,7 +39,7 @@ static double time_copy(int use_memcpy, char *dst, const char *src, size_t n, do
         copy_bytes(dst, src, n);
       __asm__ volatile("" : : "r"(dst) : "memory"); /* keep every copy */
       iters++;
-    } while ((t = now_s() - t0) < secs);
+    } while ((t = bench_now() - t0) < secs);
     if (t / (double)iters < best) best = t / (double)iters;
   }
   return best * 1e6;
@@ -55,9 +51,9 @@ int main(int argc, char **argv) {
   double secs = 0.05;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "-b"))
-      lo = parse_size(argv[i + 1]);
+      lo = size_arg(argv[i + 1]);
     else if (!strcmp(argv[i], "-e"))
-      hi = parse_size(argv[i + 1]);
+      hi = size_arg(argv[i + 1]);
     else if (!strcmp(argv[i], "-f"))
       factor = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "-t"))
