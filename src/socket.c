@@ -291,6 +291,8 @@ static void accept_one(sock_acceptor_t *a) {
     if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) usleep(10000); /* EMFILE.. */
     return;
   }
+  sock_tune(pc.fd); /* the root answers in several writes: Nagle would hold each next one for
+                       the rank's delayed ACK (40 ms a round trip) */
   pc.deadline = tutti_time_ns() + (uint64_t)a->timeout_ms * 1000000ull;
   if (a->np == SOCK_MAX_PENDING)
     return pending_drop(a, &pc, "too many connections are presenting at once");
