@@ -37,9 +37,7 @@ static void print_cpus(int rank) {
   printf("rank %d cpus %s\n", rank, buf);
 }
 
-static void print_listening(int rank) {
-  const char *root = getenv("TUTTI_ROOT_FD");
-  int root_fd = root ? atoi(root) : -1;
+static void print_listening(int rank, int root_fd) {
   for (int fd = 0; fd < 1024; fd++) {
     int listening = 0;
     socklen_t len = sizeof(listening);
@@ -61,6 +59,11 @@ static void print_listening(int rank) {
 }
 
 int main(int argc, char **argv) {
+  /* read before init: the library unsets TUTTI_ROOT_FD once it has taken the socket, and the
+   * root keeps that socket open until it has served every rank, which may be after this rank
+   * has finished its all-reduce */
+  const char *root = getenv("TUTTI_ROOT_FD");
+  int root_fd = root ? atoi(root) : -1;
   const char *r = getenv("TUTTI_RANK");
   if (argc > 1 && strcmp(argv[1], "hosts") == 0 && r) {
     char host[32];
@@ -82,7 +85,7 @@ int main(int argc, char **argv) {
   for (int j = 0; j < 4 && status == 0; j++)
     if (out[j] != n * (n - 1) / 2 + n * 10 * j) status = 1;
   print_cpus(rank);
-  print_listening(rank);
+  print_listening(rank, root_fd);
   if (ncclCommDestroy(comm) != ncclSuccess && status == 0) status = 3;
   if (status == 0) printf("rank %d ok\n", rank);
   fflush(stdout);
