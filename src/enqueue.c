@@ -166,7 +166,8 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
     return TUTTI_ERR(ncclInvalidArgument, "%s: %s %d is outside [0, nranks=%d)", c->fn,
                      c->coll == COLL_SEND || c->coll == COLL_RECV ? "peer" : "root", c->root,
                      comm->nranks);
-  if (c->count > SIZE_MAX / es / (size_t)comm->nranks)
+  size_t total; /* count x es x nranks, which bounds every buffer's bytes */
+  if (__builtin_mul_overflow(c->count, es * (size_t)comm->nranks, &total))
     return TUTTI_ERR(ncclInvalidArgument, "%s: count %zu x %zu bytes x %d ranks overflows size_t",
                      c->fn, c->count, es, comm->nranks);
   size_t ns, nr;

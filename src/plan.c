@@ -439,8 +439,8 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
   return ncclSuccess;
 }
 
-/* Everything after the choice: streaming stores, scratch, the log line, the steps. */
-static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
+/* After the choice, before the steps: streaming stores, scratch, the log line. */
+static ncclResult_t plan_prepare(pending_t *p) {
   ncclComm_t comm = p->ctx.comm;
   size_t es = p->ctx.esize;
   p->ctx.stream =
@@ -457,6 +457,13 @@ static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
        coll_name(p->args.coll), (unsigned long long)p->ctx.seq, (void *)p->ctx.buf[BUF_SEND],
        (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type, (int)p->ctx.rop.base,
        p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
+  return ncclSuccess;
+}
+
+/* Everything after the choice: plan_prepare, then the steps. */
+static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
+  ncclComm_t comm = p->ctx.comm;
+  TUTTI_CHECK(plan_prepare(p));
   if (p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0)
     TUTTI_CHECK(copy_alltoall_input(comm, p));
   TUTTI_CHECK(build(comm, p, cached, &comm->sched_scratch));
@@ -489,5 +496,19 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], c[i], (uint16_t)i));
   if (tutti_param_DumpSchedule()) dump_lanes(ops, n);
+  return ncclSuccess;
+}
+
+ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps) {
+  ncclComm_t comm = p->ctx.comm;
+  *steps = NULL;
+  if (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV || p->ctx.dev ||
+      (p->args.coll == COLL_ALLTOALL && p->args.in_place) || !plan_matches(comm, p) ||
+      !comm->plan.steps_valid || tutti_param_DumpSchedule())
+    return ncclSuccess;
+  p->ctx.seq = comm->op_count++;
+  p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
+  TUTTI_CHECK(plan_prepare(p));
+  *steps = &comm->plan.steps;
   return ncclSuccess;
 }

@@ -30,6 +30,11 @@ typedef struct pending { /* one validated call waiting for its group to end */
  * peer-memory handshakes run together through the engine: collective, every rank plans the
  * same calls in the same order. */
 ncclResult_t plan_group(pending_t *ops, size_t n);
+/* The fast way for a group of one host call whose steps are its communicator's cached plan as
+ * they are (the key of the last call, no peer steps, no lanes, no input to copy first): does for
+ * it what plan_group does and sets *steps to the cached steps, which the engine runs in place
+ * (their op index is 0). *steps NULL: plan it with plan_group. */
+ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps);
 /* Memory that lives until plan_release (scratch beyond the communicator's, copies, peer
  * address tables): released once the group's engine run is over. */
 void *plan_temp_alloc(size_t bytes);
