@@ -323,11 +323,13 @@ static reduce_kernel_t kernel_for(const reduce_args_t *args, ncclDataType_t type
 
 void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count, int flags) {
   reduce_args_t args;
-  if (count == 0 || !reduce_args_decode(op, flags, &args)) return;
-  if (!args.pre && !args.post) {
-    if (dst != src) copy_bytes(dst, src, count * tuttiTypeSize(op->type));
+  if (count == 0 || (unsigned)op->type >= ncclNumTypes || (unsigned)op->base >= REDUCE_NUM_BASE_OPS)
+    return;
+  if (!(op->premul && (flags & REDUCE_PRE)) && !(op->postdiv && (flags & REDUCE_POST))) {
+    if (dst != src) copy_bytes(dst, src, count * type_sizes[op->type]); /* a plain copy */
     return;
   }
+  if (!reduce_args_decode(op, flags, &args)) return;
   kernel_for(&args, op->type)(dst, src, NULL, count, &args);
 }
 

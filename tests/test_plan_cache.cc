@@ -52,7 +52,8 @@ struct Call {
 // One all-reduce of `count` elements as c says, checked exactly; 0 or a code.
 int run_call(int rank, ncclComm_t comm, int n, size_t count, const Call &c,
              std::vector<int32_t> *bufs) {
-  int32_t *send = bufs[c.other_buffers ? 2 : 0].data(), *recv = bufs[c.other_buffers ? 3 : 1].data();
+  int32_t *send = bufs[c.other_buffers ? 2 : 0].data(),
+          *recv = bufs[c.other_buffers ? 3 : 1].data();
   if (c.in_place) send = recv;
   for (size_t i = 0; i < count; i++) {
     double x = input(rank, i);
@@ -68,9 +69,8 @@ int run_call(int rank, ncclComm_t comm, int n, size_t count, const Call &c,
   ncclRedOp_t op = c.op;
   float scalar_f = 2;
   int32_t scalar_i = 2;
-  if (c.premul &&
-      ncclRedOpCreatePreMulSum(&op, c.as_float ? (void *)&scalar_f : (void *)&scalar_i, type,
-                               ncclScalarHostImmediate, comm) != ncclSuccess)
+  if (c.premul && ncclRedOpCreatePreMulSum(&op, c.as_float ? (void *)&scalar_f : (void *)&scalar_i,
+                                           type, ncclScalarHostImmediate, comm) != ncclSuccess)
     return 30;
   if (c.in_group) ncclGroupStart();
   ncclResult_t res = ncclAllReduce(send, recv, count, type, op, comm, nullptr);

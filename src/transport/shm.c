@@ -103,6 +103,7 @@ typedef struct shm_end { /* one end of one FIFO */
   uint32_t nslots;
   size_t slot_bytes;
   uint64_t pos;  /* messages sent (sender) or consumed (receiver) */
+  uint32_t slot; /* pos % nslots, kept as pos grows (a division costs tens of cycles) */
   uint64_t seen; /* sender: cached copy of the receiver's tail */
   int sleepy;    /* oversubscribed: the other end may sleep, wake it (shm_wait) */
   volatile int32_t *peer_failed;
@@ -380,29 +381,34 @@ static void wake_sleeper(volatile uint64_t *word, volatile uint32_t *flag) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
+static void end_advance(shm_end_t *e) {
+  e->pos++;
+  if (++e->slot == e->nslots) e->slot = 0;
+}
+
 static void *shm_send_slot(conn_t *c) {
   shm_end_t *e = c->priv;
   if (e->pos - e->seen >= e->nslots) {
     e->seen = __atomic_load_n(&e->ctrl->tail, __ATOMIC_ACQUIRE);
     if (e->pos - e->seen >= e->nslots) return NULL;
   }
-  return e->slots + (e->pos % e->nslots) * e->slot_bytes;
+  return e->slots + (size_t)e->slot * e->slot_bytes;
 }
 
 static void shm_send_post(conn_t *c, size_t bytes) {
   shm_end_t *e = c->priv;
-  uint32_t i = (uint32_t)(e->pos % e->nslots);
+  uint32_t i = e->slot;
   shm_slot_hdr_t *h = &e->ctrl->hdr[i];
   if (bytes <= SHM_INLINE) memcpy(h->inline_data, e->slots + (size_t)i * e->slot_bytes, bytes);
   h->bytes = (uint32_t)bytes;
-  e->pos++;
+  end_advance(e);
   __atomic_store_n(&h->seq, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&h->seq, &h->sleeping);
 }
 
 static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
   shm_end_t *e = c->priv;
-  uint32_t i = (uint32_t)(e->pos % e->nslots);
+  uint32_t i = e->slot;
   shm_slot_hdr_t *h = &e->ctrl->hdr[i];
   if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) return NULL;
   *bytes = h->bytes;
@@ -411,7 +417,7 @@ static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
 
 static void shm_recv_done(conn_t *c) {
   shm_end_t *e = c->priv;
-  e->pos++;
+  end_advance(e);
   __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&e->ctrl->tail, &e->ctrl->sleeping);
 }
@@ -430,7 +436,7 @@ static void shm_wait(conn_t *c, int send, uint64_t timeout_ns) {
   if (send) {
     word = &e->ctrl->tail, flag = &e->ctrl->sleeping, want = e->pos - e->nslots + 1;
   } else {
-    shm_slot_hdr_t *h = &e->ctrl->hdr[e->pos % e->nslots];
+    shm_slot_hdr_t *h = &e->ctrl->hdr[e->slot];
     word = &h->seq, flag = &h->sleeping, want = e->pos + 1;
   }
   uint32_t seen = (uint32_t)__atomic_load_n(word, __ATOMIC_ACQUIRE);
