@@ -99,10 +99,10 @@ struct ncclComm {
   int lanes_used;     /* p2p_lanes hold steps (an ALGO_USES_LANES call was planned) */
 
   /* The last collective's plan: a call with the same key (collective, count, element size,
-   * root, in place) reuses its algorithm and chunk, and its steps when they were cached
-   * (steps_valid), instead of asking the tuner and the builder again (plan.c). */
+   * root, in place, PreMulSum or not) reuses its algorithm and chunk, and its steps when they
+   * were cached (steps_valid), instead of asking the tuner and the builder again (plan.c). */
   struct {
-    int valid, steps_valid, root, in_place;
+    int valid, steps_valid, root, in_place, premul;
     coll_t coll;
     size_t count, esize, chunk;
     algo_t algo;

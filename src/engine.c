@@ -37,7 +37,10 @@ static int transform_active(const reduce_op_t *op, int rflags) {
 static void piece_local(const op_ctx_t *o, const step_t *st, char *src, char *dst, void *out,
                         size_t n, int rflags) {
   if (st->recv_peer < 0 && st->send_peer < 0 && (st->flags & STEP_REDUCE)) {
-    reduce_combine(&o->rop, dst, src, dst, n, rflags);
+    if (st->flags & STEP_SWAP)
+      reduce_combine(&o->rop, dst, dst, src, n, rflags);
+    else
+      reduce_combine(&o->rop, dst, src, dst, n, rflags);
     return;
   }
   if (out) reduce_copy(&o->rop, out, src, n, rflags);
@@ -49,16 +52,17 @@ static void piece_local(const op_ctx_t *o, const step_t *st, char *src, char *ds
 static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char *src, char *dst,
                        void *out, size_t n, int rflags) {
   if (st->flags & STEP_REDUCE) {
+    const char *a = src, *b = in; /* the operands in their order */
+    if (st->flags & STEP_SWAP) a = in, b = src;
     if (!(out && (st->flags & STEP_STORE))) {
-      reduce_combine(&o->rop, out ? out : dst, src, in, n, rflags);
+      reduce_combine(&o->rop, out ? out : dst, a, b, n, rflags);
       return;
     }
     /* Reduce into the outgoing slot and copy to dst block by block, while it is in L1. */
     size_t es = o->esize, block = TUTTI_MAX(ENGINE_L1_BLOCK / es, 1);
     for (size_t i = 0; i < n; i += block) {
       size_t m = TUTTI_MIN(block, n - i);
-      reduce_combine(&o->rop, (char *)out + i * es, src + i * es, (const char *)in + i * es, m,
-                     rflags);
+      reduce_combine(&o->rop, (char *)out + i * es, a + i * es, b + i * es, m, rflags);
       if (o->stream)
         copy_stream(dst + i * es, (char *)out + i * es, m * es);
       else

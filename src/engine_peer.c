@@ -357,7 +357,9 @@ static int step_local_dev(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
   int transform =
       ((rflags & REDUCE_PRE) && o->rop.premul) || ((rflags & REDUCE_POST) && o->rop.postdiv);
   int rc = 0;
-  if (st->flags & STEP_REDUCE)
+  if ((st->flags & STEP_REDUCE) && (st->flags & STEP_SWAP))
+    rc = o->dev->reduce(o->dev_q, dst, dst, src, st->count, &o->rop, rflags);
+  else if (st->flags & STEP_REDUCE)
     rc = o->dev->reduce(o->dev_q, dst, src, dst, st->count, &o->rop, rflags);
   else if ((st->flags & STEP_STORE) && transform)
     rc = o->dev->reduce(o->dev_q, dst, src, NULL, st->count, &o->rop, rflags);

@@ -202,6 +202,7 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
                            .root = c->root,
                            .count = c->count,
                            .in_place = in_place,
+                           .premul = p->ctx.rop.premul,
                            .ring = comm->ring_order,
                            .ring_pos = comm->ring_pos};
   return ncclSuccess;

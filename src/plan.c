@@ -13,8 +13,8 @@
  * one rank, ncclMemAlloc on another): the handshake's answer is collective.
  * Build: the registry's builder for the collective, with scratch from the communicator or a
  * temporary. Cache: the last call's steps per communicator (comm->plan), reused by a call with
- * the same key (collective, count, element size, root, in place), which skips the tuner and the
- * builder on the small-message path. Calls with peer steps are rebuilt every time (their
+ * the same key (collective, count, element size, root, in place, PreMulSum), which skips the tuner
+ * and the builder on the small-message path. Calls with peer steps are rebuilt every time (their
  * handshake runs every time: the peers' buffers may have moved).
  */
 #include "plan.h"
@@ -219,7 +219,7 @@ static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclud
 static int plan_matches(ncclComm_t comm, const pending_t *p) {
   return comm->plan.valid && comm->plan.coll == p->args.coll && comm->plan.count == p->args.count &&
          comm->plan.esize == p->ctx.esize && comm->plan.root == p->args.root &&
-         comm->plan.in_place == p->args.in_place;
+         comm->plan.in_place == p->args.in_place && comm->plan.premul == p->args.premul;
 }
 
 /* Sets p->ctx.algo and p->args.chunk. *cached: the steps of comm->plan apply as they are. */
@@ -245,6 +245,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
                                       .esize = p->ctx.esize,
                                       .root = p->args.root,
                                       .in_place = p->args.in_place,
+                                      .premul = p->args.premul,
                                       .algo = p->ctx.algo,
                                       .chunk = p->args.chunk,
                                       .steps = comm->plan.steps};

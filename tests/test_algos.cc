@@ -99,6 +99,7 @@ std::vector<Rank> build(const Setup &u, int *rc) {
   for (int i = 0; u.ring && i < u.n; i++) pos[u.ring[i]] = i;
   for (int r = 0; r < u.n; r++) {
     sched_args_t a = {u.coll, r, u.n, u.root, u.count, u.chunk, u.in_place};
+    a.premul = !u.plain;  // PRE scales by kPre: a PreMulSum
     if (u.ring) a.ring = u.ring, a.ring_pos = pos.data();
     layout(u, r, ranks[r]);
     ranks[r].scratch.assign(sched_scratch_elems(u.algo, &a), -9);
@@ -130,8 +131,8 @@ int64_t expected(const Setup &u, int r, size_t j) {
   }
 }
 
-void check(const Setup &u) {
-  SCOPED_TRACE(name(u));
+void check_one(const Setup &u) {
+  SCOPED_TRACE(name(u) + (u.plain ? " plain" : " premul"));
   int rc;
   std::vector<Rank> ranks = build(u, &rc);
   ASSERT_EQ(rc, 0);
@@ -151,8 +152,32 @@ void check(const Setup &u) {
   for (auto &rk : ranks) sched_free(&rk.s);
 }
 
+// As a PreMulSum (PRE scales each input by kPre) and, for the reductions, as a plain operator
+// too (sched_args_t.premul 0: builders may then skip copies that only a scaling needs).
+void check(const Setup &u) {
+  check_one(u);
+  bool reduces = u.coll == COLL_ALLREDUCE || u.coll == COLL_REDUCE || u.coll == COLL_REDUCESCATTER;
+  if (!u.plain && reduces) {
+    Setup plain = u;
+    plain.plain = true;
+    check_one(plain);
+  }
+}
+
 const size_t kCounts[] = {0, 1, 2, 5, 7, 13, 64, 1023};
 const size_t kChunks[] = {1, 4, 16, 100000};
+
+// One-shot: every send fits the FIFO (the tuner's condition: the slot holds the whole count).
+TEST(Algos, AllReduceOneshot) {
+  for (int n = 1; n <= 8; n++)
+    for (size_t c : {(size_t)0, (size_t)1, (size_t)2, (size_t)5, (size_t)13, (size_t)64})
+      for (bool ip : {false, true}) {
+        size_t slot = std::max<size_t>(c, 1);
+        ::Setup u{COLL_ALLREDUCE, ALGO_ONESHOT, n, 0, c, slot, ip};
+        u.slots = {slot};
+        check(u);
+      }
+}
 
 TEST(Algos, AllReduceTreeRhdRd) {
   for (algo_t algo : {ALGO_TREE, ALGO_RHD, ALGO_RD})

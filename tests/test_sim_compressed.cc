@@ -72,7 +72,7 @@ TEST(CompressedEntries, NeverForAnExactCall) {
         for (algo_t a : kLossy) EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, a, bytes), 0);
       }
     }
-  sched_args_t a = {COLL_ALLREDUCE, 0, 4, 0, 1000, 64, 0, nullptr, nullptr, nullptr, nullptr};
+  sched_args_t a = {COLL_ALLREDUCE, 0, 4, 0, 1000, 64, 0, 0, nullptr, nullptr, nullptr, nullptr};
   sched_t s = {}, lanes[8] = {};
   for (algo_t e : kLossy) EXPECT_EQ(sched_build(e, &a, nullptr, &s, lanes), -2);
   sched_free(&s);

@@ -1,42 +1,59 @@
 /* One-shot all-reduce: the latency algorithm for small messages.
  *
  *   every rank sends its whole input to every other rank (n-1 sends), then folds the n inputs
- *   in rank order: acc = x0; acc = acc (+) x1; ... ; acc = acc (+) x(n-1).
+ *   in rank order: acc = y0; acc = acc (+) y1; ... ; acc = acc (+) y(n-1),
  *
+ * y(q) being rank q's input as it sent it (for a PreMulSum scaled and rounded to the datatype).
  * Cost per rank: 1 hop of latency, (n-1) * bytes sent and received, n-1 reductions. Worth it
  * while latency dominates (a few KiB on shared memory); the tuner's threshold is
- * TUTTI_ONESHOT_MAX_BYTES. Every rank folds in the same order, so all ranks get bitwise the same
- * result. In place (sendbuf == recvbuf) the own input would be overwritten by the accumulator
- * before its turn, so it is first copied (premultiplied) into the communicator's scratch buffer.
- * Each send fits one FIFO slot (the tuner guarantees count * size <= slot bytes), so the sends
- * never block on a peer that is itself still sending.
+ * TUTTI_ONESHOT_MAX_BYTES. Every rank computes each step alike, operands in the same order
+ * (max and min of NaNs, and the rounding of a scaled fp16 input, depend on it), so all ranks
+ * get bitwise the same result: rank r > 0 folds its own input in at its turn with the
+ * accumulator as the first operand (STEP_SWAP), rank 1 as y0 arrives, in one step. Its own
+ * input is first copied to the communicator's scratch buffer when the fold could not read it
+ * as sent: for a PreMulSum (y(r) = the scaled input, rounded as the copy sent), or in place
+ * when the accumulator overwrites it before its turn (r > 1). The sends go first, so copies
+ * overlap the wait; each fits one FIFO slot (the tuner guarantees count * size <= slot bytes),
+ * so they never block on a peer that is itself still sending.
  */
 #include "algos/registry.h"
+
+/* Whether rank r keeps y(r) in scratch (see above). */
+static int own_in_scratch(const sched_args_t *a) {
+  return a->nranks > 1 && a->rank > 0 && (a->premul || (a->in_place && a->rank > 1));
+}
 
 int oneshot_allreduce(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count;
-  /* Where this rank's own input is read from when its turn comes, and with which flags. */
-  uint8_t own_buf = BUF_SEND, own_pre = STEP_PRE;
-  if (a->in_place && n > 1 && r > 0) {
-    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_SCRATCH,
-               .flags = STEP_STORE | STEP_PRE, .count = c);
-    own_buf = BUF_SCRATCH, own_pre = 0;
-  }
+  uint8_t own = BUF_SEND, own_pre = STEP_PRE; /* where y(r) is read, and how */
   for (int k = 1; k < n; k++)
     SCHED_PUSH(.recv_peer = -1, .send_peer = (r + k) % n, .src_buf = BUF_SEND, .dst_buf = BUF_NONE,
                .flags = STEP_PRE, .count = c);
+  if (own_in_scratch(a)) {
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_SCRATCH,
+               .flags = STEP_STORE | STEP_PRE, .count = c);
+    own = BUF_SCRATCH, own_pre = 0;
+  }
   for (int q = 0; q < n; q++) {
     uint8_t post = (q == n - 1) ? STEP_POST : 0;
     if (q == 0 && r == 0)
-      SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
-                 .flags = (uint8_t)(STEP_STORE | own_pre | post), .count = c);
+      SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+                 .flags = (uint8_t)(STEP_STORE | STEP_PRE | post), .count = c);
+    else if (q == 0 && r == 1) /* y0 (+) y1 as y0 arrives */
+      SCHED_PUSH(.recv_peer = 0, .send_peer = -1, .src_buf = own, .dst_buf = BUF_RECV,
+                 .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | STEP_SWAP | own_pre |
+                                    (n == 2 ? STEP_POST : 0)),
+                 .count = c);
     else if (q == 0)
       SCHED_PUSH(.recv_peer = 0, .send_peer = -1, .src_buf = BUF_NONE, .dst_buf = BUF_RECV,
                  .flags = (uint8_t)(STEP_STORE | post), .count = c);
+    else if (q == r && r == 1)
+      continue; /* folded in with y0 */
     else if (q == r)
-      SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own_buf, .dst_buf = BUF_RECV,
-                 .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | own_pre | post), .count = c);
+      SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = own, .dst_buf = BUF_RECV,
+                 .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | STEP_SWAP | own_pre | post),
+                 .count = c);
     else
       SCHED_PUSH(.recv_peer = q, .send_peer = -1, .src_buf = BUF_RECV, .dst_buf = BUF_RECV,
                  .flags = (uint8_t)(STEP_REDUCE | STEP_STORE | post), .count = c);
@@ -61,9 +78,8 @@ static double oneshot_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t
   return cost_q(m, t, l, 1, n - 1, 0, (n - 1) * S);
 }
 
-/* In place, the own input is kept in scratch until its turn. */
 static size_t oneshot_scratch(const sched_args_t *a) {
-  return a->in_place ? a->count : 0;
+  return own_in_scratch(a) ? a->count : 0;
 }
 
 ALGO_COL_BUILDER(build_allreduce, oneshot_allreduce)

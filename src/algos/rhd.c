@@ -35,8 +35,11 @@
  * Both partners of an exchange send at the same time, so every exchange goes in rounds of at
  * most `chunk` elements (send a round, then receive the partner's): one chunk per FIFO per
  * round, FIFOs hold two (see schedule.h), no deadlock. Each block (rhd) is reduced by one rank
- * and copied to the others; in rd both partners compute a (+) b and b (+) a, which are the
- * same bits for the commutative ops NCCL has. The order is fixed by n: bitwise reproducible.
+ * and copied to the others; in rd both partners compute (lower id's) (+) (higher id's), the
+ * higher one with STEP_SWAP, from the same bits: for a PreMulSum each survivor first stores its
+ * scaled input (rounded to the datatype, as the partner receives it) in recvbuf. Max and min of
+ * NaNs and such rounding depend on the operand order. The order is fixed by n: bitwise
+ * reproducible, and the same on every rank.
  *
  * Reduce-scatter (halving, BUF_SCRATCH holds n/2 * count partial elements) and all-gather
  * (doubling, straight into recvbuf) need n to be a power of two: sched_build answers -2
@@ -190,12 +193,20 @@ static int rd_core(int id, int np, const int *map, const sched_args_t *a, uint8_
                    sched_t *s) {
   fold_t f = fold_of(id, np);
   if (fold_in(&f, map, a, &src, &pre, s) != 0) return -1;
+  if (f.id >= 0 && f.p2 > 1 && pre && a->premul && a->count) {
+    /* the scaled input, rounded as the partner receives it: both partners add the same bits */
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = src, .dst_buf = BUF_RECV,
+               .flags = STEP_STORE | STEP_PRE, .count = a->count);
+    src = BUF_RECV, pre = 0;
+  }
   for (int mask = 1; f.id >= 0 && mask < f.p2; mask *= 2) {
+    /* both partners compute (lower id's) (+) (higher id's): the same operand order */
+    uint8_t swap = (f.id & mask) ? STEP_SWAP : 0;
     xchg_t x = {.peer = rank_of(map, survivor_rank(&f, f.id ^ mask)),
                 .src_buf = src,
                 .dst_buf = BUF_RECV,
                 .sflags = pre,
-                .rflags = (uint8_t)(STEP_REDUCE | pre | (2 * mask >= f.p2 ? STEP_POST : 0)),
+                .rflags = (uint8_t)(STEP_REDUCE | pre | swap | (2 * mask >= f.p2 ? STEP_POST : 0)),
                 .slen = a->count,
                 .rlen = a->count};
     if (exchange(&x, a->chunk ? a->chunk : 1, s) != 0) return -1;

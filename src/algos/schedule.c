@@ -68,13 +68,13 @@ static void dump_step(FILE *f, size_t i, const step_t *st) {
   snprintf(src, sizeof(src), "%s+%zu", buf_name(st->src_buf), st->src_off);
   snprintf(dst, sizeof(dst), "%s+%zu", buf_name(st->dst_buf), st->dst_off);
   /* a peer step's "recv" is the rank whose memory it reads (PEER_REDUCE: the first operand) */
-  fprintf(f, "  %5zu  recv %-3s send %-3s %-17s src %-14s dst %-14s count %zu%s%s%s%s%s\n", i,
+  fprintf(f, "  %5zu  recv %-3s send %-3s %-17s src %-14s dst %-14s count %zu%s%s%s%s%s%s\n", i,
           peer_str(st->recv_peer, rp, sizeof(rp)), peer_str(st->send_peer, sp, sizeof(sp)), kind,
           st->src_buf == BUF_NONE ? "-" : src, (st->flags & STEP_STORE) ? dst : "-", st->count,
           st->flags & STEP_STORE ? " store" : "", st->flags & STEP_PRE ? " pre" : "",
           st->flags & STEP_POST ? " post" : "",
           st->flags & STEP_AFTER_PROGRESS ? " after-progress" : "",
-          st->flags & STEP_WHOLE ? " whole" : "");
+          st->flags & STEP_WHOLE ? " whole" : "", st->flags & STEP_SWAP ? " swap" : "");
 }
 
 void sched_dump_range(const sched_t *s, size_t from, size_t to, int rank, const char *title,

@@ -7,6 +7,7 @@
  *   input  = recv_peer >= 0 ? (REDUCE ? combine(src, received) : received) : src
  *   output = send to send_peer (if any); written to dst (if STORE)
  *   no peer at all: dst = REDUCE ? combine(src, dst) : copy(src)
+ *   (SWAP: combine(received, src) and combine(dst, src) instead)
  *
  * PRE marks `src` as this rank's own input (PreMulSum scales it), POST marks the result as
  * final (Avg divides it). Algorithms (one file each in src/algos/, listed in registry.h) only
@@ -44,6 +45,10 @@ enum {
   STEP_WHOLE = 64, /* FIFO step, only a send from src_buf or only a store into dst_buf, whose
                       peer's matching step is one too: a transport may move it whole by
                       rendezvous (transport.h, send_large / recv_large) */
+  STEP_SWAP = 128, /* FIFO REDUCE step: the other operand order, combine(received, src), or
+                      without a peer dst = combine(dst, src). Max and min of NaNs, and
+                      rounding, depend on the order. The kernels scale only the first operand:
+                      with PRE only where sched_args_t.premul is 0 (PRE then scales nothing) */
 };
 
 /* What a step does. FIFO steps move pieces through connections (the semantics above). Peer
@@ -126,6 +131,7 @@ typedef struct sched_args {
   size_t count;           /* per NCCL's definition for the collective */
   size_t chunk;           /* elements per ring step per round (>= 1) */
   int in_place;
+  int premul; /* a PreMulSum: PRE scales (and rounds) a rank's input; 0: PRE changes nothing */
   const int *host_of_rank; /* [nranks]: host label of each rank (NULL: unknown) */
   const int *ring;         /* [nranks]: the rank at each ring position (NULL: rank order) */
   const int *ring_pos;     /* [nranks]: the ring position of each rank (with ring) */

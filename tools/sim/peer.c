@@ -83,7 +83,7 @@ static int translate(const sched_t *all, int n, int r, lane_buf_t *lanes) {
     uint32_t c = (uint32_t)st->count;
     int rc = 0;
     if (st->kind == STEP_FIFO)
-      rc = lane_push(main, (sim_step_t){st->recv_peer, st->send_peer, c, st->flags});
+      rc = lane_push(main, (sim_step_t){st->recv_peer, st->send_peer, c, SIM_FLAGS(st->flags)});
     else if (st->kind == STEP_PEER_REDUCE)
       rc = lane_push(main, (sim_step_t){-1, -1, c * (uint32_t)(n - 1), STEP_REDUCE}) ||
            serve(main, all, n, r, 1) || ((st->flags & STEP_PUSH) && push_all(main, n, r, c));

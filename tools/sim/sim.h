@@ -101,8 +101,11 @@ double sim_bus_factor(coll_t coll, int nranks);
 typedef struct sim_step {
   int32_t recv, send; /* peers (real ranks), -1 none */
   uint32_t count;     /* elements */
-  uint32_t flags;     /* STEP_* */
+  uint32_t flags;     /* STEP_*, as SIM_FLAGS keeps them */
 } sim_step_t;
+/* The flags that change a step's time: the operand order (STEP_SWAP) does not, and ranks whose
+ * steps differ only in it are alike to the symmetry search. */
+#define SIM_FLAGS(f) ((uint32_t)(f) & ~(uint32_t)STEP_SWAP)
 
 typedef struct sim_lane { /* one sequential lane of one simulated rank */
   sim_step_t *steps;

@@ -73,7 +73,7 @@ static int compact(const sched_t *s, int rank, sim_lane_t *out) {
     if (st->count == 0) continue; /* the engine skips them */
     if (st->count > UINT32_MAX) return -1;
     out->steps[out->n++] =
-        (sim_step_t){st->recv_peer, st->send_peer, (uint32_t)st->count, st->flags};
+        (sim_step_t){st->recv_peer, st->send_peer, (uint32_t)st->count, SIM_FLAGS(st->flags)};
   }
   return 0;
 }
