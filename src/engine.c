@@ -219,6 +219,7 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
     if (rc && !into) rc->transport->recv_done(rc);
     l->pos += n, l->rx_got = 0;
     moved = 1;
+    if (l->pos == st->count) l->cur++, l->pos = 0, l->large = 0; /* its last piece */
   }
   return moved;
 }
