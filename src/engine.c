@@ -29,22 +29,16 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static int transform_active(const reduce_op_t *op, int rflags) {
-  return ((rflags & REDUCE_PRE) && op->premul) || ((rflags & REDUCE_POST) && op->postdiv);
-}
-
 /* Moves one piece of a step whose data is local or a send (no receive). */
 static void piece_local(const op_ctx_t *o, const step_t *st, char *src, char *dst, void *out,
                         size_t n, int rflags) {
   if (st->recv_peer < 0 && st->send_peer < 0 && (st->flags & STEP_REDUCE)) {
-    if (st->flags & STEP_SWAP)
-      reduce_combine(&o->rop, dst, dst, src, n, rflags);
-    else
-      reduce_combine(&o->rop, dst, src, dst, n, rflags);
+    int swap = (st->flags & STEP_SWAP) != 0;
+    reduce_combine(&o->rop, dst, swap ? dst : src, swap ? src : dst, n, rflags);
     return;
   }
   if (out) reduce_copy(&o->rop, out, src, n, rflags);
-  if ((st->flags & STEP_STORE) && (dst != src || transform_active(&o->rop, rflags)))
+  if ((st->flags & STEP_STORE) && (dst != src || reduce_transforms(&o->rop, rflags)))
     reduce_copy(&o->rop, dst, out ? out : src, n, out ? 0 : rflags);
 }
 
@@ -72,7 +66,7 @@ static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char
   }
   if (out) copy_bytes(out, in, n * o->esize);
   if (!(st->flags & STEP_STORE)) return;
-  if (o->stream && !transform_active(&o->rop, rflags & REDUCE_POST))
+  if (o->stream && !reduce_transforms(&o->rop, rflags & REDUCE_POST))
     copy_stream(dst, in, n * o->esize);
   else
     reduce_copy(&o->rop, dst, in, n, rflags & REDUCE_POST);
@@ -83,17 +77,17 @@ static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char
  * there as sent (reduced or not). NULL: they must be computed into a send slot first. */
 static const char *piece_ref(const op_ctx_t *o, const step_t *st, const char *src, const char *dst,
                              int rflags) {
-  if (st->recv_peer < 0) return transform_active(&o->rop, rflags) ? NULL : src;
+  if (st->recv_peer < 0) return reduce_transforms(&o->rop, rflags) ? NULL : src;
   if (!(st->flags & STEP_STORE) || !dst) return NULL;
   if (st->flags & STEP_REDUCE) return dst;
-  return transform_active(&o->rop, rflags & REDUCE_POST) ? NULL : dst;
+  return reduce_transforms(&o->rop, rflags & REDUCE_POST) ? NULL : dst;
 }
 
 /* Can a received piece go straight into dst (recv_into)? When the step only stores it there
  * as it came (and maybe forwards it). */
 static int recv_in_place(const op_ctx_t *o, const step_t *st, const char *dst, int rflags) {
   return !(st->flags & STEP_REDUCE) && (st->flags & STEP_STORE) && dst &&
-         !transform_active(&o->rop, rflags & REDUCE_POST);
+         !reduce_transforms(&o->rop, rflags & REDUCE_POST);
 }
 
 /* Receives the lane's piece straight into dst. Returns 1 once all of it is in (and keeps

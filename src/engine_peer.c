@@ -354,13 +354,11 @@ static int step_local_dev(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
   char *dst = o->buf[st->dst_buf] ? o->buf[st->dst_buf] + st->dst_off * es : NULL;
   int rflags =
       ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
-  int transform =
-      ((rflags & REDUCE_PRE) && o->rop.premul) || ((rflags & REDUCE_POST) && o->rop.postdiv);
+  int transform = reduce_transforms(&o->rop, rflags), swap = (st->flags & STEP_SWAP) != 0;
   int rc = 0;
-  if ((st->flags & STEP_REDUCE) && (st->flags & STEP_SWAP))
-    rc = o->dev->reduce(o->dev_q, dst, dst, src, st->count, &o->rop, rflags);
-  else if (st->flags & STEP_REDUCE)
-    rc = o->dev->reduce(o->dev_q, dst, src, dst, st->count, &o->rop, rflags);
+  if (st->flags & STEP_REDUCE)
+    rc = o->dev->reduce(o->dev_q, dst, swap ? dst : src, swap ? src : dst, st->count, &o->rop,
+                        rflags);
   else if ((st->flags & STEP_STORE) && transform)
     rc = o->dev->reduce(o->dev_q, dst, src, NULL, st->count, &o->rop, rflags);
   else if ((st->flags & STEP_STORE) && dst != src)

@@ -325,7 +325,7 @@ void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count
   reduce_args_t args;
   if (count == 0 || (unsigned)op->type >= ncclNumTypes || (unsigned)op->base >= REDUCE_NUM_BASE_OPS)
     return;
-  if (!(op->premul && (flags & REDUCE_PRE)) && !(op->postdiv && (flags & REDUCE_POST))) {
+  if (!reduce_transforms(op, flags)) {
     if (dst != src) copy_bytes(dst, src, count * type_sizes[op->type]); /* a plain copy */
     return;
   }

@@ -36,6 +36,11 @@ typedef struct reduce_op {
 #define REDUCE_PRE 1  /* first operand is a rank's own input: apply premul */
 #define REDUCE_POST 2 /* result is final: apply postdiv */
 
+/* Whether op with these flags changes values (a scale or a division applies). */
+static inline int reduce_transforms(const reduce_op_t *op, int flags) {
+  return ((flags & REDUCE_PRE) && op->premul) || ((flags & REDUCE_POST) && op->postdiv);
+}
+
 /* dst[i] = post(pre(src[i])). Without premul/postdiv this is a memcpy. */
 void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count, int flags);
 /* dst[i] = post(pre(a[i]) OP b[i]). */
