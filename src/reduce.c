@@ -12,7 +12,7 @@
  *
  *   v = load(a[i]) (fp16/bf16/fp8 widened to fp32)
  *   if pre:  v = v * scale          (integers: wrapping multiply)
- *   if b:    v = v OP load(b[i])    (max: v > b ? v : b, min: v < b ? v : b)
+ *   if b:    v = v OP load(b[i])    (max, min: order-free, as reduce_ops.h defines them)
  *   if post: v = v / divisor        (integers: truncates toward zero)
  *   dst[i] = store(v)               (one rounding to the output type, nearest even)
  *

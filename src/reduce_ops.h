@@ -6,7 +6,7 @@
  *
  *   v = load(a[i])                  fp16/bf16/fp8 widened to fp32, integers to 64 bits
  *   if pre:  v = v * scale          (integers: wrapping multiply)
- *   if b:    v = v OP load(b[i])    (max: v > b ? v : b, min: v < b ? v : b)
+ *   if b:    v = v OP load(b[i])    (max and min: see "max and min of floats" below)
  *   if post: v = v / divisor        (integers: truncates toward zero)
  *   dst[i] = store(v)               (one rounding to the output type, nearest even)
  *
@@ -14,6 +14,14 @@
  * compiles with --fmad=false (CMakeLists.txt), and neither uses fast-math division.
  * Only plain C that both compilers accept lives here: no tables in memory (a device cannot read
  * the host's), bit casts by memcpy, format constants built in registers.
+ *
+ * Max and min of floats are commutative and associative, so every algorithm, whatever order it
+ * combines the ranks' values in, gives the same bits:
+ *   a NaN loses to a number (IEEE 754-2008 maxNum/minNum, CUDA's fmaxf, NCCL's float max);
+ *   -0 < +0: max(-0, +0) = +0 and min(-0, +0) = -0 (the AND, or the OR, of the two codes:
+ *   equal values of any other kind have equal codes);
+ *   two NaNs give the OR of their codes (still a NaN, the same whichever comes first).
+ * The vector kernels (reduce_simd.c) implement the same function with compares and blends.
  */
 #ifndef TUTTI_REDUCE_OPS_H_
 #define TUTTI_REDUCE_OPS_H_
@@ -222,6 +230,14 @@ RO_FN void ro_f32_store(void *p, size_t i, ncclDataType_t type, float v) {
   }
 }
 
+/* Max (max = 1) or min of two floats, as the header comment defines them. */
+RO_FN float ro_f32_maxmin(float x, float y, int max) {
+  uint32_t xb = ro_f32_bits(x), yb = ro_f32_bits(y);
+  if (x != x || y != y) return x == x ? x : y == y ? y : ro_f32_from_bits(xb | yb);
+  if (x == y) return ro_f32_from_bits(max ? xb & yb : xb | yb);
+  return (max ? x > y : x < y) ? x : y;
+}
+
 RO_FN float ro_f32_op(ncclRedOp_t base, float x, float y) {
   switch (base) {
     case ncclSum:
@@ -229,9 +245,9 @@ RO_FN float ro_f32_op(ncclRedOp_t base, float x, float y) {
     case ncclProd:
       return x * y;
     case ncclMax:
-      return x > y ? x : y;
+      return ro_f32_maxmin(x, y, 1);
     default:
-      return x < y ? x : y;
+      return ro_f32_maxmin(x, y, 0);
   }
 }
 
@@ -246,6 +262,26 @@ RO_FN float ro_f32_elem(const reduce_args_t *args, ncclRedOp_t base, float a, in
 
 /* ---- fp64 ---- */
 
+RO_FN uint64_t ro_f64_bits(double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+RO_FN double ro_f64_from_bits(uint64_t u) {
+  double d;
+  memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+/* ro_f32_maxmin for fp64. */
+RO_FN double ro_f64_maxmin(double x, double y, int max) {
+  uint64_t xb = ro_f64_bits(x), yb = ro_f64_bits(y);
+  if (x != x || y != y) return x == x ? x : y == y ? y : ro_f64_from_bits(xb | yb);
+  if (x == y) return ro_f64_from_bits(max ? xb & yb : xb | yb);
+  return (max ? x > y : x < y) ? x : y;
+}
+
 RO_FN double ro_f64_op(ncclRedOp_t base, double x, double y) {
   switch (base) {
     case ncclSum:
@@ -253,9 +289,9 @@ RO_FN double ro_f64_op(ncclRedOp_t base, double x, double y) {
     case ncclProd:
       return x * y;
     case ncclMax:
-      return x > y ? x : y;
+      return ro_f64_maxmin(x, y, 1);
     default:
-      return x < y ? x : y;
+      return ro_f64_maxmin(x, y, 0);
   }
 }
 

@@ -106,13 +106,32 @@ TARGET_AVX2 SIMD_INLINE void v256_ctx_init(v256_ctx_t *c, const reduce_args_t *a
     _mm256_storeu_si256((__m256i *)((char *)dst + off), STEP);                        \
   }
 
+/* Max (max = 1) or min as reduce_ops.h defines them (NaN loses, -0 < +0, two NaNs OR'd):
+ * vmaxps/vminps return y where either is a NaN or both are equal, which the blends correct. */
+TARGET_AVX2 SIMD_INLINE __m256 v256_maxmin_ps(__m256 x, __m256 y, int max) {
+  __m256 r = max ? _mm256_max_ps(x, y) : _mm256_min_ps(x, y);
+  __m256 either = _mm256_or_ps(x, y);
+  r = _mm256_blendv_ps(r, max ? _mm256_and_ps(x, y) : either, _mm256_cmp_ps(x, y, _CMP_EQ_OQ));
+  __m256 xnan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), ynan = _mm256_cmp_ps(y, y, _CMP_UNORD_Q);
+  r = _mm256_blendv_ps(r, x, ynan);
+  return _mm256_blendv_ps(r, either, _mm256_and_ps(xnan, ynan));
+}
+
+TARGET_AVX2 SIMD_INLINE __m256d v256_maxmin_pd(__m256d x, __m256d y, int max) {
+  __m256d r = max ? _mm256_max_pd(x, y) : _mm256_min_pd(x, y);
+  __m256d either = _mm256_or_pd(x, y);
+  r = _mm256_blendv_pd(r, max ? _mm256_and_pd(x, y) : either, _mm256_cmp_pd(x, y, _CMP_EQ_OQ));
+  __m256d xnan = _mm256_cmp_pd(x, x, _CMP_UNORD_Q), ynan = _mm256_cmp_pd(y, y, _CMP_UNORD_Q);
+  r = _mm256_blendv_pd(r, x, ynan);
+  return _mm256_blendv_pd(r, either, _mm256_and_pd(xnan, ynan));
+}
+
 TARGET_AVX2 SIMD_INLINE __m256 v256_calc_ps(__m256 x, __m256 y, const v256_ctx_t *c, int op) {
   if (c->pre) x = _mm256_mul_ps(x, c->scale_ps);
   if (c->has_b) {
     if (op == ncclSum) x = _mm256_add_ps(x, y);
     if (op == ncclProd) x = _mm256_mul_ps(x, y);
-    if (op == ncclMax) x = _mm256_max_ps(x, y); /* x > y ? x : y */
-    if (op == ncclMin) x = _mm256_min_ps(x, y); /* x < y ? x : y */
+    if (op == ncclMax || op == ncclMin) x = v256_maxmin_ps(x, y, op == ncclMax);
   }
   if (c->post) x = _mm256_div_ps(x, c->div_ps);
   return x;
@@ -130,8 +149,7 @@ TARGET_AVX2 SIMD_INLINE __m256i v256_step_f64(__m256i x, __m256i y, const v256_c
   if (c->has_b) {
     if (op == ncclSum) vx = _mm256_add_pd(vx, vy);
     if (op == ncclProd) vx = _mm256_mul_pd(vx, vy);
-    if (op == ncclMax) vx = _mm256_max_pd(vx, vy);
-    if (op == ncclMin) vx = _mm256_min_pd(vx, vy);
+    if (op == ncclMax || op == ncclMin) vx = v256_maxmin_pd(vx, vy, op == ncclMax);
   }
   if (c->post) vx = _mm256_div_pd(vx, c->div_pd);
   return _mm256_castpd_si256(vx);
@@ -268,13 +286,37 @@ TARGET_AVX512 SIMD_INLINE __mmask64 v512_mask(size_t left) {
     _mm512_mask_storeu_epi8((char *)dst + off, m, STEP);                   \
   }
 
+/* v256_maxmin_ps with masks. */
+TARGET_AVX512 SIMD_INLINE __m512 v512_maxmin_ps(__m512 x, __m512 y, int max) {
+  __m512i r = _mm512_castps_si512(max ? _mm512_max_ps(x, y) : _mm512_min_ps(x, y));
+  __m512i xi = _mm512_castps_si512(x), yi = _mm512_castps_si512(y);
+  __m512i either = _mm512_or_si512(xi, yi);
+  __mmask16 xnan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
+            ynan = _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, y, _CMP_EQ_OQ),
+                            max ? _mm512_and_si512(xi, yi) : either);
+  r = _mm512_mask_mov_epi32(r, ynan, xi);
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, xnan & ynan, either));
+}
+
+TARGET_AVX512 SIMD_INLINE __m512d v512_maxmin_pd(__m512d x, __m512d y, int max) {
+  __m512i r = _mm512_castpd_si512(max ? _mm512_max_pd(x, y) : _mm512_min_pd(x, y));
+  __m512i xi = _mm512_castpd_si512(x), yi = _mm512_castpd_si512(y);
+  __m512i either = _mm512_or_si512(xi, yi);
+  __mmask8 xnan = _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q),
+           ynan = _mm512_cmp_pd_mask(y, y, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi64(r, _mm512_cmp_pd_mask(x, y, _CMP_EQ_OQ),
+                            max ? _mm512_and_si512(xi, yi) : either);
+  r = _mm512_mask_mov_epi64(r, ynan, xi);
+  return _mm512_castsi512_pd(_mm512_mask_mov_epi64(r, xnan & ynan, either));
+}
+
 TARGET_AVX512 SIMD_INLINE __m512 v512_calc_ps(__m512 x, __m512 y, const v512_ctx_t *c, int op) {
   if (c->pre) x = _mm512_mul_ps(x, c->scale_ps);
   if (c->has_b) {
     if (op == ncclSum) x = _mm512_add_ps(x, y);
     if (op == ncclProd) x = _mm512_mul_ps(x, y);
-    if (op == ncclMax) x = _mm512_max_ps(x, y); /* x > y ? x : y */
-    if (op == ncclMin) x = _mm512_min_ps(x, y); /* x < y ? x : y */
+    if (op == ncclMax || op == ncclMin) x = v512_maxmin_ps(x, y, op == ncclMax);
   }
   if (c->post) x = _mm512_div_ps(x, c->div_ps);
   return x;
@@ -292,8 +334,7 @@ TARGET_AVX512 SIMD_INLINE __m512i v512_step_f64(__m512i x, __m512i y, const v512
   if (c->has_b) {
     if (op == ncclSum) vx = _mm512_add_pd(vx, vy);
     if (op == ncclProd) vx = _mm512_mul_pd(vx, vy);
-    if (op == ncclMax) vx = _mm512_max_pd(vx, vy);
-    if (op == ncclMin) vx = _mm512_min_pd(vx, vy);
+    if (op == ncclMax || op == ncclMin) vx = v512_maxmin_pd(vx, vy, op == ncclMax);
   }
   if (c->post) vx = _mm512_div_pd(vx, c->div_pd);
   return _mm512_castpd_si512(vx);

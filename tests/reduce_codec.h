@@ -172,6 +172,15 @@ inline bool cpu_runs_isa(const std::string &isa) {
   return false;
 }
 
+// Max or min as reduce_ops.h defines them, in double: a NaN loses to a number, -0 < +0, and two
+// NaNs give a NaN (callers compare NaN results by NaN-ness only).
+inline double max_min(bool max, double x, double y) {
+  if (std::isnan(x)) return y;
+  if (std::isnan(y)) return x;
+  if (x == y) return std::signbit(x) == max ? y : x;  // only zeros of two signs differ
+  return (max ? x > y : x < y) ? x : y;
+}
+
 }  // namespace reduce_codec
 
 #endif  // TUTTI_TESTS_REDUCE_CODEC_H_

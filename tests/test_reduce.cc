@@ -142,10 +142,8 @@ double model_op(ncclRedOp_t op, double x, double y) {
       return x + y;
     case ncclProd:
       return x * y;
-    case ncclMax:
-      return x > y ? x : y;
     default:
-      return x < y ? x : y;
+      return reduce_codec::max_min(op == ncclMax, x, y);
   }
 }
 
@@ -303,6 +301,77 @@ TEST_P(ReduceIsaTest, IntegerEdgeCases) {
     auto u64avg = combine_vec<uint64_t>(ncclUint64, ncclSum, std::vector<uint64_t>(n, UINT64_MAX),
                                         std::vector<uint64_t>(n, 0), 2);
     EXPECT_EQ(u64avg, std::vector<uint64_t>(n, UINT64_MAX / 2));  // unsigned division
+  }
+}
+
+// Two different NaN codes of each float type (quiet, with a payload, and negative).
+std::vector<uint64_t> nan_codes(ncclDataType_t t) {
+  switch (t) {
+    case ncclFloat32:
+      return {0x7fc00000u, 0xffc12345u};
+    case ncclFloat64:
+      return {0x7ff8000000000000ull, 0xfff8000000012345ull};
+    case ncclFloat16:
+      return {0x7e00, 0xfe55};
+    case ncclBfloat16:
+      return {0x7fc0, 0xffd5};
+    case ncclFloat8e4m3:
+      return {0x7f, 0xff};
+    default:  // e5m2
+      return {0x7e, 0xfd};
+  }
+}
+
+// Float max and min do not depend on the operands' order (reduce_ops.h): every pair of special
+// values (+-0, +-1, 2, +-inf where the type has it, two NaNs, the smallest subnormal) both
+// ways round, at a size with vector bodies and a tail. Each result is the model's (a NaN only
+// where both operands are NaNs), and (a, b) and (b, a) give the same code.
+TEST_P(ReduceIsaTest, FloatMaxMinIgnoreOperandOrder) {
+  for (const TypeInfo &ti : kTypes) {
+    if (!ti.is_float) continue;
+    const size_t es = ti.size;
+    std::vector<uint64_t> codes;
+    std::vector<double> vals = {0.0, -0.0, 1.0, -1.0, 2.0};
+    if (ti.type != ncclFloat8e4m3) vals.insert(vals.end(), {INFINITY, -INFINITY});
+    for (double v : vals) {
+      uint64_t c = 0;
+      encode(ti.type, v, &c);
+      codes.push_back(c);
+    }
+    for (uint64_t c : nan_codes(ti.type)) codes.push_back(c);
+    codes.push_back(1);  // the smallest positive subnormal
+    std::vector<uint8_t> a, b;
+    for (size_t r = 0; r < 3; r++)  // repeated: every pair in vector lanes and in a tail
+      for (uint64_t x : codes)
+        for (uint64_t y : codes) {
+          a.insert(a.end(), (const uint8_t *)&x, (const uint8_t *)&x + es);
+          b.insert(b.end(), (const uint8_t *)&y, (const uint8_t *)&y + es);
+        }
+    const size_t n = a.size() / es - 5;
+    for (ncclRedOp_t base : {ncclMax, ncclMin}) {
+      reduce_op_t op;
+      memset(&op, 0, sizeof op);
+      op.type = ti.type;
+      op.base = base;
+      std::vector<uint8_t> ab(n * es), ba(n * es);
+      reduce_combine(&op, ab.data(), a.data(), b.data(), n, REDUCE_PRE | REDUCE_POST);
+      reduce_combine(&op, ba.data(), b.data(), a.data(), n, REDUCE_PRE | REDUCE_POST);
+      for (size_t i = 0; i < n; i++) {
+        double x = decode(ti.type, &a[i * es]), y = decode(ti.type, &b[i * es]);
+        double got = decode(ti.type, &ab[i * es]),
+               want = reduce_codec::max_min(base == ncclMax, x, y);
+        ASSERT_EQ(memcmp(&ab[i * es], &ba[i * es], es), 0)
+            << ti.name << (base == ncclMax ? " max(" : " min(") << x << ", " << y << "): " << got
+            << " one way round, " << decode(ti.type, &ba[i * es]) << " the other";
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got)) << ti.name << " of two NaNs: " << got;
+        } else {
+          EXPECT_TRUE(got == want && std::signbit(got) == std::signbit(want))
+              << ti.name << (base == ncclMax ? " max(" : " min(") << x << ", " << y << ") = " << got
+              << ", want " << want;
+        }
+      }
+    }
   }
 }
 

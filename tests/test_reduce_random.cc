@@ -32,10 +32,8 @@ double model_float_op(ncclRedOp_t op, double x, double y) {
       return x + y;
     case ncclProd:
       return x * y;
-    case ncclMax:
-      return x > y ? x : y;  // either NaN: y (reduce.h)
     default:
-      return x < y ? x : y;
+      return reduce_codec::max_min(op == ncclMax, x, y);
   }
 }
 

@@ -1,7 +1,8 @@
 // Every rank of an all-reduce gets bitwise the same result, whatever the algorithm, also where
-// the operand order shows: max and min with NaNs (the kernels' `v > b ? v : b` keeps the second
-// operand when either is a NaN), and a PreMulSum on fp16, where an input scaled and rounded to
-// fp16 (as it is sent) differs from one scaled in fp32 and added before rounding. Each rank
+// the operand order could show: max and min with NaNs and zeros of both signs (order-free by
+// their definition in reduce_ops.h, so also the same for every algorithm), and a PreMulSum on
+// fp16, where an input scaled and rounded to fp16 (as it is sent) differs from one scaled in
+// fp32 and added before rounding (the algorithms fix the order). Each rank
 // all-gathers its result and compares it with every other rank's, byte for byte.
 #include <gtest/gtest.h>
 #include <math.h>
@@ -33,23 +34,35 @@ int same_on_every_rank(int rank, int n, ncclComm_t comm, const void *res, size_t
   return 0;
 }
 
-// Float max and min, element i a NaN on the ranks whose bit (i >> rank) is set; the elements
-// without NaNs are checked exactly.
+// Float max and min, element i a NaN on the ranks whose bit (i >> rank) is set, a zero of the
+// rank's parity's sign where i % 5 == 4, else +-(rank + 1). Every element is checked exactly: a
+// NaN loses to a number, -0 < +0, and all NaNs give a NaN (reduce_ops.h).
 int nan_max_min(int rank, int n, ncclComm_t comm) {
+  auto value = [](int q, size_t i) {
+    if ((i >> q) & 1) return NAN;
+    if (i % 5 == 4) return q % 2 ? -0.0f : 0.0f;
+    return (float)(q + 1) * (i % 3 ? 1.0f : -1.0f);
+  };
   for (ncclRedOp_t op : {ncclMax, ncclMin})
     for (bool in_place : {false, true}) {
       std::vector<float> s(kCount), r(kCount);
-      for (size_t i = 0; i < kCount; i++)
-        s[i] = ((i >> rank) & 1) ? NAN : (float)(rank + 1) * (i % 3 ? 1.0f : -1.0f);
+      for (size_t i = 0; i < kCount; i++) s[i] = value(rank, i);
       float *dst = in_place ? s.data() : r.data();
       CHILD_CHECK(
           ncclAllReduce(s.data(), dst, kCount, ncclFloat32, op, comm, nullptr) == ncclSuccess, 52,
           "all-reduce: %s", ncclGetLastError(comm));
       for (size_t i = 0; i < kCount; i++) {
-        if (i & ((1u << n) - 1)) continue;  // some rank had a NaN here
-        float sign = i % 3 ? 1.0f : -1.0f, hi = sign > 0 ? (float)n : -1.0f,
-              lo = sign > 0 ? 1.0f : -(float)n;
-        CHILD_CHECK(dst[i] == (op == ncclMax ? hi : lo), 53, "element %zu: %g", i, dst[i]);
+        float want = NAN;
+        for (int q = 0; q < n; q++) {
+          float v = value(q, i);
+          if (isnan(v)) continue;
+          if (isnan(want) || (op == ncclMax ? v > want : v < want) ||
+              (v == want && signbit(v) != (op == ncclMax)))
+            want = v;
+        }
+        bool ok = isnan(want) ? isnan(dst[i]) : dst[i] == want && signbit(dst[i]) == signbit(want);
+        CHILD_CHECK(ok, 53, "%s element %zu: %g, want %g", op == ncclMax ? "max" : "min", i, dst[i],
+                    want);
       }
       int rc = same_on_every_rank(rank, n, comm, dst, kCount * sizeof(float),
                                   op == ncclMax ? "max with NaNs" : "min with NaNs");
