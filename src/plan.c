@@ -429,6 +429,11 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
   if (rc == -2)
     return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
                      coll_name(p->args.coll), algo_name(p->ctx.algo));
+  if (rc == -3)
+    return TUTTI_ERR(ncclInternalError,
+                     "nccl%s: algorithm %s built a step that would scale the second operand of "
+                     "a PreMulSum (STEP_SWAP with STEP_PRE)",
+                     coll_name(p->args.coll), algo_name(p->ctx.algo));
   if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
   if (!cached && !(algo_get(p->ctx.algo)->needs & (ALGO_PEER_STEPS | ALGO_USES_LANES)) &&
       plan_matches(comm, p) && comm->plan.algo == p->ctx.algo) {

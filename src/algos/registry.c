@@ -28,7 +28,13 @@ int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sch
   if (!algo_implements(algo, a->coll)) return -2;
   sched_args_t b = *a;
   if (host_of_rank) b.host_of_rank = host_of_rank;
-  return algo_registry[algo]->build[a->coll](&b, col, lanes);
+  size_t first = col->n;
+  int rc = algo_registry[algo]->build[a->coll](&b, col, lanes);
+  /* The kernels scale only the first operand: a PreMulSum must not swap a scaled one. */
+  const unsigned swapped_pre = STEP_REDUCE | STEP_SWAP | STEP_PRE;
+  for (size_t i = first; rc == 0 && a->premul && i < col->n; i++)
+    if ((col->steps[i].flags & swapped_pre) == swapped_pre) rc = -3;
+  return rc;
 }
 
 size_t sched_scratch_elems(algo_t algo, const sched_args_t *a) {

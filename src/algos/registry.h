@@ -113,7 +113,9 @@ int algo_implements(algo_t a, coll_t c);
 /* Builds rank a->rank's schedule of collective a->coll with algorithm `algo` (the one entry
  * point the planner, the simulator, tutti-sched and the tests share); host_of_rank, when not
  * NULL, replaces a->host_of_rank. Returns 0, -1 out of
- * memory, -2 when the algorithm does not implement the collective or cannot build this call. */
+ * memory, -2 when the algorithm does not implement the collective or cannot build this call, -3
+ * when the builder broke a rule of the steps (a PreMulSum with STEP_SWAP | STEP_PRE: the kernels
+ * scale only the first operand, schedule.h). */
 int sched_build(algo_t algo, const sched_args_t *a, const int *host_of_rank, sched_t *col,
                 sched_t *lanes);
 /* Elements of BUF_SCRATCH the schedule of `algo` for `a` uses (0 for most). */
