@@ -179,7 +179,7 @@ static ncclResult_t shm_reserve_error(const char *name, size_t bytes, int err) {
  * (Docker's default is 64 MiB) maps fine and kills the process with SIGBUS at the first write to
  * a missing page, while posix_fallocate reports ENOSPC. The pages come from the fault path,
  * not from posix_fallocate: with slots allocated by posix_fallocate the out-of-place FIFO calls
- * measured slower, for a reason not found (docs/perf.md, "Pair ratios"). */
+ * measured slower, for a reason not found (docs/perf-baseline.md, "Pair ratios"). */
 static ncclResult_t map_segment(const char *name, size_t bytes, int create, char **out) {
   int fd = shm_open(name, create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
   if (fd < 0)
