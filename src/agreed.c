@@ -34,8 +34,10 @@ static const char *const agreed_names[] = {
     "DIRECT", /* the direct all-reduce path */
     "DIRECT_MIN_BYTES",
     "CMA_MIN_BYTES", /* the cma path (CMA itself is agreed at setup, shm.c) */
-    "CHECK_COLL",    /* an extra exchange before each group's collectives */
-    "CHECKSUM",      /* a CRC32C on every piece the tcp transport sends */
+    "ADAPT",         /* the measured choice between the FIFOs and cma (adapt.h) */
+    "ADAPT_MIN_BYTES",
+    "CHECK_COLL", /* an extra exchange before each group's collectives */
+    "CHECKSUM",   /* a CRC32C on every piece the tcp transport sends */
 };
 #define AGREED_N (sizeof(agreed_names) / sizeof(agreed_names[0]))
 

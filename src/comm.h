@@ -108,6 +108,7 @@ struct ncclComm {
     algo_t algo;
     sched_t steps;
   } plan;
+  struct adapt_bucket *adapt; /* the measured choice's table (adapt.c), NULL until used */
 
   /* Settings read at init. */
   int64_t timeout_ms;

@@ -52,6 +52,7 @@ typedef struct agree_msg { /* where one rank's buffers are, for one call */
   uint32_t magic;
   int32_t exposed[2]; /* send, receive: PEER_EXPOSE_* */
   peer_handle_t h[2];
+  float adapt_t[2]; /* a deciding call's latest times of this rank (adapt.h), else 0 */
 } agree_msg_t;
 
 /* The transport that reaches `rank`'s words and buffers from here (this rank's own: through any
@@ -141,12 +142,13 @@ static void expose(const op_ctx_t *o, const size_t bytes[2], agree_msg_t *m) {
     o->peer_buf[b][comm->rank] = buf;
     m->exposed[b] = t->mem_expose ? t->mem_expose(comm, buf, bytes[b], &m->h[b]) : 0;
   }
+  if (o->adapt_decide) m->adapt_t[0] = o->adapt_t[0], m->adapt_t[1] = o->adapt_t[1];
 }
 
 /* *ok: PEER_AGREE_* from every rank's answers for both buffers (the same on every rank: all
  * saw all messages); maps the buffers when all can be mapped and keeps every handle. An error
  * when a peer sent no handshake. */
-static ncclResult_t decide(const op_ctx_t *o, const agree_msg_t *all, int *ok) {
+static ncclResult_t decide(op_ctx_t *o, const agree_msg_t *all, int *ok) {
   ncclComm_t comm = o->comm;
   int map = 1, read = 1;
   for (int p = 0; p < comm->nranks; p++) {
@@ -162,6 +164,8 @@ static ncclResult_t decide(const op_ctx_t *o, const agree_msg_t *all, int *ok) {
     }
   }
   *ok = map ? PEER_AGREE_MAP : read && comm->peer_read ? PEER_AGREE_READ : PEER_AGREE_NONE;
+  for (int p = 0; o->adapt_decide && p < comm->nranks; p++)
+    for (int k = 0; k < 2; k++) o->adapt_t[k] = TUTTI_MAX(o->adapt_t[k], all[p].adapt_t[k]);
   for (int p = 0; map && p < comm->nranks; p++)
     if (p != comm->rank) TUTTI_CHECK(map_peer(comm, o, p, &all[p]));
   return ncclSuccess;

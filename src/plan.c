@@ -10,7 +10,9 @@
  * but can be read, the call runs the tuner's best algorithm without mapping (cma where it is
  * cheaper than the FIFOs); when they cannot even be read, the best without peer steps. That
  * fallback is decided here and nowhere else, and it holds when ranks' memory differs (heap on
- * one rank, ncclMemAlloc on another): the handshake's answer is collective.
+ * one rank, ncclMemAlloc on another): the handshake's answer is collective. For repeated heap
+ * calls on one host, the measured choice (adapt.h) may run the FIFOs where the model said cma, or
+ * cma where it said the FIFOs, by the times every rank measured (plan_adapt).
  * Build: the registry's builder for the collective, with scratch from the communicator or a
  * temporary. Cache: the last call's steps per communicator (comm->plan), reused by a call with
  * the same key (collective, count, element size, root, in place, PreMulSum), which skips the tuner
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapt.h"
 #include "tls_cache.h"
 
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
@@ -60,6 +63,7 @@ void plan_release(void) {
 }
 
 void plan_free(ncclComm_t comm) {
+  adapt_free(comm);
   sched_free(&comm->plan.steps);
   comm->plan.valid = 0;
 }
@@ -222,9 +226,41 @@ static int plan_matches(ncclComm_t comm, const pending_t *p) {
          comm->plan.in_place == p->args.in_place && comm->plan.premul == p->args.premul;
 }
 
+/* Whether the measured choice (adapt.h) covers p. */
+static int adapted(ncclComm_t comm, const pending_t *p) {
+  int peer_read = comm->peer_mem && comm->peer_read && tutti_param_Direct(); /* as plan_topo */
+  return adapt_qualifies(comm, &p->ctx, &p->args, peer_read);
+}
+
+int plan_wants_time(const pending_t *p) {
+  return adapted(p->ctx.comm, p);
+}
+
+void plan_timed(const pending_t *p, uint64_t ns) {
+  adapt_record(p->ctx.comm, &p->ctx, ns);
+}
+
+/* A call the measured choice covers: the FIFOs' best or cma instead of the model's choice when
+ * the measurements say so. */
+static ncclResult_t plan_adapt(ncclComm_t comm, pending_t *p, uint32_t exclude, int *cached) {
+  int model_cma = (algo_get(p->ctx.algo)->needs & ALGO_PEER_STEPS) != 0;
+  int run = adapt_plan(comm, &p->ctx, &p->args, model_cma);
+  if (run == ADAPT_FIFO && model_cma) {
+    *cached = 0;
+    return choose_into(comm, p, exclude | algos_needing(ALGO_PEER_STEPS));
+  }
+  if (run == ADAPT_CMA && !model_cma) {
+    *cached = 0;
+    p->ctx.algo = ALGO_CMA;
+    set_chunk(comm, p, comm->chunk_bytes);
+  }
+  return ncclSuccess;
+}
+
 /* Sets p->ctx.algo and p->args.chunk. *cached: the steps of comm->plan apply as they are. */
 static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
   *cached = 0;
+  p->ctx.adapt = -1, p->ctx.adapt_decide = 0;
   if (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) {
     p->ctx.algo = ALGO_P2P;
     set_chunk(comm, p, comm->chunk_bytes);
@@ -250,6 +286,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
                                       .chunk = p->args.chunk,
                                       .steps = comm->plan.steps};
   }
+  if (adapted(comm, p)) TUTTI_CHECK(plan_adapt(comm, p, exclude, cached));
   return ncclSuccess;
 }
 
@@ -282,6 +319,7 @@ static int peer_fits(algo_t a, int agreed) {
  * than to reading by copy, unless TUTTI_ALGO allows no mapping algorithm. */
 static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   ncclComm_t comm = p->ctx.comm;
+  adapt_agreed(comm, &p->ctx, &p->args, agreed);
   uint32_t readers = algos_needing(ALGO_NEEDS_PEER_READ);
   if (p->ctx.dev && agreed != PEER_AGREE_MAP)
     TUTTI_CHECK(plan_stage(p, "some rank's device buffers cannot be mapped by the others"));
@@ -510,7 +548,7 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps) {
   *steps = NULL;
   if (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV || p->ctx.dev ||
       (p->args.coll == COLL_ALLTOALL && p->args.in_place) || !plan_matches(comm, p) ||
-      !comm->plan.steps_valid || tutti_param_DumpSchedule())
+      !comm->plan.steps_valid || tutti_param_DumpSchedule() || adapted(comm, p))
     return ncclSuccess;
   p->ctx.seq = comm->op_count++;
   p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;

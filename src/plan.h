@@ -35,6 +35,11 @@ ncclResult_t plan_group(pending_t *ops, size_t n);
  * it what plan_group does and sets *steps to the cached steps, which the engine runs in place
  * (their op index is 0). *steps NULL: plan it with plan_group. */
 ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps);
+/* A group of one call: whether the planner wants its time (the measured choice between the
+ * FIFOs and cma, adapt.h: then time it from before planning to the engine's end), and that
+ * time once the engine ran it. */
+int plan_wants_time(const pending_t *p);
+void plan_timed(const pending_t *p, uint64_t ns);
 /* Memory that lives until plan_release (scratch beyond the communicator's, copies, peer
  * address tables): released once the group's engine run is over. */
 void *plan_temp_alloc(size_t bytes);

@@ -1,0 +1,139 @@
+/* Measured choice between the FIFOs and cma (adapt.h). */
+#include "adapt.h"
+
+#include <stdlib.h>
+
+TUTTI_PARAM(Adapt, "ADAPT", 1)
+TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
+
+#define ADAPT_WARM 8        /* calls of the model's choice before the first probe */
+#define ADAPT_PERIOD_MIN 16 /* steady calls between probes after a change */
+#define ADAPT_PERIOD_MAX 1024
+/* Buckets per collective and placement: the power of two below the call's bytes. */
+#define ADAPT_SIZES 64
+
+enum { PH_FRESH = 0, PH_WARM, PH_STEADY, PH_PROBE, PH_DECIDE };
+
+struct adapt_bucket { /* one collective and size; all but `mine` the same on every rank */
+  uint8_t off;        /* 1: left to the model (mappable or unreadable buffers) */
+  uint8_t pick;       /* ADAPT_FIFO or ADAPT_CMA */
+  uint8_t phase;
+  uint16_t left, period; /* calls before the next probe; steady calls between probes */
+  float mine[2][2];      /* this rank's last two times of the FIFOs [0] and of cma [1], us */
+};
+
+static int coll_slot(coll_t c) {
+  return c == COLL_ALLREDUCE ? 0 : c == COLL_ALLGATHER ? 1 : c == COLL_REDUCESCATTER ? 2 : -1;
+}
+
+/* The call's bytes as the tuner counts them (all-gather, reduce-scatter: the whole buffer). */
+static size_t call_bytes(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a) {
+  size_t b = a->count * o->esize;
+  return a->coll == COLL_ALLREDUCE ? b : b * (size_t)comm->nranks;
+}
+
+/* Both candidates give the same bits: no reduction (all-gather), two operands (x0 (+) x1 is
+ * commutative), integers (exact), or float max and min (order-free, reduce_ops.h). */
+static int same_bits(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a) {
+  ncclDataType_t t = o->rop.type;
+  int is_float = t == ncclFloat64 || t == ncclFloat32 || t == ncclFloat16 || t == ncclBfloat16 ||
+                 t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
+  return a->coll == COLL_ALLGATHER || comm->nranks == 2 || !is_float || o->rop.base == ncclMax ||
+         o->rop.base == ncclMin;
+}
+
+int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read) {
+  int k = coll_slot(a->coll);
+  if (k < 0 || call_bytes(comm, o, a) < (size_t)tutti_param_AdaptMinBytes() || !tutti_param_Adapt())
+    return 0;
+  if (comm->nhosts != 1 || comm->nranks < 2 || o->dev || o->rop.premul || !peer_read) return 0;
+  if (!same_bits(comm, o, a)) return 0;
+  /* TUTTI_ALGO allows cma and some algorithm without peer steps */
+  uint32_t mask = comm->algo_mask[a->coll], fifo = 0;
+  for (int x = 0; x < ALGO_NUM; x++)
+    if (!(algo_get((algo_t)x)->needs & ALGO_PEER_STEPS) && algo_implements((algo_t)x, a->coll))
+      fifo |= 1u << x;
+  return (mask & (1u << ALGO_CMA)) && (mask & fifo);
+}
+
+static struct adapt_bucket *bucket(ncclComm_t comm, const sched_args_t *a, size_t bytes, int *idx) {
+  if (!comm->adapt) comm->adapt = calloc(6 * ADAPT_SIZES, sizeof(struct adapt_bucket));
+  if (!comm->adapt) return NULL;
+  int lg = 63 - __builtin_clzll((unsigned long long)bytes);
+  *idx = (coll_slot(a->coll) * 2 + (a->in_place != 0)) * ADAPT_SIZES + lg;
+  return &comm->adapt[*idx];
+}
+
+/* A candidate's time for a decision: the faster of its last two (0: none yet), so that one
+ * call slowed by something else (the first touch of new buffers' pages) decides nothing. */
+static float best_of_two(const float t[2]) {
+  return t[1] > 0 && t[1] < t[0] ? t[1] : t[0];
+}
+
+int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cma) {
+  int idx;
+  struct adapt_bucket *b = bucket(comm, a, call_bytes(comm, o, a), &idx);
+  if (!b || b->off)
+    return ADAPT_MODEL; /* out of memory: the model, on every rank alike (no
+                            rank's state moves, so none decides) */
+  o->adapt = idx;
+  switch (b->phase) {
+    case PH_FRESH:
+      b->phase = PH_WARM, b->left = ADAPT_WARM;
+      /* fall through */
+    case PH_WARM:
+      if (--b->left == 0)
+        b->pick = model_cma ? ADAPT_CMA : ADAPT_FIFO, b->period = ADAPT_PERIOD_MIN / 2,
+        b->phase = PH_PROBE;
+      return ADAPT_MODEL;
+    case PH_STEADY:
+      if (--b->left == 0) b->phase = PH_PROBE;
+      return b->pick;
+    case PH_PROBE:
+      b->phase = PH_DECIDE;
+      return b->pick == ADAPT_CMA ? ADAPT_FIFO : ADAPT_CMA;
+    default: /* PH_DECIDE: cma, whose handshake carries every rank's times */
+      o->adapt_decide = 1;
+      o->adapt_t[0] = best_of_two(b->mine[0]), o->adapt_t[1] = best_of_two(b->mine[1]);
+      return ADAPT_CMA;
+  }
+}
+
+void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agreed) {
+  if (o->adapt < 0) return;
+  struct adapt_bucket *b = &comm->adapt[o->adapt];
+  if (agreed != PEER_AGREE_READ) {
+    if (!b->off)
+      INFO(SUB_COLL | SUB_TUNING,
+           "nccl%s of %zu bytes: the peers' buffers can %s: the model chooses for this size "
+           "from now on",
+           coll_name(a->coll), call_bytes(comm, o, a),
+           agreed == PEER_AGREE_MAP ? "be mapped" : "not be read");
+    b->off = 1, o->adapt = -1;
+    return;
+  }
+  if (!o->adapt_decide) return;
+  float fifo = o->adapt_t[0], cma = o->adapt_t[1]; /* the slowest rank's */
+  int pick = fifo > 0 && cma > 0 ? (cma < fifo ? ADAPT_CMA : ADAPT_FIFO) : b->pick;
+  unsigned period = pick == b->pick ? 2u * b->period : ADAPT_PERIOD_MIN;
+  b->period = (uint16_t)(period > ADAPT_PERIOD_MAX ? ADAPT_PERIOD_MAX : period);
+  b->pick = (uint8_t)pick, b->left = b->period, b->phase = PH_STEADY;
+  INFO(SUB_COLL | SUB_TUNING,
+       "nccl%s of %zu bytes, measured (slowest rank): FIFOs %.1f us, cma %.1f us: %s for the "
+       "next %u calls",
+       coll_name(a->coll), call_bytes(comm, o, a), fifo, cma,
+       pick == ADAPT_CMA ? "cma" : "the FIFOs", b->period);
+}
+
+void adapt_record(ncclComm_t comm, const op_ctx_t *o, uint64_t ns) {
+  if (o->adapt < 0 || !comm->adapt) return;
+  unsigned needs = algo_get(o->algo)->needs;
+  if (needs & ALGO_NEEDS_PEER_MEMORY) return; /* direct: the bucket is the model's now */
+  float *t = comm->adapt[o->adapt].mine[(needs & ALGO_NEEDS_PEER_READ) ? 1 : 0];
+  t[1] = t[0], t[0] = (float)ns / 1000.0f;
+}
+
+void adapt_free(ncclComm_t comm) {
+  free(comm->adapt);
+  comm->adapt = NULL;
+}

@@ -1,0 +1,52 @@
+/* Measured choice between the FIFOs and reading by copy (cma) for heap calls on one host.
+ *
+ * Which of the two is faster is not a property of the machine's model: on a virtual machine
+ * whose two vCPUs the host sometimes places close together and sometimes far apart, the FIFO
+ * ring (copies in user space through shared pages) is 1.5-2x faster than cma (the kernel's copy)
+ * in one placement and 2-3x slower in the other, and the placement changes within seconds
+ * (docs/perf-baseline.md). So for a call that is repeated, where the cost model says cma or
+ * the FIFOs, the planner measures both and keeps the faster, per collective, placement (in place or
+ * not) and size (the power of two below the call's bytes), and measures again from time to time:
+ *
+ *   warm-up   the model's choice, ADAPT_WARM calls (a call made once or twice keeps it)
+ *   probe     one call of the other candidate, then one cma call whose peer-memory handshake
+ *             carries every rank's time of each candidate (the faster of its last two calls):
+ *             every rank takes the slowest rank's time of each and keeps the faster candidate
+ *             (ties: the FIFOs)
+ *   steady    the kept candidate for `period` calls, then a probe again; period doubles while
+ *             probes keep the same candidate (16 .. 1024 calls) and is 16 again after a change
+ *
+ * Every rank makes the same choice: the state moves only with the call sequence, which is the
+ * same on every rank, and with the handshake's answers, which every rank receives alike. Times
+ * are this rank's alone (a group of one call, from the planner to the engine's end), and only
+ * enter a choice through a handshake. The choice never changes results: a call qualifies only
+ * where both candidates give the same bits (2 ranks: x0 (+) x1 either way; integers; float max
+ * and min, which are order-free), plain ops, host memory, 1 host, and at least
+ * TUTTI_ADAPT_MIN_BYTES bytes. Buffers the peers can map (the handshake says so) leave the
+ * bucket to the model for good (the direct algorithm maps them). TUTTI_ADAPT=0: the model's
+ * choice alone.
+ */
+#ifndef TUTTI_ADAPT_H_
+#define TUTTI_ADAPT_H_
+
+#include "engine.h"
+
+/* What the planner runs for a qualifying call, decided before its handshake. */
+enum { ADAPT_NONE = -1, ADAPT_MODEL = 0, ADAPT_FIFO = 1, ADAPT_CMA = 2 };
+
+/* Whether the call (o, a) qualifies (the same answer on every rank); peer_read: the tuner may
+ * read peers' memory by copy (plan_topo). Cheap: asked for every large call. */
+int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read);
+/* For a qualifying call whose model choice is `model_cma` (1: cma or direct, 0: the FIFOs):
+ * what to run (ADAPT_MODEL, _FIFO or _CMA); sets o->adapt (the bucket, -1 none) and, for a
+ * deciding call, o->adapt_decide and o->adapt_t (this rank's times, for the handshake). */
+int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cma);
+/* After the handshake of a call: agreed (PEER_AGREE_*), and in o->adapt_t the slowest rank's
+ * times when it decides. */
+void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agreed);
+/* After the engine ran the call (a group of one) in `ns` nanoseconds. */
+void adapt_record(ncclComm_t comm, const op_ctx_t *o, uint64_t ns);
+/* Frees the communicator's table. */
+void adapt_free(ncclComm_t comm);
+
+#endif

@@ -1,0 +1,149 @@
+// The measured choice between the FIFOs and cma (src/adapt.h) on heap buffers of forked ranks:
+// it keeps the faster candidate (cma held back by TUTTI_TEST_PEER_DELAY_US loses), every rank
+// makes the same choices in the same order, results stay exact while the algorithm changes from
+// call to call, and it stays out of calls whose bits could depend on the algorithm, of buffers
+// the peers can map, and of TUTTI_ADAPT=0.
+#include <gtest/gtest.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "forked_ranks.h"
+#include "log_capture.h"  // first: sets the logging variables before anything reads them
+#include "nccl.h"
+
+namespace {
+
+const char *const kDecided = "measured (slowest rank)";
+
+// `calls` all-reduces of `count` int32 (or float) elements, in place or not; every result
+// checked exactly: element i of rank r's input is r + i % 1000 (+ 0.5 as float), so the sum is
+// n (i % 1000) + n (n - 1) / 2 (+ n / 2), exact in both types.
+int run_calls(int rank, int n, ncclComm_t comm, size_t count, int calls, bool as_float,
+              bool in_place, bool memalloc = false) {
+  size_t bytes = count * 4;
+  void *s = nullptr, *r = nullptr;
+  if (memalloc) {
+    CHILD_CHECK(ncclMemAlloc(&s, bytes) == ncclSuccess && ncclMemAlloc(&r, bytes) == ncclSuccess,
+                40, "ncclMemAlloc");
+  } else {
+    s = malloc(bytes), r = malloc(bytes);
+  }
+  for (int c = 0; c < calls; c++) {
+    for (size_t i = 0; i < count; i++) {
+      if (as_float)
+        static_cast<float *>(s)[i] = (float)(rank + (int)(i % 1000)) + 0.5f;
+      else
+        static_cast<int32_t *>(s)[i] = rank + (int32_t)(i % 1000);
+    }
+    void *dst = in_place ? s : r;
+    CHILD_CHECK(ncclAllReduce(s, dst, count, as_float ? ncclFloat32 : ncclInt32, ncclSum, comm,
+                              nullptr) == ncclSuccess,
+                41, "call %d: %s", c, ncclGetLastError(comm));
+    for (size_t i = 0; i < count; i++) {
+      double want = (double)n * (double)(i % 1000) + n * (n - 1) / 2.0 + (as_float ? n / 2.0 : 0);
+      double got = as_float ? static_cast<float *>(dst)[i] : static_cast<int32_t *>(dst)[i];
+      CHILD_CHECK(got == want, 42, "call %d element %zu: %g, want %g", c, i, got, want);
+    }
+  }
+  if (memalloc) {
+    ncclMemFree(s), ncclMemFree(r);
+  } else {
+    free(s), free(r);
+  }
+  return 0;
+}
+
+// The decisions each rank logged, in order ("...: cma for the next 16 calls"), by the rank in
+// the lines' "host:pid:tid [rank]" prefix (ranks forked after the test process opened its log
+// write to its file, so a file is not a rank).
+std::vector<std::vector<std::string>> decisions_per_rank(int n) {
+  std::vector<std::vector<std::string>> out(n);
+  for (const std::string &line : log_capture::lines()) {
+    if (line.find(kDecided) == std::string::npos) continue;
+    size_t open = line.find(" ["), close = line.find("] ", open);
+    if (open == std::string::npos || close == std::string::npos) continue;
+    int rank = atoi(line.c_str() + open + 2);
+    if (rank >= 0 && rank < n) out[rank].push_back(line.substr(line.rfind(": ") + 2));
+  }
+  return out;
+}
+
+void expect_all_ok(const std::vector<int> &codes) {
+  for (size_t r = 0; r < codes.size(); r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// cma held back 20 ms per peer step on rank 1: the first decision (after 8 calls of the
+// model's cma, one FIFO call, one cma call) keeps the FIFOs, on both ranks, and so do the later
+// ones; 256 KiB in place and out of place.
+TEST(Adapt, KeepsTheFasterCandidate) {
+  log_capture::clear();
+  auto codes = forked(
+      2,
+      [](int) {
+        setenv("TUTTI_TEST_PEER_DELAY_US", "20000", 1);
+        setenv("TUTTI_TEST_PEER_DELAY_RANK", "1", 1);
+      },
+      [](int rank, ncclComm_t comm) {
+        int rc = run_calls(rank, 2, comm, 65536, 40, false, false);
+        return rc ? rc : run_calls(rank, 2, comm, 65536, 40, true, true);
+      });
+  expect_all_ok(codes);
+  auto d = decisions_per_rank(2);
+  for (const auto &mine : d) {
+    ASSERT_GE(mine.size(), 2u) << "a decision per placement at least";
+    for (const std::string &kept : mine) EXPECT_EQ(kept.find("cma"), std::string::npos) << kept;
+  }
+  EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
+}
+
+// 3 ranks, int32 sums of 96 KiB (the model's FIFOs; cma probed), 300 calls: every result exact
+// while the algorithm changes, and every rank logs the same decisions in the same order.
+TEST(Adapt, EveryRankMakesTheSameChoices) {
+  log_capture::clear();
+  auto codes = forked(
+      3, [](int) {},
+      [](int rank, ncclComm_t comm) { return run_calls(rank, 3, comm, 24576, 300, false, false); });
+  expect_all_ok(codes);
+  auto d = decisions_per_rank(3);
+  EXPECT_GE(d[0].size(), 3u) << "rank 0's decisions (logs in " << log_capture::g_dir << ")";
+  EXPECT_EQ(d[0], d[1]);
+  EXPECT_EQ(d[0], d[2]);
+}
+
+// Where the algorithm could change the bits (a float sum over 3 ranks), with TUTTI_ADAPT=0, and
+// on buffers the peers map (ncclMemAlloc, shared memory: the direct algorithm), nothing is
+// measured: the model chooses.
+TEST(Adapt, StaysOutWhereItMustNot) {
+  log_capture::clear();
+  auto codes = forked(
+      3, [](int) {},
+      [](int rank, ncclComm_t comm) { return run_calls(rank, 3, comm, 65536, 40, true, false); });
+  expect_all_ok(codes);
+  EXPECT_EQ(log_capture::count(kDecided), 0) << "float sums over 3 ranks";
+
+  log_capture::clear();
+  codes = forked(
+      2, [](int) { setenv("TUTTI_ADAPT", "0", 1); },
+      [](int rank, ncclComm_t comm) { return run_calls(rank, 2, comm, 65536, 40, false, false); });
+  expect_all_ok(codes);
+  EXPECT_EQ(log_capture::count(kDecided), 0) << "TUTTI_ADAPT=0";
+  EXPECT_EQ(log_capture::count("cma, the peers' buffers read by copy"), 2 * 40)
+      << "the model's cma for every call of 256 KiB";
+
+  log_capture::clear();
+  codes = forked(
+      2, [](int) { setenv("TUTTI_MEM_ALLOC", "shared", 1); },
+      [](int rank, ncclComm_t comm) {
+        return run_calls(rank, 2, comm, 65536, 40, false, false, true);
+      });
+  expect_all_ok(codes);
+  EXPECT_EQ(log_capture::count(kDecided), 0) << "mapped buffers";
+  EXPECT_EQ(log_capture::count("be mapped: the model chooses for this size from now on"), 2);
+  EXPECT_EQ(log_capture::count("direct, the peers' buffers read in place"), 2 * 40);
+}
+
+}  // namespace
