@@ -386,6 +386,14 @@ TEST(AgreedSettings, CmaMinBytesOnOneRankOnlyFailsInit) {
 TEST(AgreedSettings, PeerReadModelOnOneRankOnlyFailsInit) {
   expect_setting_refused("TUNER_PEER_READ_GBPS", "0.001");
 }
+// The measured choice (src/adapt.h) on some ranks only would run cma on some and the FIFOs on
+// the others after a few calls.
+TEST(AgreedSettings, AdaptOnOneRankOnlyFailsInit) {
+  expect_setting_refused("ADAPT", "0");
+}
+TEST(AgreedSettings, AdaptMinBytesOnOneRankOnlyFailsInit) {
+  expect_setting_refused("ADAPT_MIN_BYTES", "4096");
+}
 
 // ---------------------------------------------------------------- TUTTI_CHECK_COLL=1
 
