@@ -12,7 +12,7 @@ TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
 /* Buckets per collective and placement: the power of two below the call's bytes. */
 #define ADAPT_SIZES 64
 
-enum { PH_FRESH = 0, PH_WARM, PH_STEADY, PH_PROBE, PH_DECIDE };
+enum { PH_FRESH = 0, PH_WARM, PH_STEADY, PH_PROBE, PH_PROBE2, PH_DECIDE };
 
 struct adapt_bucket { /* one collective and size; all but `mine` the same on every rank */
   uint8_t off;        /* 1: left to the model (mappable or unreadable buffers) */
@@ -89,8 +89,10 @@ int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cm
     case PH_STEADY:
       if (--b->left == 0) b->phase = PH_PROBE;
       return b->pick;
-    case PH_PROBE:
-      b->phase = PH_DECIDE;
+    case PH_PROBE: /* the other candidate twice: the first call after a switch runs slower
+                      (caches, pages), the faster of the two counts */
+    case PH_PROBE2:
+      b->phase = b->phase == PH_PROBE ? PH_PROBE2 : PH_DECIDE;
       return b->pick == ADAPT_CMA ? ADAPT_FIFO : ADAPT_CMA;
     default: /* PH_DECIDE: cma, whose handshake carries every rank's times */
       o->adapt_decide = 1;
@@ -115,7 +117,7 @@ void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agree
   if (!o->adapt_decide) return;
   float fifo = o->adapt_t[0], cma = o->adapt_t[1]; /* the slowest rank's */
   int pick = fifo > 0 && cma > 0 ? (cma < fifo ? ADAPT_CMA : ADAPT_FIFO) : b->pick;
-  unsigned period = pick == b->pick ? 2u * b->period : ADAPT_PERIOD_MIN;
+  unsigned period = pick == b->pick ? 4u * b->period : ADAPT_PERIOD_MIN;
   b->period = (uint16_t)(period > ADAPT_PERIOD_MAX ? ADAPT_PERIOD_MAX : period);
   b->pick = (uint8_t)pick, b->left = b->period, b->phase = PH_STEADY;
   INFO(SUB_COLL | SUB_TUNING,

@@ -9,12 +9,13 @@
  * not) and size (the power of two below the call's bytes), and measures again from time to time:
  *
  *   warm-up   the model's choice, ADAPT_WARM calls (a call made once or twice keeps it)
- *   probe     one call of the other candidate, then one cma call whose peer-memory handshake
- *             carries every rank's time of each candidate (the faster of its last two calls):
- *             every rank takes the slowest rank's time of each and keeps the faster candidate
- *             (ties: the FIFOs)
- *   steady    the kept candidate for `period` calls, then a probe again; period doubles while
- *             probes keep the same candidate (16 .. 1024 calls) and is 16 again after a change
+ *   probe     two calls of the other candidate (the first after a switch runs slower), then
+ *             one cma call whose peer-memory handshake carries every rank's time of each
+ *             candidate (the faster of its last two calls): every rank takes the slowest rank's
+ *             time of each and keeps the faster candidate (ties: the FIFOs)
+ *   steady    the kept candidate for `period` calls, then a probe again; period grows 4x while
+ *             probes keep the same candidate (8, 32, 128, 512, 1024 calls) and is 16 again
+ *             after a change
  *
  * Every rank makes the same choice: the state moves only with the call sequence, which is the
  * same on every rank, and with the handshake's answers, which every rank receives alike. Times
