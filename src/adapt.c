@@ -73,9 +73,8 @@ static float best_of_two(const float t[2]) {
 int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cma) {
   int idx;
   struct adapt_bucket *b = bucket(comm, a, call_bytes(comm, o, a), &idx);
-  if (!b || b->off)
-    return ADAPT_MODEL; /* out of memory: the model, on every rank alike (no
-                            rank's state moves, so none decides) */
+  if (!b) return ADAPT_NOMEM; /* an error: a rank whose state stood still would choose apart */
+  if (b->off) return ADAPT_MODEL;
   o->adapt = idx;
   switch (b->phase) {
     case PH_FRESH:

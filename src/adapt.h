@@ -33,14 +33,15 @@
 #include "engine.h"
 
 /* What the planner runs for a qualifying call, decided before its handshake. */
-enum { ADAPT_NONE = -1, ADAPT_MODEL = 0, ADAPT_FIFO = 1, ADAPT_CMA = 2 };
+enum { ADAPT_NOMEM = -2, ADAPT_MODEL = 0, ADAPT_FIFO = 1, ADAPT_CMA = 2 };
 
 /* Whether the call (o, a) qualifies (the same answer on every rank); peer_read: the tuner may
  * read peers' memory by copy (plan_topo). Cheap: asked for every large call. */
 int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read);
 /* For a qualifying call whose model choice is `model_cma` (1: cma or direct, 0: the FIFOs):
- * what to run (ADAPT_MODEL, _FIFO or _CMA); sets o->adapt (the bucket, -1 none) and, for a
- * deciding call, o->adapt_decide and o->adapt_t (this rank's times, for the handshake). */
+ * what to run (ADAPT_MODEL, _FIFO or _CMA; ADAPT_NOMEM: no memory for the table); sets o->adapt
+ * (the bucket, -1 none) and, for a deciding call, o->adapt_decide and o->adapt_t (this rank's
+ * times, for the handshake). */
 int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cma);
 /* After the handshake of a call: agreed (PEER_AGREE_*), and in o->adapt_t the slowest rank's
  * times when it decides. */

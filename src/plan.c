@@ -245,6 +245,9 @@ void plan_timed(const pending_t *p, uint64_t ns) {
 static ncclResult_t plan_adapt(ncclComm_t comm, pending_t *p, uint32_t exclude, int *cached) {
   int model_cma = (algo_get(p->ctx.algo)->needs & ALGO_PEER_STEPS) != 0;
   int run = adapt_plan(comm, &p->ctx, &p->args, model_cma);
+  if (run == ADAPT_NOMEM)
+    return TUTTI_ERR(ncclSystemError, "nccl%s: out of memory for the measured choice's table",
+                     coll_name(p->args.coll));
   if (run == ADAPT_FIFO && model_cma) {
     *cached = 0;
     return choose_into(comm, p, exclude | algos_needing(ALGO_PEER_STEPS));
