@@ -1,7 +1,10 @@
 /* Measured choice between the FIFOs and cma (adapt.h). */
 #include "adapt.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+
+#include "reduce_ops.h"
 
 TUTTI_PARAM(Adapt, "ADAPT", 1)
 TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
@@ -36,16 +39,18 @@ static size_t call_bytes(ncclComm_t comm, const op_ctx_t *o, const sched_args_t 
  * commutative), integers (exact), or float max and min (order-free, reduce_ops.h). */
 static int same_bits(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a) {
   ncclDataType_t t = o->rop.type;
-  int is_float = t == ncclFloat64 || t == ncclFloat32 || t == ncclFloat16 || t == ncclBfloat16 ||
-                 t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
+  int is_float = t == ncclFloat64 || ro_type_is_f32(t);
   return a->coll == COLL_ALLGATHER || comm->nranks == 2 || !is_float || o->rop.base == ncclMax ||
          o->rop.base == ncclMin;
 }
 
+size_t adapt_min_bytes(void) {
+  int64_t min = tutti_param_AdaptMinBytes();
+  return tutti_param_Adapt() ? (size_t)(min > 1 ? min : 1) : SIZE_MAX;
+}
+
 int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read) {
-  int k = coll_slot(a->coll);
-  if (k < 0 || call_bytes(comm, o, a) < (size_t)tutti_param_AdaptMinBytes() || !tutti_param_Adapt())
-    return 0;
+  if (coll_slot(a->coll) < 0 || call_bytes(comm, o, a) < adapt_min_bytes()) return 0;
   if (comm->nhosts != 1 || comm->nranks < 2 || o->dev || o->rop.premul || !peer_read) return 0;
   if (!same_bits(comm, o, a)) return 0;
   /* TUTTI_ALGO allows cma and some algorithm without peer steps */

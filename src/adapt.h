@@ -35,6 +35,9 @@
 /* What the planner runs for a qualifying call, decided before its handshake. */
 enum { ADAPT_NOMEM = -2, ADAPT_MODEL = 0, ADAPT_FIFO = 1, ADAPT_CMA = 2 };
 
+/* The smallest call (the tuner's bytes) that may qualify; SIZE_MAX with TUTTI_ADAPT=0. Callers
+ * on the small-call path compare with it (kept per communicator) before asking more. */
+size_t adapt_min_bytes(void);
 /* Whether the call (o, a) qualifies (the same answer on every rank); peer_read: the tuner may
  * read peers' memory by copy (plan_topo). Cheap: asked for every large call. */
 int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read);

@@ -109,6 +109,7 @@ struct ncclComm {
     sched_t steps;
   } plan;
   struct adapt_bucket *adapt; /* the measured choice's table (adapt.c), NULL until used */
+  size_t adapt_min_bytes;     /* adapt_min_bytes(), read at the first call (0: not yet) */
 
   /* Settings read at init. */
   int64_t timeout_ms;

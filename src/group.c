@@ -183,9 +183,9 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     goto out;
   }
   const sched_t *cached = NULL;
-  /* a call the measured choice covers is timed from here to the engine's end (adapt.h) */
-  uint64_t t0 = n == 1 && plan_wants_time(&ops[0]) ? tutti_time_ns() : 0;
-  if (n == 1 && (res = plan_one_cached(&ops[0], &cached)) != ncclSuccess) goto failed;
+  int timed = 0; /* the planner wants the call's time, to the engine's end (adapt.h) */
+  if (n == 1 && (res = plan_one_cached(&ops[0], &cached, &timed)) != ncclSuccess) goto failed;
+  uint64_t t0 = timed ? tutti_time_ns() : 0;
   if (cached) { /* one call repeated: its cached steps run in place, as one lane */
     lane_t lane = {.comm = ops[0].ctx.comm, .steps = cached->steps, .nsteps = cached->n};
     res = engine_run(&lane, 1, &ops[0].ctx);

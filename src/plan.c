@@ -95,6 +95,12 @@ static int tuning_log_first(ncclComm_t comm, coll_t c, size_t bytes) {
   return tutti_log_enabled(LOG_INFO, SUB_TUNING) && seen_first(&seen, comm, c, bytes);
 }
 
+/* Every rank may read every other's memory by copy, and peer steps are allowed (TUTTI_DIRECT=0:
+ * none). */
+static int peer_read_allowed(ncclComm_t comm) {
+  return comm->peer_mem && comm->peer_read && tutti_param_Direct();
+}
+
 tuner_topo_t plan_topo(ncclComm_t comm) {
   return (tuner_topo_t){
       .nranks = comm->nranks,
@@ -106,8 +112,7 @@ tuner_topo_t plan_topo(ncclComm_t comm) {
       .host_blocks = comm->host_blocks,
       .ring_grouped = comm->ring_grouped,
       .peer_mem = comm->peer_mem && tutti_param_Direct(),
-      .peer_read = comm->peer_mem && comm->peer_read &&
-                   tutti_param_Direct(), /* TUTTI_DIRECT=0: no peer steps */
+      .peer_read = peer_read_allowed(comm),
       .slot_bytes = comm->slot_bytes,
       .chunk_bytes = comm->chunk_bytes,
       .scratch_bytes = comm->scratch_max_bytes,
@@ -226,14 +231,17 @@ static int plan_matches(ncclComm_t comm, const pending_t *p) {
          comm->plan.in_place == p->args.in_place && comm->plan.premul == p->args.premul;
 }
 
-/* Whether the measured choice (adapt.h) covers p. */
-static int adapted(ncclComm_t comm, const pending_t *p) {
-  int peer_read = comm->peer_mem && comm->peer_read && tutti_param_Direct(); /* as plan_topo */
-  return adapt_qualifies(comm, &p->ctx, &p->args, peer_read);
-}
-
-int plan_wants_time(const pending_t *p) {
-  return adapted(p->ctx.comm, p);
+/* Whether the measured choice (adapt.h) covers p. Small calls, most of them, stop at the size:
+ * the one test on their path. */
+static inline __attribute__((always_inline)) int adapted(ncclComm_t comm, const pending_t *p) {
+  size_t bytes = p->args.count * p->ctx.esize;
+  if (p->args.coll != COLL_ALLREDUCE) bytes *= (size_t)comm->nranks;
+  if (bytes < comm->adapt_min_bytes) return 0;
+  if (!comm->adapt_min_bytes) {
+    comm->adapt_min_bytes = adapt_min_bytes();
+    if (bytes < comm->adapt_min_bytes) return 0;
+  }
+  return adapt_qualifies(comm, &p->ctx, &p->args, peer_read_allowed(comm));
 }
 
 void plan_timed(const pending_t *p, uint64_t ns) {
@@ -546,12 +554,13 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
   return ncclSuccess;
 }
 
-ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps) {
+ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
-  if (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV || p->ctx.dev ||
+  *timed = adapted(comm, p);
+  if (*timed || p->args.coll == COLL_SEND || p->args.coll == COLL_RECV || p->ctx.dev ||
       (p->args.coll == COLL_ALLTOALL && p->args.in_place) || !plan_matches(comm, p) ||
-      !comm->plan.steps_valid || tutti_param_DumpSchedule() || adapted(comm, p))
+      !comm->plan.steps_valid || tutti_param_DumpSchedule())
     return ncclSuccess;
   p->ctx.seq = comm->op_count++;
   p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;

@@ -33,12 +33,11 @@ ncclResult_t plan_group(pending_t *ops, size_t n);
 /* The fast way for a group of one host call whose steps are its communicator's cached plan as
  * they are (the key of the last call, no peer steps, no lanes, no input to copy first): does for
  * it what plan_group does and sets *steps to the cached steps, which the engine runs in place
- * (their op index is 0). *steps NULL: plan it with plan_group. */
-ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps);
-/* A group of one call: whether the planner wants its time (the measured choice between the
- * FIFOs and cma, adapt.h: then time it from before planning to the engine's end), and that
- * time once the engine ran it. */
-int plan_wants_time(const pending_t *p);
+ * (their op index is 0). *steps NULL: plan it with plan_group. *timed: the planner wants the
+ * call's time (the measured choice between the FIFOs and cma, adapt.h): the caller times it from
+ * here to the engine's end and hands it to plan_timed; such a call never takes the fast way. */
+ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed);
+/* The time of a call plan_one_cached asked for, once the engine ran it. */
 void plan_timed(const pending_t *p, uint64_t ns);
 /* Memory that lives until plan_release (scratch beyond the communicator's, copies, peer
  * address tables): released once the group's engine run is over. */
