@@ -26,6 +26,8 @@ static const char *const agreed_names[] = {
     "TUNER_PEER_GBPS",
     "TUNER_PEER_READ_LAT_US", /* reading by copy (cma) against the FIFOs */
     "TUNER_PEER_READ_GBPS",
+    "TUNER_PEER_PUSH_LAT_US", /* the push all-reduce against direct and the FIFOs */
+    "TUNER_PEER_PUSH_GBPS",
     "TUNER_PIECE_US",
     "TUNER_CODEC_NS", /* compressed calls: which lossy entry */
     "SHM_DISABLE",    /* which transport connects a pair */
@@ -33,8 +35,9 @@ static const char *const agreed_names[] = {
     "SHM_NSLOTS",
     "DIRECT", /* the direct all-reduce path */
     "DIRECT_MIN_BYTES",
-    "CMA_MIN_BYTES", /* the cma path (CMA itself is agreed at setup, shm.c) */
-    "ADAPT",         /* the measured choice between the FIFOs and cma (adapt.h) */
+    "CMA_MIN_BYTES",  /* the cma path (CMA itself is agreed at setup, shm.c) */
+    "PUSH_MIN_BYTES", /* the push all-reduce (algos/push.c) */
+    "ADAPT",          /* the measured choice between the FIFOs and cma (adapt.h) */
     "ADAPT_MIN_BYTES",
     "CHECK_COLL", /* an extra exchange before each group's collectives */
     "CHECKSUM",   /* a CRC32C on every piece the tcp transport sends */

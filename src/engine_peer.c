@@ -291,14 +291,18 @@ static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at
   return ncclSuccess;
 }
 
-/* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer (*bad: the
- * peer a failed write was to). */
+/* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer, by store
+ * where it is mapped, else by copy (*bad: the peer a failed write was to). */
 static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
                                const char *piece, int *bad) {
   ncclComm_t comm = o->comm;
   int b = st->dst_buf == BUF_SEND ? 0 : 1;
   for (int k = 1; k < comm->nranks; k++) {
     int q = tutti_mod(comm->rank + k, comm->nranks);
+    if (!o->peer_read) {
+      copy_bytes((char *)o->peer_buf[b][q] + (st->dst_off + at) * o->esize, piece, len * o->esize);
+      continue;
+    }
     const transport_t *t = peer_transport(comm, q);
     *bad = q;
     TUTTI_CHECK(t->mem_write(comm, q, &o->peer_h[b][q], (st->dst_off + at) * o->esize, piece,

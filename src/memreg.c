@@ -1,20 +1,20 @@
 /* Shareable memory: ncclMemAlloc / ncclMemFree / ncclCommRegister / ncclCommDeregister, and
- * the mapping of other processes' buffers for direct collectives (direct.c).
+ * the mapping of other processes' buffers for the collectives that map them (direct.c, push.c).
  *
  * ncclMemAlloc returns host memory backed by a memfd and mapped shared, so that the other
  * ranks of the host can map the very same pages (through /proc/<pid>/fd/<fd>, which needs
  * the same rights as reading the process's memory) and read a rank's buffers in place: an
  * all-reduce on such buffers skips both FIFO copies. Memory from malloc cannot be shared that
- * way, so collectives on it go through the FIFOs (ranks that are threads of one process, from
- * ncclCommInitAll, share every buffer anyway).
+ * way, so collectives on it go through the FIFOs or read it by copy (cma; ranks that are threads
+ * of one process, from ncclCommInitAll, share every buffer anyway).
  *
- * Shared pages cost more than private ones where shared memory gets no transparent huge pages
- * (Debian's default, shmem_enabled "never"): every reduction over 4 KiB pages pays TLB misses,
- * which a virtual machine's nested page walks make dear, and process_vm_readv pins them one by
- * one. So ncclMemAlloc chooses the backing (TUTTI_MEM_ALLOC): "shared" (the memfd above, read
- * in place by the direct algorithm), "private" (anonymous memory with huge pages, which the
- * peers read by copy, cma, like any heap buffer), or "auto" (default): private where anonymous
- * memory may get huge pages and shared memory may not, shared otherwise.
+ * TUTTI_MEM_ALLOC chooses the backing: "shared" (the default; "auto" names it too), the memfd
+ * above, which the peers map and the push all-reduce (push.c) reads and writes in place; or
+ * "private", anonymous memory with huge pages asked for, which the peers read by copy (cma)
+ * like any heap buffer. Where shared memory gets no transparent huge pages (Debian's default),
+ * a pass over shared pages pays TLB misses that private ones with huge pages avoid, but reading
+ * by copy pays a system call and page pinning per piece on top, and the push all-reduce on
+ * shared memory measured faster than cma on private memory at every size (docs/perf.md).
  *
  * ncclCommRegister checks its arguments and records the buffer; on host memory it changes
  * nothing else: what decides the path is where the memory comes from (ncclMemAlloc or not).
@@ -79,35 +79,11 @@ int memreg_find_region(const void *ptr, size_t bytes, memreg_ref_t *ref) {
   return region_lookup(ptr, bytes, ref, 0);
 }
 
-/* The bracketed word of a transparent-huge-page setting ("" when the file is missing). */
-static void thp_setting(const char *file, char *word, size_t len) {
-  char buf[160] = "", path[128];
-  snprintf(path, sizeof(path), "/sys/kernel/mm/transparent_hugepage/%s", file);
-  FILE *f = fopen(path, "r");
-  if (f) {
-    if (!fgets(buf, sizeof(buf), f)) buf[0] = '\0';
-    fclose(f);
-  }
-  const char *b = strchr(buf, '['), *e = b ? strchr(b, ']') : NULL;
-  size_t n = b && e ? (size_t)(e - b - 1) : 0;
-  if (n >= len) n = len - 1;
-  memcpy(word, b ? b + 1 : "", n);
-  word[n] = '\0';
-}
-
 /* 1: shared (memfd), 0: private, -1: TUTTI_MEM_ALLOC is not a known value. */
 static int alloc_shared(void) {
   const char *v = tutti_getenv("MEM_ALLOC");
-  if (v && strcmp(v, "shared") == 0) return 1;
-  if (v && strcmp(v, "private") == 0) return 0;
-  if (v && strcmp(v, "auto") != 0) return -1;
-  char anon[32], shmem[32];
-  thp_setting("enabled", anon, sizeof(anon));
-  thp_setting("shmem_enabled", shmem, sizeof(shmem));
-  int anon_huge = strcmp(anon, "always") == 0 || strcmp(anon, "madvise") == 0;
-  int shmem_huge = strcmp(shmem, "always") == 0 || strcmp(shmem, "within_size") == 0 ||
-                   strcmp(shmem, "advise") == 0 || strcmp(shmem, "force") == 0;
-  return shmem_huge || !anon_huge;
+  if (!v || strcmp(v, "shared") == 0 || strcmp(v, "auto") == 0) return 1;
+  return strcmp(v, "private") == 0 ? 0 : -1;
 }
 
 /* Private memory: anonymous, huge pages asked for before the pages are touched. */
@@ -321,11 +297,11 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
                      "(%s)",
                      comm->rank, peer, (unsigned long long)ref->id, path,
                      len < 0 ? strerror(errno) : "another file");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDWR | O_CLOEXEC); /* push (algos/push.c) writes into it */
   if (fd < 0)
     return TUTTI_ERR(ncclSystemError, "rank %d cannot open rank %d's region %s: %s", comm->rank,
                      peer, path, strerror(errno));
-  void *p = mmap(NULL, ref->bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void *p = mmap(NULL, ref->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int err = errno;
   close(fd);
   if (p == MAP_FAILED)

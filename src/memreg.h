@@ -22,7 +22,7 @@ int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref);
 /* The same for any ncclMemAlloc region, private ones included (ref->fd is then -1): memory
  * that stays allocated until ncclMemFree, named by an id never reused (ib's registrations). */
 int memreg_find_region(const void *ptr, size_t bytes, memreg_ref_t *ref);
-/* Maps (read-only, cached) region ref of process pid, rank `peer`; *base = its start. */
+/* Maps (read-write, cached) region ref of process pid, rank `peer`; *base = its start. */
 ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref,
                              const char **base);
 /* Unmaps every cached peer region of comm. */

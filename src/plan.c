@@ -32,6 +32,7 @@ TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 TUTTI_PARAM(Direct, "DIRECT", 1)
 TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 256 * 1024)
 TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 256 * 1024)
+TUTTI_PARAM(PushMinBytes, "PUSH_MIN_BYTES", 16 * 1024)
 
 /* ---- temporaries of the running group ---- */
 
@@ -118,7 +119,8 @@ tuner_topo_t plan_topo(ncclComm_t comm) {
       .scratch_bytes = comm->scratch_max_bytes,
       .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes),
       .peer_min_bytes = (size_t)tutti_param_DirectMinBytes(),
-      .peer_read_min_bytes = (size_t)tutti_param_CmaMinBytes()};
+      .peer_read_min_bytes = (size_t)tutti_param_CmaMinBytes(),
+      .push_min_bytes = (size_t)tutti_param_PushMinBytes()};
 }
 
 /* Algorithms (bits) whose `needs` include any of `needs`. */
@@ -349,11 +351,12 @@ static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   }
   int peer = needs_peer_memory(p);
   p->ctx.peer_read = peer && (algo_get(p->ctx.algo)->needs & ALGO_NEEDS_PEER_READ) != 0;
-  INFO(SUB_COLL, "nccl%s (op #%llu): %s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
+  INFO(SUB_COLL, "nccl%s (op #%llu): %s%s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
+       peer ? algo_name(p->ctx.algo) : "",
        !peer              ? "some rank's buffers cannot be mapped by the others: another algorithm"
-       : p->ctx.peer_read ? "cma, the peers' buffers read by copy"
-       : p->ctx.dev       ? "direct on device buffers, the peers' read in place (cuda_p2p)"
-                          : "direct, the peers' buffers read in place");
+       : p->ctx.peer_read ? ", the peers' buffers read by copy"
+       : p->ctx.dev       ? " on device buffers, the peers' mapped (cuda_p2p)"
+                          : ", the peers' buffers mapped");
   if (peer) p->ctx.peer_seq = comm->peer_calls++;
   return ncclSuccess;
 }

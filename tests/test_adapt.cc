@@ -143,7 +143,8 @@ TEST(Adapt, StaysOutWhereItMustNot) {
   expect_all_ok(codes);
   EXPECT_EQ(log_capture::count(kDecided), 0) << "mapped buffers";
   EXPECT_EQ(log_capture::count("be mapped: the model chooses for this size from now on"), 2);
-  EXPECT_EQ(log_capture::count("direct, the peers' buffers read in place"), 2 * 40);
+  EXPECT_EQ(log_capture::count("push, the peers' buffers mapped"), 2 * 40)
+      << "the model's push for every call of 256 KiB";
 }
 
 }  // namespace

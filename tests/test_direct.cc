@@ -4,14 +4,18 @@
 // and out of place, every type and op, counts around the segment and piece edges), proof that
 // peers' buffers really were mapped, the fallback when one rank's buffers cannot be shared,
 // and a rank killed inside a direct all-reduce.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,16 +34,30 @@ using th::Mode;
 using th::Op;
 using th::RankCtx;  // RCHECK (harness.h) returns from the rank's body on a failure
 
-// Mappings of other processes' ncclMemAlloc regions in this process: read-only shared memfd
-// mappings (this process's own regions are mapped read-write).
+// Mappings of other processes' ncclMemAlloc regions in this process: memfd mappings whose
+// file is none of this process's own regions (it keeps each region's descriptor open; a peer's
+// region is mapped through /proc/<pid>/fd and its descriptor closed at once).
 int peer_region_mappings() {
+  std::set<unsigned long> own;
+  if (DIR *d = opendir("/proc/self/fd")) {
+    while (struct dirent *e = readdir(d)) {
+      struct stat st;
+      std::string path = std::string("/proc/self/fd/") + e->d_name;
+      if (e->d_name[0] != '.' && stat(path.c_str(), &st) == 0) own.insert(st.st_ino);
+    }
+    closedir(d);
+  }
   std::ifstream maps("/proc/self/maps");
   std::string line;
   int n = 0;
-  while (std::getline(maps, line))
-    if (line.find("/memfd:tutti-mem-") != std::string::npos &&
-        line.find(" r--s ") != std::string::npos)
-      n++;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:tutti-mem-") == std::string::npos) continue;
+    std::istringstream f(line);
+    std::string range, perms, off, dev;
+    unsigned long inode = 0;
+    f >> range >> perms >> off >> dev >> inode;
+    n += own.count(inode) == 0;
+  }
   return n;
 }
 
@@ -103,22 +121,28 @@ std::vector<Case> coll_cases(Coll coll, ncclDataType_t type, Op op,
   return out;
 }
 
-// What src/direct.c logs (INFO COLL) for each call it runs.
-const char *const kDirectLine = "direct, the peers' buffers read in place";
+// What the planner logs (INFO COLL) for each call that maps the peers' buffers (direct or
+// push), and for each call of direct.
+const char *const kMappedLine = ", the peers' buffers mapped";
+const char *const kDirectLine = "direct, the peers' buffers mapped";
 
 const Coll kDirectColls[] = {Coll::kAllReduce, Coll::kReduceScatter, Coll::kAllGather};
 
-// Every case of the collectives that can go direct (all-reduce, reduce-scatter, all-gather)
-// with buffers from ncclMemAlloc; TUTTI_DIRECT_MIN_BYTES=1 so that every non-empty one except
-// PreMulSum goes direct. The direct path must have run: every rank logs its INFO COLL line
-// "direct, the peers' buffers read in place" (log_capture.h) at least once per collective and
-// type, and with processes every rank has also mapped its peers' buffers.
+// Every case of the collectives that can map the peers' buffers (all-reduce, reduce-scatter,
+// all-gather) with buffers from ncclMemAlloc, the all-reduce by `allreduce` (push or direct),
+// the others by direct; TUTTI_DIRECT_MIN_BYTES=1 and TUTTI_PUSH_MIN_BYTES=1 so that every
+// non-empty one except PreMulSum maps. The mapping path must have run: every rank logs its INFO
+// COLL line "<algorithm>, the peers' buffers mapped" (log_capture.h) at least once per
+// collective and type, and with processes every rank has also mapped its peers' buffers.
 void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
-                const std::vector<Op> &ops, const std::vector<size_t> &counts) {
+                const std::vector<Op> &ops, const std::vector<size_t> &counts,
+                const std::string &allreduce) {
   th::case_buffers_from_memalloc(true);
+  const std::string algos = "allreduce:" + allreduce + ";reducescatter:direct;allgather:direct";
   th::Options opt;
-  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}};
-  if (mode == Mode::kThreads) setenv("TUTTI_DIRECT_MIN_BYTES", "1", 1);
+  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_PUSH_MIN_BYTES", "1"}, {"TUTTI_ALGO", algos}};
+  if (mode == Mode::kThreads)
+    for (const auto &e : opt.env) setenv(e.first.c_str(), e.second.c_str(), 1);
   log_capture::clear();
   th::run_ranks_ok(
       mode, n,
@@ -137,43 +161,54 @@ void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
         if (mode == Mode::kProcs)
           RCHECK(ctx, peer_region_mappings() > 0, "rank %d never mapped a peer's buffer", ctx.rank);
       },
-      opt, "direct collectives, nranks " + std::to_string(n));
-  const int direct = log_capture::count(kDirectLine), want = 3 * (int)types.size() * n;
-  EXPECT_GE(direct, want) << "calls logged as direct, at least one per collective, type and rank";
-  printf("  nranks %d: %d calls went direct\n", n, direct);
-  if (mode == Mode::kThreads) unsetenv("TUTTI_DIRECT_MIN_BYTES");
+      opt, allreduce + " and direct collectives, nranks " + std::to_string(n));
+  const int per = (int)types.size() * n;
+  const int ar = log_capture::count((allreduce + kMappedLine).c_str());
+  const int direct = log_capture::count(kDirectLine);
+  EXPECT_GE(ar, per) << "all-reduces logged as " << allreduce << ", at least one per type and rank";
+  EXPECT_GE(direct, (allreduce == "direct" ? 3 : 2) * per)
+      << "calls logged as direct, at least one per collective, type and rank";
+  printf("  nranks %d: %d all-reduces went %s, %d calls direct\n", n, ar, allreduce.c_str(),
+         direct);
+  if (mode == Mode::kThreads)
+    for (const auto &e : opt.env) unsetenv(e.first.c_str());
   th::case_buffers_from_memalloc(false);
 }
 
 const std::vector<size_t> kCounts = {0, 1, 7, 1023, 16385, 70001};
 
 TEST(Direct, EveryTypeAndOpTwoAndThreeRanksProcs) {
-  for (int n : {2, 3}) {
-    std::vector<ncclDataType_t> types(std::begin(th::kAllTypes), std::end(th::kAllTypes));
-    std::vector<Op> ops(std::begin(th::kAllOps), std::end(th::kAllOps));
-    run_direct(Mode::kProcs, n, types, ops, {1, 7, 1023, 20001});
-  }
+  for (const char *algo : {"push", "direct"})
+    for (int n : {2, 3}) {
+      std::vector<ncclDataType_t> types(std::begin(th::kAllTypes), std::end(th::kAllTypes));
+      std::vector<Op> ops(std::begin(th::kAllOps), std::end(th::kAllOps));
+      run_direct(Mode::kProcs, n, types, ops, {1, 7, 1023, 20001}, algo);
+    }
 }
 
 TEST(Direct, CountsAndRanksProcs) {
-  for (int n : {2, 4, 5})
-    run_direct(Mode::kProcs, n, {ncclFloat32, ncclInt64}, {Op::kSum, Op::kAvg}, kCounts);
+  for (const char *algo : {"push", "direct"})
+    for (int n : {2, 4, 5})
+      run_direct(Mode::kProcs, n, {ncclFloat32, ncclInt64}, {Op::kSum, Op::kAvg}, kCounts, algo);
 }
 
 TEST(Direct, CountsAndRanksThreads) {
-  for (int n : {2, 3, 8})
-    run_direct(Mode::kThreads, n, {ncclFloat32, ncclBfloat16}, {Op::kSum, Op::kMax}, kCounts);
+  for (const char *algo : {"push", "direct"})
+    for (int n : {2, 3, 8})
+      run_direct(Mode::kThreads, n, {ncclFloat32, ncclBfloat16}, {Op::kSum, Op::kMax}, kCounts,
+                 algo);
 }
 
 TEST(Direct, LargeCountProcs) {
-  run_direct(Mode::kProcs, 2, {ncclFloat32}, {Op::kSum}, {1048577});
+  for (const char *algo : {"push", "direct"})
+    run_direct(Mode::kProcs, 2, {ncclFloat32}, {Op::kSum}, {1048577}, algo);
 }
 
 // Rank 0's buffers come from the heap, rank 1's from ncclMemAlloc: rank 1 cannot map rank 0's,
 // so both fall back to the FIFOs, and the results are exact.
 TEST(Direct, OneRankWithHeapBuffersFallsBack) {
   th::Options opt;
-  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}};
+  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_PUSH_MIN_BYTES", "1"}};
   log_capture::clear();
   th::run_ranks_ok(
       Mode::kProcs, 2,
@@ -188,7 +223,7 @@ TEST(Direct, OneRankWithHeapBuffersFallsBack) {
           RCHECK(ctx, peer_region_mappings() == 0, "rank 1 mapped rank 0's heap buffer?");
       },
       opt, "mixed heap and ncclMemAlloc buffers");
-  EXPECT_EQ(log_capture::count(kDirectLine), 0) << "a call went direct with a heap buffer";
+  EXPECT_EQ(log_capture::count(kMappedLine), 0) << "a call mapped a heap buffer";
   EXPECT_GE(log_capture::count("ncclAllReduce: opCount"), 8);  // 4 calls x 2 ranks were logged
 }
 
@@ -198,7 +233,7 @@ TEST(Direct, OneRankWithHeapBuffersFallsBack) {
 TEST(Direct, DirectZeroTurnsTheDirectPathOff) {
   th::case_buffers_from_memalloc(true);
   th::Options opt;
-  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_DIRECT", "0"}};
+  opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_PUSH_MIN_BYTES", "1"}, {"TUTTI_DIRECT", "0"}};
   log_capture::clear();
   th::run_ranks_ok(
       Mode::kProcs, 3,
@@ -214,7 +249,7 @@ TEST(Direct, DirectZeroTurnsTheDirectPathOff) {
       },
       opt, "TUTTI_DIRECT=0");
   th::case_buffers_from_memalloc(false);
-  EXPECT_EQ(log_capture::count(kDirectLine), 0);
+  EXPECT_EQ(log_capture::count(kMappedLine), 0);
   EXPECT_GE(log_capture::count(": opCount"), 3 * 4 * 3) << "3 collectives x 4 cases x 3 ranks";
 }
 
@@ -279,23 +314,27 @@ int one_thread_group(const char *log) {
 }
 
 TEST(Direct, OneThreadDrivesEveryRankInAGroup) {
-  char log[] = "/tmp/tutti-direct-group-XXXXXX";
-  int fd = mkstemp(log);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  pid_t pid = fork();
-  if (pid == 0) _exit(one_thread_group(log));
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (signal " << WTERMSIG(status) << ")";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: init, 3: group failed, 4: wrong values";
-  std::ifstream f(log);
-  std::string line;
-  int direct = 0;
-  while (std::getline(f, line))
-    direct += line.find("direct, the peers' buffers read in place") != std::string::npos;
-  EXPECT_EQ(direct, 6) << "3 ranks x 2 all-reduces should each go direct";
-  unlink(log);
+  for (const char *algo : {"push", "direct"}) {  // the two algorithms that map the peers' buffers
+    char log[] = "/tmp/tutti-direct-group-XXXXXX";
+    int fd = mkstemp(log);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    pid_t pid = fork();
+    if (pid == 0) {
+      setenv("TUTTI_ALGO", algo, 1);
+      _exit(one_thread_group(log));
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (signal " << WTERMSIG(status) << ")";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << algo << " 2: init, 3: group failed, 4: wrong values";
+    std::ifstream f(log);
+    std::string line, want = std::string(algo) + ", the peers' buffers mapped";
+    int mapped = 0;
+    while (std::getline(f, line)) mapped += line.find(want) != std::string::npos;
+    EXPECT_EQ(mapped, 6) << "3 ranks x 2 all-reduces should each go " << algo;
+    unlink(log);
+  }
 }
 
 }  // namespace

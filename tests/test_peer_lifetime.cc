@@ -121,8 +121,8 @@ void one_call(RankCtx &ctx, Call c, Mem mem, double *delayed_s) {
 }
 
 // Every call of kCalls on kRanks ranks; `line` is what the planner logs for each call that ran
-// the algorithm under test (one per call and rank).
-void run_all(Mode mode, Mem mem, const th::Options &opt, const char *line) {
+// the algorithm under test (one per call and rank: `calls` of the 4 run it).
+void run_all(Mode mode, Mem mem, const th::Options &opt, const char *line, int calls = 4) {
   double *took = static_cast<double *>(th::shared_alloc(sizeof(double) * 4));
   ASSERT_NE(took, nullptr);
   log_capture::clear();
@@ -136,7 +136,7 @@ void run_all(Mode mode, Mem mem, const th::Options &opt, const char *line) {
         }
       },
       opt, "peer reads outlived by their buffers' owners");
-  EXPECT_EQ(log_capture::count(line), kRanks * 4)
+  EXPECT_EQ(log_capture::count(line), kRanks * calls)
       << "every call of every rank ran '" << line << "'";
   for (int k = 0; k < 4; k++)
     EXPECT_GE(took[k], kDelayUs / 1e6) << "call " << k << ": the delayed rank did not wait "
@@ -144,8 +144,9 @@ void run_all(Mode mode, Mem mem, const th::Options &opt, const char *line) {
   th::shared_free(took, sizeof(double) * 4);
 }
 
-const char *const kDirectLine = "direct, the peers' buffers read in place";
+const char *const kDirectLine = "direct, the peers' buffers mapped";
 const char *const kCmaLine = "cma, the peers' buffers read by copy";
+const char *const kPushLine = "push, the peers' buffers mapped";
 
 // Ranks as threads: every buffer is mappable (one address space), direct reads them in place.
 TEST(PeerLifetime, ReturnedRanksReuseTheirBuffersThreads) {
@@ -153,6 +154,19 @@ TEST(PeerLifetime, ReturnedRanksReuseTheirBuffersThreads) {
   setenv("TUTTI_DIRECT_MIN_BYTES", "1", 1);
   run_all(Mode::kThreads, Mem::kHeap, th::Options(), kDirectLine);
   unsetenv("TUTTI_ALGO");
+  unsetenv("TUTTI_DIRECT_MIN_BYTES");
+}
+
+// Ranks as threads, push (the two all-reduces; direct the others): each rank also writes its
+// segment into the others' receive buffers.
+const char *const kPushAlgos = "allreduce:push;reducescatter:direct;allgather:direct";
+TEST(PeerLifetime, ReturnedRanksReuseTheirBuffersPushThreads) {
+  setenv("TUTTI_ALGO", kPushAlgos, 1);
+  setenv("TUTTI_PUSH_MIN_BYTES", "1", 1);
+  setenv("TUTTI_DIRECT_MIN_BYTES", "1", 1);
+  run_all(Mode::kThreads, Mem::kHeap, th::Options(), kPushLine, 2);
+  unsetenv("TUTTI_ALGO");
+  unsetenv("TUTTI_PUSH_MIN_BYTES");
   unsetenv("TUTTI_DIRECT_MIN_BYTES");
 }
 
@@ -169,6 +183,14 @@ TEST(PeerLifetime, ReturnedRanksFreeTheirMemAllocBuffersDirectProcs) {
   th::Options opt;
   opt.env = {{"TUTTI_ALGO", "direct"}, {"TUTTI_DIRECT_MIN_BYTES", "1"}};
   run_all(Mode::kProcs, Mem::kMemAlloc, opt, kDirectLine);
+}
+
+// The same with push: a late writer into a freed region would fault too.
+TEST(PeerLifetime, ReturnedRanksFreeTheirMemAllocBuffersPushProcs) {
+  th::Options opt;
+  opt.env = {
+      {"TUTTI_ALGO", kPushAlgos}, {"TUTTI_PUSH_MIN_BYTES", "1"}, {"TUTTI_DIRECT_MIN_BYTES", "1"}};
+  run_all(Mode::kProcs, Mem::kMemAlloc, opt, kPushLine, 2);
 }
 
 }  // namespace

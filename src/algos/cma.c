@@ -38,18 +38,7 @@ static double cma_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, 
   return m->peer_read.lat_us + moved / (m->peer_read.gbps * 1e3);
 }
 
-static int cma_allreduce(const sched_args_t *a, sched_t *s) {
-  int n = a->nranks, r = a->rank;
-  size_t c = a->count, b = block_start(c, n, r);
-  SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = r, .send_peer = -1, .src_buf = BUF_SEND,
-             .dst_buf = BUF_RECV, .flags = STEP_STORE | STEP_POST | STEP_PUSH, .src_off = b,
-             .dst_off = b, .count = block_start(c, n, r + 1) - b);
-  SCHED_PUSH(.kind = STEP_PEER_DONE, .recv_peer = -1, .send_peer = -1, .src_buf = BUF_NONE,
-             .dst_buf = BUF_NONE);
-  return 0;
-}
-
-ALGO_COL_BUILDER(build_allreduce, cma_allreduce)
+ALGO_COL_BUILDER(build_allreduce, push_allreduce) /* algos/push.c */
 ALGO_COL_BUILDER(build_reducescatter, direct_reducescatter)
 ALGO_COL_BUILDER(build_allgather, direct_allgather)
 

@@ -37,6 +37,8 @@ typedef struct tuner_model {
                             gbps the bandwidth of one rank reading and writing in place */
   tuner_level_t peer_read; /* peer memory read by copy (CMA): lat_us the handshake, final wait
                               and system calls of one call, gbps of one rank's reads + writes */
+  tuner_level_t peer_push; /* the push all-reduce on mapped peer memory: lat_us the handshake
+                              and final wait of one call, gbps of one rank's reads + writes */
   double piece_us;         /* engine time of one piece (slot) a rank sends (0: none) */
   double codec_ns;         /* CPU time of compression per element and pass over the buffer
                               (encode, select, decode, products), nanoseconds */
@@ -71,6 +73,7 @@ typedef struct tuner_topo {                /* what the communicator knows, the s
                                  up to TUTTI_SCRATCH_MAX_BYTES); beyond it only with may_alloc */
   size_t peer_min_bytes;      /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
   size_t peer_read_min_bytes; /* the same for reading by copy (TUTTI_CMA_MIN_BYTES) */
+  size_t push_min_bytes;      /* the same for the push all-reduce (TUTTI_PUSH_MIN_BYTES) */
   int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
   int nics;      /* NICs per host, local rank l on NIC l mod nics (0: one) */
   const tuner_compress_t *compress; /* the call's compressor (tuttiAllReduceCompressed): only

@@ -34,6 +34,7 @@ extern "C" {
   X(BRUCK, bruck)      \
   X(DIRECT, direct)    \
   X(CMA, cma)          \
+  X(PUSH, push)        \
   X(CBLOCK, cblock)    \
   X(CTOPK, ctopk)      \
   X(CPSGD, cpsgd)      \
@@ -130,6 +131,8 @@ int oneshot_allreduce(const sched_args_t *a, sched_t *s);
 int direct_allreduce(const sched_args_t *a, sched_t *s);
 int direct_reducescatter(const sched_args_t *a, sched_t *s);
 int direct_allgather(const sched_args_t *a, sched_t *s);
+/* The all-reduce that pushes its results (push.c), shared by push (mapped) and cma. */
+int push_allreduce(const sched_args_t *a, sched_t *s);
 /* Hierarchical all-reduce (hier.c): host_of_rank[r] names rank r's host (any integer label). */
 int hier_allreduce(const sched_args_t *a, const int *host_of_rank, sched_t *s);
 /* 1 when hier_allreduce applies: at least 2 hosts, the same number of ranks on each. */

@@ -40,8 +40,8 @@ enum {
   STEP_PRE = 4,
   STEP_POST = 8,
   STEP_AFTER_PROGRESS = 16,
-  STEP_PUSH = 32,  /* PEER_REDUCE, read by copy only: also writes each finished piece of dst
-                      into the same place of every other rank's dst_buf */
+  STEP_PUSH = 32,  /* PEER_REDUCE: also writes each finished piece of dst into the same place
+                      of every other rank's dst_buf (mapped: by store; else by copy) */
   STEP_WHOLE = 64, /* FIFO step, only a send from src_buf or only a store into dst_buf, whose
                       peer's matching step is one too: a transport may move it whole by
                       rendezvous (transport.h, send_large / recv_large) */
@@ -60,7 +60,7 @@ enum {
  *                src_buf at [src_off, +count) and f = recv_peer (the first operand: the order
  *                is fixed, so every rank's result has the same bits); publishes its progress
  *                (elements of dst final so far) for PEER_COPY steps of the other ranks;
- *                with STEP_PUSH (ALGO_NEEDS_PEER_READ algorithms) it also writes every finished
+ *                with STEP_PUSH it also writes every finished
  *                piece into the other ranks' dst_buf at the same place, so they copy nothing
  *   PEER_COPY    dst[dst_off, +count) = rank recv_peer's src_buf at [src_off, +count); with
  *                STEP_AFTER_PROGRESS only as far as that rank's PEER_REDUCE progress says

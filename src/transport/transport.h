@@ -44,8 +44,9 @@
  *                                    map [buf, buf + n); PEER_EXPOSE_READ when they can only
  *                                    read it by copy (mem_read below); 0 when neither
  *                                    (shm: an ncclMemAlloc region, or a peer in this process)
- *   mem_map(comm, peer, &h, &addr) -> maps what `peer` exposed as h (cached); addr is its
- *                                    address here, NULL when it cannot be mapped
+ *   mem_map(comm, peer, &h, &addr) -> maps what `peer` exposed as h (cached), to be read and
+ *                                    written; addr is its address here, NULL when it cannot be
+ *                                    mapped
  *   mem_word(comm, rank, which)   -> PEER_WORD_PROGRESS / PEER_WORD_DONE of `rank` (this rank or
  *                                    a peer of this transport) as seen here; NULL if none
  *   mem_word_key(comm, rank, which) -> the same word's address in its owner's own mapping when

@@ -38,6 +38,8 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
   m->peer = (tuner_level_t){3 * c->intra_lat * 1e6, 2 * c->intra_bw / 1e9};
   /* read by copy: the same single copy, plus a system call per piece and peer */
   m->peer_read = (tuner_level_t){6 * c->intra_lat * 1e6, 1.5 * c->intra_bw / 1e9};
+  /* push: the single copy of direct, each line written by one core only; handshake + final wait */
+  m->peer_push = (tuner_level_t){2 * c->intra_lat * 1e6, 2 * c->intra_bw / 1e9};
   m->msg_cpu_us = c->msg_cpu * 1e6;
   m->shm_msg_cpu_us = sim_intra_msg_cpu(c) * 1e6;
   m->piece_us = c->overhead * 1e6;
@@ -56,6 +58,7 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .peer_min_bytes = 256 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
                       .peer_read = c->nodes == 1 && sim_nranks(c) > 1,
                       .peer_read_min_bytes = 256 * 1024, /* TUTTI_CMA_MIN_BYTES */
+                      .push_min_bytes = 16 * 1024,       /* TUTTI_PUSH_MIN_BYTES */
                       .slot_bytes = sim_comm_slot(c),
                       .chunk_bytes = comm_chunk_bytes(c),
                       .scratch_bytes = TUNER_SCRATCH_MAX_BYTES,
