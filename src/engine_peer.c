@@ -292,7 +292,8 @@ static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at
 }
 
 /* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer, by store
- * where it is mapped, else by copy (*bad: the peer a failed write was to). */
+ * where it is mapped (streaming stores for calls from TUTTI_NT_THRESHOLD), else by copy (*bad:
+ * the peer a failed write was to). */
 static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
                                const char *piece, int *bad) {
   ncclComm_t comm = o->comm;
@@ -300,7 +301,11 @@ static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, s
   for (int k = 1; k < comm->nranks; k++) {
     int q = tutti_mod(comm->rank + k, comm->nranks);
     if (!o->peer_read) {
-      copy_bytes((char *)o->peer_buf[b][q] + (st->dst_off + at) * o->esize, piece, len * o->esize);
+      char *to = (char *)o->peer_buf[b][q] + (st->dst_off + at) * o->esize;
+      if (o->stream) /* out of place and large: past the caches, so no read for ownership */
+        copy_stream(to, piece, len * o->esize);
+      else
+        copy_bytes(to, piece, len * o->esize);
       continue;
     }
     const transport_t *t = peer_transport(comm, q);

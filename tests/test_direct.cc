@@ -136,11 +136,13 @@ const Coll kDirectColls[] = {Coll::kAllReduce, Coll::kReduceScatter, Coll::kAllG
 // collective and type, and with processes every rank has also mapped its peers' buffers.
 void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
                 const std::vector<Op> &ops, const std::vector<size_t> &counts,
-                const std::string &allreduce) {
+                const std::string &allreduce,
+                const std::vector<std::pair<std::string, std::string>> &extra = {}) {
   th::case_buffers_from_memalloc(true);
   const std::string algos = "allreduce:" + allreduce + ";reducescatter:direct;allgather:direct";
   th::Options opt;
   opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_PUSH_MIN_BYTES", "1"}, {"TUTTI_ALGO", algos}};
+  opt.env.insert(opt.env.end(), extra.begin(), extra.end());
   if (mode == Mode::kThreads)
     for (const auto &e : opt.env) setenv(e.first.c_str(), e.second.c_str(), 1);
   log_capture::clear();
@@ -197,6 +199,14 @@ TEST(Direct, CountsAndRanksThreads) {
     for (int n : {2, 3, 8})
       run_direct(Mode::kThreads, n, {ncclFloat32, ncclBfloat16}, {Op::kSum, Op::kMax}, kCounts,
                  algo);
+}
+
+// Every out-of-place call writes its results with streaming stores (push: also into the peers'
+// buffers), whose ordering before the progress and done words the engine must keep.
+TEST(Direct, StreamingStoresProcs) {
+  for (const char *algo : {"push", "direct"})
+    run_direct(Mode::kProcs, 3, {ncclFloat32, ncclInt8}, {Op::kSum}, kCounts, algo,
+               {{"TUTTI_NT_THRESHOLD", "1"}});
 }
 
 TEST(Direct, LargeCountProcs) {
