@@ -102,12 +102,20 @@ struct ncclComm {
    * root, in place, PreMulSum or not) reuses its algorithm and chunk, and its steps when they
    * were cached (steps_valid), instead of asking the tuner and the builder again (plan.c). */
   struct {
-    int valid, steps_valid, root, in_place, premul;
+    int valid, steps_valid, root, in_place, premul, map_excluded;
     coll_t coll;
     size_t count, esize, chunk;
     algo_t algo;
     sched_t steps;
   } plan;
+  /* Keys (collective, count, element size) of calls whose buffers some rank could not map:
+   * the next calls of that key skip the algorithms that map them, and their handshake, up to
+   * skip of them (plan.c, map_excluded). The same on every rank. */
+  struct map_miss {
+    coll_t coll;
+    size_t count, esize;
+    uint32_t skip;
+  } map_miss[16];
   struct adapt_bucket *adapt; /* the measured choice's table (adapt.c), NULL until used */
   size_t adapt_min_bytes;     /* adapt_min_bytes(), read at the first call (0: not yet) */
 

@@ -230,7 +230,41 @@ static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclud
 static int plan_matches(ncclComm_t comm, const pending_t *p) {
   return comm->plan.valid && comm->plan.coll == p->args.coll && comm->plan.count == p->args.count &&
          comm->plan.esize == p->ctx.esize && comm->plan.root == p->args.root &&
-         comm->plan.in_place == p->args.in_place && comm->plan.premul == p->args.premul;
+         comm->plan.in_place == p->args.in_place && comm->plan.premul == p->args.premul &&
+         comm->plan.map_excluded == p->map_excluded;
+}
+
+/* ---- calls whose buffers cannot all be mapped ---- */
+
+/* A heap all-reduce of 16 KiB would pay the handshake of push (some rank's buffers cannot be
+ * mapped, so the call falls back to the FIFOs) on every call: 1.5 us of 4. So once a key's
+ * handshake said "not mapped", its next MAP_MISS_SKIP calls leave out the algorithms that map
+ * (and the handshake, unless the fallback itself reads by copy); the call after them tries
+ * again, since the program may have moved to ncclMemAlloc buffers. Every rank sees the same
+ * keys in the same order and the same answers, so every rank skips alike. (Not keyed by
+ * in place: ranks may differ there.) */
+#define MAP_MISS_SLOTS (sizeof(((struct ncclComm *)0)->map_miss) / sizeof(struct map_miss))
+#define MAP_MISS_SKIP 63
+
+static struct map_miss *map_miss_slot(ncclComm_t comm, const pending_t *p) {
+  size_t h = ((size_t)p->args.coll * 0x9e3779b1u + p->args.count) * 31 + p->ctx.esize;
+  return &comm->map_miss[h % MAP_MISS_SLOTS];
+}
+
+/* Whether this call leaves out the mapping algorithms (once per call: it counts the skip). */
+static int map_excluded(ncclComm_t comm, pending_t *p) {
+  if (p->map_checked) return p->map_excluded;
+  struct map_miss *m = map_miss_slot(comm, p);
+  p->map_checked = 1;
+  p->map_excluded =
+      m->skip && m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize;
+  if (p->map_excluded) m->skip--;
+  return p->map_excluded;
+}
+
+static void map_missed(ncclComm_t comm, const pending_t *p) {
+  *map_miss_slot(comm, p) = (struct map_miss){
+      .coll = p->args.coll, .count = p->args.count, .esize = p->ctx.esize, .skip = MAP_MISS_SKIP};
 }
 
 /* Whether the measured choice (adapt.h) covers p. Small calls, most of them, stop at the size:
@@ -283,6 +317,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
   int on_device = 0;
   if (p->ctx.dev) TUTTI_CHECK(choose_device(comm, p, exclude, &on_device));
   if (on_device) return ncclSuccess; /* not cached: its handshake runs every time */
+  if (!p->ctx.dev && map_excluded(comm, p)) exclude |= algos_needing(ALGO_NEEDS_PEER_MEMORY);
   if (plan_matches(comm, p)) {
     p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
     *cached = comm->plan.steps_valid;
@@ -295,6 +330,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
                                       .root = p->args.root,
                                       .in_place = p->args.in_place,
                                       .premul = p->args.premul,
+                                      .map_excluded = p->map_excluded,
                                       .algo = p->ctx.algo,
                                       .chunk = p->args.chunk,
                                       .steps = comm->plan.steps};
@@ -333,6 +369,9 @@ static int peer_fits(algo_t a, int agreed) {
 static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   ncclComm_t comm = p->ctx.comm;
   adapt_agreed(comm, &p->ctx, &p->args, agreed);
+  if (agreed != PEER_AGREE_MAP && !p->ctx.dev &&
+      (algo_get(p->ctx.algo)->needs & ALGO_NEEDS_PEER_MEMORY))
+    map_missed(comm, p);
   uint32_t readers = algos_needing(ALGO_NEEDS_PEER_READ);
   if (p->ctx.dev && agreed != PEER_AGREE_MAP)
     TUTTI_CHECK(plan_stage(p, "some rank's device buffers cannot be mapped by the others"));
@@ -561,6 +600,8 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
   *timed = adapted(comm, p);
+  if (p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev)
+    (void)map_excluded(comm, p);
   if (*timed || p->args.coll == COLL_SEND || p->args.coll == COLL_RECV || p->ctx.dev ||
       (p->args.coll == COLL_ALLTOALL && p->args.in_place) || !plan_matches(comm, p) ||
       !comm->plan.steps_valid || tutti_param_DumpSchedule())

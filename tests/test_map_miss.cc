@@ -1,0 +1,116 @@
+// Calls whose buffers cannot all be mapped (src/plan.c, map_excluded): after a handshake that
+// said so, the next 63 calls of the same collective, count and type skip the algorithms that
+// map (push, direct) and their handshake, and the 64th tries again. Heap all-reduces of 64 KiB
+// (push's size, below cma's) on forked ranks: the handshake runs on calls 1, 65, 129, 193 only;
+// a switch to ncclMemAlloc buffers is taken up at the next try; ranks that differ in placing
+// the result (in place on one, out of place on the other) still choose alike; every result is
+// exact.
+#include <gtest/gtest.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "forked_ranks.h"
+#include "log_capture.h"  // first: sets the logging variables before anything reads them
+#include "nccl.h"
+
+namespace {
+
+const size_t kCount = 16384;  // int32: 64 KiB, from TUTTI_PUSH_MIN_BYTES, below CMA_MIN_BYTES
+const char *const kHandshake = "peer-memory handshake with every rank";
+const char *const kPushLine = "push, the peers' buffers mapped";
+
+// `calls` int32 sum all-reduces on s -> r (r == s: in place); element i of rank r's input is
+// r + i % 1000 + c (call c), the sum n (i % 1000 + c) + n (n - 1) / 2, checked exactly.
+int run_calls(int rank, int n, ncclComm_t comm, int32_t *s, int32_t *r, int calls) {
+  for (int c = 0; c < calls; c++) {
+    for (size_t i = 0; i < kCount; i++) s[i] = rank + (int32_t)(i % 1000) + c;
+    CHILD_CHECK(ncclAllReduce(s, r, kCount, ncclInt32, ncclSum, comm, nullptr) == ncclSuccess, 41,
+                "call %d: %s", c, ncclGetLastError(comm));
+    for (size_t i = 0; i < kCount; i++) {
+      int32_t want = n * ((int32_t)(i % 1000) + c) + n * (n - 1) / 2;
+      CHILD_CHECK(r[i] == want, 42, "call %d element %zu: %d, want %d", c, i, r[i], want);
+    }
+  }
+  return 0;
+}
+
+// Handshakes each rank logged.
+std::vector<int> per_rank(int n, const char *needle) {
+  std::vector<int> out(n);
+  for (const std::string &line : log_capture::lines()) {
+    if (line.find(needle) == std::string::npos) continue;
+    size_t open = line.find(" [");
+    int rank = open == std::string::npos ? -1 : atoi(line.c_str() + open + 2);
+    if (rank >= 0 && rank < n) out[rank]++;
+  }
+  return out;
+}
+
+void expect_all_ok(const std::vector<int> &codes) {
+  for (size_t r = 0; r < codes.size(); r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(MapMiss, HeapCallsSkipTheHandshakeBetweenTries) {
+  log_capture::clear();
+  auto codes = forked(
+      2, [](int) { setenv("TUTTI_ADAPT", "0", 1); },
+      [](int rank, ncclComm_t comm) {
+        std::vector<int32_t> s(kCount), r(kCount);
+        return run_calls(rank, 2, comm, s.data(), r.data(), 200);
+      });
+  expect_all_ok(codes);
+  EXPECT_EQ(per_rank(2, kHandshake), std::vector<int>({4, 4})) << "calls 1, 65, 129 and 193";
+  EXPECT_EQ(log_capture::count(kPushLine), 0);
+}
+
+// 70 heap calls (handshakes at 1 and 65), then ncclMemAlloc buffers of the same size: calls
+// 71-128 still skip, call 129 tries, maps, and every call after it runs push. (TUTTI_ADAPT=0 in
+// all three tests: where the measured choice covers a heap call, adapt.h, it runs the FIFOs or
+// cma by its own schedule of probes, and the mapped buffers are found at its next probe.)
+TEST(MapMiss, MappableBuffersAreTakenUpAtTheNextTry) {
+  log_capture::clear();
+  auto codes = forked(
+      2, [](int) { setenv("TUTTI_ADAPT", "0", 1); },
+      [](int rank, ncclComm_t comm) {
+        std::vector<int32_t> s(kCount), r(kCount);
+        int rc = run_calls(rank, 2, comm, s.data(), r.data(), 70);
+        void *ms = nullptr, *mr = nullptr;
+        CHILD_CHECK(ncclMemAlloc(&ms, kCount * 4) == ncclSuccess &&
+                        ncclMemAlloc(&mr, kCount * 4) == ncclSuccess,
+                    43, "ncclMemAlloc");
+        if (!rc)
+          rc =
+              run_calls(rank, 2, comm, static_cast<int32_t *>(ms), static_cast<int32_t *>(mr), 100);
+        ncclMemFree(ms), ncclMemFree(mr);
+        return rc;
+      });
+  expect_all_ok(codes);
+  // handshakes: calls 1 and 65 (heap), then 129-170 (42 ncclMemAlloc calls that map)
+  EXPECT_EQ(per_rank(2, kHandshake), std::vector<int>({44, 44}));
+  EXPECT_EQ(per_rank(2, kPushLine), std::vector<int>({42, 42}));
+}
+
+// Rank 0 in place, rank 1 out of place, 3 ranks with rank 2 alternating: the skip is keyed by
+// what every rank shares, so they all skip and try on the same calls (a rank that tried alone
+// would wait for a handshake nobody sends).
+TEST(MapMiss, RanksThatPlaceResultsDifferentlyStillAgree) {
+  log_capture::clear();
+  auto codes = forked(
+      3, [](int) { setenv("TUTTI_ADAPT", "0", 1); },
+      [](int rank, ncclComm_t comm) {
+        std::vector<int32_t> s(kCount), r(kCount);
+        for (int c = 0; c < 150; c++) {
+          bool in_place = rank == 0 || (rank == 2 && c % 2);
+          int rc = run_calls(rank, 3, comm, s.data(), in_place ? s.data() : r.data(), 1);
+          if (rc) return rc;
+        }
+        return 0;
+      });
+  expect_all_ok(codes);
+  EXPECT_EQ(per_rank(3, kHandshake), std::vector<int>({3, 3, 3})) << "calls 1, 65 and 129";
+}
+
+}  // namespace
