@@ -13,12 +13,14 @@
  * lines rank r's core has just written, and rank r writes its segment over lines rank k read in
  * the last call; each is a cache-line transfer between cores, paid per line and slow where the
  * two cores sit far apart. Here segment r of every buffer is written by rank r alone, call
- * after call, so the lines it writes stay in its cache until their owner reads them. Cost: the
- * bytes are direct's (2(n-1)/n S per rank); the tuner keeps direct's model (peer latency +
- * moved / b_peer) and a small extra per call for the n-1 pushes, and the measured choice
- * (adapt.h) weighs the two where both run. In place is safe: rank r reads and then writes only
- * segment r of each buffer, and no other rank touches it. No PreMulSum (the reduction reads each
- * input once, unscaled); host buffers only.
+ * after call, and no line another core has just written is read. Calls from TUTTI_NT_THRESHOLD
+ * (out of place) store into the peers' buffers with streaming stores (engine_peer.c).
+ *
+ * Cost: direct's bytes (2(n-1)/n S per rank) at its own level of the model, lat + moved / b
+ * with TUTTI_TUNER_PEER_PUSH_LAT_US and _GBPS (the handshake and final wait; one rank's reads
+ * and writes), from TUTTI_PUSH_MIN_BYTES. In place is safe: rank r reads and then writes only
+ * segment r of each buffer, and no other rank touches it. No PreMulSum (the reduction reads
+ * each input once, unscaled); host buffers only (the device path runs direct).
  */
 #include "algos/registry.h"
 #include "core.h"
