@@ -102,19 +102,22 @@ struct ncclComm {
    * root, in place, PreMulSum or not) reuses its algorithm and chunk, and its steps when they
    * were cached (steps_valid), instead of asking the tuner and the builder again (plan.c). */
   struct {
-    int valid, steps_valid, root, in_place, premul, map_excluded;
+    int valid, steps_valid, root, in_place, premul;
+    uint32_t map_excluded;
     coll_t coll;
     size_t count, esize, chunk;
     algo_t algo;
     sched_t steps;
   } plan;
-  /* Keys (collective, count, element size) of calls whose buffers some rank could not map:
-   * the next calls of that key skip the algorithms that map them, and their handshake, up to
-   * skip of them (plan.c, map_excluded). The same on every rank. */
+  /* Keys (collective, count, element size) whose handshake showed that a kind of peer-memory
+   * algorithm does not fit the buffers (some rank's cannot be mapped; or all can, so reading
+   * by copy is not wanted): the next `skip` calls of that key leave those algorithms (bits
+   * `exclude`) out, and with them a handshake that would decide nothing (plan.c,
+   * map_excluded). The same on every rank. */
   struct map_miss {
     coll_t coll;
     size_t count, esize;
-    uint32_t skip;
+    uint32_t skip, exclude;
   } map_miss[16];
   struct adapt_bucket *adapt; /* the measured choice's table (adapt.c), NULL until used */
   size_t adapt_min_bytes;     /* adapt_min_bytes(), read at the first call (0: not yet) */

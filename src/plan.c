@@ -30,7 +30,7 @@
 
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 TUTTI_PARAM(Direct, "DIRECT", 1)
-TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 256 * 1024)
+TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 32 * 1024)
 TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 256 * 1024)
 TUTTI_PARAM(PushMinBytes, "PUSH_MIN_BYTES", 16 * 1024)
 
@@ -234,15 +234,17 @@ static int plan_matches(ncclComm_t comm, const pending_t *p) {
          comm->plan.map_excluded == p->map_excluded;
 }
 
-/* ---- calls whose buffers cannot all be mapped ---- */
+/* ---- calls whose handshake showed what the buffers are ---- */
 
 /* A heap all-reduce of 16 KiB would pay the handshake of push (some rank's buffers cannot be
- * mapped, so the call falls back to the FIFOs) on every call: 1.5 us of 4. So once a key's
- * handshake said "not mapped", its next MAP_MISS_SKIP calls leave out the algorithms that map
- * (and the handshake, unless the fallback itself reads by copy); the call after them tries
- * again, since the program may have moved to ncclMemAlloc buffers. Every rank sees the same
- * keys in the same order and the same answers, so every rank skips alike. (Not keyed by
- * in place: ranks may differ there.) */
+ * mapped, so the call falls back to the FIFOs) on every call: 1.5 us of 4. And a reduce-scatter
+ * of 256 KiB on ncclMemAlloc buffers would pay cma's (every buffer can be mapped, so the call
+ * goes to the mapping algorithms or, by the model, the FIFOs). So once a key's handshake said
+ * so, its next MAP_MISS_SKIP calls leave out the algorithms that did not fit (and the handshake,
+ * unless the algorithm chosen without them has one); the call after them tries again, since
+ * the program may have moved to other buffers. Every rank sees the same keys in the same order
+ * and the same answers, so every rank skips alike. (Not keyed by in place: ranks may differ
+ * there.) */
 #define MAP_MISS_SLOTS (sizeof(((struct ncclComm *)0)->map_miss) / sizeof(struct map_miss))
 #define MAP_MISS_SKIP 63
 
@@ -251,20 +253,25 @@ static struct map_miss *map_miss_slot(ncclComm_t comm, const pending_t *p) {
   return &comm->map_miss[h % MAP_MISS_SLOTS];
 }
 
-/* Whether this call leaves out the mapping algorithms (once per call: it counts the skip). */
-static int map_excluded(ncclComm_t comm, pending_t *p) {
+/* The algorithms (bits) this call leaves out (asked once per call: it counts the skip). */
+static uint32_t map_excluded(ncclComm_t comm, pending_t *p) {
   if (p->map_checked) return p->map_excluded;
   struct map_miss *m = map_miss_slot(comm, p);
   p->map_checked = 1;
-  p->map_excluded =
-      m->skip && m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize;
-  if (p->map_excluded) m->skip--;
+  p->map_excluded = 0;
+  if (m->skip && m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize) {
+    p->map_excluded = m->exclude;
+    m->skip--;
+  }
   return p->map_excluded;
 }
 
-static void map_missed(ncclComm_t comm, const pending_t *p) {
-  *map_miss_slot(comm, p) = (struct map_miss){
-      .coll = p->args.coll, .count = p->args.count, .esize = p->ctx.esize, .skip = MAP_MISS_SKIP};
+static void map_missed(ncclComm_t comm, const pending_t *p, uint32_t exclude) {
+  *map_miss_slot(comm, p) = (struct map_miss){.coll = p->args.coll,
+                                              .count = p->args.count,
+                                              .esize = p->ctx.esize,
+                                              .skip = MAP_MISS_SKIP,
+                                              .exclude = exclude};
 }
 
 /* Whether the measured choice (adapt.h) covers p. Small calls, most of them, stop at the size:
@@ -317,7 +324,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
   int on_device = 0;
   if (p->ctx.dev) TUTTI_CHECK(choose_device(comm, p, exclude, &on_device));
   if (on_device) return ncclSuccess; /* not cached: its handshake runs every time */
-  if (!p->ctx.dev && map_excluded(comm, p)) exclude |= algos_needing(ALGO_NEEDS_PEER_MEMORY);
+  if (!p->ctx.dev) exclude |= map_excluded(comm, p);
   if (plan_matches(comm, p)) {
     p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
     *cached = comm->plan.steps_valid;
@@ -369,15 +376,16 @@ static int peer_fits(algo_t a, int agreed) {
 static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   ncclComm_t comm = p->ctx.comm;
   adapt_agreed(comm, &p->ctx, &p->args, agreed);
+  uint32_t readers = algos_needing(ALGO_NEEDS_PEER_READ);
   if (agreed != PEER_AGREE_MAP && !p->ctx.dev &&
       (algo_get(p->ctx.algo)->needs & ALGO_NEEDS_PEER_MEMORY))
-    map_missed(comm, p);
-  uint32_t readers = algos_needing(ALGO_NEEDS_PEER_READ);
+    map_missed(comm, p, algos_needing(ALGO_NEEDS_PEER_MEMORY));
   if (p->ctx.dev && agreed != PEER_AGREE_MAP)
     TUTTI_CHECK(plan_stage(p, "some rank's device buffers cannot be mapped by the others"));
   if (agreed == PEER_AGREE_MAP && ((1u << p->ctx.algo) & readers) &&
       (comm->algo_mask[p->args.coll] & algos_needing(ALGO_NEEDS_PEER_MEMORY))) {
     *cached = 0;
+    if (!p->ctx.dev) map_missed(comm, p, readers);
     TUTTI_CHECK(choose_into(
         comm, p, readers | (p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0)));
   }

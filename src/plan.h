@@ -21,7 +21,8 @@ typedef struct pending { /* one validated call waiting for its group to end */
    * host memory (ctx.dev then NULL). The planner calls it when the call cannot run on the
    * device (no algorithm for it, or some rank's buffers cannot be mapped). */
   ncclResult_t (*stage)(struct pending *p);
-  int map_checked, map_excluded; /* plan.c's map_excluded, asked once per call */
+  int map_checked;       /* plan.c's map_excluded was asked (once per call) */
+  uint32_t map_excluded; /* its answer: algorithms (bits) this call leaves out */
 } pending_t;
 
 /* Plans the calls of one group (the communicators locked, their lanes empty): chooses each

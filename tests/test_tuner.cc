@@ -313,4 +313,27 @@ TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 1 << 20), 0);
 }
 
+// Push (mapped peer memory, all-reduce only): its own level, lat + 2(n-1)/n S / b_push, from
+// TUTTI_PUSH_MIN_BYTES; with the defaults' order (push's latency below direct's) it is the
+// all-reduce's choice where both run, and direct stays the reduce-scatter's.
+TEST(TunerModel, PushForTheAllReduceOnMappedMemory) {
+  tuner_model_t m = model();
+  m.peer = {3.0, 20.0};
+  m.peer_push = {2.0, 20.0};
+  tuner_topo_t t = one_host(4);
+  t.peer_mem = 1;
+  t.peer_min_bytes = 32 * 1024;
+  t.push_min_bytes = 16 * 1024;
+  double S = 1 << 20;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_PUSH, 1 << 20),
+                   2.0 + 1.5 * S / 20e3);
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_PUSH, 8 * 1024), 0);     // too small
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_REDUCESCATTER, ALGO_PUSH, 1 << 20), 0);  // not built
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_PUSH);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_REDUCESCATTER, 1 << 20, TUNER_ALL_ALGOS, 0).algo,
+            ALGO_DIRECT);
+  t.peer_mem = 0;  // no peer memory (or TUTTI_DIRECT=0): never
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_PUSH, 1 << 20), 0);
+}
+
 }  // namespace
