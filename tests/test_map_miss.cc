@@ -4,7 +4,7 @@
 // (push's size, below cma's) on forked ranks: the handshake runs on calls 1, 65, 129, 193 only;
 // a switch to ncclMemAlloc buffers is taken up at the next try; ranks that differ in placing
 // the result (in place on one, out of place on the other) still choose alike; every result is
-// exact.
+// exact. And the other way round: buffers every rank can map skip reading by copy.
 #include <gtest/gtest.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -111,6 +111,44 @@ TEST(MapMiss, RanksThatPlaceResultsDifferentlyStillAgree) {
       });
   expect_all_ok(codes);
   EXPECT_EQ(per_rank(3, kHandshake), std::vector<int>({3, 3, 3})) << "calls 1, 65 and 129";
+}
+
+// The other way round: reduce-scatters of 256 KiB on ncclMemAlloc buffers with direct held to
+// 1 MiB and up (TUTTI_DIRECT_MIN_BYTES): the model takes cma, whose handshake finds buffers
+// every rank can map, and the call goes to the FIFOs; the next 63 calls of the key go there
+// without a handshake. Every rank's block is exact.
+TEST(MapMiss, MappedBuffersSkipReadingByCopyBetweenTries) {
+  log_capture::clear();
+  auto codes = forked(
+      2,
+      [](int) {
+        setenv("TUTTI_ADAPT", "0", 1);
+        setenv("TUTTI_DIRECT_MIN_BYTES", "1M", 1);
+      },
+      [](int rank, ncclComm_t comm) {
+        const size_t count = 32768;  // per rank: 128 KiB of int32, 256 KiB sent
+        void *s = nullptr, *r = nullptr;
+        CHILD_CHECK(ncclMemAlloc(&s, 2 * count * 4) == ncclSuccess &&
+                        ncclMemAlloc(&r, count * 4) == ncclSuccess,
+                    43, "ncclMemAlloc");
+        auto *in = static_cast<int32_t *>(s), *out = static_cast<int32_t *>(r);
+        for (int c = 0; c < 200; c++) {
+          for (size_t i = 0; i < 2 * count; i++) in[i] = rank + (int32_t)(i % 1000) + c;
+          CHILD_CHECK(
+              ncclReduceScatter(s, r, count, ncclInt32, ncclSum, comm, nullptr) == ncclSuccess, 44,
+              "call %d: %s", c, ncclGetLastError(comm));
+          for (size_t i = 0; i < count; i++) {
+            size_t g = (size_t)rank * count + i;
+            int32_t want = 2 * ((int32_t)(g % 1000) + c) + 1;
+            CHILD_CHECK(out[i] == want, 45, "call %d element %zu: %d, want %d", c, i, out[i], want);
+          }
+        }
+        ncclMemFree(s), ncclMemFree(r);
+        return 0;
+      });
+  expect_all_ok(codes);
+  EXPECT_EQ(per_rank(2, kHandshake), std::vector<int>({4, 4})) << "calls 1, 65, 129 and 193";
+  EXPECT_EQ(log_capture::count("cma, the peers' buffers read by copy"), 0);
 }
 
 }  // namespace
