@@ -58,6 +58,13 @@ inline int count(const std::string &needle) {
   return n;
 }
 
+// The rank in a line's "host:pid:tid [rank]" prefix, -1 when it has none (ranks forked after the
+// test process opened its log write to its file, so a file is not a rank).
+inline int rank_of(const std::string &line) {
+  size_t open = line.find(" ["), close = open == std::string::npos ? open : line.find("] ", open);
+  return close == std::string::npos ? -1 : atoi(line.c_str() + open + 2);
+}
+
 struct Cleanup {
   ~Cleanup() {
     if (getpid() != g_owner) return;  // a forked rank exiting

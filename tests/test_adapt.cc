@@ -57,17 +57,13 @@ int run_calls(int rank, int n, ncclComm_t comm, size_t count, int calls, bool as
   return 0;
 }
 
-// The decisions each rank logged, in order ("...: cma for the next 16 calls"), by the rank in
-// the lines' "host:pid:tid [rank]" prefix (ranks forked after the test process opened its log
-// write to its file, so a file is not a rank).
+// The decisions each rank logged, in order ("...: cma for the next 16 calls").
 std::vector<std::vector<std::string>> decisions_per_rank(int n) {
   std::vector<std::vector<std::string>> out(n);
   for (const std::string &line : log_capture::lines()) {
-    if (line.find(kDecided) == std::string::npos) continue;
-    size_t open = line.find(" ["), close = line.find("] ", open);
-    if (open == std::string::npos || close == std::string::npos) continue;
-    int rank = atoi(line.c_str() + open + 2);
-    if (rank >= 0 && rank < n) out[rank].push_back(line.substr(line.rfind(": ") + 2));
+    int rank = log_capture::rank_of(line);
+    if (line.find(kDecided) != std::string::npos && rank >= 0 && rank < n)
+      out[rank].push_back(line.substr(line.rfind(": ") + 2));
   }
   return out;
 }

@@ -37,14 +37,12 @@ int run_calls(int rank, int n, ncclComm_t comm, int32_t *s, int32_t *r, int call
   return 0;
 }
 
-// Handshakes each rank logged.
+// Lines with `needle` each rank logged.
 std::vector<int> per_rank(int n, const char *needle) {
   std::vector<int> out(n);
   for (const std::string &line : log_capture::lines()) {
-    if (line.find(needle) == std::string::npos) continue;
-    size_t open = line.find(" [");
-    int rank = open == std::string::npos ? -1 : atoi(line.c_str() + open + 2);
-    if (rank >= 0 && rank < n) out[rank]++;
+    int rank = log_capture::rank_of(line);
+    if (line.find(needle) != std::string::npos && rank >= 0 && rank < n) out[rank]++;
   }
   return out;
 }
@@ -68,7 +66,7 @@ TEST(MapMiss, HeapCallsSkipTheHandshakeBetweenTries) {
 
 // 70 heap calls (handshakes at 1 and 65), then ncclMemAlloc buffers of the same size: calls
 // 71-128 still skip, call 129 tries, maps, and every call after it runs push. (TUTTI_ADAPT=0 in
-// all three tests: where the measured choice covers a heap call, adapt.h, it runs the FIFOs or
+// every test here: where the measured choice covers a heap call, adapt.h, it runs the FIFOs or
 // cma by its own schedule of probes, and the mapped buffers are found at its next probe.)
 TEST(MapMiss, MappableBuffersAreTakenUpAtTheNextTry) {
   log_capture::clear();
