@@ -23,7 +23,7 @@ TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
 /* Out-of-place calls from 16 MiB up write their results with streaming stores: below, the
  * buffers of both ranks still fit the caches and normal stores are as fast (docs/perf.md,
  * "Figures behind the code"). */
-TUTTI_PARAM(NtThreshold, "NT_THRESHOLD", 16 << 20)
+TUTTI_PARAM(NtThreshold, "NT_THRESHOLD", 8 << 20)
 TUTTI_PARAM_DECL(Timeout);
 
 /* ---- registry of live communicators: lets every call reject destroyed handles ---- */
