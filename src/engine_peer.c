@@ -291,6 +291,15 @@ static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at
   return ncclSuccess;
 }
 
+/* A copy in host memory (a peer's, mapped, or this rank's): streaming stores for calls from
+ * TUTTI_NT_THRESHOLD (out of place and large: past the caches, so no read for ownership). */
+static void host_copy(const op_ctx_t *o, char *dst, const char *src, size_t bytes) {
+  if (o->stream)
+    copy_stream(dst, src, bytes);
+  else
+    copy_bytes(dst, src, bytes);
+}
+
 /* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer, by store
  * where it is mapped (streaming stores for calls from TUTTI_NT_THRESHOLD), else by copy (*bad:
  * the peer a failed write was to). */
@@ -301,11 +310,8 @@ static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, s
   for (int k = 1; k < comm->nranks; k++) {
     int q = tutti_mod(comm->rank + k, comm->nranks);
     if (!o->peer_read) {
-      char *to = (char *)o->peer_buf[b][q] + (st->dst_off + at) * o->esize;
-      if (o->stream) /* out of place and large: past the caches, so no read for ownership */
-        copy_stream(to, piece, len * o->esize);
-      else
-        copy_bytes(to, piece, len * o->esize);
+      host_copy(o, (char *)o->peer_buf[b][q] + (st->dst_off + at) * o->esize, piece,
+                len * o->esize);
       continue;
     }
     const transport_t *t = peer_transport(comm, q);
@@ -444,10 +450,8 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
     if (o->dev) { /* a load/store kernel or the copy engine, by size (dev_copy) */
       int rc = dev_copy(o, to, src, bytes);
       if (rc) return device_failed(l, o, "a peer copy", rc);
-    } else if (o->stream) {
-      copy_stream(to, src, bytes);
     } else {
-      copy_bytes(to, src, bytes);
+      host_copy(o, to, src, bytes);
     }
     l->pos = ready, *moved = 1;
   }

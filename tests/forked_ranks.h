@@ -111,6 +111,11 @@ inline std::vector<int> forked(int n, const std::function<void(int)> &env,
   return codes;
 }
 
+// Every rank of a forked() run exited 0 (a failure names the rank).
+inline void expect_all_ok(const std::vector<int> &codes) {
+  for (size_t r = 0; r < codes.size(); r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 // In a child of forked(): unless cond holds, print why (with `rank` in scope) and return code.
 #define CHILD_CHECK(cond, code, ...)                     \
   do {                                                   \

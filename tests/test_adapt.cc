@@ -68,10 +68,6 @@ std::vector<std::vector<std::string>> decisions_per_rank(int n) {
   return out;
 }
 
-void expect_all_ok(const std::vector<int> &codes) {
-  for (size_t r = 0; r < codes.size(); r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
-}
-
 // cma held back 20 ms per peer step on rank 1: the first decision (after 8 calls of the
 // model's cma, one FIFO call, one cma call) keeps the FIFOs, on both ranks, and so do the later
 // ones; 256 KiB in place and out of place.

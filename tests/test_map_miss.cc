@@ -47,10 +47,6 @@ std::vector<int> per_rank(int n, const char *needle) {
   return out;
 }
 
-void expect_all_ok(const std::vector<int> &codes) {
-  for (size_t r = 0; r < codes.size(); r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
-}
-
 TEST(MapMiss, HeapCallsSkipTheHandshakeBetweenTries) {
   log_capture::clear();
   auto codes = forked(
