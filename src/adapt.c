@@ -12,6 +12,10 @@ TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
 #define ADAPT_WARM 8        /* calls of the model's choice before the first probe */
 #define ADAPT_PERIOD_MIN 16 /* steady calls between probes after a change */
 #define ADAPT_PERIOD_MAX 1024
+/* A size with no measurement of its own follows a neighbour's (within ADAPT_BORROW_SIZES powers
+ * of two) decided at most ADAPT_BORROW_CALLS measured-choice calls ago. */
+#define ADAPT_BORROW_SIZES 4
+#define ADAPT_BORROW_CALLS 256
 /* Buckets per collective and placement: the power of two below the call's bytes. */
 #define ADAPT_SIZES 64
 
@@ -21,7 +25,9 @@ struct adapt_bucket { /* one collective and size; all but `mine` the same on eve
   uint8_t off;        /* 1: left to the model (mappable or unreadable buffers) */
   uint8_t pick;       /* ADAPT_FIFO or ADAPT_CMA */
   uint8_t phase;
+  uint8_t borrow;        /* the warm-up's choice: a neighbour's pick, or 0 (the model's) */
   uint16_t left, period; /* calls before the next probe; steady calls between probes */
+  uint32_t decided_at;   /* comm->adapt_calls at the last decision (0: none yet) */
   float mine[2][2];      /* this rank's last two times of the FIFOs [0] and of cma [1], us */
 };
 
@@ -75,21 +81,41 @@ static float best_of_two(const float t[2]) {
   return t[1] > 0 && t[1] < t[0] ? t[1] : t[0];
 }
 
+/* The pick of the nearest size of the same collective and placement decided recently (counted
+ * in calls, the same on every rank), or 0. Which of the two is faster moves with the machine
+ * (adapt.h) alike at neighbouring sizes, and a large call is seldom repeated often enough to
+ * be measured before it is timed. */
+static uint8_t neighbour_pick(ncclComm_t comm, int idx) {
+  int lg = idx % ADAPT_SIZES, row = idx - lg;
+  for (int d = 1; d <= ADAPT_BORROW_SIZES; d++)
+    for (int s = -1; s <= 1; s += 2) {
+      int k = lg + s * d;
+      if (k < 0 || k >= ADAPT_SIZES) continue;
+      const struct adapt_bucket *n = &comm->adapt[row + k];
+      if (!n->off && n->decided_at && comm->adapt_calls - n->decided_at <= ADAPT_BORROW_CALLS)
+        return n->pick;
+    }
+  return 0;
+}
+
 int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cma) {
   int idx;
   struct adapt_bucket *b = bucket(comm, a, call_bytes(comm, o, a), &idx);
   if (!b) return ADAPT_NOMEM; /* an error: a rank whose state stood still would choose apart */
+  comm->adapt_calls++;
   if (b->off) return ADAPT_MODEL;
   o->adapt = idx;
   switch (b->phase) {
     case PH_FRESH:
-      b->phase = PH_WARM, b->left = ADAPT_WARM;
+      b->phase = PH_WARM, b->left = ADAPT_WARM, b->borrow = neighbour_pick(comm, idx);
       /* fall through */
     case PH_WARM:
       if (--b->left == 0)
-        b->pick = model_cma ? ADAPT_CMA : ADAPT_FIFO, b->period = ADAPT_PERIOD_MIN / 2,
-        b->phase = PH_PROBE;
-      return ADAPT_MODEL;
+        b->pick = b->borrow   ? b->borrow
+                  : model_cma ? ADAPT_CMA
+                              : ADAPT_FIFO,
+        b->period = ADAPT_PERIOD_MIN / 2, b->phase = PH_PROBE;
+      return b->borrow ? b->borrow : ADAPT_MODEL;
     case PH_STEADY:
       if (--b->left == 0) b->phase = PH_PROBE;
       return b->pick;
@@ -124,6 +150,7 @@ void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agree
   unsigned period = pick == b->pick ? 4u * b->period : ADAPT_PERIOD_MIN;
   b->period = (uint16_t)(period > ADAPT_PERIOD_MAX ? ADAPT_PERIOD_MAX : period);
   b->pick = (uint8_t)pick, b->left = b->period, b->phase = PH_STEADY;
+  b->decided_at = comm->adapt_calls;
   INFO(SUB_COLL | SUB_TUNING,
        "nccl%s of %zu bytes, measured (slowest rank): FIFOs %.1f us, cma %.1f us: %s for the "
        "next %u calls",

@@ -121,6 +121,7 @@ struct ncclComm {
   } map_miss[16];
   struct adapt_bucket *adapt; /* the measured choice's table (adapt.c), NULL until used */
   size_t adapt_min_bytes;     /* adapt_min_bytes(), read at the first call (0: not yet) */
+  uint32_t adapt_calls;       /* calls the measured choice covered (the same on every rank) */
 
   /* Settings read at init. */
   int64_t timeout_ms;

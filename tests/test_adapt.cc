@@ -92,6 +92,34 @@ TEST(Adapt, KeepsTheFasterCandidate) {
   EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
 }
 
+// A size not measured yet follows a neighbour's recent decision: after 256 KiB chose the FIFOs
+// (cma held back on rank 1), 1 MiB (two powers of two up) runs the FIFOs from its first call
+// instead of the model's cma for the 8 calls before its own first measurement.
+TEST(Adapt, ANewSizeFollowsItsNeighbour) {
+  log_capture::clear();
+  auto codes = forked(
+      2,
+      [](int) {
+        setenv("TUTTI_TEST_PEER_DELAY_US", "20000", 1);
+        setenv("TUTTI_TEST_PEER_DELAY_RANK", "1", 1);
+      },
+      [](int rank, ncclComm_t comm) {
+        int rc = run_calls(rank, 2, comm, 65536, 40, false, false);
+        return rc ? rc : run_calls(rank, 2, comm, 262144, 6, false, false);
+      });
+  expect_all_ok(codes);
+  int large = 0, large_cma = 0;
+  for (const std::string &line : log_capture::lines()) {
+    if (line.find("opCount") == std::string::npos ||
+        line.find(" count 262144 ") == std::string::npos)
+      continue;
+    large++;
+    if (line.find("algo cma") != std::string::npos) large_cma++;
+  }
+  EXPECT_EQ(large, 2 * 6) << "the 1 MiB calls' lines (logs in " << log_capture::g_dir << ")";
+  EXPECT_EQ(large_cma, 0) << "1 MiB ran cma before measuring it";
+}
+
 // 3 ranks, int32 sums of 96 KiB (the model's FIFOs; cma probed), 300 calls: every result exact
 // while the algorithm changes, and every rank logs the same decisions in the same order.
 TEST(Adapt, EveryRankMakesTheSameChoices) {
