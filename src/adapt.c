@@ -25,7 +25,6 @@ struct adapt_bucket { /* one collective and size; all but `mine` the same on eve
   uint8_t off;        /* 1: left to the model (mappable or unreadable buffers) */
   uint8_t pick;       /* ADAPT_FIFO or ADAPT_CMA */
   uint8_t phase;
-  uint8_t borrow;        /* the warm-up's choice: a neighbour's pick, or 0 (the model's) */
   uint16_t left, period; /* calls before the next probe; steady calls between probes */
   uint32_t decided_at;   /* comm->adapt_calls at the last decision (0: none yet) */
   float mine[2][2];      /* this rank's last two times of the FIFOs [0] and of cma [1], us */
@@ -107,15 +106,17 @@ int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cm
   o->adapt = idx;
   switch (b->phase) {
     case PH_FRESH:
-      b->phase = PH_WARM, b->left = ADAPT_WARM, b->borrow = neighbour_pick(comm, idx);
+      if ((b->pick = neighbour_pick(comm, idx)) != 0) { /* the neighbour's, as if decided here */
+        b->period = b->left = ADAPT_PERIOD_MIN, b->phase = PH_STEADY;
+        return b->pick;
+      }
+      b->phase = PH_WARM, b->left = ADAPT_WARM;
       /* fall through */
     case PH_WARM:
       if (--b->left == 0)
-        b->pick = b->borrow   ? b->borrow
-                  : model_cma ? ADAPT_CMA
-                              : ADAPT_FIFO,
-        b->period = ADAPT_PERIOD_MIN / 2, b->phase = PH_PROBE;
-      return b->borrow ? b->borrow : ADAPT_MODEL;
+        b->pick = model_cma ? ADAPT_CMA : ADAPT_FIFO, b->period = ADAPT_PERIOD_MIN / 2,
+        b->phase = PH_PROBE;
+      return ADAPT_MODEL;
     case PH_STEADY:
       if (--b->left == 0) b->phase = PH_PROBE;
       return b->pick;

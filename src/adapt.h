@@ -8,10 +8,11 @@
  * the FIFOs, the planner measures both and keeps the faster, per collective, placement (in place or
  * not) and size (the power of two below the call's bytes), and measures again from time to time:
  *
- *   warm-up   ADAPT_WARM calls (a call made once or twice keeps it) of the model's choice, or
- *             of a neighbour's: the pick of the nearest size within 4 powers of two whose
- *             decision is at most 256 covered calls old (the placement moves neighbouring sizes
- *             alike, and a large call is seldom repeated enough to be measured before it counts)
+ *   warm-up   the model's choice, ADAPT_WARM calls (a call made once or twice keeps it); but a
+ *             size whose neighbour (the nearest within 4 powers of two) decided at most 256
+ *             covered calls ago starts steady on the neighbour's pick instead, its first probe
+ *             16 calls on: the placement moves neighbouring sizes alike, and a large call is
+ *             seldom repeated enough to be measured before it counts
  *   probe     two calls of the other candidate (the first after a switch runs slower), then
  *             one cma call whose peer-memory handshake carries every rank's time of each
  *             candidate (the faster of its last two calls): every rank takes the slowest rank's
