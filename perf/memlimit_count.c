@@ -39,8 +39,9 @@ static void step_traffic(const step_t *st, int nranks, size_t esize, const alias
       t->read += nranks * b;
       t->written += b * (st->flags & STEP_PUSH ? nranks : 1);
       return;
-    case STEP_PEER_COPY:
-      t->read += b, t->written += b;
+    case STEP_PEER_COPY: /* with STEP_PUSH: the own block into every rank's dst */
+      t->read += b;
+      t->written += b * (st->flags & STEP_PUSH ? nranks : 1);
       return;
     case STEP_PEER_DONE:
       return;

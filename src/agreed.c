@@ -37,7 +37,8 @@ static const char *const agreed_names[] = {
     "DIRECT_MIN_BYTES",
     "CMA_MIN_BYTES",  /* the cma path (CMA itself is agreed at setup, shm.c) */
     "PUSH_MIN_BYTES", /* the push all-reduce (algos/push.c) */
-    "ADAPT",          /* the measured choice between the FIFOs and cma (adapt.h) */
+    "PUSH_GATHER_MIN_BYTES",
+    "ADAPT", /* the measured choice between the FIFOs and cma (adapt.h) */
     "ADAPT_MIN_BYTES",
     "CHECK_COLL", /* an extra exchange before each group's collectives */
     "CHECKSUM",   /* a CRC32C on every piece the tcp transport sends */

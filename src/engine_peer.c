@@ -423,8 +423,27 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
   return 1;
 }
 
+/* PEER_COPY of this rank's own src with STEP_PUSH: piece by piece into its own dst (unless in
+ * place) and, while the piece is in cache, into every other rank's dst at the same place. */
+static int step_copy_push(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
+  size_t es = o->esize, piece = TUTTI_MAX(PEER_PIECE_BYTES / es, 1);
+  const char *src = o->buf[st->src_buf] + st->src_off * es;
+  char *dst = o->buf[st->dst_buf] + st->dst_off * es;
+  test_delay(l->comm);
+  for (size_t at = 0; at < st->count; at += piece) {
+    size_t len = TUTTI_MIN(piece, st->count - at);
+    int bad = -1;
+    if (src != dst) copy_bytes(dst + at * es, src + at * es, len * es);
+    ncclResult_t res = push_piece(o, st, at, len, src + at * es, &bad);
+    if (res != ncclSuccess) return access_failed(l, o, bad, res);
+  }
+  *moved = 1;
+  return 1;
+}
+
 static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   int q = st->recv_peer;
+  if (st->flags & STEP_PUSH) return step_copy_push(l, o, st, moved);
   size_t es = o->esize, ready = st->count;
   if (st->flags & STEP_AFTER_PROGRESS) {
     word_ref_t prog = peer_word(l->comm, q, PEER_WORD_PROGRESS);

@@ -189,8 +189,8 @@ TEST(Algos, AllReduceTreeRhdRd) {
 
 // Direct reads the other ranks' buffers in place, cma by copy and pushes its all-reduce results
 // (peer steps, STEP_PUSH), push does the same on mapped buffers: all-reduce, reduce-scatter and
-// all-gather (push: all-reduce only), any number of ranks, in place or not, the same closed
-// forms without PreMulSum.
+// all-gather (push: all-reduce and all-gather), any number of ranks, in place or not, the same
+// closed forms without PreMulSum.
 TEST(Algos, DirectCmaAndPushPeerSteps) {
   for (algo_t algo : {ALGO_DIRECT, ALGO_CMA, ALGO_PUSH})
     for (coll_t coll : {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER})

@@ -313,9 +313,11 @@ TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 1 << 20), 0);
 }
 
-// Push (mapped peer memory, all-reduce only): its own level, lat + 2(n-1)/n S / b_push, from
-// TUTTI_PUSH_MIN_BYTES; with the defaults' order (push's latency below direct's) it is the
-// all-reduce's choice where both run, and direct stays the reduce-scatter's.
+// Push (mapped peer memory, all-reduce and all-gather): its own level, lat + 2(n-1)/n S / b_push
+// for the all-reduce from TUTTI_PUSH_MIN_BYTES, lat + (n-1)/n S / b_push for the all-gather from
+// TUTTI_PUSH_GATHER_MIN_BYTES; with the defaults' order (push's latency below direct's) it is
+// the choice where it runs, direct below that all-gather size, and direct stays the
+// reduce-scatter's.
 TEST(TunerModel, PushForTheAllReduceOnMappedMemory) {
   tuner_model_t m = model();
   m.peer = {3.0, 20.0};
@@ -324,6 +326,7 @@ TEST(TunerModel, PushForTheAllReduceOnMappedMemory) {
   t.peer_mem = 1;
   t.peer_min_bytes = 32 * 1024;
   t.push_min_bytes = 16 * 1024;
+  t.push_gather_min_bytes = 8 << 20;
   double S = 1 << 20;
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_PUSH, 1 << 20),
                    2.0 + 1.5 * S / 20e3);
@@ -332,6 +335,11 @@ TEST(TunerModel, PushForTheAllReduceOnMappedMemory) {
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_PUSH);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_REDUCESCATTER, 1 << 20, TUNER_ALL_ALGOS, 0).algo,
             ALGO_DIRECT);
+  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLGATHER, ALGO_PUSH, 4 << 20), 0);  // too small
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLGATHER, 4 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_DIRECT);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLGATHER, ALGO_PUSH, 16 << 20),
+                   2.0 + 0.75 * 16 * S / 20e3);
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLGATHER, 16 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_PUSH);
   t.peer_mem = 0;  // no peer memory (or TUTTI_DIRECT=0): never
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_PUSH, 1 << 20), 0);
 }

@@ -129,6 +129,12 @@ static int peer_step(interp_t *in, int me, const step_t *st, lane_state_t *ls) {
     int64_t *x = at(in, q, st->src_buf, st->src_off, st->count);
     if (!x) return fail(in, "rank %d: PEER_COPY reads outside rank %d's buffer", me, q);
     memmove(dst, x, st->count * sizeof(int64_t));
+    for (int k = 1; (st->flags & STEP_PUSH) && k < n; k++) { /* into every other rank's dst */
+      int64_t *y = at(in, (me + k) % n, st->dst_buf, st->dst_off, st->count);
+      if (!y)
+        return fail(in, "rank %d: PEER_COPY pushes outside rank %d's buffer", me, (me + k) % n);
+      memmove(y, x, st->count * sizeof(int64_t));
+    }
   } else {
     in->done[me] = 1;
     for (int k = 0; k < n; k++)

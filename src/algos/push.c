@@ -1,13 +1,17 @@
-/* Push all-reduce: ranks of one host whose buffers the peers map (ncclMemAlloc memory, or
- * threads of one process) reduce their own segment from every rank's send buffer in place and
- * then write it, piece by piece while it is still in cache, into every other rank's receive
- * buffer through the mapping: cma's schedule (algos/cma.c) with stores instead of
+/* Push all-reduce and all-gather: ranks of one host whose buffers the peers map (ncclMemAlloc
+ * memory, or threads of one process) write their results into every other rank's receive
+ * buffer through the mapping, instead of reading the peers' buffers (direct). The all-reduce
+ * reduces its own segment from every rank's send buffer in place and then writes it, piece by
+ * piece while it is still in cache: cma's schedule (algos/cma.c) with stores instead of
  * process_vm_writev.
  *
- *   PEER_REDUCE + STEP_PUSH  own segment r = x(r) (+) ... from all n send buffers (direct's
- *                            order, so the same bits as direct and cma), then into every rank's
- *                            receive buffer at the same place
- *   PEER_DONE                wait until every owner has pushed its segment
+ *   all-reduce  PEER_REDUCE + STEP_PUSH  own segment r = x(r) (+) ... from all n send buffers
+ *                                        (direct's order, so the same bits as direct and cma),
+ *                                        then into every rank's receive buffer at the same place
+ *               PEER_DONE                wait until every owner has pushed its segment
+ *   all-gather  PEER_COPY + STEP_PUSH    the own block, piece by piece, into place in the own
+ *               of the own send buffer   receive buffer and into every other rank's
+ *               PEER_DONE                wait until every rank has pushed its block
  *
  * Against direct, which pulls: there rank k copies segment r out of rank r's receive buffer,
  * lines rank r's core has just written, and rank r writes its segment over lines rank k read in
@@ -16,11 +20,14 @@
  * after call, and no line another core has just written is read. Calls from TUTTI_NT_THRESHOLD
  * (out of place) store into the peers' buffers with streaming stores (engine_peer.c).
  *
- * Cost: direct's bytes (2(n-1)/n S per rank) at its own level of the model, lat + moved / b
- * with TUTTI_TUNER_PEER_PUSH_LAT_US and _GBPS (the handshake and final wait; one rank's reads
- * and writes), from TUTTI_PUSH_MIN_BYTES. In place is safe: rank r reads and then writes only
- * segment r of each buffer, and no other rank touches it. No PreMulSum (the reduction reads
- * each input once, unscaled); host buffers only (the device path runs direct).
+ * Cost: direct's bytes (2(n-1)/n S per rank for the all-reduce, (n-1)/n S for the all-gather)
+ * at its own level of the model, lat + moved / b with TUTTI_TUNER_PEER_PUSH_LAT_US and _GBPS
+ * (the handshake and final wait; one rank's reads and writes), the all-reduce from
+ * TUTTI_PUSH_MIN_BYTES, the all-gather from TUTTI_PUSH_GATHER_MIN_BYTES (8 MiB: 2 ranks on
+ * ncclMemAlloc memory, push against direct 1.07-1.31x from 8 MiB to 128 MiB, 0.92-0.96x at 1-4
+ * MiB, docs/perf.md). In place is safe: rank r writes only segment (block) r of each buffer,
+ * and no other rank touches it; the all-reduce reads it before. No PreMulSum (the reduction
+ * reads each input once, unscaled); host buffers only (the device path runs direct).
  */
 #include "algos/registry.h"
 #include "core.h"
@@ -36,21 +43,38 @@ int push_allreduce(const sched_args_t *a, sched_t *s) {
   return 0;
 }
 
+/* all-gather: the own block into place and into every other rank's receive buffer (PEER_COPY
+ * of the own send buffer with STEP_PUSH), then PEER_DONE. */
+static int push_allgather(const sched_args_t *a, sched_t *s) {
+  int r = a->rank;
+  size_t c = a->count;
+  SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = r, .send_peer = -1, .src_buf = BUF_SEND,
+             .dst_buf = BUF_RECV, .flags = STEP_STORE | STEP_PUSH, .dst_off = (size_t)r * c,
+             .count = c);
+  SCHED_PUSH(.kind = STEP_PEER_DONE, .recv_peer = -1, .send_peer = -1, .src_buf = BUF_NONE,
+             .dst_buf = BUF_NONE);
+  return 0;
+}
+
 static double push_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks;
-  if (c != COLL_ALLREDUCE || !t->peer_mem || n < 2 || t->nhosts != 1 ||
-      S < (double)t->push_min_bytes)
+  size_t min = c == COLL_ALLGATHER ? t->push_gather_min_bytes : t->push_min_bytes;
+  if ((c != COLL_ALLREDUCE && c != COLL_ALLGATHER) || !t->peer_mem || n < 2 || t->nhosts != 1 ||
+      S < (double)min)
     return -1;
-  return m->peer_push.lat_us + 2.0 * (n - 1) / n * S / (m->peer_push.gbps * 1e3);
+  double moved = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
+  return m->peer_push.lat_us + moved / (m->peer_push.gbps * 1e3);
 }
 
 ALGO_COL_BUILDER(build_allreduce, push_allreduce)
+ALGO_COL_BUILDER(build_allgather, push_allgather)
 
 const algo_desc_t algo_push = {
     .name = "push",
     .summary =
-        "one host: reduce the own segment from the peers' mapped buffers, write it into theirs",
-    .build = {[COLL_ALLREDUCE] = build_allreduce},
+        "one host: write the own result (reduced segment, gathered block) into the peers' mapped "
+        "buffers",
+    .build = {[COLL_ALLREDUCE] = build_allreduce, [COLL_ALLGATHER] = build_allgather},
     .cost_us = push_cost,
     .needs = ALGO_NEEDS_PEER_MEMORY | ALGO_NEEDS_PLAIN_OP,
 };

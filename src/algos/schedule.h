@@ -41,7 +41,8 @@ enum {
   STEP_POST = 8,
   STEP_AFTER_PROGRESS = 16,
   STEP_PUSH = 32,  /* PEER_REDUCE: also writes each finished piece of dst into the same place
-                      of every other rank's dst_buf (mapped: by store; else by copy) */
+                      of every other rank's dst_buf (mapped: by store; else by copy); PEER_COPY
+                      of the own src: the same with each piece copied */
   STEP_WHOLE = 64, /* FIFO step, only a send from src_buf or only a store into dst_buf, whose
                       peer's matching step is one too: a transport may move it whole by
                       rendezvous (transport.h, send_large / recv_large) */
@@ -63,7 +64,9 @@ enum {
  *                with STEP_PUSH it also writes every finished
  *                piece into the other ranks' dst_buf at the same place, so they copy nothing
  *   PEER_COPY    dst[dst_off, +count) = rank recv_peer's src_buf at [src_off, +count); with
- *                STEP_AFTER_PROGRESS only as far as that rank's PEER_REDUCE progress says
+ *                STEP_AFTER_PROGRESS only as far as that rank's PEER_REDUCE progress says;
+ *                recv_peer this rank with STEP_PUSH: also into every other rank's dst_buf at
+ *                the same place (host memory the peers map)
  *   PEER_DONE    says this rank is done with the call and waits until every rank is: nobody
  *                returns (and may reuse its buffers) while another rank still reads them
  */

@@ -13,6 +13,8 @@
  *                                   STEP_AFTER_PROGRESS q sends at the start of its schedule
  *   PEER_REDUCE + STEP_PUSH        the same reduce, then one message of the result to every
  *                                   other rank (received before its PEER_DONE)
+ *   PEER_COPY of the own buffer     a local copy, then one message of it to every other rank
+ *     + STEP_PUSH                   (received before its PEER_DONE)
  *   PEER_DONE                      one element to every other rank and one from each
  *
  * A message through shared memory costs its sender a copy (b / intra_bw), where the real copy
@@ -55,12 +57,19 @@ static int serve(lane_buf_t *main, const sched_t *all, int n, int q, int after) 
   return 0;
 }
 
-/* Rank r's receives of what the other ranks push (PEER_REDUCE with STEP_PUSH). */
+/* Whether rank q's step st writes into the other ranks' buffers: PEER_REDUCE with STEP_PUSH,
+ * or PEER_COPY of q's own buffer with STEP_PUSH. */
+static int pushes(const step_t *st, int q) {
+  return (st->flags & STEP_PUSH) &&
+         (st->kind == STEP_PEER_REDUCE || (st->kind == STEP_PEER_COPY && st->recv_peer == q));
+}
+
+/* Rank r's receives of what the other ranks push. */
 static int receive_pushes(const sched_t *all, int n, int r, lane_buf_t *lanes) {
   for (int q = 0; q < n; q++)
     for (size_t i = 0; q != r && i < all[q].n; i++) {
       const step_t *st = &all[q].steps[i];
-      if (st->kind == STEP_PEER_REDUCE && (st->flags & STEP_PUSH) &&
+      if (pushes(st, q) &&
           lane_push(&lanes[1 + q], (sim_step_t){q, -1, (uint32_t)st->count, STEP_STORE}))
         return -1;
     }
@@ -87,6 +96,8 @@ static int translate(const sched_t *all, int n, int r, lane_buf_t *lanes) {
     else if (st->kind == STEP_PEER_REDUCE)
       rc = lane_push(main, (sim_step_t){-1, -1, c * (uint32_t)(n - 1), STEP_REDUCE}) ||
            serve(main, all, n, r, 1) || ((st->flags & STEP_PUSH) && push_all(main, n, r, c));
+    else if (st->kind == STEP_PEER_COPY && pushes(st, r)) /* a local copy, then to every rank */
+      rc = lane_push(main, (sim_step_t){-1, -1, c, STEP_STORE}) || push_all(main, n, r, c);
     else if (st->kind == STEP_PEER_COPY)
       rc = lane_push(&lanes[1 + st->recv_peer], (sim_step_t){st->recv_peer, -1, c, STEP_STORE});
     else if ((rc = receive_pushes(all, n, r, lanes)) == 0)
