@@ -68,21 +68,21 @@ std::vector<std::vector<std::string>> decisions_per_rank(int n) {
   return out;
 }
 
+// Before a forked rank starts: cma held back 20 ms per peer step on rank 1 (the FIFOs win).
+void hold_back_cma(int) {
+  setenv("TUTTI_TEST_PEER_DELAY_US", "20000", 1);
+  setenv("TUTTI_TEST_PEER_DELAY_RANK", "1", 1);
+}
+
 // cma held back 20 ms per peer step on rank 1: the first decision (after 8 calls of the
 // model's cma, one FIFO call, one cma call) keeps the FIFOs, on both ranks, and so do the later
 // ones; 256 KiB in place and out of place.
 TEST(Adapt, KeepsTheFasterCandidate) {
   log_capture::clear();
-  auto codes = forked(
-      2,
-      [](int) {
-        setenv("TUTTI_TEST_PEER_DELAY_US", "20000", 1);
-        setenv("TUTTI_TEST_PEER_DELAY_RANK", "1", 1);
-      },
-      [](int rank, ncclComm_t comm) {
-        int rc = run_calls(rank, 2, comm, 65536, 40, false, false);
-        return rc ? rc : run_calls(rank, 2, comm, 65536, 40, true, true);
-      });
+  auto codes = forked(2, hold_back_cma, [](int rank, ncclComm_t comm) {
+    int rc = run_calls(rank, 2, comm, 65536, 40, false, false);
+    return rc ? rc : run_calls(rank, 2, comm, 65536, 40, true, true);
+  });
   expect_all_ok(codes);
   auto d = decisions_per_rank(2);
   for (const auto &mine : d) {
@@ -97,16 +97,10 @@ TEST(Adapt, KeepsTheFasterCandidate) {
 // instead of the model's cma for the 8 calls before its own first measurement.
 TEST(Adapt, ANewSizeFollowsItsNeighbour) {
   log_capture::clear();
-  auto codes = forked(
-      2,
-      [](int) {
-        setenv("TUTTI_TEST_PEER_DELAY_US", "20000", 1);
-        setenv("TUTTI_TEST_PEER_DELAY_RANK", "1", 1);
-      },
-      [](int rank, ncclComm_t comm) {
-        int rc = run_calls(rank, 2, comm, 65536, 40, false, false);
-        return rc ? rc : run_calls(rank, 2, comm, 262144, 6, false, false);
-      });
+  auto codes = forked(2, hold_back_cma, [](int rank, ncclComm_t comm) {
+    int rc = run_calls(rank, 2, comm, 65536, 40, false, false);
+    return rc ? rc : run_calls(rank, 2, comm, 262144, 6, false, false);
+  });
   expect_all_ok(codes);
   int large = 0, large_cma = 0;
   for (const std::string &line : log_capture::lines()) {
