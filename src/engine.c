@@ -188,7 +188,7 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
       l->wait_peer = st->recv_peer, l->wait_send = 0;
       return moved;
     }
-    if (sc && !ref && !(out = sc->transport->send_slot(sc))) {
+    if (sc && !ref && !(out = sc->transport->send_slot(sc, n * es))) {
       l->wait_peer = st->send_peer, l->wait_send = 1;
       return moved;
     }

@@ -169,7 +169,8 @@ int ib_poll_cq(ib_conn_t *c) {
 
 /* ---- data path (the engine's thread) ---- */
 
-static void *ib_send_slot(conn_t *conn) {
+static void *ib_send_slot(conn_t *conn, size_t bytes) {
+  (void)bytes; /* at most a slot */
   ib_conn_t *c = conn->priv;
   if (ib_poll_cq(c) < 0 || __atomic_load_n(&c->st->aborted, __ATOMIC_ACQUIRE)) return NULL;
   int q = (int)(c->pos % (uint64_t)c->nqps);
@@ -204,7 +205,7 @@ static size_t ib_send_from(conn_t *conn, const void *buf, size_t bytes) {
     c->zc_buf = NULL;
     return bytes;
   }
-  char *slot = ib_send_slot(conn);
+  char *slot = ib_send_slot(conn, bytes);
   if (!slot) return 0;
   struct ibv_mr *mr = NULL;
   if (buf != slot && tutti_param_IbZeroCopy() && bytes >= (size_t)tutti_param_IbZeroCopyMin())

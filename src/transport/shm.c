@@ -3,14 +3,21 @@
  * Each rank owns one POSIX shared-memory segment holding the FIFOs its local peers send to it:
  *
  *   [ header: magic, owner, failed flag                 ]  4 KiB
- *   [ ctrl[local_size]: tail | hdr[nslots]              ]  8 KiB each, one cache line apiece
- *   [ slots[local_size][nslots][slot_bytes]             ]  FIFO i is written by local rank i
+ *   [ ctrl[local_size]: tail, tail_at | hdr[nslots]     ]  8 KiB each, one cache line apiece
+ *   [ ring[local_size][nslots * slot_bytes]             ]  FIFO i is written by local rank i
  *
- * Message k goes to slot k % nslots. Its header line holds {seq, bytes, 48 inline bytes}: the
+ * The slots of a FIFO form one ring of nslots * slot_bytes bytes, filled message after message
+ * (each message starts on a cache line; one that would cross the ring's end starts over at its
+ * beginning), so that a line is written again only once the whole ring has been, whatever the
+ * messages' size: with a slot per message, half-slot messages reused each line after half the
+ * ring, while the reader still held it in its cache (docs/perf-baseline.md, "Why the FIFOs slow
+ * down"). Message k's header is hdr[k % nslots], a line holding {seq, bytes, 48 inline bytes}: the
  * sender writes the data (inline when it fits, which is what makes small collectives fast: the
- * receiver then touches one cache line) and publishes seq = k + 1 (release); the receiver polls
- * that line, uses the data in place and publishes tail = k + 1 so the slot can be reused. The
- * sender keeps a cached copy of tail and rereads it only when the FIFO looks full.
+ * receiver then touches one cache line, and the message takes no room in the ring) and publishes
+ * seq = k + 1 (release); the receiver polls that line, uses the data in place and publishes
+ * tail = k + 1 so its bytes can be reused. Both ends place message k alike from the sizes of the
+ * messages before it; the receiver also publishes tail_at, how far in the ring it released. The
+ * sender keeps cached copies of both and rereads them only when the FIFO looks full.
  * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
  * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
  * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
@@ -63,6 +70,7 @@ TUTTI_PARAM(Cma, "CMA", 1)
 #define SHM_MAGIC 0x74757474692d7368ull
 #define SHM_PAGE 4096
 #define SHM_MAX_SLOTS 64
+#define SHM_DESC_PER_SLOT 4  /* headers per slot of ring: messages of a quarter slot fill it */
 #define SHM_FAILED_WRITING 2 /* header.failed: the reason is being written */
 #define SHM_FAILED 1
 
@@ -92,21 +100,29 @@ typedef struct shm_slot_hdr {
 typedef struct shm_ctrl {
   volatile uint64_t tail;     /* messages released by the receiver */
   volatile uint32_t sleeping; /* the sender sleeps on tail, the FIFO full */
-  char pad0[TUTTI_CACHELINE - 12];
+  uint32_t pad;
+  volatile uint64_t tail_at; /* the receiver's `at` (shm_end_t) once it released them */
+  char pad0[TUTTI_CACHELINE - 24];
   shm_slot_hdr_t hdr[SHM_MAX_SLOTS];
 } shm_ctrl_t;
 #define SHM_CTRL_BYTES (2 * SHM_PAGE)
 
 typedef struct shm_end { /* one end of one FIFO */
   shm_ctrl_t *ctrl;
-  char *slots;
-  uint32_t nslots;
-  size_t slot_bytes;
-  uint64_t pos;  /* messages sent (sender) or consumed (receiver) */
-  uint32_t slot; /* pos % nslots, kept as pos grows (a division costs tens of cycles) */
-  uint64_t seen; /* sender: cached copy of the receiver's tail */
-  int sleepy;    /* oversubscribed: the other end may sleep, wake it (shm_wait) */
+  char *ring; /* nslots * slot_bytes bytes */
+  size_t ring_bytes;
+  uint32_t ndesc;   /* headers in ctrl->hdr, one per slot: the most messages in flight */
+  uint32_t desc;    /* pos % ndesc, kept as pos grows (a division costs tens of cycles) */
+  uint64_t pos;     /* messages sent (sender) or consumed (receiver) */
+  size_t off;       /* the ring offset after the last message placed (ring_place) */
+  uint64_t at;      /* ring bytes passed so far, wrapped ends included (flow control) */
+  uint64_t seen;    /* sender: cached copy of the receiver's tail ... */
+  uint64_t seen_at; /* ... and of its tail_at */
+  char *cur;        /* where message pos lies (send_slot, recv_slot) */
+  size_t cur_bytes; /* receiver: message pos's size */
+  int sleepy;       /* oversubscribed: the other end may sleep, wake it (shm_wait) */
   volatile int32_t *peer_failed;
+  char small[SHM_INLINE]; /* sender: a message that goes inline is computed here */
 } shm_end_t;
 
 typedef struct shm_state {
@@ -338,16 +354,17 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
                      (unsigned long long)ph->slot_bytes);
   int me = st->local_index[comm->rank], them = st->local_index[peer], ls = (int)mh->local_size;
   shm_end_t *se = &st->ends[peer], *re = &st->ends[comm->nranks + peer];
+  size_t ring_bytes = (size_t)mh->nslots * mh->slot_bytes;
   *se = (shm_end_t){.ctrl = seg_ctrl(st->peer_seg[peer], me),
-                    .slots = seg_slots(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
-                    .nslots = mh->nslots,
-                    .slot_bytes = mh->slot_bytes,
+                    .ring = seg_slots(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
+                    .ring_bytes = ring_bytes,
+                    .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
                     .peer_failed = &ph->failed};
   *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
-                    .slots = seg_slots(st->seg, them, ls, mh->nslots, mh->slot_bytes),
-                    .nslots = mh->nslots,
-                    .slot_bytes = mh->slot_bytes,
+                    .ring = seg_slots(st->seg, them, ls, mh->nslots, mh->slot_bytes),
+                    .ring_bytes = ring_bytes,
+                    .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
                     .peer_failed = &ph->failed};
   send->priv = se;
@@ -381,43 +398,68 @@ static void wake_sleeper(volatile uint64_t *word, volatile uint32_t *flag) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-static void end_advance(shm_end_t *e) {
-  e->pos++;
-  if (++e->slot == e->nslots) e->slot = 0;
+/* Where a message of `bytes` after the last one placed starts: right after it, or at the ring's
+ * beginning when it would cross the end. Both ends place every message alike. */
+static size_t ring_place(const shm_end_t *e, size_t bytes) {
+  return e->off + bytes > e->ring_bytes ? 0 : e->off;
 }
 
-static void *shm_send_slot(conn_t *c) {
-  shm_end_t *e = c->priv;
-  if (e->pos - e->seen >= e->nslots) {
-    e->seen = __atomic_load_n(&e->ctrl->tail, __ATOMIC_ACQUIRE);
-    if (e->pos - e->seen >= e->nslots) return NULL;
+/* Message pos, of `bytes` at ring offset `start`, is done with: the ring moves past it. Messages
+ * that go inline take no room. */
+static void end_advance(shm_end_t *e, size_t start, size_t bytes) {
+  if (bytes > SHM_INLINE) {
+    size_t used = TUTTI_ALIGN_UP(bytes, TUTTI_CACHELINE);
+    e->at += (start < e->off ? e->ring_bytes - e->off : 0) + used; /* the end it skipped */
+    e->off = start + used;
   }
-  return e->slots + (size_t)e->slot * e->slot_bytes;
+  e->pos++;
+  if (++e->desc == e->ndesc) e->desc = 0;
 }
 
+/* Is there a header free and, for a message of `bytes` going into the ring at `start`, room in
+ * the ring (what lies from the receiver's tail_at on is still in use)? */
+static int end_room(const shm_end_t *e, size_t start, size_t bytes) {
+  if (e->pos - e->seen >= e->ndesc) return 0;
+  if (bytes <= SHM_INLINE) return 1;
+  uint64_t end = e->at + (start < e->off ? e->ring_bytes - e->off : 0) + bytes;
+  return end - e->seen_at <= e->ring_bytes;
+}
+
+static void *shm_send_slot(conn_t *c, size_t bytes) {
+  shm_end_t *e = c->priv;
+  size_t start = ring_place(e, bytes);
+  if (!end_room(e, start, bytes)) {
+    e->seen = __atomic_load_n(&e->ctrl->tail, __ATOMIC_ACQUIRE);
+    e->seen_at = __atomic_load_n(&e->ctrl->tail_at, __ATOMIC_RELAXED);
+    if (!end_room(e, start, bytes)) return NULL;
+  }
+  return e->cur = bytes <= SHM_INLINE ? e->small : e->ring + start;
+}
+
+/* `bytes` is what send_slot was asked for: the receiver places the message by it. */
 static void shm_send_post(conn_t *c, size_t bytes) {
   shm_end_t *e = c->priv;
-  uint32_t i = e->slot;
-  shm_slot_hdr_t *h = &e->ctrl->hdr[i];
-  if (bytes <= SHM_INLINE) memcpy(h->inline_data, e->slots + (size_t)i * e->slot_bytes, bytes);
+  shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
+  if (bytes <= SHM_INLINE) memcpy(h->inline_data, e->cur, bytes);
   h->bytes = (uint32_t)bytes;
-  end_advance(e);
+  end_advance(e, bytes <= SHM_INLINE ? e->off : (size_t)(e->cur - e->ring), bytes);
   __atomic_store_n(&h->seq, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&h->seq, &h->sleeping);
 }
 
 static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
   shm_end_t *e = c->priv;
-  uint32_t i = e->slot;
-  shm_slot_hdr_t *h = &e->ctrl->hdr[i];
+  shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
   if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) return NULL;
-  *bytes = h->bytes;
-  return *bytes <= SHM_INLINE ? (const void *)h->inline_data : e->slots + (size_t)i * e->slot_bytes;
+  *bytes = e->cur_bytes = h->bytes;
+  if (*bytes <= SHM_INLINE) return h->inline_data;
+  return e->cur = e->ring + ring_place(e, *bytes);
 }
 
 static void shm_recv_done(conn_t *c) {
   shm_end_t *e = c->priv;
-  end_advance(e);
+  end_advance(e, e->cur_bytes <= SHM_INLINE ? e->off : (size_t)(e->cur - e->ring), e->cur_bytes);
+  __atomic_store_n(&e->ctrl->tail_at, e->at, __ATOMIC_RELAXED);
   __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&e->ctrl->tail, &e->ctrl->sleeping);
 }
@@ -434,9 +476,9 @@ static void shm_wait(conn_t *c, int send, uint64_t timeout_ns) {
   volatile uint32_t *flag;
   uint64_t want;
   if (send) {
-    word = &e->ctrl->tail, flag = &e->ctrl->sleeping, want = e->pos - e->nslots + 1;
+    word = &e->ctrl->tail, flag = &e->ctrl->sleeping, want = e->seen + 1; /* one more released */
   } else {
-    shm_slot_hdr_t *h = &e->ctrl->hdr[e->slot];
+    shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
     word = &h->seq, flag = &h->sleeping, want = e->pos + 1;
   }
   uint32_t seen = (uint32_t)__atomic_load_n(word, __ATOMIC_ACQUIRE);

@@ -264,7 +264,8 @@ static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
 
 /* The staging slot, for a piece the engine must compute before it goes (send_from then sends
  * it from here; the engine asks for it only once the previous piece went out whole). */
-static void *tcp_send_slot(conn_t *conn) {
+static void *tcp_send_slot(conn_t *conn, size_t bytes) {
+  (void)bytes; /* at most a slot */
   tcp_conn_t *c = conn->priv;
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) return NULL; /* let the engine see it */
   return c->slots;

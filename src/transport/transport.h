@@ -2,8 +2,9 @@
  * transport in the table whose can_connect says yes (same host -> shm; else ib; else tcp).
  *
  * Data path (slot-based, non-blocking; the engine owns all waiting):
- *   send_slot(conn)        -> pointer to the next free slot of the peer's FIFO, or NULL if full
- *   send_post(conn, bytes) -> hands that slot (bytes long) to the peer
+ *   send_slot(conn, bytes) -> pointer to room for the next message (at most bytes long) in the
+ *                            peer's FIFO, or NULL if full
+ *   send_post(conn, bytes) -> hands that message to the peer: bytes as asked of send_slot
  *   recv_slot(conn, &n)    -> pointer to the next filled slot from the peer, or NULL if none
  *   recv_done(conn)        -> gives the slot back to the sender
  *   peer_failed(conn)      -> nonzero once the peer is known dead or has aborted
@@ -105,7 +106,7 @@ typedef struct transport {
   ncclResult_t (*connect)(struct ncclComm *comm, int peer, const char *peer_blob, conn_t *send,
                           conn_t *recv);
   ncclResult_t (*post_connect)(struct ncclComm *comm);
-  void *(*send_slot)(conn_t *conn);
+  void *(*send_slot)(conn_t *conn, size_t bytes);
   void (*send_post)(conn_t *conn, size_t bytes);
   size_t (*send_from)(conn_t *conn, const void *buf, size_t bytes);
   size_t (*recv_into)(conn_t *conn, void *buf, size_t bytes);

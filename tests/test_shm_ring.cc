@@ -1,0 +1,86 @@
+// The shared-memory FIFO as a ring of bytes (src/transport/shm.c): messages of any size follow
+// each other in the ring, each from a cache line, the one that would cross the ring's end from
+// its beginning, and both ends must place every message alike. Small FIFOs (3 slots of 12 KiB,
+// a 36 KiB ring) make the ring wrap many times within a test, at every offset the sizes below
+// produce: messages that go inline (no room taken), a few hundred bytes (not a multiple of a
+// line), just under and just over a slot's third, whole slots. Every call's buffers are
+// checked element by element against the closed form (harness.h), so a message placed where
+// the other end does not look for it, or overwritten while still read, fails the case.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using th::Case;
+using th::Coll;
+using th::Mode;
+using th::RankCtx;
+
+th::Options small_fifos(const std::string &algo) {
+  th::Options o;
+  o.env = {{"TUTTI_SHM_NSLOTS", "3"},
+           {"TUTTI_SHM_SLOT_BYTES", "12288"},
+           {"TUTTI_CMA", "0"}, /* heap buffers through the FIFOs, not peer reads */
+           {"TUTTI_ALGO", algo}};
+  return o;
+}
+
+// Counts (elements) whose messages land at every kind of offset: with int8 and 3 ranks the
+// ring's pieces are count / 3 bytes, with float32 four times that, capped by the 12 KiB slot.
+const size_t kCounts[] = {1, 13, 100, 1000, 3071, 3073, 4097, 7777, 30000, 65537};
+
+void sizes_up_and_down(RankCtx &ctx, Coll coll) {
+  std::vector<size_t> order(std::begin(kCounts), std::end(kCounts));
+  order.insert(order.end(), std::rbegin(kCounts), std::rend(kCounts));
+  int k = 0;
+  for (ncclDataType_t t : {ncclInt8, ncclFloat32})
+    for (size_t count : order) {
+      Case c;
+      c.coll = coll;
+      c.type = t;
+      c.count = coll == Coll::kAllGather ? count / (size_t)ctx.nranks + 1 : count;
+      c.in_place = (k++ % 2) == 1;
+      if (!th::run_case(ctx, c)) return;
+    }
+}
+
+TEST(ShmRing, AllReduceOfEverySizeWrapsTheRingExactly) {
+  th::run_ranks_ok(
+      Mode::kProcs, 3, [](RankCtx &ctx) { sizes_up_and_down(ctx, Coll::kAllReduce); },
+      small_fifos("allreduce:ring"), "3 ranks, ring all-reduce, 3 x 12 KiB FIFOs");
+}
+
+TEST(ShmRing, AllGatherAndReduceScatterWrapTheRingExactly) {
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [](RankCtx &ctx) {
+        sizes_up_and_down(ctx, Coll::kAllGather);
+        sizes_up_and_down(ctx, Coll::kReduceScatter);
+      },
+      small_fifos("ring"), "3 ranks, ring all-gather and reduce-scatter, 3 x 12 KiB FIFOs");
+}
+
+// Ranks as threads share one process: the same FIFOs, with ends in one address space.
+TEST(ShmRing, ThreadsWrapTheRingExactly) {
+  th::Options o = small_fifos("allreduce:ring");
+  for (const auto &e : o.env) setenv(e.first.c_str(), e.second.c_str(), 1);
+  th::run_ranks_ok(
+      Mode::kThreads, 3, [](RankCtx &ctx) { sizes_up_and_down(ctx, Coll::kAllReduce); },
+      th::Options(), "3 ranks as threads, ring all-reduce, 3 x 12 KiB FIFOs");
+  for (const auto &e : o.env) unsetenv(e.first.c_str());
+}
+
+// With more ranks than the machine's CPUs (5 on CI's 2), waiting ranks sleep on the FIFO's
+// words (shm_wait): a sender finding the ring full sleeps until the receiver releases a message.
+TEST(ShmRing, SleepingSendersWakeWhenTheRingFrees) {
+  th::run_ranks_ok(
+      Mode::kProcs, 5, [](RankCtx &ctx) { sizes_up_and_down(ctx, Coll::kAllReduce); },
+      small_fifos("allreduce:ring"), "5 ranks, ring all-reduce, 3 x 12 KiB FIFOs");
+}
+
+}  // namespace
