@@ -2,8 +2,9 @@
 // each other in the ring, each from a cache line, the one that would cross the ring's end from
 // its beginning, and both ends must place every message alike. Small FIFOs (3 slots of 12 KiB,
 // a 36 KiB ring) make the ring wrap many times within a test, at every offset the sizes below
-// produce: messages that go inline (no room taken), a few hundred bytes (not a multiple of a
-// line), just under and just over a slot's third, whole slots. Every call's buffers are
+// produce: messages that go inline or to their header's hot place (up to 2 KiB; no ring room
+// taken) between ring messages of a few KiB (not a multiple of a line), just under and just over
+// a slot's third, whole slots. Every call's buffers are
 // checked element by element against the closed form (harness.h), so a message placed where
 // the other end does not look for it, or overwritten while still read, fails the case.
 #include <gtest/gtest.h>

@@ -4,20 +4,25 @@
  *
  *   [ header: magic, owner, failed flag                 ]  4 KiB
  *   [ ctrl[local_size]: tail, tail_at | hdr[nslots]     ]  8 KiB each, one cache line apiece
- *   [ ring[local_size][nslots * slot_bytes]             ]  FIFO i is written by local rank i
+ *   [ hot[local_size][nslots][4 KiB]                    ]  FIFO i is written by local rank i:
+ *   [ ring[local_size][nslots * slot_bytes]             ]  short messages here, long ones here
  *
- * The slots of a FIFO form one ring of nslots * slot_bytes bytes, filled message after message
- * (each message starts on a cache line; one that would cross the ring's end starts over at its
- * beginning), so that a line is written again only once the whole ring has been, whatever the
- * messages' size: with a slot per message, half-slot messages reused each line after half the
- * ring, while the reader still held it in its cache (docs/perf-baseline.md, "Why the FIFOs slow
- * down"). Message k's header is hdr[k % nslots], a line holding {seq, bytes, 48 inline bytes}: the
- * sender writes the data (inline when it fits, which is what makes small collectives fast: the
- * receiver then touches one cache line, and the message takes no room in the ring) and publishes
- * seq = k + 1 (release); the receiver polls that line, uses the data in place and publishes
- * tail = k + 1 so its bytes can be reused. Both ends place message k alike from the sizes of the
- * messages before it; the receiver also publishes tail_at, how far in the ring it released. The
- * sender keeps cached copies of both and rereads them only when the FIFO looks full.
+ * Message k's header is hdr[k % nslots], a line holding {seq, bytes, 48 inline bytes}: the
+ * sender writes the data and publishes seq = k + 1 (release); the receiver polls that line, uses
+ * the data in place and publishes tail = k + 1 so its room can be reused. Where the data lies
+ * depends on its size:
+ *   - up to 48 bytes inline in the header (what makes small collectives fast: the receiver then
+ *     touches one cache line);
+ *   - up to SHM_HOT_BYTES in the header's hot place (hot[k % nslots]), lines both caches keep;
+ *   - longer ones in the ring of nslots * slot_bytes bytes, one after another, each from a cache
+ *     line (one that would cross the ring's end starts at its beginning), so that a line is
+ *     written again only once the whole ring has been, whatever the messages' size. With a
+ *     slot per message, half-slot messages reused each line after half the ring, while the
+ *     reader still held it in its cache, and every store paid a snoop (docs/perf-baseline.md,
+ *     "Why the FIFOs slow down").
+ * Both ends place message k alike from the sizes of the messages before it; the receiver also
+ * publishes tail_at, how far in the ring it released. The sender keeps cached copies of tail
+ * and tail_at and rereads them only when the FIFO looks full.
  * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
  * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
  * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
@@ -90,6 +95,12 @@ typedef struct shm_header {
 _Static_assert(sizeof(shm_header_t) <= SHM_PAGE, "the shm header must fit its page");
 
 #define SHM_INLINE 48
+/* A message of at most this many bytes goes to its header's own place (hot: rewritten every
+ * nslots messages, so both caches keep it); a longer one to the ring. Where the two meet was
+ * measured (docs/perf-baseline.md, "The FIFO as a ring of bytes"), and so was putting the places
+ * a page apart: prefetchers, which stop at a page's end, then do not pull the next place's lines
+ * into the reader's cache for the writer to take back. */
+#define SHM_HOT_BYTES 2048
 typedef struct shm_slot_hdr {
   volatile uint64_t seq; /* k + 1 once message k is in this slot */
   uint32_t bytes;
@@ -109,6 +120,7 @@ typedef struct shm_ctrl {
 
 typedef struct shm_end { /* one end of one FIFO */
   shm_ctrl_t *ctrl;
+  char *hot;  /* nslots pages: a place per header, at its page's start */
   char *ring; /* nslots * slot_bytes bytes */
   size_t ring_bytes;
   uint32_t ndesc;   /* headers in ctrl->hdr, one per slot: the most messages in flight */
@@ -143,14 +155,22 @@ typedef struct shm_blob {
   int32_t local_index;
 } shm_blob_t;
 
+static size_t seg_hot_bytes(uint32_t nslots, int local_size) {
+  return TUTTI_ALIGN_UP((size_t)local_size * nslots * SHM_PAGE, SHM_PAGE);
+}
 static size_t seg_size(uint32_t nslots, size_t slot_bytes, int local_size) {
-  return SHM_PAGE + (size_t)local_size * SHM_CTRL_BYTES + (size_t)local_size * nslots * slot_bytes;
+  return SHM_PAGE + (size_t)local_size * SHM_CTRL_BYTES + seg_hot_bytes(nslots, local_size) +
+         (size_t)local_size * nslots * slot_bytes;
 }
 static shm_ctrl_t *seg_ctrl(char *seg, int i) {
   return (shm_ctrl_t *)(seg + SHM_PAGE + (size_t)i * SHM_CTRL_BYTES);
 }
-static char *seg_slots(char *seg, int i, int local_size, uint32_t nslots, size_t slot_bytes) {
-  return seg + SHM_PAGE + (size_t)local_size * SHM_CTRL_BYTES + (size_t)i * nslots * slot_bytes;
+static char *seg_hot(char *seg, int i, int local_size, uint32_t nslots) {
+  return seg + SHM_PAGE + (size_t)local_size * SHM_CTRL_BYTES + (size_t)i * nslots * SHM_PAGE;
+}
+static char *seg_ring(char *seg, int i, int local_size, uint32_t nslots, size_t slot_bytes) {
+  return seg + SHM_PAGE + (size_t)local_size * SHM_CTRL_BYTES + seg_hot_bytes(nslots, local_size) +
+         (size_t)i * nslots * slot_bytes;
 }
 
 static int shm_can_connect(struct ncclComm *comm, int peer) {
@@ -356,13 +376,15 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
   shm_end_t *se = &st->ends[peer], *re = &st->ends[comm->nranks + peer];
   size_t ring_bytes = (size_t)mh->nslots * mh->slot_bytes;
   *se = (shm_end_t){.ctrl = seg_ctrl(st->peer_seg[peer], me),
-                    .ring = seg_slots(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
+                    .hot = seg_hot(st->peer_seg[peer], me, ls, mh->nslots),
+                    .ring = seg_ring(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
                     .ring_bytes = ring_bytes,
                     .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
                     .peer_failed = &ph->failed};
   *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
-                    .ring = seg_slots(st->seg, them, ls, mh->nslots, mh->slot_bytes),
+                    .hot = seg_hot(st->seg, them, ls, mh->nslots),
+                    .ring = seg_ring(st->seg, them, ls, mh->nslots, mh->slot_bytes),
                     .ring_bytes = ring_bytes,
                     .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
@@ -405,9 +427,9 @@ static size_t ring_place(const shm_end_t *e, size_t bytes) {
 }
 
 /* Message pos, of `bytes` at ring offset `start`, is done with: the ring moves past it. Messages
- * that go inline take no room. */
+ * that go inline or to the header's hot place take no room. */
 static void end_advance(shm_end_t *e, size_t start, size_t bytes) {
-  if (bytes > SHM_INLINE) {
+  if (bytes > SHM_HOT_BYTES) {
     size_t used = TUTTI_ALIGN_UP(bytes, TUTTI_CACHELINE);
     e->at += (start < e->off ? e->ring_bytes - e->off : 0) + used; /* the end it skipped */
     e->off = start + used;
@@ -420,9 +442,14 @@ static void end_advance(shm_end_t *e, size_t start, size_t bytes) {
  * the ring (what lies from the receiver's tail_at on is still in use)? */
 static int end_room(const shm_end_t *e, size_t start, size_t bytes) {
   if (e->pos - e->seen >= e->ndesc) return 0;
-  if (bytes <= SHM_INLINE) return 1;
+  if (bytes <= SHM_HOT_BYTES) return 1;
   uint64_t end = e->at + (start < e->off ? e->ring_bytes - e->off : 0) + bytes;
   return end - e->seen_at <= e->ring_bytes;
+}
+
+/* Where message pos of `bytes` lies (inline messages excepted), ring placement at `start`. */
+static char *end_where(const shm_end_t *e, size_t start, size_t bytes) {
+  return bytes <= SHM_HOT_BYTES ? e->hot + (size_t)e->desc * SHM_PAGE : e->ring + start;
 }
 
 static void *shm_send_slot(conn_t *c, size_t bytes) {
@@ -433,7 +460,7 @@ static void *shm_send_slot(conn_t *c, size_t bytes) {
     e->seen_at = __atomic_load_n(&e->ctrl->tail_at, __ATOMIC_RELAXED);
     if (!end_room(e, start, bytes)) return NULL;
   }
-  return e->cur = bytes <= SHM_INLINE ? e->small : e->ring + start;
+  return e->cur = bytes <= SHM_INLINE ? e->small : end_where(e, start, bytes);
 }
 
 /* `bytes` is what send_slot was asked for: the receiver places the message by it. */
@@ -442,7 +469,7 @@ static void shm_send_post(conn_t *c, size_t bytes) {
   shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
   if (bytes <= SHM_INLINE) memcpy(h->inline_data, e->cur, bytes);
   h->bytes = (uint32_t)bytes;
-  end_advance(e, bytes <= SHM_INLINE ? e->off : (size_t)(e->cur - e->ring), bytes);
+  end_advance(e, bytes <= SHM_HOT_BYTES ? e->off : (size_t)(e->cur - e->ring), bytes);
   __atomic_store_n(&h->seq, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&h->seq, &h->sleeping);
 }
@@ -453,12 +480,13 @@ static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
   if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) return NULL;
   *bytes = e->cur_bytes = h->bytes;
   if (*bytes <= SHM_INLINE) return h->inline_data;
-  return e->cur = e->ring + ring_place(e, *bytes);
+  return e->cur = end_where(e, ring_place(e, *bytes), *bytes);
 }
 
 static void shm_recv_done(conn_t *c) {
   shm_end_t *e = c->priv;
-  end_advance(e, e->cur_bytes <= SHM_INLINE ? e->off : (size_t)(e->cur - e->ring), e->cur_bytes);
+  size_t b = e->cur_bytes;
+  end_advance(e, b <= SHM_HOT_BYTES ? e->off : (size_t)(e->cur - e->ring), b);
   __atomic_store_n(&e->ctrl->tail_at, e->at, __ATOMIC_RELAXED);
   __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&e->ctrl->tail, &e->ctrl->sleeping);
