@@ -3,16 +3,16 @@
  * Each rank owns one POSIX shared-memory segment holding the FIFOs its local peers send to it:
  *
  *   [ header: magic, owner, failed flag                 ]  4 KiB
- *   [ ctrl[local_size]: tail, tail_at | hdr[nslots]     ]  8 KiB each, one cache line apiece
+ *   [ ctrl[local_size]: tail, tail_at | hdr[nslots]     ]  20 KiB each, 4 cache lines apiece
  *   [ hot[local_size][nslots][4 KiB]                    ]  FIFO i is written by local rank i:
  *   [ ring[local_size][nslots * slot_bytes]             ]  short messages here, long ones here
  *
- * Message k's header is hdr[k % nslots], a line holding {seq, bytes, 48 inline bytes}: the
+ * Message k's header is hdr[k % nslots], 4 lines holding {seq, bytes, 240 inline bytes}: the
  * sender writes the data and publishes seq = k + 1 (release); the receiver polls that line, uses
  * the data in place and publishes tail = k + 1 so its room can be reused. Where the data lies
  * depends on its size:
- *   - up to 48 bytes inline in the header (what makes small collectives fast: the receiver then
- *     touches one cache line);
+ *   - up to 240 bytes inline in the header (what makes small collectives fast: the receiver
+ *     then touches the lines it polls and the ones right after);
  *   - up to SHM_HOT_BYTES in the header's hot place (hot[k % nslots]), lines both caches keep;
  *   - longer ones in the ring of nslots * slot_bytes bytes, one after another, each from a cache
  *     line (one that would cross the ring's end starts at its beginning), so that a line is
@@ -94,7 +94,11 @@ typedef struct shm_header {
 } shm_header_t;
 _Static_assert(sizeof(shm_header_t) <= SHM_PAGE, "the shm header must fit its page");
 
-#define SHM_INLINE 48
+/* A header's cache lines, on a boundary of as many: messages up to 240 bytes go inline, and
+ * polling the first line the receiver's adjacent-line prefetch brings the second (measured
+ * against one-line headers: docs/perf-baseline.md, "Headers of four lines"). */
+#define SHM_HDR_LINES 4
+#define SHM_INLINE (SHM_HDR_LINES * TUTTI_CACHELINE - 16)
 /* A message of at most this many bytes goes to its header's own place (hot: rewritten every
  * nslots messages, so both caches keep it); a longer one to the ring. Where the two meet was
  * measured (docs/perf-baseline.md, "The FIFO as a ring of bytes"), and so was putting the places
@@ -113,10 +117,10 @@ typedef struct shm_ctrl {
   volatile uint32_t sleeping; /* the sender sleeps on tail, the FIFO full */
   uint32_t pad;
   volatile uint64_t tail_at; /* the receiver's `at` (shm_end_t) once it released them */
-  char pad0[TUTTI_CACHELINE - 24];
+  char pad0[SHM_HDR_LINES * TUTTI_CACHELINE - 24];
   shm_slot_hdr_t hdr[SHM_MAX_SLOTS];
 } shm_ctrl_t;
-#define SHM_CTRL_BYTES (2 * SHM_PAGE)
+#define SHM_CTRL_BYTES ((sizeof(shm_ctrl_t) + SHM_PAGE - 1) / SHM_PAGE * SHM_PAGE)
 
 typedef struct shm_end { /* one end of one FIFO */
   shm_ctrl_t *ctrl;
