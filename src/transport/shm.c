@@ -430,12 +430,17 @@ static size_t ring_place(const shm_end_t *e, size_t bytes) {
   return e->off + bytes > e->ring_bytes ? 0 : e->off;
 }
 
-/* Message pos, of `bytes` at ring offset `start`, is done with: the ring moves past it. Messages
+/* The ring's end a message placed at `start` skips (0 unless it starts over at the beginning). */
+static size_t ring_skip(const shm_end_t *e, size_t start) {
+  return start < e->off ? e->ring_bytes - e->off : 0;
+}
+
+/* Message pos, of `bytes`, is done with: the ring moves past it (it lies at e->cur). Messages
  * that go inline or to the header's hot place take no room. */
-static void end_advance(shm_end_t *e, size_t start, size_t bytes) {
+static void end_advance(shm_end_t *e, size_t bytes) {
   if (bytes > SHM_HOT_BYTES) {
-    size_t used = TUTTI_ALIGN_UP(bytes, TUTTI_CACHELINE);
-    e->at += (start < e->off ? e->ring_bytes - e->off : 0) + used; /* the end it skipped */
+    size_t start = (size_t)(e->cur - e->ring), used = TUTTI_ALIGN_UP(bytes, TUTTI_CACHELINE);
+    e->at += ring_skip(e, start) + used;
     e->off = start + used;
   }
   e->pos++;
@@ -447,7 +452,7 @@ static void end_advance(shm_end_t *e, size_t start, size_t bytes) {
 static int end_room(const shm_end_t *e, size_t start, size_t bytes) {
   if (e->pos - e->seen >= e->ndesc) return 0;
   if (bytes <= SHM_HOT_BYTES) return 1;
-  uint64_t end = e->at + (start < e->off ? e->ring_bytes - e->off : 0) + bytes;
+  uint64_t end = e->at + ring_skip(e, start) + bytes;
   return end - e->seen_at <= e->ring_bytes;
 }
 
@@ -473,7 +478,7 @@ static void shm_send_post(conn_t *c, size_t bytes) {
   shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
   if (bytes <= SHM_INLINE) memcpy(h->inline_data, e->cur, bytes);
   h->bytes = (uint32_t)bytes;
-  end_advance(e, bytes <= SHM_HOT_BYTES ? e->off : (size_t)(e->cur - e->ring), bytes);
+  end_advance(e, bytes);
   __atomic_store_n(&h->seq, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&h->seq, &h->sleeping);
 }
@@ -489,8 +494,7 @@ static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
 
 static void shm_recv_done(conn_t *c) {
   shm_end_t *e = c->priv;
-  size_t b = e->cur_bytes;
-  end_advance(e, b <= SHM_HOT_BYTES ? e->off : (size_t)(e->cur - e->ring), b);
+  end_advance(e, e->cur_bytes);
   __atomic_store_n(&e->ctrl->tail_at, e->at, __ATOMIC_RELAXED);
   __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&e->ctrl->tail, &e->ctrl->sleeping);
