@@ -6,9 +6,11 @@
 # machine's own namespace gets no new device. Commands run on a host in a new UTS namespace
 # whose hostname is hN, so tutti sees K different hosts (host identity = hostname + boot id).
 #
-#   netns-cluster.sh up K [--rate R] [--ipv6|--ipv6-only]
+#   netns-cluster.sh up K [--rate R] [--ipv6|--ipv6-only] [--cc CC]
 #                                      create hosts h1..hK (R: tc tbf rate per link, e.g. 1gbit;
-#                                      --ipv6: also 2001:db8::N/64; --ipv6-only: only that)
+#                                      --ipv6: also 2001:db8::N/64; --ipv6-only: only that;
+#                                      CC: the hosts' TCP congestion control, default cubic, or
+#                                      reno where the kernel lets a namespace take only that)
 #   netns-cluster.sh down              remove everything this prefix created (idempotent)
 #   netns-cluster.sh exec HOST cmd...  run cmd on HOST (network namespace + hostname)
 #   netns-cluster.sh pids HOST         pids of every process on HOST
@@ -46,6 +48,26 @@ set_rate() { # set_rate HOST RATE|none: tbf on both ends of HOST's cable
   ip netns exec "$SW" tc qdisc add dev "$h" root tbf rate "$rate" burst 256kb latency 20ms
 }
 
+set_cc() { # set_cc NS CC|auto: the host's TCP congestion control
+  # auto: a loss-based one. The bed never drops (see set_rate), so such a control keeps its
+  # window open and a link runs at its rate whenever it has data, as tutti-sim's pipes do. A
+  # machine's default may be BBR (the AMD guests' is), whose pacing follows bandwidth samples
+  # taken while a collective's flows were idle or sharing the link: there the tree all-reduce
+  # on 4 hosts ran 15-30% slower than the model at 1-2 MiB and twice as slow at 128 KiB in some
+  # runs (docs/simulator.md, "Validation"). A namespace may take only the kernel's allowed
+  # controls (tcp_allowed_congestion_control): cubic, else reno.
+  local ns=$1 cc=$2 c
+  if [[ $cc != auto ]]; then
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc" ||
+      die "congestion control '$cc' not allowed in a namespace (tcp_allowed_congestion_control)"
+    return 0
+  fi
+  for c in cubic reno; do
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$c" 2>/dev/null && return 0
+  done
+  echo "netns-cluster: warning: $ns keeps $(ip netns exec "$ns" sysctl -n net.ipv4.tcp_congestion_control)" >&2
+}
+
 cmd_down() {
   local h
   for h in $(hosts); do
@@ -56,7 +78,7 @@ cmd_down() {
 }
 
 cmd_up() {
-  local k=${1:-} rate=none v4=1 v6=0
+  local k=${1:-} rate=none v4=1 v6=0 cc=auto
   shift || true
   [[ $k =~ ^[1-9][0-9]*$ && $k -le 200 ]] || die "usage: up K [--rate R] (K hosts, 1..200)"
   while [[ $# -gt 0 ]]; do
@@ -64,6 +86,7 @@ cmd_up() {
       --rate) rate=${2:?--rate needs a value}; shift 2 ;;
       --ipv6) v6=1; shift ;;
       --ipv6-only) v6=1 v4=0; shift ;;
+      --cc) cc=${2:?--cc needs a value}; shift 2 ;;
       *) die "unknown option '$1'" ;;
     esac
   done
@@ -83,10 +106,11 @@ cmd_up() {
     [[ $v4 == 1 ]] && ip -n "$ns" addr add "192.0.2.$i/24" dev eth0
     [[ $v6 == 1 ]] && ip -n "$ns" addr add "2001:db8::$i/64" dev eth0 nodad
     ip -n "$ns" link set eth0 up
+    set_cc "$ns" "$cc"
     set_rate "h$i" "$rate"
   done
   trap - ERR
-  echo "netns-cluster: $k hosts up (prefix '$P', link rate: $rate)"
+  echo "netns-cluster: $k hosts up (prefix '$P', link rate: $rate, TCP congestion control: $(ip netns exec "${P}h1" sysctl -n net.ipv4.tcp_congestion_control))"
 }
 
 cmd_exec() {
@@ -111,5 +135,5 @@ case ${1:-} in
   rate) set_rate "${2:?rate HOST R|none}" "${3:?rate HOST R|none}" ;;
   addr) h=${2:?addr HOST}; host_ns "$h" >/dev/null; echo "192.0.2.$(host_num "$h")" ;;
   list) hosts ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -267,10 +267,10 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 1024), 2 * 4 + 4 * 36);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024), 14 * 20);
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_TREE, 1024), 1.5 * 8 * 36);
-  // 64 MiB: half of the ring's 14 hops cross hosts (7 a_net + the bytes at the network's rate),
-  // half stay inside (7 a_shm, whose 7 x 1 x 4 us of CPU are more)
+  // 64 MiB: the ring is a pipeline whose 14 steps each take the NIC's transfer of S/8 (one
+  // flow out of each host); the latencies and CPU times of its pieces pass meanwhile
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 64 << 20),
-                   7 * 13 + 1.75 * (64 << 20) / 60.0 + 7 * 4);
+                   14 * (64 << 20) / 8 / 60.0);
   // oneshot: 7 messages per rank, 6 of them across hosts
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_ONESHOT, 8),
                    7 * 8 * (6.0 / 7 * 9 + 1.0 / 7 * 1) / 2);
@@ -278,8 +278,10 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
     EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, bytes, TUNER_ALL_ALGOS, 0).algo, ALGO_RD);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 64 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_HIER);
   t.ncpu = 8;
+  // the ring's 14 steps at 1 KiB: a piece of S/8 over the average hop, half of them across
+  // hosts, half inside (longer than the NIC's S/8 / 60 and the 5 us of CPU)
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RING, 1024),
-                   7 * 13 + 1.75 * S / 60 + 7 * 1);
+                   7 * (13 + S / 8 / 60) + 7 * (1 + S / 8 / 1000));
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 1024),
                    2 * 1 + 3 * S / 1000 + 2 * 13 + 2 * S / 60);
   t.host_blocks = 0;  // placement unknown: rhd's steps all at the network's cost, x on all bytes

@@ -35,7 +35,7 @@ static double cma_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, 
   int n = t->nranks;
   if (!t->peer_read || n < 2 || t->nhosts != 1 || S < (double)t->peer_read_min_bytes) return -1;
   double moved = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
-  return m->peer_read.lat_us + moved / (m->peer_read.gbps * 1e3);
+  return cost_peer(m, &m->peer_read, n, moved);
 }
 
 ALGO_COL_BUILDER(build_allreduce, push_allreduce) /* algos/push.c */

@@ -43,3 +43,27 @@ double cost_nic_share(const tuner_topo_t *t) {
   if (t->nhosts < 2 || t->local_size < 2) return 1.0;
   return (double)((t->local_size + nics - 1) / nics);
 }
+
+double cost_peer(const tuner_model_t *m, const tuner_level_t *l, int n, double moved) {
+  return l->lat_us + moved / (l->gbps * 1e3) + 2.0 * (n - 1) * m->piece_us;
+}
+
+double cost_ring_steps(const tuner_model_t *m, const tuner_topo_t *t, double steps, double c,
+                       double g, double s) {
+  double bn = m->net.gbps * 1e3, bs = m->shm.gbps * 1e3; /* bytes per microsecond */
+  double slot = t->slot_bytes ? (double)t->slot_bytes : c;
+  double pieces = c > slot ? (double)(size_t)(c / slot + 0.999999) : 1, p = c / pieces;
+  double step = g * (m->net.lat_us + p / bn) + (1 - g) * (m->shm.lat_us + p / bs) + m->piece_us;
+  if (g > 0) {
+    double nic = s * c / bn, engine = pieces * m->piece_us;
+    if (nic > step) step = nic;
+    if (engine > step) step = engine;
+  }
+  if (g < 1 && c / bs + pieces * m->piece_us > step) step = c / bs + pieces * m->piece_us;
+  if (t->machine_ranks > 0 && t->ncpu > 0) {
+    double per_cpu = t->machine_ranks > t->ncpu ? (double)t->machine_ranks / t->ncpu : 1.0;
+    double cpu = (g * m->msg_cpu_us + (1 - g) * m->shm_msg_cpu_us) * per_cpu;
+    if (cpu > step) step = cpu;
+  }
+  return steps * step;
+}

@@ -107,6 +107,20 @@ double cost_peers_net_share(const tuner_topo_t *t);
  * ceil(local_size / nics) of them on the busiest NIC (1 on one host). */
 double cost_nic_share(const tuner_topo_t *t);
 int cost_is_pow2(int n);
+/* An algorithm on peer memory (one host) at level l: its handshake and final wait, the bytes
+ * one rank moves, and the engine time of the 2(n-1) notes each rank sends (its progress to
+ * every peer, then done). */
+double cost_peer(const tuner_model_t *m, const tuner_level_t *l, int n, double moved);
+/* Steps of a ring in which every rank sends c bytes per step to its neighbour and forwards
+ * what it receives piece by piece (the pieces of one step pipelined with those of the next
+ * around the ring): a share g of the hops cross the network, s flows through the busiest NIC.
+ * Each step takes the longest of the busiest NIC's transfer (s c / b_net, or its rank's
+ * per-piece time if longer), a shared-memory hop's copy by its sender (c / b_shm + the
+ * per-piece time: the sender copies), a piece's way across the average hop (a piece's latency
+ * and transfer at g net + (1 - g) shm, and its per-piece time) and the CPU time of its
+ * messages (cost_q's CPU model). */
+double cost_ring_steps(const tuner_model_t *m, const tuner_topo_t *t, double steps, double c,
+                       double g, double s);
 
 #ifdef __cplusplus
 }

@@ -77,7 +77,7 @@ static double direct_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t 
   int n = t->nranks;
   if (!t->peer_mem || n < 2 || t->nhosts != 1 || S < (double)t->peer_min_bytes) return -1;
   double moved = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
-  return m->peer.lat_us + moved / (m->peer.gbps * 1e3);
+  return cost_peer(m, &m->peer, n, moved);
 }
 
 ALGO_COL_BUILDER(build_allreduce, direct_allreduce)

@@ -225,15 +225,17 @@ out:
   return rc;
 }
 
-/* Cost: 2(m-1) a_shm + 2(m-1)/m S/b_shm + 2(H-1) a_net + s 2(H-1)/H (S/m)/b_net, with H hosts of
- * m ranks each (hier_ok: the same number on every host); all m ranks cross the network at once
- * in phase 2, s = ceil(m / NICs) of them through the busiest NIC (cost_nic_share). */
+/* Cost: three rings pipelined as cost_ring_steps costs them, with H hosts of m ranks each
+ * (hier_ok: the same number on every host): 2(m-1) steps of S/m inside the host, then 2(H-1)
+ * steps of S/(mH) across hosts, where all m lanes cross the network at once, s = ceil(m / NICs)
+ * of them through the busiest NIC (cost_nic_share): each step's latency passes while the other
+ * lanes' transfers keep the NIC busy. */
 static double hier_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   (void)c;
   if (!t->hier_ok || t->nhosts < 2) return -1;
   int mm = t->local_size, H = t->nhosts;
-  return cost(m, t, &m->shm, 2.0 * (mm - 1), 2.0 * (mm - 1) / mm * S) +
-         cost(m, t, &m->net, 2.0 * (H - 1), cost_nic_share(t) * 2.0 * (H - 1) / H * S / mm);
+  return cost_ring_steps(m, t, 2.0 * (mm - 1), S / mm, 0, 1) +
+         cost_ring_steps(m, t, 2.0 * (H - 1), S / mm / H, 1, cost_nic_share(t));
 }
 
 static int build_allreduce(const sched_args_t *a, sched_t *col, sched_t *lanes) {

@@ -63,7 +63,7 @@ static double push_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c,
       S < (double)min)
     return -1;
   double moved = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
-  return m->peer_push.lat_us + moved / (m->peer_push.gbps * 1e3);
+  return cost_peer(m, &m->peer_push, n, moved);
 }
 
 ALGO_COL_BUILDER(build_allreduce, push_allreduce)

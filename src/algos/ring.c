@@ -133,21 +133,20 @@ int ring_allgather(const sched_args_t *a, sched_t *s) {
   }
   return 0;
 }
-/* Cost: all-reduce 2(n-1) a + 2(n-1)/n S/b; all-gather and reduce-scatter (S = all n blocks)
- * (n-1) a + (n-1)/n S/b; each rank sends to its neighbour (cost_ring_net_share). Across hosts
- * a piece's way round the ring crosses a share g of network links and 1 - g of shared-memory
- * ones (g = H/n with hosts in blocks), so the hops' latencies are a_net for g of them and a_shm
- * for the rest, and the bytes go at the network's rate (the slowest link sets the pace). */
+/* Cost: all-reduce 2(n-1) steps, all-gather and reduce-scatter (S = all n blocks) n-1, each
+ * rank sending S/n per step to its neighbour. On one host a + (S/n)/b per step. Across hosts a
+ * piece's way round the ring crosses a share g of network links and 1 - g of shared-memory
+ * ones (g = H/n with hosts in blocks, cost_ring_net_share), and the ring is a pipeline: each
+ * step takes the longest of its slowest link's transfer (the one flow out of a host through its
+ * NIC; with ranks placed anyhow every local rank's flow crosses, cost_nic_share of them on the
+ * busiest NIC) and a piece's average hop (cost_ring_steps). */
 static double ring_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks;
-  const tuner_level_t *l = cost_level(m, t);
   double share = cost_ring_net_share(t);
   double hops = c == COLL_ALLREDUCE ? 2.0 * (n - 1) : n - 1.0;
-  double bytes = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
-  if (t->nhosts > 1 && share < 1)
-    return cost_q(m, t, &m->net, hops * share, 1, 1, bytes) +
-           cost_q(m, t, &m->shm, hops * (1 - share), 1, 0, 0);
-  return cost_q(m, t, l, hops, 1, share, bytes);
+  if (t->nhosts > 1)
+    return cost_ring_steps(m, t, hops, S / n, share, share < 1 ? 1 : cost_nic_share(t));
+  return cost(m, t, &m->shm, hops, hops / n * S);
 }
 
 ALGO_COL_BUILDER(build_allreduce, ring_allreduce)
