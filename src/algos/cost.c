@@ -14,8 +14,14 @@ double cost_q(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t
     double cpu = hops * q * c * per_cpu;
     if (cpu > us) us = cpu;
   }
-  if (m->piece_us > 0)
-    us += m->piece_us * (hops * q + (t->slot_bytes ? bytes / (double)t->slot_bytes : 0));
+  if (m->piece_us > 0) {
+    double engine = m->piece_us * (t->slot_bytes ? bytes / (double)t->slot_bytes : 0);
+    if (l == &m->net) { /* the NIC sends a piece while the engine cuts the next */
+      double wire = bytes / (l->gbps * 1e3);
+      engine = engine > wire ? engine - wire : 0;
+    }
+    us += m->piece_us * hops * q + engine;
+  }
   return us;
 }
 

@@ -14,7 +14,8 @@
  * the host. A rank's own messages go out one after another from its thread, so the CPU term
  * is hops x q x c x max(1, R/C). Each piece (slot) a rank sends also costs the engine piece_us:
  * (hops x q + bytes / slot) x piece_us is added (0 by default in the library; tutti-sim passes
- * its --overhead-us).
+ * its --overhead-us); on the network only the part of bytes / slot x piece_us that the wire
+ * time does not hide (the NIC sends one piece while the engine cuts the next).
  */
 #ifndef TUTTI_COST_H_
 #define TUTTI_COST_H_
