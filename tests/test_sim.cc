@@ -363,7 +363,8 @@ TEST(Sim, TunerPicksWithinTenPercentOfTheFastest) {
         c.nodes = nodes, c.ppn = ppn, c.nics = nics;
         c.inter_bw = 400e9 / 8, c.inter_lat = 5e-6, c.intra_bw = 1000e9 / 8, c.intra_lat = 1e-6;
         c.overhead = 0.5e-6;
-        for (size_t bytes : {size_t{8}, size_t{4096}, size_t{2} << 20, size_t{16} << 20}) {
+        for (size_t bytes : {size_t{8}, size_t{4096}, size_t{32} << 10, size_t{256} << 10,
+                             size_t{2} << 20, size_t{16} << 20}) {
           double best = -1;
           int best_algo = -1;
           sim_result_t r;
