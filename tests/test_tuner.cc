@@ -247,6 +247,30 @@ TEST(TunerModel, ScratchHungryAlgorithmsWithinTheScratchLimit) {
   EXPECT_EQ(tuner_choose(&m, &u, COLL_ALLGATHER, 256 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_RING);
 }
 
+// Across hosts an exchange waits for the partner's chunk before it sends its next one
+// (rhd.c, exchange()), so every chunk of a step pays the network's latency: with chunks of
+// 512 KiB, rd on 4 hosts x 1 rank at 4 MiB pays 2 steps x 8 chunks, rhd 2 x (4 + 2) for its
+// halving steps of 2 and 1 MiB and their doubling mirror. Below a chunk, one latency per step.
+TEST(TunerModel, ExchangesPayALatencyPerChunkAcrossHosts) {
+  tuner_model_t m = model();
+  tuner_topo_t t = one_host(4);
+  t.nhosts = 4, t.local_size = 1, t.host_blocks = 1, t.chunk_bytes = 524288;
+  double S = 4 << 20;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, S),
+                   16 * 20.0 + 1.5 * 2 * S / 1e3);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, S),
+                   12 * 20.0 + 1.5 * 2 * 0.75 * S / 1e3);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RD, 8),
+                   2 * 20.0 + 1.5 * 2 * 8 / 1e3);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, 8),
+                   4 * 20.0 + 1.5 * 2 * 0.75 * 8 / 1e3);
+  // 2 hosts x 2 ranks in blocks: one halving step (2 MiB, 4 chunks) crosses, and its mirror;
+  // the other stays inside the host (2 shm latencies); the NIC carries both ranks' bytes
+  t.nhosts = 2, t.local_size = 2;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_RHD, S),
+                   2 * 2.0 + 1.5 * 2 * 0.25 * S / 10e3 + 8 * 20.0 + 2 * 2 * 0.5 * S / 1e3);
+}
+
 // The namespace test bed: 4 hosts x 2 ranks in blocks on one machine of 2 CPUs, 9 us of CPU
 // per message across hosts, 1 us through shm. Hops in which every rank sends across hosts cost
 // 8 x 9 / 2 = 36 us of CPU each when that is more than latency + bytes / bandwidth: the tree's

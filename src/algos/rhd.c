@@ -355,12 +355,25 @@ int rhd_log2(int nranks) {
  *   rd   2 a_shm + x 2(m-1) S/b_shm + (kH+2fH) a + (kH+2fH) S/b
  * rhd with hosts in blocks of m = 2^km ranks (n = p2): its last km halving steps (first km
  * doubling steps) stay inside the host:
- *   rhd  2 km a_shm + 2(k-km) a + x 2(m-1)/p2 S/b_shm + m 2(1 - m/p2) S/b */
+ *   rhd  2 km a_shm + 2(k-km) a + x 2(m-1)/p2 S/b_shm + m 2(1 - m/p2) S/b
+ *
+ * Across hosts a step's latency is paid once per chunk: an exchange sends a chunk and then waits
+ * for the partner's (exchange()), so the next chunk leaves only when the last one has arrived.
+ * The network's a above is counted ceil(b_j / chunk) times for a step of b_j bytes (xchg_lats). */
+static double xchg_lats(const tuner_topo_t *t, double S, int steps, int halve) {
+  double chunk = t->chunk_bytes ? (double)t->chunk_bytes : S, lats = 0, b = S;
+  for (int j = 0; j < steps; j++) {
+    if (halve) b /= 2;
+    lats += b > chunk ? (double)(size_t)(b / chunk + 0.999999) : 1;
+  }
+  return lats;
+}
+
 static double rd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
   int H = t->nhosts, ls = t->local_size, kH = rhd_log2(H), fH = !cost_is_pow2(H);
   if (H < 2 || ls < 2) return -1;
   return cost_q(m, t, &m->shm, 2, (ls - 1.0) / ls, 0, COST_XCHG * 2 * (ls - 1) * S) +
-         cost_q(m, t, &m->net, kH + 2.0 * fH, 1.0 / ls, 1, (kH + 2.0 * fH) * S);
+         cost_q(m, t, &m->net, xchg_lats(t, S, kH, 0) + 2.0 * fH, 1.0 / ls, 1, (kH + 2.0 * fH) * S);
 }
 
 static double rhd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double S) {
@@ -369,7 +382,8 @@ static double rhd_hosts_us(const tuner_model_t *m, const tuner_topo_t *t, double
     return -1;
   double p2 = n;
   return cost(m, t, &m->shm, 2.0 * km, COST_XCHG * 2 * (ls - 1) / p2 * S) +
-         cost(m, t, &m->net, 2.0 * (k - km), cost_nic_share(t) * 2 * (1 - ls / p2) * S);
+         cost(m, t, &m->net, 2 * xchg_lats(t, S, k - km, 1),
+              cost_nic_share(t) * 2 * (1 - ls / p2) * S);
 }
 
 static double rhd_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
@@ -378,7 +392,7 @@ static double rhd_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, 
   if (c == COLL_ALLREDUCE) {
     double hosts = rhd_hosts_us(m, t, S);
     if (hosts >= 0) return hosts;
-    return cost(m, t, l, 2.0 * k + 2 * f,
+    return cost(m, t, l, (t->nhosts > 1 ? 2 * xchg_lats(t, S, k, 1) : 2.0 * k) + 2 * f,
                 cost_nic_share(t) * COST_XCHG * (2.0 * (p2 - 1) / p2 + 2 * f) * S);
   }
   if (!cost_is_pow2(n)) return -1;
@@ -391,7 +405,7 @@ static double rd_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, d
   double hosts = rd_hosts_us(m, t, S);
   (void)c;
   if (hosts >= 0) return hosts;
-  return cost(m, t, cost_level(m, t), (double)k + 2 * f,
+  return cost(m, t, cost_level(m, t), (t->nhosts > 1 ? xchg_lats(t, S, k, 0) : k) + 2.0 * f,
               cost_nic_share(t) * COST_XCHG * ((double)k + 2 * f) * S);
 }
 
