@@ -364,6 +364,21 @@ double bench_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double bench_median_ci(double *v, int n, double *lo, double *hi) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  int d = 0; /* round(0.98 sqrt(n)) without libm: the largest d with (d - 0.5)^2 <= 0.9604 n */
+  while ((d + 0.5) * (d + 0.5) <= 0.9604 * n) d++;
+  int l = n / 2 - d, h = (n - 1) / 2 + d;
+  if (lo) *lo = v[l < 0 ? 0 : l];
+  if (hi) *hi = v[h >= n ? n - 1 : h];
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 void *bench_alloc(size_t bytes) {
   if (bytes == 0) bytes = 1;
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

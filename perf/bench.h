@@ -66,6 +66,10 @@ int bench_warmup_iters_for(const bench_opts_t *o, size_t bytes);
 
 /* Monotonic clock in seconds. */
 double bench_now(void);
+/* The median of v[0..n) (sorts v) and the order statistics that bound a distribution-free 95 %
+ * interval of it: ranks n/2 -+ 1.96 sqrt(n)/2 (normal approximation of the binomial); lo and hi
+ * may be NULL. For per-block ratios of two libraries timed in alternating blocks. */
+double bench_median_ci(double *v, int n, double *lo, double *hi);
 /* The clock of the timed loops: bench_now(), or the process's CPU time with -C 1. */
 double bench_clock(const bench_opts_t *o);
 

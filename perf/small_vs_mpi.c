@@ -20,7 +20,6 @@
  * ncclMemAlloc, which the peers map; MPI's stay on the heap); every result is checked once per size
  * (exact sums). Exit status 0 when no size fails (FAIL), 1 otherwise, 2 on an error.
  */
-#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,22 +95,6 @@ static void parse(int argc, char **argv, opts_t *o) {
   }
   if (o->factor < 2 || o->calls < 1 || o->blocks < 5 || o->minb > o->maxb)
     die("-f must be at least 2, -k at least 1, -B at least 5, -b at most -e");
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* The median of v[0..n) (sorts v) and, for the ratios, the order statistics that bound a 95 %
- * interval of the median: ranks n/2 -+ 1.96 sqrt(n)/2 (normal approximation of the binomial). */
-static double median(double *v, int n, double *lo, double *hi) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  int d = (int)(0.98 * sqrt((double)n) + 0.5);
-  int l = n / 2 - d, h = (n - 1) / 2 + d;
-  if (lo) *lo = v[l < 0 ? 0 : l];
-  if (hi) *hi = v[h >= n ? n - 1 : h];
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* Rank r's input element k (of its whole input): (k + r) % 31 + 1, so every sum is exact. */
@@ -253,8 +236,9 @@ int main(int argc, char **argv) {
     unsigned long long bad = wrong;
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     for (int b = 0; b < o.blocks; b++) ratio[b] = bt[b] / bm[b];
-    double lo, hi, r = median(ratio, o.blocks, &lo, &hi);
-    double tt = median(bt, o.blocks, NULL, NULL), tm = median(bm, o.blocks, NULL, NULL);
+    double lo, hi, r = bench_median_ci(ratio, o.blocks, &lo, &hi);
+    double tt = bench_median_ci(bt, o.blocks, NULL, NULL),
+           tm = bench_median_ci(bm, o.blocks, NULL, NULL);
     const char *verdict = hi <= 1.0 ? "PASS" : lo > 1.0 ? "FAIL" : "?";
     fails += lo > 1.0 || bad;
     if (rank == 0) {

@@ -1,0 +1,257 @@
+/* builds_ab: two builds of tutti in the same processes, timed in alternating blocks of calls:
+ *
+ *   mpirun -np 2 --bind-to core builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in]
+ *                                         [-M] LIB_A LIB_B
+ *
+ * LIB_A and LIB_B are two libtutti.so files (e.g. a baseline's build and this one's). Each is
+ * loaded privately (dlopen, RTLD_LOCAL | RTLD_DEEPBIND: its own globals, its own symbols), and
+ * each rank makes one communicator of each from ids that MPI broadcasts. Per size it times -n
+ * blocks of -k all-reduces (fp32 sum) of each build, alternating which goes first, a block's
+ * time being the slowest rank's, and prints the median per-call time of each and the median of
+ * the per-block ratios B / A with a distribution-free 95 % interval (bench_median_ci).
+ *
+ * Separate runs of two builds compare the virtual machine's states as much as the builds:
+ * a small all-reduce costs a cache-line transfer or two, whose time moves with where the
+ * hypervisor puts the vCPUs, within a fraction of a second (perf/linert). Here both builds see
+ * the same states. Verdict per size (issue #18's "within 5 %"): "LOSS" where the interval's
+ * lower end is above 1.05 (B slower by more than 5 %), "ok" where its upper end is at most
+ * 1.05, "?" otherwise. Every result is checked once per size (exact sums). Exit status 0 when
+ * no size is a LOSS and every result is right, 1 otherwise, 2 on an error. -M: each build's
+ * buffers from its own ncclMemAlloc (memory the other ranks of the host map); otherwise both
+ * use the same heap buffers. The same file as A and B (an A/A run) loads a copy of it as B.
+ * A build whose thread-locals are initial-exec (STATIC_TLS in `readelf -d`, e.g. f6aa53c's)
+ * needs room for them: `mpirun -x GLIBC_TUNABLES=glibc.rtld.optional_static_tls=262144`.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "nccl.h"
+
+typedef struct build {
+  const char *path;
+  void *lib;
+  ncclResult_t (*get_id)(ncclUniqueId *);
+  ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int);
+  ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                             cudaStream_t);
+  ncclResult_t (*destroy)(ncclComm_t);
+  ncclResult_t (*mem_alloc)(void **, size_t);
+  ncclResult_t (*mem_free)(void *);
+  ncclComm_t comm;
+  float *s, *r; /* this build's buffers */
+} build_t;
+
+typedef struct opts {
+  size_t minb, maxb;
+  int factor, calls, blocks, in_place, memalloc;
+} opts_t;
+
+static void die(const char *what, const char *detail) {
+  fprintf(stderr, "builds_ab: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  exit(2);
+}
+
+static size_t size_arg(const char *s) {
+  size_t v = 0;
+  if (bench_parse_bytes(s, &v) != 0 || v < 4) die("a size must be at least 4 bytes (8, 4K)", s);
+  return v;
+}
+
+static void parse(int argc, char **argv, opts_t *o, build_t b[2]) {
+  *o = (opts_t){.minb = 8, .maxb = 4096, .factor = 2, .calls = 100, .blocks = 301};
+  for (int opt; (opt = getopt(argc, argv, "b:e:f:k:n:P:Mh")) != -1;) {
+    switch (opt) {
+      case 'b':
+        o->minb = size_arg(optarg);
+        break;
+      case 'e':
+        o->maxb = size_arg(optarg);
+        break;
+      case 'f':
+        o->factor = atoi(optarg);
+        break;
+      case 'k':
+        o->calls = atoi(optarg);
+        break;
+      case 'n':
+        o->blocks = atoi(optarg);
+        break;
+      case 'P':
+        if (strcmp(optarg, "in") != 0 && strcmp(optarg, "out") != 0) die("-P: out or in", optarg);
+        o->in_place = strcmp(optarg, "in") == 0;
+        break;
+      case 'M':
+        o->memalloc = 1;
+        break;
+      default:
+        die("usage: builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in] [-M] LIB_A "
+            "LIB_B",
+            NULL);
+    }
+  }
+  if (o->factor < 2 || o->calls < 1 || o->blocks < 5) die("-f >= 2, -k >= 1, -n >= 5", NULL);
+  if (o->minb > o->maxb) die("-b is larger than -e", NULL);
+  if (argc - optind != 2) die("two libraries to compare: LIB_A LIB_B", NULL);
+  b[0].path = argv[optind], b[1].path = argv[optind + 1];
+}
+
+static void *sym(build_t *b, const char *name) {
+  void *f = dlsym(b->lib, name);
+  if (!f) die(b->path, dlerror());
+  return f;
+}
+
+/* A copy of the file at path in a temporary file, whose name goes to tmp (the loader hands out
+ * one instance per file: comparing a build with itself needs a second file). */
+static void copy_to_temp(const char *path, char *tmp, size_t cap) {
+  snprintf(tmp, cap, "/tmp/builds_ab-%d-XXXXXX", (int)getpid());
+  int out = mkstemp(tmp), in = open(path, O_RDONLY);
+  if (out < 0 || in < 0) die("cannot copy the library", path);
+  char buf[1 << 16];
+  for (ssize_t k; (k = read(in, buf, sizeof(buf))) != 0;)
+    if (k < 0 || write(out, buf, (size_t)k) != k) die("cannot copy the library", path);
+  close(in), close(out);
+}
+
+static int same_file(const char *a, const char *b) {
+  struct stat x, y;
+  return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+static void load(build_t *b, const build_t *other) {
+  char tmp[64] = "";
+  if (other && same_file(b->path, other->path)) copy_to_temp(b->path, tmp, sizeof(tmp));
+  b->lib = dlopen(tmp[0] ? tmp : b->path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (tmp[0]) unlink(tmp);
+  if (!b->lib) {
+    const char *why = dlerror();
+    if (strstr(why, "static TLS"))
+      fprintf(stderr,
+              "builds_ab: a library with initial-exec thread-locals (builds before "
+              "1818eca) loads with mpirun -x "
+              "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=262144\n");
+    die("dlopen failed", why);
+  }
+  *(void **)&b->get_id = sym(b, "ncclGetUniqueId");
+  *(void **)&b->init = sym(b, "ncclCommInitRank");
+  *(void **)&b->all_reduce = sym(b, "ncclAllReduce");
+  *(void **)&b->destroy = sym(b, "ncclCommDestroy");
+  *(void **)&b->mem_alloc = sym(b, "ncclMemAlloc");
+  *(void **)&b->mem_free = sym(b, "ncclMemFree");
+}
+
+static void connect(build_t *b, int rank, int nranks) {
+  ncclUniqueId id;
+  if (rank == 0 && b->get_id(&id) != ncclSuccess) die(b->path, "ncclGetUniqueId failed");
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (b->init(&b->comm, nranks, id, rank) != ncclSuccess) die(b->path, "ncclCommInitRank failed");
+}
+
+/* Rank r's input element k: (k + r) % 31 + 1, so every sum is exact. */
+static float input(size_t k, int r) {
+  return (float)((k + (size_t)r) % 31 + 1);
+}
+
+static int call(const build_t *b, size_t n, int in_place) {
+  return b->all_reduce(b->s, in_place ? b->s : b->r, n, ncclFloat32, ncclSum, b->comm, NULL) !=
+         ncclSuccess;
+}
+
+static size_t wrong_elements(const build_t *b, size_t n, int in_place, int rank, int nranks) {
+  for (size_t e = 0; e < n; e++) b->s[e] = input(e, rank);
+  if (call(b, n, in_place)) die(b->path, "ncclAllReduce failed");
+  const float *y = in_place ? b->s : b->r;
+  size_t wrong = 0;
+  for (size_t e = 0; e < n; e++) {
+    double want = 0;
+    for (int r = 0; r < nranks; r++) want += (double)input(e, r);
+    wrong += y[e] != (float)want;
+  }
+  return wrong;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, nranks;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  opts_t o;
+  build_t b[2] = {{0}};
+  parse(argc, argv, &o, b);
+  size_t max_n = o.maxb / sizeof(float);
+  float *hs = malloc(max_n * sizeof(float)), *hr = malloc(max_n * sizeof(float));
+  double *t[2] = {malloc((size_t)o.blocks * sizeof(double)),
+                  malloc((size_t)o.blocks * sizeof(double))};
+  double *ratio = malloc((size_t)o.blocks * sizeof(double));
+  if (!hs || !hr || !t[0] || !t[1] || !ratio) die("out of memory", NULL);
+  for (int i = 0; i < 2; i++) {
+    load(&b[i], i ? &b[0] : NULL);
+    connect(&b[i], rank, nranks);
+    b[i].s = hs, b[i].r = hr;
+    if (o.memalloc && (b[i].mem_alloc((void **)&b[i].s, max_n * sizeof(float)) != ncclSuccess ||
+                       b[i].mem_alloc((void **)&b[i].r, max_n * sizeof(float)) != ncclSuccess))
+      die(b[i].path, "ncclMemAlloc failed");
+  }
+  if (rank == 0) {
+    printf(
+        "# builds_ab: all_reduce, %d ranks, fp32 (sum), %s, buffers from %s, %d blocks of %d "
+        "calls each per size\n",
+        nranks, o.in_place ? "in place" : "out of place",
+        o.memalloc ? "each build's ncclMemAlloc" : "the heap", o.blocks, o.calls);
+    printf("# A: %s\n# B: %s\n", b[0].path, b[1].path);
+    printf(
+        "# time = median over blocks of the slowest rank's time per call; ratio = B / A per "
+        "block (median, 95 %% interval)\n");
+    printf("#%9s %10s %10s %8s %15s %8s\n", "size (B)", "A us", "B us", "B/A", "95% interval",
+           "verdict");
+  }
+  int fails = 0;
+  for (size_t bytes = o.minb; bytes <= o.maxb; bytes *= (size_t)o.factor) {
+    size_t n = bytes / sizeof(float);
+    unsigned long long bad = 0;
+    for (int i = 0; i < 2; i++) { /* warm-up, then one checked call of each */
+      for (int w = 0; w < 20; w++)
+        if (call(&b[i], n, o.in_place)) die(b[i].path, "ncclAllReduce failed");
+      bad += wrong_elements(&b[i], n, o.in_place, rank, nranks);
+    }
+    for (int k = 0; k < o.blocks; k++)
+      for (int j = 0; j < 2; j++) {
+        int i = (k + j) % 2; /* alternate which build goes first */
+        double t0 = bench_now();
+        for (int c = 0; c < o.calls; c++) call(&b[i], n, o.in_place);
+        t[i][k] = (bench_now() - t0) * 1e6 / o.calls;
+      }
+    for (int i = 0; i < 2; i++)
+      MPI_Allreduce(MPI_IN_PLACE, t[i], o.blocks, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    for (int k = 0; k < o.blocks; k++) ratio[k] = t[1][k] / t[0][k];
+    double lo, hi, r = bench_median_ci(ratio, o.blocks, &lo, &hi);
+    double ta = bench_median_ci(t[0], o.blocks, NULL, NULL);
+    double tb = bench_median_ci(t[1], o.blocks, NULL, NULL);
+    const char *verdict = lo > 1.05 ? "LOSS" : hi <= 1.05 ? "ok" : "?";
+    fails += lo > 1.05 || bad;
+    if (rank == 0) {
+      printf("%10zu %10.3f %10.3f %8.3f %7.3f-%-7.3f %8s\n", bytes, ta, tb, r, lo, hi, verdict);
+      if (bad) printf("# %zu bytes: %llu wrong elements\n", bytes, bad);
+      fflush(stdout);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    b[i].destroy(b[i].comm);
+    if (o.memalloc) b[i].mem_free(b[i].s), b[i].mem_free(b[i].r);
+  }
+  free(hs), free(hr), free(t[0]), free(t[1]), free(ratio);
+  MPI_Finalize();
+  return fails ? 1 : 0;
+}
