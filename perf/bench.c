@@ -364,6 +364,60 @@ double bench_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void bench_blocks_init(bench_blocks_t *o) {
+  *o = (bench_blocks_t){.minb = 8, .maxb = 4096, .factor = 2, .calls = 100, .blocks = 301};
+}
+
+int bench_blocks_option(bench_blocks_t *o, int opt, const char *arg, int blocks_opt,
+                        const char **why) {
+  if (opt == 'b' || opt == 'e') {
+    size_t v = 0;
+    if (bench_parse_bytes(arg, &v) != 0 || v < 4) {
+      *why = "a size must be at least 4 bytes (8, 4K)";
+      return -1;
+    }
+    *(opt == 'b' ? &o->minb : &o->maxb) = v;
+  } else if (opt == 'f') {
+    o->factor = atoi(arg);
+  } else if (opt == 'k') {
+    o->calls = atoi(arg);
+  } else if (opt == blocks_opt) {
+    o->blocks = atoi(arg);
+  } else if (opt == 'P') {
+    if (strcmp(arg, "in") != 0 && strcmp(arg, "out") != 0) {
+      *why = "-P takes out or in";
+      return -1;
+    }
+    o->in_place = strcmp(arg, "in") == 0;
+  } else if (opt == 'M') {
+    o->memalloc = 1;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+const char *bench_blocks_check(const bench_blocks_t *o) {
+  if (o->factor < 2 || o->calls < 1 || o->blocks < 5)
+    return "the size factor must be at least 2, the calls per block at least 1, the blocks at "
+           "least 5";
+  return o->minb > o->maxb ? "the smallest size is larger than the largest" : NULL;
+}
+
+float bench_blocks_input(size_t k, int r) {
+  return (float)((k + (size_t)r) % 31 + 1);
+}
+
+size_t bench_blocks_wrong_sums(const float *y, size_t n, size_t first, int nranks) {
+  size_t wrong = 0;
+  for (size_t e = 0; e < n; e++) {
+    double want = 0;
+    for (int r = 0; r < nranks; r++) want += (double)bench_blocks_input(first + e, r);
+    wrong += y[e] != (float)want;
+  }
+  return wrong;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);

@@ -66,6 +66,24 @@ int bench_warmup_iters_for(const bench_opts_t *o, size_t bytes);
 
 /* Monotonic clock in seconds. */
 double bench_now(void);
+/* The options of the tools that time two libraries in alternating blocks of calls
+ * (small_vs_mpi, builds_ab): sizes -b to -e times -f, -k calls per block, blocks_opt (their
+ * letter for the number of blocks), -P out|in, -M (ncclMemAlloc buffers). */
+typedef struct bench_blocks {
+  size_t minb, maxb;
+  int factor, calls, blocks, in_place, memalloc;
+} bench_blocks_t;
+void bench_blocks_init(bench_blocks_t *o); /* 8 B to 4 KiB x 2, 100 calls, 301 blocks */
+/* 1: opt was one of them and is set, 0: not one of them, -1: a bad value (*why says which). */
+int bench_blocks_option(bench_blocks_t *o, int opt, const char *arg, int blocks_opt,
+                        const char **why);
+/* NULL when the options fit together, else what is wrong. */
+const char *bench_blocks_check(const bench_blocks_t *o);
+/* Their inputs: rank r's element k (of its whole input) is (k + r) % 31 + 1, so every fp32 sum
+ * of up to 2^19 ranks is exact; and the elements of a reduced output y (n elements from
+ * element `first` of the inputs, summed over nranks ranks) that are not the exact sum. */
+float bench_blocks_input(size_t k, int r);
+size_t bench_blocks_wrong_sums(const float *y, size_t n, size_t first, int nranks);
 /* The median of v[0..n) (sorts v) and the order statistics that bound a distribution-free 95 %
  * interval of it: ranks n/2 -+ 1.96 sqrt(n)/2 (normal approximation of the binomial); lo and hi
  * may be NULL. For per-block ratios of two libraries timed in alternating blocks. */

@@ -51,10 +51,7 @@ typedef struct build {
   float *s, *r; /* this build's buffers */
 } build_t;
 
-typedef struct opts {
-  size_t minb, maxb;
-  int factor, calls, blocks, in_place, memalloc;
-} opts_t;
+typedef bench_blocks_t opts_t;
 
 static void die(const char *what, const char *detail) {
   fprintf(stderr, "builds_ab: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
@@ -62,46 +59,18 @@ static void die(const char *what, const char *detail) {
   exit(2);
 }
 
-static size_t size_arg(const char *s) {
-  size_t v = 0;
-  if (bench_parse_bytes(s, &v) != 0 || v < 4) die("a size must be at least 4 bytes (8, 4K)", s);
-  return v;
-}
-
 static void parse(int argc, char **argv, opts_t *o, build_t b[2]) {
-  *o = (opts_t){.minb = 8, .maxb = 4096, .factor = 2, .calls = 100, .blocks = 301};
+  bench_blocks_init(o);
+  const char *why = NULL;
   for (int opt; (opt = getopt(argc, argv, "b:e:f:k:n:P:Mh")) != -1;) {
-    switch (opt) {
-      case 'b':
-        o->minb = size_arg(optarg);
-        break;
-      case 'e':
-        o->maxb = size_arg(optarg);
-        break;
-      case 'f':
-        o->factor = atoi(optarg);
-        break;
-      case 'k':
-        o->calls = atoi(optarg);
-        break;
-      case 'n':
-        o->blocks = atoi(optarg);
-        break;
-      case 'P':
-        if (strcmp(optarg, "in") != 0 && strcmp(optarg, "out") != 0) die("-P: out or in", optarg);
-        o->in_place = strcmp(optarg, "in") == 0;
-        break;
-      case 'M':
-        o->memalloc = 1;
-        break;
-      default:
-        die("usage: builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in] [-M] LIB_A "
-            "LIB_B",
-            NULL);
-    }
+    int k = bench_blocks_option(o, opt, optarg, 'n', &why);
+    if (k < 0) die(why, optarg);
+    if (k == 0)
+      die("usage: builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in] [-M] LIB_A "
+          "LIB_B",
+          NULL);
   }
-  if (o->factor < 2 || o->calls < 1 || o->blocks < 5) die("-f >= 2, -k >= 1, -n >= 5", NULL);
-  if (o->minb > o->maxb) die("-b is larger than -e", NULL);
+  if ((why = bench_blocks_check(o)) != NULL) die(why, NULL);
   if (argc - optind != 2) die("two libraries to compare: LIB_A LIB_B", NULL);
   b[0].path = argv[optind], b[1].path = argv[optind + 1];
 }
@@ -158,27 +127,15 @@ static void connect(build_t *b, int rank, int nranks) {
   if (b->init(&b->comm, nranks, id, rank) != ncclSuccess) die(b->path, "ncclCommInitRank failed");
 }
 
-/* Rank r's input element k: (k + r) % 31 + 1, so every sum is exact. */
-static float input(size_t k, int r) {
-  return (float)((k + (size_t)r) % 31 + 1);
-}
-
 static int call(const build_t *b, size_t n, int in_place) {
   return b->all_reduce(b->s, in_place ? b->s : b->r, n, ncclFloat32, ncclSum, b->comm, NULL) !=
          ncclSuccess;
 }
 
 static size_t wrong_elements(const build_t *b, size_t n, int in_place, int rank, int nranks) {
-  for (size_t e = 0; e < n; e++) b->s[e] = input(e, rank);
+  for (size_t e = 0; e < n; e++) b->s[e] = bench_blocks_input(e, rank);
   if (call(b, n, in_place)) die(b->path, "ncclAllReduce failed");
-  const float *y = in_place ? b->s : b->r;
-  size_t wrong = 0;
-  for (size_t e = 0; e < n; e++) {
-    double want = 0;
-    for (int r = 0; r < nranks; r++) want += (double)input(e, r);
-    wrong += y[e] != (float)want;
-  }
-  return wrong;
+  return bench_blocks_wrong_sums(in_place ? b->s : b->r, n, 0, nranks);
 }
 
 int main(int argc, char **argv) {

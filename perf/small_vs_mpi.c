@@ -34,8 +34,8 @@ enum { COLL_AR, COLL_AG, COLL_RS };
 static const char *const coll_names[] = {"all_reduce", "all_gather", "reduce_scatter"};
 
 typedef struct opts {
-  size_t minb, maxb;
-  int factor, calls, blocks, in_place, memalloc, coll;
+  bench_blocks_t r;
+  int coll;
 } opts_t;
 
 static double now_us(void) {
@@ -50,56 +50,24 @@ static void die(const char *what) {
   exit(2);
 }
 
-static size_t size_arg(const char *s) {
-  size_t v = 0;
-  if (bench_parse_bytes(s, &v) != 0 || v < 4) die("a size must be at least 4 bytes (8, 4K)");
-  return v;
-}
-
 static void parse(int argc, char **argv, opts_t *o) {
-  *o = (opts_t){.minb = 8, .maxb = 4096, .factor = 2, .calls = 100, .blocks = 301};
+  bench_blocks_init(&o->r);
+  o->coll = COLL_AR;
+  const char *why = NULL;
   for (int opt; (opt = getopt(argc, argv, "b:e:f:k:B:P:Mc:h")) != -1;) {
-    switch (opt) {
-      case 'b':
-        o->minb = size_arg(optarg);
-        break;
-      case 'e':
-        o->maxb = size_arg(optarg);
-        break;
-      case 'f':
-        o->factor = atoi(optarg);
-        break;
-      case 'k':
-        o->calls = atoi(optarg);
-        break;
-      case 'B':
-        o->blocks = atoi(optarg);
-        break;
-      case 'P':
-        o->in_place = strcmp(optarg, "in") == 0;
-        break;
-      case 'M':
-        o->memalloc = 1;
-        break;
-      case 'c':
-        o->coll = !strcmp(optarg, "allreduce")       ? COLL_AR
-                  : !strcmp(optarg, "allgather")     ? COLL_AG
-                  : !strcmp(optarg, "reducescatter") ? COLL_RS
-                                                     : -1;
-        if (o->coll < 0) die("-c takes allreduce, allgather or reducescatter");
-        break;
-      default:
-        die("usage: small_vs_mpi [-b 8] [-e 4K] [-f 2] [-k calls] [-B blocks] [-P out|in] [-M] [-c "
-            "coll]");
-    }
+    int k = bench_blocks_option(&o->r, opt, optarg, 'B', &why);
+    if (k < 0) die(why);
+    if (k > 0) continue;
+    if (opt != 'c')
+      die("usage: small_vs_mpi [-b 8] [-e 4K] [-f 2] [-k calls] [-B blocks] [-P out|in] [-M] [-c "
+          "coll]");
+    o->coll = !strcmp(optarg, "allreduce")       ? COLL_AR
+              : !strcmp(optarg, "allgather")     ? COLL_AG
+              : !strcmp(optarg, "reducescatter") ? COLL_RS
+                                                 : -1;
+    if (o->coll < 0) die("-c takes allreduce, allgather or reducescatter");
   }
-  if (o->factor < 2 || o->calls < 1 || o->blocks < 5 || o->minb > o->maxb)
-    die("-f must be at least 2, -k at least 1, -B at least 5, -b at most -e");
-}
-
-/* Rank r's input element k (of its whole input): (k + r) % 31 + 1, so every sum is exact. */
-static float input(size_t k, int r) {
-  return (float)((k + (size_t)r) % 31 + 1);
+  if ((why = bench_blocks_check(&o->r)) != NULL) die(why);
 }
 
 /* One call's buffers: the whole send and receive buffers are s and r (the same in place), c
@@ -113,7 +81,7 @@ typedef struct call {
 static void fill(const call_t *k) {
   float *in = k->coll == COLL_AG && k->in_place ? k->r + (size_t)k->rank * k->c : k->s;
   size_t n = k->coll == COLL_RS ? k->c * (size_t)k->nranks : k->c;
-  for (size_t e = 0; e < n; e++) in[e] = input(e, k->rank);
+  for (size_t e = 0; e < n; e++) in[e] = bench_blocks_input(e, k->rank);
 }
 
 static int call_tutti(const call_t *k, ncclComm_t comm) {
@@ -153,19 +121,15 @@ static size_t check(const call_t *k, int lib) {
   size_t wrong = 0;
   if (k->coll == COLL_AG) {
     for (int b = 0; b < k->nranks; b++)
-      for (size_t e = 0; e < k->c; e++) wrong += k->r[(size_t)b * k->c + e] != input(e, b);
+      for (size_t e = 0; e < k->c; e++)
+        wrong += k->r[(size_t)b * k->c + e] != bench_blocks_input(e, b);
     return wrong;
   }
   const float *y = !k->in_place                ? k->r
                    : k->coll == COLL_AR || lib ? k->s
                                                : k->s + (size_t)k->rank * k->c;
   size_t first = k->coll == COLL_RS ? (size_t)k->rank * k->c : 0; /* of the whole input */
-  for (size_t e = 0; e < k->c; e++) {
-    double want = 0;
-    for (int r = 0; r < k->nranks; r++) want += (double)input(first + e, r);
-    wrong += y[e] != (float)want;
-  }
-  return wrong;
+  return bench_blocks_wrong_sums(y, k->c, first, k->nranks);
 }
 
 int main(int argc, char **argv) {
@@ -180,21 +144,22 @@ int main(int argc, char **argv) {
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) die("ncclCommInitRank failed");
-  size_t max_n = o.maxb / sizeof(float);
+  size_t max_n = o.r.maxb / sizeof(float);
   float *sb = malloc(max_n * sizeof(float)), *rb = malloc(max_n * sizeof(float));
   float *tsb = sb, *trb = rb; /* tutti's buffers */
-  if (o.memalloc && (ncclMemAlloc((void **)&tsb, max_n * sizeof(float)) != ncclSuccess ||
-                     ncclMemAlloc((void **)&trb, max_n * sizeof(float)) != ncclSuccess))
+  if (o.r.memalloc && (ncclMemAlloc((void **)&tsb, max_n * sizeof(float)) != ncclSuccess ||
+                       ncclMemAlloc((void **)&trb, max_n * sizeof(float)) != ncclSuccess))
     die("ncclMemAlloc failed");
-  double *bt = malloc((size_t)o.blocks * sizeof(double)), *bm = malloc(o.blocks * sizeof(double));
-  double *ratio = malloc((size_t)o.blocks * sizeof(double));
+  double *bt = malloc((size_t)o.r.blocks * sizeof(double)),
+         *bm = malloc(o.r.blocks * sizeof(double));
+  double *ratio = malloc((size_t)o.r.blocks * sizeof(double));
   if (!sb || !rb || !tsb || !trb || !bt || !bm || !ratio) die("out of memory");
   if (rank == 0) {
     printf(
         "# small_vs_mpi: %s, %d ranks, fp32 (sum), %s, tutti's buffers from %s, %d blocks of "
         "%d calls each per size\n",
-        coll_names[o.coll], nranks, o.in_place ? "in place" : "out of place",
-        o.memalloc ? "ncclMemAlloc" : "the heap", o.blocks, o.calls);
+        coll_names[o.coll], nranks, o.r.in_place ? "in place" : "out of place",
+        o.r.memalloc ? "ncclMemAlloc" : "the heap", o.r.blocks, o.r.calls);
     printf(
         "# time = median over blocks of the slowest rank's time per call; ratio = tutti / MPI "
         "per block (median, 95 %% interval)\n");
@@ -202,11 +167,11 @@ int main(int argc, char **argv) {
            "95% interval", "t<=MPI");
   }
   int fails = 0;
-  for (size_t bytes = o.minb; bytes <= o.maxb; bytes *= (size_t)o.factor) {
+  for (size_t bytes = o.r.minb; bytes <= o.r.maxb; bytes *= (size_t)o.r.factor) {
     size_t n = bytes / sizeof(float), c = o.coll == COLL_AR ? n : n / (size_t)nranks;
     if (c == 0) continue; /* smaller than a float per rank */
-    call_t k[2] = {{o.coll, o.in_place, rank, nranks, tsb, o.in_place ? tsb : trb, c},
-                   {o.coll, o.in_place, rank, nranks, sb, o.in_place ? sb : rb, c}};
+    call_t k[2] = {{o.coll, o.r.in_place, rank, nranks, tsb, o.r.in_place ? tsb : trb, c},
+                   {o.coll, o.r.in_place, rank, nranks, sb, o.r.in_place ? sb : rb, c}};
     size_t wrong = 0;
     for (int lib = 0; lib < 2; lib++) { /* warm-up, then one checked call of each */
       for (int i = 0; i < 20; i++) {
@@ -216,29 +181,29 @@ int main(int argc, char **argv) {
       }
       wrong += check(&k[lib], lib);
     }
-    for (int b = 0; b < o.blocks; b++) {
+    for (int b = 0; b < o.r.blocks; b++) {
       double t[2];
       for (int j = 0; j < 2; j++) {
         int lib = (b + j) % 2; /* alternate which library goes first */
         double t0 = now_us();
-        for (int i = 0; i < o.calls; i++) {
+        for (int i = 0; i < o.r.calls; i++) {
           if (lib == 0)
             call_tutti(&k[0], comm);
           else
             call_mpi(&k[1]);
         }
-        t[lib] = (now_us() - t0) / o.calls;
+        t[lib] = (now_us() - t0) / o.r.calls;
       }
       bt[b] = t[0], bm[b] = t[1];
     }
-    MPI_Allreduce(MPI_IN_PLACE, bt, o.blocks, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, bm, o.blocks, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, bt, o.r.blocks, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, bm, o.r.blocks, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     unsigned long long bad = wrong;
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-    for (int b = 0; b < o.blocks; b++) ratio[b] = bt[b] / bm[b];
-    double lo, hi, r = bench_median_ci(ratio, o.blocks, &lo, &hi);
-    double tt = bench_median_ci(bt, o.blocks, NULL, NULL),
-           tm = bench_median_ci(bm, o.blocks, NULL, NULL);
+    for (int b = 0; b < o.r.blocks; b++) ratio[b] = bt[b] / bm[b];
+    double lo, hi, r = bench_median_ci(ratio, o.r.blocks, &lo, &hi);
+    double tt = bench_median_ci(bt, o.r.blocks, NULL, NULL),
+           tm = bench_median_ci(bm, o.r.blocks, NULL, NULL);
     const char *verdict = hi <= 1.0 ? "PASS" : lo > 1.0 ? "FAIL" : "?";
     fails += lo > 1.0 || bad;
     if (rank == 0) {
@@ -247,7 +212,7 @@ int main(int argc, char **argv) {
     }
   }
   ncclCommDestroy(comm);
-  if (o.memalloc) ncclMemFree(tsb), ncclMemFree(trb);
+  if (o.r.memalloc) ncclMemFree(tsb), ncclMemFree(trb);
   free(sb), free(rb), free(bt), free(bm), free(ratio);
   MPI_Finalize();
   return fails ? 1 : 0;
