@@ -5,13 +5,22 @@ int cost_is_pow2(int n) {
   return n > 0 && (n & (n - 1)) == 0;
 }
 
+double cost_pieces(double bytes, double unit) {
+  return unit > 0 && bytes > unit ? (double)(size_t)(bytes / unit + 0.999999) : 1;
+}
+
+double cost_cpu_share(const tuner_topo_t *t) {
+  if (t->machine_ranks <= 0 || t->ncpu <= 0) return 0;
+  return t->machine_ranks > t->ncpu ? (double)t->machine_ranks / t->ncpu : 1.0;
+}
+
 double cost_q(const tuner_model_t *m, const tuner_topo_t *t, const tuner_level_t *l, double hops,
               double q, double g, double bytes) {
   double us = hops * l->lat_us + bytes / (l->gbps * 1e3); /* GB/s = 1e3 bytes per microsecond */
-  if (t->machine_ranks > 0 && t->ncpu > 0) {
+  double share = cost_cpu_share(t);
+  if (share > 0) {
     double c = l == &m->net ? g * m->msg_cpu_us + (1 - g) * m->shm_msg_cpu_us : m->shm_msg_cpu_us;
-    double per_cpu = t->machine_ranks > t->ncpu ? (double)t->machine_ranks / t->ncpu : 1.0;
-    double cpu = hops * q * c * per_cpu;
+    double cpu = hops * q * c * share;
     if (cpu > us) us = cpu;
   }
   if (m->piece_us > 0) {
@@ -57,8 +66,7 @@ double cost_peer(const tuner_model_t *m, const tuner_level_t *l, int n, double m
 double cost_ring_steps(const tuner_model_t *m, const tuner_topo_t *t, double steps, double c,
                        double g, double s) {
   double bn = m->net.gbps * 1e3, bs = m->shm.gbps * 1e3; /* bytes per microsecond */
-  double slot = t->slot_bytes ? (double)t->slot_bytes : c;
-  double pieces = c > slot ? (double)(size_t)(c / slot + 0.999999) : 1, p = c / pieces;
+  double pieces = cost_pieces(c, (double)t->slot_bytes), p = c / pieces;
   double step = g * (m->net.lat_us + p / bn) + (1 - g) * (m->shm.lat_us + p / bs) + m->piece_us;
   if (g > 0) {
     double nic = s * c / bn, engine = pieces * m->piece_us;
@@ -66,10 +74,7 @@ double cost_ring_steps(const tuner_model_t *m, const tuner_topo_t *t, double ste
     if (engine > step) step = engine;
   }
   if (g < 1 && c / bs + pieces * m->piece_us > step) step = c / bs + pieces * m->piece_us;
-  if (t->machine_ranks > 0 && t->ncpu > 0) {
-    double per_cpu = t->machine_ranks > t->ncpu ? (double)t->machine_ranks / t->ncpu : 1.0;
-    double cpu = (g * m->msg_cpu_us + (1 - g) * m->shm_msg_cpu_us) * per_cpu;
-    if (cpu > step) step = cpu;
-  }
+  double cpu = (g * m->msg_cpu_us + (1 - g) * m->shm_msg_cpu_us) * cost_cpu_share(t);
+  if (cpu > step) step = cpu;
   return steps * step;
 }

@@ -108,6 +108,12 @@ double cost_peers_net_share(const tuner_topo_t *t);
  * ceil(local_size / nics) of them on the busiest NIC (1 on one host). */
 double cost_nic_share(const tuner_topo_t *t);
 int cost_is_pow2(int n);
+/* ceil(bytes / unit), at least 1 (1 where unit is not positive): the pieces, chunks or rounds
+ * a step of `bytes` is cut into. */
+double cost_pieces(double bytes, double unit);
+/* The factor on a message's CPU time where the machine's CPUs are shared: max(1, R / C) for R
+ * ranks on C CPUs; 0 where they are unknown (no CPU model). */
+double cost_cpu_share(const tuner_topo_t *t);
 /* An algorithm on peer memory (one host) at level l: its handshake and final wait, the bytes
  * one rank moves, and the engine time of the 2(n-1) notes each rank sends (its progress to
  * every peer, then done). */

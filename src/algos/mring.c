@@ -206,7 +206,7 @@ static int mring_fifo_ok(const tuner_topo_t *t, int nch) {
   if (!t->slot_bytes || !t->chunk_bytes) return 1;
   double k = (double)t->chunk_bytes / (double)t->slot_bytes;
   double per = mring_q_bytes(t, nch) / (double)t->slot_bytes;
-  double pieces = per <= 1 ? 1 : (double)(size_t)(per + 0.999999);
+  double pieces = cost_pieces(per, 1);
   int waiting = nch == t->local_size ? nch - 1 : nch + 1;
   return waiting * pieces <= 2 * k;
 }
@@ -228,14 +228,11 @@ static double mring_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c
   if (C < 2) return algo_ring.cost_us(m, t, c, S); /* it builds the ring (which wins ties) */
   if (!mring_fifo_ok(t, C)) return -1;
   double q = mring_q_bytes(t, C), seg = S / C / n;
-  double rounds = q > 0 && seg > q ? (double)(size_t)(seg / q + 0.999999) : 1;
-  double qe = seg < q ? seg : q, slot = t->slot_bytes ? (double)t->slot_bytes : qe;
-  double pieces = qe > slot ? (double)(size_t)(qe / slot + 0.999999) : 1;
+  double rounds = cost_pieces(seg, q);
+  double qe = seg < q ? seg : q, pieces = cost_pieces(qe, (double)t->slot_bytes);
   double net = m->net.lat_us + (double)((C + nics - 1) / nics) * qe / (m->net.gbps * 1e3);
-  double busy = (C - 1) * qe / (m->shm.gbps * 1e3) + C * pieces * m->piece_us, cpu = 0;
-  if (t->machine_ranks > 0 && t->ncpu > 0)
-    cpu = (m->msg_cpu_us + (C - 1) * m->shm_msg_cpu_us) *
-          (t->machine_ranks > t->ncpu ? (double)t->machine_ranks / t->ncpu : 1.0);
+  double busy = (C - 1) * qe / (m->shm.gbps * 1e3) + C * pieces * m->piece_us;
+  double cpu = (m->msg_cpu_us + (C - 1) * m->shm_msg_cpu_us) * cost_cpu_share(t);
   double step = net > busy ? net : busy;
   return rounds * 2.0 * (n - 1) * (step > cpu ? step : cpu);
 }

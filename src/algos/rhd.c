@@ -361,10 +361,10 @@ int rhd_log2(int nranks) {
  * for the partner's (exchange()), so the next chunk leaves only when the last one has arrived.
  * The network's a above is counted ceil(b_j / chunk) times for a step of b_j bytes (xchg_lats). */
 static double xchg_lats(const tuner_topo_t *t, double S, int steps, int halve) {
-  double chunk = t->chunk_bytes ? (double)t->chunk_bytes : S, lats = 0, b = S;
+  double lats = 0, b = S;
   for (int j = 0; j < steps; j++) {
     if (halve) b /= 2;
-    lats += b > chunk ? (double)(size_t)(b / chunk + 0.999999) : 1;
+    lats += cost_pieces(b, (double)t->chunk_bytes);
   }
   return lats;
 }
