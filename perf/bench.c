@@ -57,6 +57,10 @@ static void bench_usage(const char *prog, int status) {
           "      --buffer-offset <n>  tutti extension: send and receive buffers start n bytes\n"
           "                           past a page boundary, as malloc's do (16 with glibc);\n"
           "                           0: page-aligned (0)\n"
+          "      --alloc <kind>       tutti extension: where send and receive buffers come\n"
+          "                           from: malloc (the program's heap; under tutti-run its\n"
+          "                           shared heap) or mmap (anonymous pages, huge pages asked\n"
+          "                           for) (malloc)\n"
           "  -h, --help               this text\n"
           "      --version            tutti's version\n"
           "Run without a launcher, the program is one rank (as nccl-tests' binaries are).\n",
@@ -133,7 +137,8 @@ enum {
   BENCH_OPT_COLL,
   BENCH_OPT_WARMUP_BYTES,
   BENCH_OPT_VERSION,
-  BENCH_OPT_BUFFER_OFFSET
+  BENCH_OPT_BUFFER_OFFSET,
+  BENCH_OPT_ALLOC
 };
 
 static const struct option bench_long_opts[] = {
@@ -164,6 +169,7 @@ static const struct option bench_long_opts[] = {
     {"iter-bytes", required_argument, NULL, BENCH_OPT_ITER_BYTES},
     {"warmup-bytes", required_argument, NULL, BENCH_OPT_WARMUP_BYTES},
     {"buffer-offset", required_argument, NULL, BENCH_OPT_BUFFER_OFFSET},
+    {"alloc", required_argument, NULL, BENCH_OPT_ALLOC},
     {"coll", required_argument, NULL, BENCH_OPT_COLL},
     {NULL, 0, NULL, 0}};
 
@@ -212,6 +218,13 @@ static int bench_apply_measure(int c, const char *arg, const char *prog, bench_o
       return 1;
     case BENCH_OPT_BUFFER_OFFSET:
       o->buffer_offset = bench_bytes_arg(prog, "--buffer-offset", arg);
+      return 1;
+    case BENCH_OPT_ALLOC:
+      if (strcmp(arg, "malloc") != 0 && strcmp(arg, "mmap") != 0) {
+        fprintf(stderr, "%s: --alloc takes malloc or mmap, not '%s'\n", prog, arg);
+        exit(2);
+      }
+      o->alloc_mmap = strcmp(arg, "mmap") == 0;
       return 1;
     default:
       return 0;
@@ -447,12 +460,27 @@ void *bench_alloc(size_t bytes) {
   return p;
 }
 
-void *bench_alloc_at(size_t bytes, size_t offset) {
-  return (char *)bench_alloc(bytes + offset) + offset;
+/* The collectives' buffers come from malloc, as a program's would: under tutti-run's shared
+ * heap (libtutti-heap.so) they are memory the peers map, under mpirun glibc's. Huge pages are
+ * asked for as bench_alloc does (the shared heap's memfd pages get none unless the machine
+ * gives shared memory huge pages). */
+void *bench_alloc_at(size_t bytes, size_t offset, int use_mmap) {
+  if (use_mmap) return (char *)bench_alloc(bytes + offset) + offset;
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, bytes + offset + 1) != 0) {
+    fprintf(stderr, "perf: cannot allocate %zu bytes\n", bytes + offset);
+    exit(1);
+  }
+  (void)madvise(p, bytes + offset, MADV_HUGEPAGE);
+  memset(p, 0, bytes + offset);
+  return (char *)p + offset;
 }
 
-void bench_free_at(void *p, size_t bytes, size_t offset) {
-  if (p) bench_free((char *)p - offset, bytes + offset);
+void bench_free_at(void *p, size_t bytes, size_t offset, int use_mmap) {
+  if (p && use_mmap)
+    bench_free((char *)p - offset, bytes + offset);
+  else if (p)
+    free((char *)p - offset);
 }
 
 void bench_free(void *p, size_t bytes) {

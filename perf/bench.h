@@ -34,6 +34,7 @@ typedef struct bench_opts {
   size_t warmup_bytes;   /* --warmup-bytes (tutti extension): untimed calls at every size */
   size_t buffer_offset;  /* --buffer-offset (tutti extension): send/recv buffers this many
                             bytes past a page boundary (0: page-aligned) */
+  int alloc_mmap;        /* --alloc mmap (tutti extension): buffers from bench_alloc, not malloc */
   int parallel_init;     /* -p: accepted; one rank per process initialises alone */
   int cputime;           /* -C 1: time is the process's CPU time, not wall time */
   int cycles;            /* -N: run the whole sweep this many times (0: until stopped) */
@@ -95,10 +96,11 @@ double bench_clock(const bench_opts_t *o);
  * Exits on failure. bench_free takes the same length. */
 void *bench_alloc(size_t bytes);
 void bench_free(void *p, size_t bytes);
-/* The same, the buffer starting `offset` bytes into the mapping (--buffer-offset); free with the
- * same bytes and offset. */
-void *bench_alloc_at(size_t bytes, size_t offset);
-void bench_free_at(void *p, size_t bytes, size_t offset);
+/* A collective's buffer: from malloc (the program's heap: tutti-run's shared heap or glibc's),
+ * or with use_mmap (--alloc mmap) from bench_alloc, starting `offset` bytes past a page
+ * boundary (--buffer-offset), zeroed; free with the same bytes, offset and use_mmap. */
+void *bench_alloc_at(size_t bytes, size_t offset, int use_mmap);
+void bench_free_at(void *p, size_t bytes, size_t offset, int use_mmap);
 
 /* algbw and busbw in GB/s (1e9 B/s) for `bytes` moved in `seconds`. */
 double bench_algbw(size_t bytes, double seconds);

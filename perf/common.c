@@ -410,8 +410,8 @@ static void perf_alloc_buffers(perf_state_t *st, int t0, int nt) {
     PERF_WATCHED(st->comm, "ncclCommRegister",
                  ncclCommRegister(st->comm, st->recv, st->recv_bytes, &st->recv_handle));
   } else {
-    st->send = bench_alloc_at(st->send_bytes, st->opts.buffer_offset);
-    st->recv = bench_alloc_at(st->recv_bytes, st->opts.buffer_offset);
+    st->send = bench_alloc_at(st->send_bytes, st->opts.buffer_offset, st->opts.alloc_mmap);
+    st->recv = bench_alloc_at(st->recv_bytes, st->opts.buffer_offset, st->opts.alloc_mmap);
   }
   st->scratch = bench_alloc(PERF_CHECK_CHUNK * sizeof(double));
   st->sync = bench_alloc(PERF_SYNC_DOUBLES * sizeof(double));
@@ -424,8 +424,8 @@ static void perf_free_buffers(perf_state_t *st) {
     PERF_WATCHED(st->comm, "ncclMemFree", ncclMemFree(st->send));
     PERF_WATCHED(st->comm, "ncclMemFree", ncclMemFree(st->recv));
   } else {
-    bench_free_at(st->send, st->send_bytes, st->opts.buffer_offset);
-    bench_free_at(st->recv, st->recv_bytes, st->opts.buffer_offset);
+    bench_free_at(st->send, st->send_bytes, st->opts.buffer_offset, st->opts.alloc_mmap);
+    bench_free_at(st->recv, st->recv_bytes, st->opts.buffer_offset, st->opts.alloc_mmap);
   }
   bench_free(st->scratch, PERF_CHECK_CHUNK * sizeof(double));
   bench_free(st->sync, PERF_SYNC_DOUBLES * sizeof(double));

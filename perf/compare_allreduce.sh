@@ -57,6 +57,11 @@ usage: $(basename "$0") [options]
   -T s       kill a run after s seconds (600)
   -O bytes   both programs' buffers start this many bytes past a page boundary (the perf
              programs' --buffer-offset): 16 is where glibc's malloc puts large blocks (0)
+  -H heap    tutti's heap buffers: shared (default) are malloc's under tutti-run's shared
+             heap (libtutti-heap.so: memory the other ranks map); private runs tutti-run
+             --heap private with anonymous huge-page buffers (--alloc mmap), as Open MPI's.
+             Open MPI's buffers are always anonymous memory with huge pages asked for
+             (mpi_allreduce_perf --alloc mmap): its CMA pins fewer pages per call on them
   -M         tutti's buffers from ncclMemAlloc (all_reduce_perf -R 1): memory the other
              ranks of the host map, so an all-reduce reads the peers' buffers in place instead
              of copying through the FIFOs (Open MPI's buffers stay as they are)
@@ -71,18 +76,22 @@ EOF
 
 build="" nranks=2 reps=5 minb=8 maxb=256M factor=2 iters=1000 iter_bytes=512M warmup=5
 place=out json="" keep="" run_timeout=600 analyze="" rt="" memalloc=() memlimit=1 offset=0
-while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:O:MLh" opt; do
+heap=shared
+while getopts "B:p:r:b:e:f:n:I:w:P:J:K:A:T:R:O:H:MLh" opt; do
   case $opt in
     B) build=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;;
     b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
     n) iters=$OPTARG ;; I) iter_bytes=$OPTARG ;; w) warmup=$OPTARG ;;
     P) place=$OPTARG ;; J) json=$OPTARG ;; K) keep=$OPTARG ;; A) analyze=$OPTARG ;;
     T) run_timeout=$OPTARG ;; R) rt=$OPTARG ;; M) memalloc=(-R 1) ;; L) memlimit=0 ;;
-    O) offset=$OPTARG ;;
+    O) offset=$OPTARG ;; H) heap=$OPTARG ;;
     h) usage 0 ;; *) usage 2 ;;
   esac
 done
 [[ $place == out || $place == in ]] || { echo "-P takes out or in" >&2; exit 2; }
+[[ $heap == shared || $heap == private ]] || { echo "-H takes shared or private" >&2; exit 2; }
+tutti_heap=(--heap "$heap") tutti_alloc=()
+[[ $heap == shared ]] || tutti_alloc=(--alloc mmap)
 [[ $reps =~ ^[1-9][0-9]*$ && $nranks =~ ^[1-9][0-9]*$ ]] || { echo "bad -r or -p" >&2; exit 2; }
 
 if [[ -n $build ]]; then
@@ -128,18 +137,18 @@ rt_cmd=()
 [[ -z $rt ]] || rt_cmd=(chrt -f "$rt")
 
 run_tutti() {
-  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/tutti-run" -n "$nranks" -- \
-    "$bindir/all_reduce_perf" "${perf_args[@]}" "${memalloc[@]}"
+  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/tutti-run" -n "$nranks" "${tutti_heap[@]}" \
+    -- "$bindir/all_reduce_perf" "${perf_args[@]}" "${tutti_alloc[@]}" "${memalloc[@]}"
 }
 run_ompi() {
   timeout -k 10 "$run_timeout" "${rt_cmd[@]}" mpirun -np "$nranks" --allow-run-as-root "${bind[@]}" \
     --mca btl_vader_single_copy_mechanism none \
     -x MALLOC_MMAP_THRESHOLD_=4000000000 -x MALLOC_TRIM_THRESHOLD_=4000000000 \
-    "$bindir/mpi_allreduce_perf" "${perf_args[@]}"
+    "$bindir/mpi_allreduce_perf" "${perf_args[@]}" --alloc mmap
 }
 run_ompic() {
   timeout -k 10 "$run_timeout" "${rt_cmd[@]}" mpirun -np "$nranks" --allow-run-as-root "${bind[@]}" \
-    "$bindir/mpi_allreduce_perf" "${perf_args[@]}"
+    "$bindir/mpi_allreduce_perf" "${perf_args[@]}" --alloc mmap
 }
 
 # Both libraries in one pair of processes, alternating blocks, for the sizes of the time target.
@@ -170,9 +179,9 @@ run_mcpyn() {
 run_algos() {
   local args=("${perf_args[@]}")
   args[7]=2 args[11]=1 # -n 2 -w 1 (positions in perf_args)
-  timeout -k 10 "$run_timeout" "$bindir/tutti-run" -n "$nranks" \
+  timeout -k 10 "$run_timeout" "$bindir/tutti-run" -n "$nranks" "${tutti_heap[@]}" \
     -x TUTTI_DEBUG=INFO -x TUTTI_DEBUG_SUBSYS=COLL -- \
-    "$bindir/all_reduce_perf" "${args[@]}" "${memalloc[@]}"
+    "$bindir/all_reduce_perf" "${args[@]}" "${tutti_alloc[@]}" "${memalloc[@]}"
 }
 
 # run_one LIB REP: runs one program, its output in $outdir/LIB.REP.txt; stops on failure.

@@ -380,8 +380,8 @@ static void mpi_alloc(mpi_perf_t *p) {
   mpi_set_size(p, p->opts.max_bytes);
   p->send_bytes = p->send_count * sizeof(float);
   p->recv_bytes = (p->recv_count > p->send_count ? p->recv_count : p->send_count) * sizeof(float);
-  p->send = bench_alloc_at(p->send_bytes, p->opts.buffer_offset);
-  p->recv = bench_alloc_at(p->recv_bytes, p->opts.buffer_offset);
+  p->send = bench_alloc_at(p->send_bytes, p->opts.buffer_offset, p->opts.alloc_mmap);
+  p->recv = bench_alloc_at(p->recv_bytes, p->opts.buffer_offset, p->opts.alloc_mmap);
 }
 
 /* Warm-up like the tutti programs: sane inputs, then -w iterations at the largest and smallest
@@ -433,8 +433,8 @@ int main(int argc, char **argv) {
     bench_print_footer(p.results_wrong, avg);
     bench_json_close(p.json, p.results_wrong, avg);
   }
-  bench_free_at(p.send, p.send_bytes, p.opts.buffer_offset);
-  bench_free_at(p.recv, p.recv_bytes, p.opts.buffer_offset);
+  bench_free_at(p.send, p.send_bytes, p.opts.buffer_offset, p.opts.alloc_mmap);
+  bench_free_at(p.recv, p.recv_bytes, p.opts.buffer_offset, p.opts.alloc_mmap);
   MPI_Finalize();
   return p.results_wrong > 0 ? 1 : 0;
 }

@@ -6,7 +6,9 @@
  * the same rights as reading the process's memory) and read a rank's buffers in place: an
  * all-reduce on such buffers skips both FIFO copies. Memory from malloc cannot be shared that
  * way, so collectives on it go through the FIFOs or read it by copy (cma; ranks that are threads
- * of one process, from ncclCommInitAll, share every buffer anyway).
+ * of one process, from ncclCommInitAll, share every buffer anyway) -- unless the process runs
+ * with the shared heap (libtutti-heap.so, which tutti-run preloads): then its large malloc
+ * blocks lie in one memfd arena, which memreg_find reports as region 0 and peers map lazily.
  *
  * TUTTI_MEM_ALLOC chooses the backing: "shared" (the default; "auto" names it too), the memfd
  * above, which the peers map and the push all-reduce (push.c) reads and writes in place; or
@@ -28,6 +30,7 @@
 #endif
 #include "memreg.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -39,6 +42,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "heap/heap_abi.h"
 
 #define PEER_MAP_CACHE 32
 
@@ -71,8 +75,28 @@ static int region_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref, int s
   return found;
 }
 
+/* The shared heap's arena, when libtutti-heap.so is preloaded and serving (asked per call: a
+ * forked child's arena stops serving). */
+static int heap_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref) {
+  static tutti_heap_region_fn fn;
+  static int looked;
+  if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&fn, (tutti_heap_region_fn)dlsym(RTLD_DEFAULT, TUTTI_HEAP_REGION_FN),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+  }
+  tutti_heap_region_t r;
+  tutti_heap_region_fn f = __atomic_load_n(&fn, __ATOMIC_RELAXED);
+  if (!f || !f(&r)) return 0;
+  uintptr_t p = (uintptr_t)ptr, b = (uintptr_t)r.base;
+  if (p < b || p - b > r.bytes || bytes > r.bytes - (p - b)) return 0;
+  *ref = (memreg_ref_t){
+      .id = TUTTI_HEAP_REGION_ID, .fd = r.fd, .bytes = r.bytes, .offset = p - b, .sparse = 1};
+  return 1;
+}
+
 int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref) {
-  return region_lookup(ptr, bytes, ref, 1);
+  return region_lookup(ptr, bytes, ref, 1) || heap_lookup(ptr, bytes, ref);
 }
 
 int memreg_find_region(const void *ptr, size_t bytes, memreg_ref_t *ref) {
@@ -292,16 +316,17 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
   snprintf(want, sizeof(want), "/memfd:tutti-mem-%llu ", (unsigned long long)ref->id);
   ssize_t len = readlink(path, link, sizeof(link) - 1);
   if (len < 0 || (link[len] = '\0', strncmp(link, want, strlen(want)) != 0))
-    return TUTTI_ERR(ncclSystemError,
-                     "rank %d cannot see rank %d's ncclMemAlloc region %llu at %s "
-                     "(%s)",
-                     comm->rank, peer, (unsigned long long)ref->id, path,
-                     len < 0 ? strerror(errno) : "another file");
+    return TUTTI_ERR(ncclSystemError, "rank %d cannot see rank %d's %s %llu at %s (%s)", comm->rank,
+                     peer, ref->sparse ? "shared-heap arena" : "ncclMemAlloc region",
+                     (unsigned long long)ref->id, path, len < 0 ? strerror(errno) : "another file");
   int fd = open(path, O_RDWR | O_CLOEXEC); /* push (algos/push.c) writes into it */
   if (fd < 0)
     return TUTTI_ERR(ncclSystemError, "rank %d cannot open rank %d's region %s: %s", comm->rank,
                      peer, path, strerror(errno));
-  void *p = mmap(NULL, ref->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  /* An ncclMemAlloc region is mapped whole at once; the heap's arena is mostly holes, and its
+   * pages are mapped as the collectives touch them. */
+  int flags = ref->sparse ? MAP_SHARED | MAP_NORESERVE : MAP_SHARED | MAP_POPULATE;
+  void *p = mmap(NULL, ref->bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
   int err = errno;
   close(fd);
   if (p == MAP_FAILED)

@@ -12,11 +12,12 @@ typedef struct memreg_ref { /* where a buffer lies: enough for a same-host peer 
   uint64_t bytes;           /* region size */
   uint64_t offset;          /* of the buffer in the region */
   int32_t fd;               /* the region's memfd in its process */
-  int32_t pad;
+  int32_t sparse;           /* 1: the shared heap's arena (libtutti-heap.so): map it lazily */
 } memreg_ref_t;
 
 /* 1 and *ref when [ptr, ptr + bytes) lies inside one shared (memfd) ncclMemAlloc region of this
- * process; private regions are not found: other processes read them by copy. */
+ * process or in the shared heap's arena (libtutti-heap.so, when preloaded); private regions
+ * are not found: other processes read them by copy. */
 int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref);
 
 /* The same for any ncclMemAlloc region, private ones included (ref->fd is then -1): memory

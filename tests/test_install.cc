@@ -83,6 +83,13 @@ TEST_F(Install, TuttiRunAllReducePerfFromThePrefix) {
   EXPECT_NE(out.find("#  Rank  1"), std::string::npos) << out;
   EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
   EXPECT_NE(out.find("1048576"), std::string::npos) << "the 1 MiB row is missing:\n" << out;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // no shared heap there
+  // The installed tutti-run finds the installed shared heap (prefix/lib) and preloads it.
+  std::string settings = in_prefix("bin/tutti-run -np 2 --print-settings true", &st);
+  EXPECT_EQ(st, 0) << settings;
+  EXPECT_NE(settings.find("LD_PRELOAD=" + prefix + "/lib/libtutti-heap.so"), std::string::npos)
+      << settings;
+#endif
 }
 
 TEST_F(Install, AllReducePerfAloneIsOneRank) {

@@ -37,11 +37,14 @@ struct Out {
 };
 
 // env_allreduce on 2 ranks under tutti-run with `env` ("VAR=value ..."), nothing else of the
-// caller's logging settings. `wrap` runs before the program in each rank (e.g. "sh -c '...'").
-Out launch(const std::string &env, const std::string &prog = ENV_ALLREDUCE_PATH, int nranks = 2) {
-  std::string cmd = "env -u TUTTI_DEBUG -u TUTTI_DEBUG_SUBSYS -u TUTTI_DEBUG_FILE -u NCCL_DEBUG " +
-                    env + " " + TUTTI_RUN_PATH + " -n " + std::to_string(nranks) +
-                    " --timeout 120 " + prog + " 2>&1";
+// caller's logging settings; `run_opts` go to tutti-run (e.g. "--heap private").
+Out launch(const std::string &env, const std::string &prog = ENV_ALLREDUCE_PATH, int nranks = 2,
+           const std::string &run_opts = "") {
+  std::string cmd =
+      "env -u TUTTI_DEBUG -u TUTTI_DEBUG_SUBSYS -u TUTTI_DEBUG_FILE -u NCCL_DEBUG "
+      "-u TUTTI_RUN_HEAP " +
+      env + " " + TUTTI_RUN_PATH + " -n " + std::to_string(nranks) + " " + run_opts +
+      " --timeout 120 " + prog + " 2>&1";
   Out o{-1, ""};
   FILE *p = popen(cmd.c_str(), "r");
   if (!p) return o;
@@ -109,9 +112,29 @@ TEST(Settings, DebugFileWritesEachProcessLogToItsOwnFile) {
   EXPECT_EQ(rmdir(dir.c_str()), 0) << "files other than one per rank in " << dir;
 }
 
+// tutti-run --heap: under the shared heap (the default) env_allreduce's 400 KB malloc buffers
+// are memory the peers map, so the all-reduce is the peer-memory one (push) with exact sums;
+// with --heap private (or TUTTI_RUN_HEAP=private) they are read by copy (cma).
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // no libtutti-heap.so there
+TEST(Settings, SharedHeapLetsPeersMapMallocBuffers) {
+  Out shared = launch("TUTTI_DUMP_SCHEDULE=1");
+  expect_ok(shared);
+  Out priv = launch("TUTTI_DUMP_SCHEDULE=1", ENV_ALLREDUCE_PATH, 2, "--heap private");
+  expect_ok(priv);
+  Out by_env = launch("TUTTI_DUMP_SCHEDULE=1 TUTTI_RUN_HEAP=private");
+  expect_ok(by_env);
+  for (const char *r : {"0", "1"}) {
+    std::string call = std::string("# rank ") + r + ": ncclAllReduce algo ";
+    EXPECT_EQ(count(shared.text, call + "push nranks 2 count 100000 "), 1) << shared.text;
+    EXPECT_EQ(count(priv.text, call + "cma nranks 2 count 100000 "), 1) << priv.text;
+    EXPECT_EQ(count(by_env.text, call + "cma nranks 2 count 100000 "), 1) << by_env.text;
+  }
+}
+#endif
+
 // Every call's steps, titled with its algorithm, on every rank; nothing without the setting.
 TEST(Settings, DumpSchedulePrintsEveryCallsSteps) {
-  Out o = launch("TUTTI_DUMP_SCHEDULE=1");
+  Out o = launch("TUTTI_DUMP_SCHEDULE=1", ENV_ALLREDUCE_PATH, 2, "--heap private");
   expect_ok(o);
   for (const char *r : {"0", "1"}) {
     std::string rank = std::string("# rank ") + r + ": ";
@@ -199,11 +222,12 @@ std::vector<long> ring_chunks(const std::string &text) {
 TEST(Settings, ShmSlotsAndSlotBytesShapeTheFifos) {
   const std::string base =
       "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM TUTTI_DUMP_SCHEDULE=1 TUTTI_CMA=0 ";
-  Out dflt = launch(base);
+  Out dflt = launch(base, ENV_ALLREDUCE_PATH, 2, "--heap private");
   expect_ok(dflt);
   EXPECT_EQ(count(dflt.text, "2 local ranks x 8 slots x 131072 bytes"), 2) << dflt.text;
   EXPECT_EQ(ring_chunks(dflt.text), std::vector<long>(2, 131072)) << dflt.text;
-  Out o = launch(base + "TUTTI_SHM_NSLOTS=3 TUTTI_SHM_SLOT_BYTES=12288");
+  Out o = launch(base + "TUTTI_SHM_NSLOTS=3 TUTTI_SHM_SLOT_BYTES=12288", ENV_ALLREDUCE_PATH, 2,
+                 "--heap private");
   expect_ok(o);
   EXPECT_EQ(count(o.text, "2 local ranks x 3 slots x 12288 bytes"), 2) << o.text;
   auto chunks = ring_chunks(o.text);

@@ -22,6 +22,7 @@
 #define RUN_MAX_HOSTS 256
 
 enum { RUN_BIND_AUTO = 0, RUN_BIND_NONE, RUN_BIND_CORE, RUN_BIND_NUMA };
+enum { RUN_HEAP_SHARED = 1, RUN_HEAP_PRIVATE };
 
 typedef struct {
   char name[48];
@@ -40,6 +41,7 @@ typedef struct {
   int map_spread;          /* --map: 1 spread, 0 pack, -1 mpirun's rule */
   int report_bindings;     /* --report-bindings */
   int oversubscribe;       /* --oversubscribe: more ranks than CPUs unbinds */
+  int heap, heap_set;      /* RUN_HEAP_*; heap_set: given on the command line */
   cpu_set_t *rank_sets;    /* [nranks] rank r's CPUs; NULL: ranks not bound */
   double timeout_s;        /* 0: no timeout */
   char **prog_argv;        /* NULL-terminated, points into argv */
@@ -75,6 +77,11 @@ typedef struct {
 
 __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...);
 __attribute__((format(printf, 1, 2), noreturn)) void usage_error(const char *fmt, ...);
+
+/* run_heap.c: --heap shared|private; prepare_heap puts libtutti-heap.so into LD_PRELOAD for
+ * the shared heap (the default, or $TUTTI_RUN_HEAP). */
+int parse_heap(const char *v);
+void prepare_heap(run_options_t *o);
 int parse_bind(const char *v); /* RUN_BIND_*; a usage error for anything else */
 /* run_bind.c: decides each rank's CPUs (and claims them in the registry) before any rank
  * starts; bind_rank applies rank r's in its child. */

@@ -113,6 +113,11 @@ static const char run_help[] =
     "  --report-bindings print each rank's CPUs and NUMA node (stderr)\n"
     "  --oversubscribe   more ranks than CPUs with --bind core: run them unbound instead of\n"
     "                    refusing\n"
+    "  --heap MODE       shared (default, or $TUTTI_RUN_HEAP): the ranks run with\n"
+    "                    libtutti-heap.so preloaded, so their malloc blocks of 64 KiB and more\n"
+    "                    are memory the other ranks map, and collectives on them copy once\n"
+    "                    (docs/perf.md, \"The shared heap\"); a forked child copies the live\n"
+    "                    blocks. private: the C library's malloc, read by copy\n"
     "  --print-settings  print the TUTTI_* and NCCL_* variables passed to the ranks\n"
     "  -H, --hosts LIST  run on the hosts of the namespace test bed (scripts/netns-cluster.sh):\n"
     "                    \"h1:2,h2:2\" (ranks per host), \"h1,h2\" (one each) or \"h1,h2\" with\n"
@@ -271,7 +276,8 @@ enum {
   OPT_VERSION,
   OPT_OVERSUB,
   OPT_MAP,
-  OPT_REPORT
+  OPT_REPORT,
+  OPT_HEAP
 };
 static const struct option run_long_options[] = {
     {"np", required_argument, NULL, 'n'},
@@ -283,6 +289,7 @@ static const struct option run_long_options[] = {
     {"map", required_argument, NULL, OPT_MAP},
     {"map-by", required_argument, NULL, OPT_MAP},
     {"report-bindings", no_argument, NULL, OPT_REPORT},
+    {"heap", required_argument, NULL, OPT_HEAP},
     {"print-settings", no_argument, NULL, OPT_PRINT},
     {"hosts", required_argument, NULL, 'H'},
     {"host", required_argument, NULL, 'H'},
@@ -314,6 +321,9 @@ static void parse_option(int c, char *v, run_options_t *o) {
       break;
     case OPT_REPORT:
       o->report_bindings = 1;
+      break;
+    case OPT_HEAP:
+      o->heap = parse_heap(v), o->heap_set = 1;
       break;
     case OPT_OVERSUB:
       o->oversubscribe = 1;
@@ -542,6 +552,8 @@ static void print_settings(const run_job_t *job) {
       printf("  %s\n", lines[i]);
   }
   printf("  TUTTI_RANK=%s\n  TUTTI_LOCAL_RANK=%s\n  %s\n", ranks, ranks, fd);
+  const char *preload = getenv("LD_PRELOAD");
+  if (job->opt.heap == RUN_HEAP_SHARED && preload) printf("  LD_PRELOAD=%s\n", preload);
   fflush(stdout);
   free(lines);
 }
@@ -702,6 +714,7 @@ int main(int argc, char **argv) {
   parse_args(argc, argv, &job.opt);
   job.grace_s = read_kill_grace();
   raise_fd_limit(&job.opt);
+  prepare_heap(&job.opt);
   install_signal_handlers();
   prepare_environment(&job);
   if (job.opt.print_settings) print_settings(&job);
