@@ -437,6 +437,32 @@ TEST(Launcher, UsageErrorsExit2) {
   EXPECT_EQ(run_launcher({"-n", "2", "--timeout", "soon", "true"}).exit_code, 2);
 }
 
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // their tutti-run: private
+// --heap: by default every rank gets libtutti-heap.so first in LD_PRELOAD (what was there stays
+// after it); --heap private or TUTTI_RUN_HEAP=private leaves LD_PRELOAD as it was.
+TEST(Launcher, HeapPreloadsTheSharedHeapUnlessPrivate) {
+  const std::vector<std::string> show = {"-n", "2", "sh", "-c", "echo \"$LD_PRELOAD\""};
+  const std::vector<std::string> env = {"LD_PRELOAD=libc.so.6", "TUTTI_RUN_HEAP="};
+  launch_t shared = run_launcher(show, env);
+  ASSERT_EQ(shared.exit_code, 0) << shared.err;
+  std::vector<std::string> lines = sorted_lines(shared.out);
+  ASSERT_EQ(lines.size(), 2u) << shared.out;
+  for (const std::string &l : lines) {
+    EXPECT_NE(l.find("/libtutti-heap.so:libc.so.6"), std::string::npos) << l;
+    EXPECT_EQ(access(l.substr(0, l.find(':')).c_str(), R_OK), 0) << l;
+  }
+  std::vector<std::string> args = {"--heap", "private"};
+  args.insert(args.end(), show.begin(), show.end());
+  launch_t priv = run_launcher(args, env);
+  EXPECT_EQ(priv.out, "libc.so.6\nlibc.so.6\n") << priv.err;
+  launch_t by_env = run_launcher(show, {"LD_PRELOAD=libc.so.6", "TUTTI_RUN_HEAP=private"});
+  EXPECT_EQ(by_env.out, "libc.so.6\nlibc.so.6\n") << by_env.err;
+  launch_t bad = run_launcher({"-n", "1", "--heap", "huge", "true"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(contains(bad.err, "--heap takes shared or private, not 'huge'")) << bad.err;
+}
+#endif
+
 // --bind core pins rank r to the r-th CPU of the launcher's own affinity set (whatever CPUs
 // this test may use), one CPU per rank.
 TEST(Launcher, BindCorePinsEachRankToItsOwnCpu) {

@@ -49,11 +49,17 @@ void prepare_heap(run_options_t *o) {
   if (o->heap != RUN_HEAP_SHARED) return;
   char lib[PATH_MAX + 32];
   if (!find_heap_lib(lib, sizeof lib)) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    const char *dir = n > 0 ? dirname(exe) : "?";
+    if (o->heap_set) /* asked for by name: an error, not a silent downgrade */
+      usage_error("--heap shared: %s is in neither %s/../lib nor %s", HEAP_LIB, dir,
+                  TUTTI_RUN_LIBDIR);
     fprintf(stderr,
             "tutti-run: %s is in neither %s/../lib nor %s: the ranks run with the private "
             "heap (collectives read heap buffers by copy)\n",
-            HEAP_LIB, "tutti-run's folder", TUTTI_RUN_LIBDIR);
-    if (o->heap_set) exit(RUN_EXIT_USAGE); /* asked for by name: not a silent downgrade */
+            HEAP_LIB, dir, TUTTI_RUN_LIBDIR);
     o->heap = RUN_HEAP_PRIVATE;
     return;
   }
