@@ -467,7 +467,7 @@ void *bench_alloc(size_t bytes) {
 void *bench_alloc_at(size_t bytes, size_t offset, int use_mmap) {
   if (use_mmap) return (char *)bench_alloc(bytes + offset) + offset;
   void *p = NULL;
-  if (posix_memalign(&p, 4096, bytes + offset + 1) != 0) {
+  if (posix_memalign(&p, 4096, bytes + offset ? bytes + offset : 1) != 0) {
     fprintf(stderr, "perf: cannot allocate %zu bytes\n", bytes + offset);
     exit(1);
   }

@@ -61,7 +61,7 @@ usage: $(basename "$0") [options]
              heap (libtutti-heap.so: memory the other ranks map); private runs tutti-run
              --heap private with anonymous huge-page buffers (--alloc mmap), as Open MPI's.
              Open MPI's buffers are always anonymous memory with huge pages asked for
-             (mpi_allreduce_perf --alloc mmap): its CMA pins fewer pages per call on them
+             (mpi_allreduce_perf --alloc mmap): its best, measured (docs/perf.md)
   -M         tutti's buffers from ncclMemAlloc (all_reduce_perf -R 1): memory the other
              ranks of the host map, so an all-reduce reads the peers' buffers in place instead
              of copying through the FIFOs (Open MPI's buffers stay as they are)

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "parse_num.h"
 #include "tutti.h"
 
 #ifdef __cplusplus
@@ -142,10 +143,6 @@ const char *tutti_getenv(const char *env);
 /* The same; which (may be NULL) receives the variable's full name ("NCCL_SOCKET_IFNAME"), or
  * "TUTTI_<env>" when neither is set, for messages. */
 const char *tutti_getenv_which(const char *env, char *which, size_t len);
-/* Parse a whole text; NULL on success, else why not ("is not an integer", "has trailing
- * text ...", "is out of range ..."), to follow the variable and its value in a message. */
-const char *tutti_parse_int(const char *text, int64_t *out);
-const char *tutti_parse_double(const char *text, double *out);
 /* An integer setting read now (not cached): dflt when unset; ncclInvalidUsage naming the
  * variable when it is not an integer or lies outside [lo, hi]. */
 ncclResult_t tutti_setting_int(const char *env, int64_t dflt, int64_t lo, int64_t hi, int64_t *out);

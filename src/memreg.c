@@ -77,17 +77,17 @@ static int region_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref, int s
 
 /* The shared heap's arena, when libtutti-heap.so is preloaded and serving (asked per call: a
  * forked child's arena stops serving). */
+static tutti_heap_region_fn heap_region;
+static pthread_once_t heap_once = PTHREAD_ONCE_INIT;
+
+static void heap_find(void) {
+  heap_region = (tutti_heap_region_fn)dlsym(RTLD_DEFAULT, TUTTI_HEAP_REGION_FN);
+}
+
 static int heap_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref) {
-  static tutti_heap_region_fn fn;
-  static int looked;
-  if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-    __atomic_store_n(&fn, (tutti_heap_region_fn)dlsym(RTLD_DEFAULT, TUTTI_HEAP_REGION_FN),
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-  }
+  pthread_once(&heap_once, heap_find);
   tutti_heap_region_t r;
-  tutti_heap_region_fn f = __atomic_load_n(&fn, __ATOMIC_RELAXED);
-  if (!f || !f(&r)) return 0;
+  if (!heap_region || !heap_region(&r)) return 0;
   uintptr_t p = (uintptr_t)ptr, b = (uintptr_t)r.base;
   if (p < b || p - b > r.bytes || bytes > r.bytes - (p - b)) return 0;
   *ref = (memreg_ref_t){

@@ -27,16 +27,11 @@ int parse_heap(const char *v) {
   usage_error("--heap takes shared or private, not '%s'", v);
 }
 
-/* The library next to this tutti-run (<dir>/../lib, the build tree's layout and an install's),
+/* The library next to this tutti-run (dir/../lib, the build tree's layout and an install's),
  * else in the install's library folder; 0 when neither has it. */
-static int find_heap_lib(char *path, size_t len) {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    snprintf(path, len, "%s/../lib/%s", dirname(exe), HEAP_LIB);
-    if (access(path, R_OK) == 0) return 1;
-  }
+static int find_heap_lib(const char *dir, char *path, size_t len) {
+  snprintf(path, len, "%s/../lib/%s", dir, HEAP_LIB);
+  if (access(path, R_OK) == 0) return 1;
   snprintf(path, len, "%s/%s", TUTTI_RUN_LIBDIR, HEAP_LIB);
   return access(path, R_OK) == 0;
 }
@@ -47,12 +42,11 @@ void prepare_heap(run_options_t *o) {
     o->heap = parse_heap(v && *v ? v : TUTTI_RUN_HEAP_DEFAULT);
   }
   if (o->heap != RUN_HEAP_SHARED) return;
-  char lib[PATH_MAX + 32];
-  if (!find_heap_lib(lib, sizeof lib)) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[n > 0 ? n : 0] = '\0';
-    const char *dir = n > 0 ? dirname(exe) : "?";
+  char exe[PATH_MAX], lib[PATH_MAX + 32];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  const char *dir = n > 0 ? dirname(exe) : "?";
+  if (!find_heap_lib(dir, lib, sizeof lib)) {
     if (o->heap_set) /* asked for by name: an error, not a silent downgrade */
       usage_error("--heap shared: %s is in neither %s/../lib nor %s", HEAP_LIB, dir,
                   TUTTI_RUN_LIBDIR);

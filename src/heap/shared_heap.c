@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "heap_abi.h"
+#include "parse_num.h"
 
 #define API __attribute__((visibility("default")))
 #define PAGE 4096u
@@ -228,40 +229,18 @@ static void after_fork_child(void) {
 
 /* ---- set-up ---- */
 
-/* "123", "64K", "2G": bytes; 0 when the text is not such a number. */
-static size_t parse_bytes(const char *s) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s) return 0;
-  switch (*end) {
-    case 'k':
-    case 'K':
-      v <<= 10, end++;
-      break;
-    case 'm':
-    case 'M':
-      v <<= 20, end++;
-      break;
-    case 'g':
-    case 'G':
-      v <<= 30, end++;
-      break;
-    default:
-      break;
-  }
-  return *end ? 0 : (size_t)v;
-}
-
+/* A byte count setting (the library's syntax: 65536, 64K, 16G), dflt when unset or not a
+ * positive count (said on stderr). */
 static size_t setting(const char *name, size_t dflt) {
   const char *v = getenv(name);
-  size_t n = v && *v ? parse_bytes(v) : 0;
-  if (v && *v && !n) {
-    static const char msg[] =
-        "libtutti-heap: TUTTI_HEAP_MIN / TUTTI_HEAP_BYTES take a byte "
-        "count (e.g. 64K, 16G); using the default\n";
-    (void)!write(2, msg, sizeof(msg) - 1);
-  }
-  return n ? n : dflt;
+  int64_t n = 0;
+  if (!v || !*v) return dflt;
+  if (tutti_parse_int(v, &n) == NULL && n > 0) return (size_t)n;
+  static const char msg[] =
+      "libtutti-heap: TUTTI_HEAP_MIN / TUTTI_HEAP_BYTES take a positive byte count (e.g. 64K, "
+      "16G); using the default\n";
+  (void)!write(2, msg, sizeof(msg) - 1);
+  return dflt;
 }
 
 __attribute__((constructor)) static void heap_init(void) {
