@@ -11,7 +11,10 @@
  * blocks lie in one memfd arena, which memreg_find reports as region 0 and peers map lazily.
  *
  * TUTTI_MEM_ALLOC chooses the backing: "shared" (the default; "auto" names it too), the memfd
- * above, which the peers map and the push all-reduce (push.c) reads and writes in place; or
+ * above, which the peers map and the push all-reduce (push.c) reads and writes in place -- a
+ * block of the shared heap's arena while that serves (tutti_heap_alloc: one memfd a peer maps
+ * once for every buffer, where a memfd per buffer costs a mapping each and measured slower
+ * (docs/perf-issue20.md)), else a memfd of the region's own; or
  * "private", anonymous memory with huge pages asked for, which the peers read by copy (cma)
  * like any heap buffer. Where shared memory gets no transparent huge pages (Debian's default),
  * a pass over shared pages pays TLB misses that private ones with huge pages avoid, but reading
@@ -45,11 +48,14 @@
 #include "heap/heap_abi.h"
 
 #define PEER_MAP_CACHE 32
+#define REGION_PRIVATE (-1)
+#define REGION_IN_HEAP (-2)
 
 typedef struct region {
   char *base;
   size_t bytes;
-  int fd; /* the memfd; -1: private memory (TUTTI_MEM_ALLOC) */
+  int fd; /* the memfd; REGION_PRIVATE: private memory (TUTTI_MEM_ALLOC); REGION_IN_HEAP: a block
+           * of the shared heap's arena, which memreg_find reports as the arena */
   uint64_t id;
 } region_t;
 
@@ -63,7 +69,7 @@ static int region_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref, int s
   int found = 0;
   pthread_mutex_lock(&regions_lock);
   for (int i = 0; i < nregions && !found; i++) {
-    if (shared_only && regions[i].fd < 0) continue; /* private: not mappable by others */
+    if (shared_only && regions[i].fd < 0) continue; /* private, or found as the arena */
     uintptr_t b = (uintptr_t)regions[i].base;
     if (p >= b && p - b <= regions[i].bytes && bytes <= regions[i].bytes - (p - b)) {
       *ref = (memreg_ref_t){
@@ -78,10 +84,12 @@ static int region_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref, int s
 /* The shared heap's arena, when libtutti-heap.so is preloaded and serving (asked per call: a
  * forked child's arena stops serving). */
 static tutti_heap_region_fn heap_region;
+static tutti_heap_alloc_fn heap_alloc;
 static pthread_once_t heap_once = PTHREAD_ONCE_INIT;
 
 static void heap_find(void) {
   heap_region = (tutti_heap_region_fn)dlsym(RTLD_DEFAULT, TUTTI_HEAP_REGION_FN);
+  heap_alloc = (tutti_heap_alloc_fn)dlsym(RTLD_DEFAULT, TUTTI_HEAP_ALLOC_FN);
 }
 
 static int heap_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref) {
@@ -110,16 +118,38 @@ static int alloc_shared(void) {
   return strcmp(v, "private") == 0 ? 0 : -1;
 }
 
+/* Gives [p, p + bytes) its pages now, as MAP_POPULATE does for a memfd region. */
+static void populate(void *p, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  for (size_t off = 0; off < bytes; off += 4096) ((volatile char *)p)[off] = 0;
+}
+
 /* Private memory: anonymous, huge pages asked for before the pages are touched. */
 static void *alloc_private(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return NULL;
   (void)madvise(p, bytes, MADV_HUGEPAGE);
-#ifdef MADV_POPULATE_WRITE
-  if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return p;
-#endif
-  for (size_t off = 0; off < bytes; off += 4096) ((volatile char *)p)[off] = 0;
+  populate(p, bytes);
   return p;
+}
+
+/* A block of the shared heap's arena (zeroed, populated), or NULL where none serves. */
+static void *alloc_in_heap(size_t bytes) {
+  pthread_once(&heap_once, heap_find);
+  void *p = heap_alloc ? heap_alloc(bytes) : NULL;
+  if (p) populate(p, bytes);
+  return p;
+}
+
+static void region_release(void *p, size_t bytes, int fd) {
+  if (fd == REGION_IN_HEAP) {
+    free(p);
+    return;
+  }
+  munmap(p, bytes);
+  if (fd >= 0) close(fd);
 }
 
 static ncclResult_t region_add(void *p, size_t bytes, int fd, uint64_t id) {
@@ -133,8 +163,7 @@ static ncclResult_t region_add(void *p, size_t bytes, int fd, uint64_t id) {
   if (ok) regions[nregions++] = (region_t){.base = p, .bytes = bytes, .fd = fd, .id = id};
   pthread_mutex_unlock(&regions_lock);
   if (ok) return ncclSuccess;
-  munmap(p, bytes);
-  if (fd >= 0) close(fd);
+  region_release(p, bytes, fd);
   return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: out of memory for the region table");
 }
 
@@ -156,10 +185,18 @@ API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
     if (!p)
       return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes,
                        strerror(errno));
-    TUTTI_CHECK(region_add(p, bytes, -1, id));
+    TUTTI_CHECK(region_add(p, bytes, REGION_PRIVATE, id));
     INFO(SUB_SHM, "ncclMemAlloc: %zu bytes at %p (region %llu, private: peers read it by copy)",
          bytes, p, (unsigned long long)id);
     *ptr = p;
+    return ncclSuccess;
+  }
+  void *hp = alloc_in_heap(bytes);
+  if (hp) {
+    TUTTI_CHECK(region_add(hp, bytes, REGION_IN_HEAP, id));
+    INFO(SUB_SHM, "ncclMemAlloc: %zu bytes at %p (region %llu, in the shared heap's arena)", bytes,
+         hp, (unsigned long long)id);
+    *ptr = hp;
     return ncclSuccess;
   }
   char name[48];
@@ -204,8 +241,7 @@ API ncclResult_t ncclMemFree(void *ptr) {
                      "ncclMemFree: ptr %p was not returned by ncclMemAlloc "
                      "(or was freed already)",
                      ptr);
-  munmap(r.base, r.bytes);
-  if (r.fd >= 0) close(r.fd);
+  region_release(r.base, r.bytes, r.fd);
   return ncclSuccess;
 }
 
@@ -251,9 +287,9 @@ API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size
   memreg_ref_t ref;
   if (memreg_find(buff, size, &ref))
     INFO(SUB_SHM,
-         "ncclCommRegister: %p (%zu bytes) lies in ncclMemAlloc region %llu: collectives "
-         "on it read it in place",
-         buff, size, (unsigned long long)ref.id);
+         "ncclCommRegister: %p (%zu bytes) lies in %s %llu: collectives on it read it in place",
+         buff, size, ref.sparse ? "the shared heap's arena, region" : "ncclMemAlloc region",
+         (unsigned long long)ref.id);
   else
     INFO(SUB_SHM,
          "ncclCommRegister: %p (%zu bytes) is not from ncclMemAlloc: other processes "

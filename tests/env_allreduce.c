@@ -1,16 +1,34 @@
 /* A tiny rank program for the launcher tests (test_env_launch.cc): makes its communicator with
  * tuttiCommInitFromEnv (tutti-run, mpirun or a torchrun-style environment), checks two
  * all-reduces of int32 with closed-form sums (one-shot and ring sizes) and an all-gather of the
- * ranks, and prints "rank R of N ok" (and, under Open MPI, its job id). Exit status: 0 ok,
+ * ranks, and prints "rank R of N ok" (and, under Open MPI, its job id). The all-reduce buffers
+ * come from malloc, or from ncclMemAlloc when ENV_ALLREDUCE_MEM=memalloc. Exit status: 0 ok,
  * 1 wrong result, 2 init failed, 3 a call failed, 4 wrong size (argv[1] is the expected size). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "tutti.h"
 
+static int use_memalloc(void) {
+  const char *v = getenv("ENV_ALLREDUCE_MEM");
+  return v && strcmp(v, "memalloc") == 0;
+}
+
+static int32_t *buffer(size_t count) {
+  void *p = NULL;
+  if (!use_memalloc()) return malloc(count * sizeof(int32_t));
+  return ncclMemAlloc(&p, count * sizeof(int32_t)) == ncclSuccess ? p : NULL;
+}
+
+static int release(int32_t *p) {
+  if (!use_memalloc()) return free(p), 0;
+  return p && ncclMemFree(p) != ncclSuccess;
+}
+
 static int check_allreduce(ncclComm_t comm, int rank, int n, size_t count) {
-  int32_t *in = malloc(count * sizeof(int32_t)), *out = malloc(count * sizeof(int32_t));
+  int32_t *in = buffer(count), *out = buffer(count);
   if (!in || !out) return 3;
   for (size_t j = 0; j < count; j++) in[j] = rank * 1000 + (int32_t)(j % 1000), out[j] = -1;
   int status = 0;
@@ -28,8 +46,7 @@ static int check_allreduce(ncclComm_t comm, int rank, int n, size_t count) {
       status = 1;
     }
   }
-  free(in);
-  free(out);
+  if ((release(in) | release(out)) && status == 0) status = 3;
   return status;
 }
 

@@ -130,6 +130,29 @@ TEST(Settings, SharedHeapLetsPeersMapMallocBuffers) {
     EXPECT_EQ(count(by_env.text, call + "cma nranks 2 count 100000 "), 1) << by_env.text;
   }
 }
+
+// ncclMemAlloc under the shared heap (the default) serves from its arena, the one memfd the peers
+// map for the heap's buffers too; with --heap private each allocation is a memfd of its own.
+// Either way the peers map the buffers: the 400 KB all-reduce runs push, with exact sums, and
+// every allocation (two buffers per all-reduce, two all-reduces, two ranks) says which it is.
+TEST(Settings, MemAllocServesFromTheSharedHeapsArena) {
+  const std::string env =
+      "TUTTI_DUMP_SCHEDULE=1 TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM ENV_ALLREDUCE_MEM=memalloc";
+  Out shared = launch(env);
+  expect_ok(shared);
+  Out priv = launch(env, ENV_ALLREDUCE_PATH, 2, "--heap private");
+  expect_ok(priv);
+  for (const Out *o : {&shared, &priv}) {
+    const bool arena = o == &shared;
+    EXPECT_EQ(count(o->text, "in the shared heap's arena)"), arena ? 8 : 0) << o->text;
+    EXPECT_EQ(count(o->text, ", memfd "), arena ? 0 : 8) << o->text;
+    for (const char *r : {"0", "1"})
+      EXPECT_EQ(count(o->text, std::string("# rank ") + r +
+                                   ": ncclAllReduce algo push nranks 2 count 100000 "),
+                1)
+          << o->text;
+  }
+}
 #endif
 
 // Every call's steps, titled with its algorithm, on every rank; nothing without the setting.

@@ -147,6 +147,30 @@ TEST(SharedHeap, AlignedAllocationsAreAligned) {
   free(p);
 }
 
+// tutti_heap_alloc (ncclMemAlloc's source under the heap): blocks of any size from the arena,
+// below TUTTI_HEAP_MIN too, page-aligned, zeroed when the run is reused, given back by free.
+TEST(SharedHeap, HeapAllocServesAnySizeZeroedAndAligned) {
+  auto fn = reinterpret_cast<tutti_heap_alloc_fn>(dlsym(RTLD_DEFAULT, TUTTI_HEAP_ALLOC_FN));
+  ASSERT_NE(fn, nullptr);
+  for (size_t n : {(size_t)1, (size_t)4096, (size_t)40000, 3 * kMiB}) {
+    unsigned char *p = (unsigned char *)fn(n);
+    ASSERT_TRUE(in_arena(p)) << n;
+    EXPECT_EQ((uintptr_t)p % 4096, 0u) << n;
+    EXPECT_GE(malloc_usable_size(p), n);
+    memset(opaque(p), 0xcd, n);
+    const uintptr_t at = (uintptr_t)p;
+    free(p);
+    unsigned char *q = (unsigned char *)fn(n);
+    ASSERT_TRUE((uintptr_t)q < at + n && (uintptr_t)q + n > at)
+        << n << ": the new block reuses the freed (dirty) one";
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++) nonzero += q[i] != 0;
+    EXPECT_EQ(nonzero, 0u) << n;
+    free(q);
+  }
+  EXPECT_EQ(fn(512 * kMiB), nullptr) << "more than the arena holds";
+}
+
 TEST(SharedHeap, FreeingABigBlockGivesItsPagesBack) {
   const size_t n = 40 * kMiB;
   char *p = (char *)malloc(n);

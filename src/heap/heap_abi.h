@@ -22,4 +22,10 @@ typedef struct tutti_heap_region {
  * turned off, or a forked child, whose copies of the blocks are private). */
 typedef int (*tutti_heap_region_fn)(tutti_heap_region_t *r);
 
+/* A block of `bytes` from the arena whatever its size (TUTTI_HEAP_MIN does not apply here),
+ * page-aligned and zeroed, for ncclMemAlloc; NULL while the arena does not serve or cannot hold
+ * it. free() gives it back. */
+#define TUTTI_HEAP_ALLOC_FN "tutti_heap_alloc"
+typedef void *(*tutti_heap_alloc_fn)(size_t bytes);
+
 #endif

@@ -9,6 +9,8 @@
  * shared, and libtutti (memreg.c) finds buffers in it through tutti_heap_region. Smaller
  * requests, requests the arena cannot hold and every pointer from before go to glibc's malloc
  * (its __libc_* entry points), so the program sees one malloc either way.
+ * tutti_heap_alloc serves ncclMemAlloc (memreg.c) from the arena too, at any size, so that a
+ * process's shareable memory is one memfd that each peer maps once.
  *
  * The arena: blocks are runs of whole pages; the pointer is 64 bytes into the run (or `align`
  * bytes, for posix_memalign up to a page) and the 64 bytes before it say where the run starts
@@ -145,9 +147,9 @@ static int64_t run_take(uint64_t len, int *fresh) {
 /* ---- blocks ---- */
 
 /* A block for size bytes at `align` (a power of two, at most a page), or NULL when the arena
- * does not serve it. */
-static void *arena_alloc(size_t size, size_t align, int *fresh) {
-  if (!H.on || size < H.min || size > H.bytes || align > PAGE) return NULL;
+ * does not serve it; any size when `any`, else TUTTI_HEAP_MIN or more. */
+static void *arena_alloc(size_t size, size_t align, int *fresh, int any) {
+  if (!H.on || (size < H.min && !any) || size > H.bytes || align > PAGE) return NULL;
   size_t lead = align > HDR ? align : HDR;
   size_t len = page_up(lead + size);
   pthread_mutex_lock(&H.lock);
@@ -271,11 +273,18 @@ API int tutti_heap_region(tutti_heap_region_t *r) {
   return 1;
 }
 
+API void *tutti_heap_alloc(size_t bytes) {
+  int fresh;
+  void *p = arena_alloc(bytes ? bytes : 1, PAGE, &fresh, 1);
+  if (p && !fresh) memset(p, 0, bytes);
+  return p;
+}
+
 /* ---- the malloc family ---- */
 
 API void *malloc(size_t size) {
   int fresh;
-  void *p = arena_alloc(size, HDR, &fresh);
+  void *p = arena_alloc(size, HDR, &fresh, 0);
   return p ? p : __libc_malloc(size);
 }
 
@@ -294,7 +303,7 @@ API void *calloc(size_t n, size_t size) {
     return NULL;
   }
   int fresh;
-  void *p = arena_alloc(bytes, HDR, &fresh);
+  void *p = arena_alloc(bytes, HDR, &fresh, 0);
   if (!p) return __libc_calloc(n, size);
   if (!fresh) memset(p, 0, bytes);
   return p;
@@ -318,7 +327,7 @@ API void *realloc(void *p, size_t size) {
 
 static void *aligned(size_t align, size_t size) {
   int fresh;
-  void *p = align & (align - 1) ? NULL : arena_alloc(size, align, &fresh);
+  void *p = align & (align - 1) ? NULL : arena_alloc(size, align, &fresh, 0);
   return p ? p : __libc_memalign(align, size);
 }
 
