@@ -30,6 +30,12 @@ static int store_in_place(const step_t *st, const alias_t *al) {
          (st->dst_buf == BUF_SEND || st->dst_buf == BUF_RECV) && s == d;
 }
 
+/* 1 when a push's own copy (the rank's src into its dst) is in place: the engine skips it. */
+static int own_in_place(const step_t *st, const alias_t *al) {
+  if (!al->in_place || st->src_buf != BUF_SEND || st->dst_buf != BUF_RECV) return 0;
+  return (long)st->src_off + al->send_at == (long)st->dst_off;
+}
+
 static void step_traffic(const step_t *st, int nranks, size_t esize, const alias_t *al,
                          memlimit_traffic_t *t) {
   double b = (double)st->count * (double)esize;
@@ -39,9 +45,10 @@ static void step_traffic(const step_t *st, int nranks, size_t esize, const alias
       t->read += nranks * b;
       t->written += b * (st->flags & STEP_PUSH ? nranks : 1);
       return;
-    case STEP_PEER_COPY: /* with STEP_PUSH: the own block into every rank's dst */
+    case STEP_PEER_COPY: /* with STEP_PUSH: the own block into every rank's dst (its own too,
+                          * unless it is there already: in place) */
       t->read += b;
-      t->written += b * (st->flags & STEP_PUSH ? nranks : 1);
+      t->written += b * (st->flags & STEP_PUSH ? nranks - own_in_place(st, al) : 1);
       return;
     case STEP_PEER_DONE:
       return;

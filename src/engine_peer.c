@@ -292,7 +292,8 @@ static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at
 }
 
 /* A copy in host memory (a peer's, mapped, or this rank's): streaming stores for calls from
- * TUTTI_NT_THRESHOLD (out of place and large: past the caches, so no read for ownership). */
+ * TUTTI_NT_THRESHOLD (large, and written where nothing was just read: plan.c; past the caches, so
+ * no read for ownership). */
 static void host_copy(const op_ctx_t *o, char *dst, const char *src, size_t bytes) {
   if (o->stream)
     copy_stream(dst, src, bytes);

@@ -546,12 +546,14 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
   return ncclSuccess;
 }
 
-/* After the choice, before the steps: streaming stores, scratch, the log line. */
+/* After the choice, before the steps: streaming stores, scratch, the log line. Streaming stores
+ * pay where the lines written were not just read: out of place, and an in-place all-gather's
+ * blocks from the peers; an in-place all-reduce or reduce-scatter writes over its own input. */
 static ncclResult_t plan_prepare(pending_t *p) {
   ncclComm_t comm = p->ctx.comm;
   size_t es = p->ctx.esize;
   p->ctx.stream =
-      !p->args.in_place &&
+      (!p->args.in_place || p->args.coll == COLL_ALLGATHER) &&
       p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
           comm->nt_threshold;
   TUTTI_CHECK(provide_scratch(p));

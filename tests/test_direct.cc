@@ -212,6 +212,38 @@ TEST(Direct, StreamingStoresProcs) {
                {{"TUTTI_NT_THRESHOLD", "1"}});
 }
 
+// In place with TUTTI_NT_THRESHOLD=1: the all-gather writes the peers' blocks, lines nobody has
+// just read, and streams them; the all-reduce and reduce-scatter write over their own input and
+// do not. The results are exact either way.
+TEST(Direct, InPlaceAllGatherStreamsInPlaceReductionsDoNot) {
+  th::case_buffers_from_memalloc(true);
+  th::Options opt;
+  opt.env = {{"TUTTI_NT_THRESHOLD", "1"},
+             {"TUTTI_DIRECT_MIN_BYTES", "1"},
+             {"TUTTI_PUSH_MIN_BYTES", "1"},
+             {"TUTTI_PUSH_GATHER_MIN_BYTES", "1"}};
+  log_capture::clear();
+  th::run_ranks_ok(
+      Mode::kProcs, 2,
+      [&](RankCtx &ctx) {
+        for (Coll coll : kDirectColls) {
+          Case c;
+          c.coll = coll, c.count = 70001, c.in_place = true;
+          th::run_case(ctx, c);
+        }
+      },
+      opt, "in-place calls with TUTTI_NT_THRESHOLD=1");
+  int streamed[3] = {0, 0, 0};
+  const char *names[3] = {"ncclAllReduce (", "ncclReduceScatter (", "ncclAllGather ("};
+  for (const std::string &l : log_capture::lines())
+    for (int k = 0; k < 3; k++)
+      streamed[k] += l.find(names[k]) != std::string::npos &&
+                     l.find("results written with streaming stores") != std::string::npos;
+  EXPECT_EQ(streamed[0], 0);
+  EXPECT_EQ(streamed[1], 0);
+  EXPECT_EQ(streamed[2], 2) << "one in-place all-gather per rank";
+}
+
 TEST(Direct, LargeCountProcs) {
   for (const char *algo : {"push", "direct"})
     run_direct(Mode::kProcs, 2, {ncclFloat32}, {Op::kSum}, {1048577}, algo);

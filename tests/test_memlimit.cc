@@ -67,6 +67,21 @@ TEST(MemLimit, CmaAllGatherInPlaceSkipsTheOwnBlock) {
   }
 }
 
+// push all-gather: a rank reads its own block once and writes it into every rank's receive
+// buffer (n b), or into every other rank's in place, where its own copy is already there ((n-1)
+// b): 1.5 and 1.0 bytes per busbw byte for 2 ranks.
+TEST(MemLimit, PushAllGatherSkipsTheOwnCopyInPlace) {
+  for (int n = 2; n <= 6; n++) {
+    size_t count = 240, b = count * 4;
+    memlimit_traffic_t out = traffic(COLL_ALLGATHER, "push", n, count);
+    EXPECT_EQ(out.read, (double)b) << n;
+    EXPECT_EQ(out.written, (double)(n * b)) << n;
+    memlimit_traffic_t in = traffic(COLL_ALLGATHER, "push", n, count, 1);
+    EXPECT_EQ(in.read, (double)b) << n;
+    EXPECT_EQ(in.written, (double)((n - 1) * b)) << n;
+  }
+}
+
 TEST(MemLimit, UnbuildableCallsFail) {
   memlimit_traffic_t t{};
   EXPECT_NE(memlimit_traffic(COLL_ALLREDUCE, ALGO_NUM, 2, 100, 0, 4, &t), 0);
