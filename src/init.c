@@ -20,9 +20,9 @@
 #include "topology/topo.h"
 
 TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
-/* Out-of-place calls (and in-place all-gathers) from 8 MiB up write their results with streaming
- * stores: below, the buffers of both ranks still fit the caches and normal stores are as fast
- * (docs/perf.md, "Figures behind the code"; plan.c decides per call). */
+/* Out-of-place calls from 8 MiB up (in-place all-gathers from 32 MiB) write their results with
+ * streaming stores: below, the buffers of both ranks still fit the caches and normal stores are
+ * as fast (docs/perf.md, "Figures behind the code"; plan.c decides per call). */
 TUTTI_PARAM(NtThreshold, "NT_THRESHOLD", 8 << 20)
 TUTTI_PARAM_DECL(Timeout);
 

@@ -546,16 +546,26 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
   return ncclSuccess;
 }
 
+/* In-place all-gathers stream from this many times TUTTI_NT_THRESHOLD: their only buffer, the
+ * receive buffer, stays cached to larger sizes (2 ranks, push: plain stores 1.6x faster at
+ * 16 MiB, streaming stores 1.1x at 32 MiB and 1.3x at 64 MiB; docs/perf-issue20.md). */
+#define NT_IN_PLACE_GATHER_FACTOR 4
+
 /* After the choice, before the steps: streaming stores, scratch, the log line. Streaming stores
- * pay where the lines written were not just read: out of place, and an in-place all-gather's
- * blocks from the peers; an in-place all-reduce or reduce-scatter writes over its own input. */
+ * pay where the lines written were not just read and will not be read soon from the caches:
+ * large out-of-place calls, and large in-place all-gathers, whose blocks from the peers land in
+ * lines nobody just read; an in-place all-reduce or reduce-scatter writes over its own input. */
+static int stream_results(const pending_t *p) {
+  const ncclComm_t comm = p->ctx.comm;
+  int gather = p->args.coll == COLL_ALLGATHER;
+  size_t bytes = p->args.count * p->ctx.esize * (size_t)(gather ? comm->nranks : 1);
+  if (!p->args.in_place) return bytes >= comm->nt_threshold;
+  return gather && bytes / NT_IN_PLACE_GATHER_FACTOR >= comm->nt_threshold;
+}
+
 static ncclResult_t plan_prepare(pending_t *p) {
   ncclComm_t comm = p->ctx.comm;
-  size_t es = p->ctx.esize;
-  p->ctx.stream =
-      (!p->args.in_place || p->args.coll == COLL_ALLGATHER) &&
-      p->args.count * es * (size_t)(p->args.coll == COLL_ALLGATHER ? comm->nranks : 1) >=
-          comm->nt_threshold;
+  p->ctx.stream = stream_results(p);
   TUTTI_CHECK(provide_scratch(p));
   if (p->ctx.stream)
     INFO(SUB_COLL, "nccl%s (op #%llu): results written with streaming stores (TUTTI_NT_THRESHOLD)",

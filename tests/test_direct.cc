@@ -212,13 +212,13 @@ TEST(Direct, StreamingStoresProcs) {
                {{"TUTTI_NT_THRESHOLD", "1"}});
 }
 
-// In place with TUTTI_NT_THRESHOLD=1: the all-gather writes the peers' blocks, lines nobody has
-// just read, and streams them; the all-reduce and reduce-scatter write over their own input and
-// do not. The results are exact either way.
-TEST(Direct, InPlaceAllGatherStreamsInPlaceReductionsDoNot) {
+// Per collective (all-reduce, reduce-scatter, all-gather), the calls that logged "results written
+// with streaming stores", all ranks, after running `cases` with TUTTI_NT_THRESHOLD=`threshold`
+// (exact results: run_ranks_ok).
+std::vector<int> streamed_calls(const std::string &threshold, const std::vector<Case> &cases) {
   th::case_buffers_from_memalloc(true);
   th::Options opt;
-  opt.env = {{"TUTTI_NT_THRESHOLD", "1"},
+  opt.env = {{"TUTTI_NT_THRESHOLD", threshold},
              {"TUTTI_DIRECT_MIN_BYTES", "1"},
              {"TUTTI_PUSH_MIN_BYTES", "1"},
              {"TUTTI_PUSH_GATHER_MIN_BYTES", "1"}};
@@ -226,22 +226,38 @@ TEST(Direct, InPlaceAllGatherStreamsInPlaceReductionsDoNot) {
   th::run_ranks_ok(
       Mode::kProcs, 2,
       [&](RankCtx &ctx) {
-        for (Coll coll : kDirectColls) {
-          Case c;
-          c.coll = coll, c.count = 70001, c.in_place = true;
-          th::run_case(ctx, c);
-        }
+        for (const Case &c : cases) th::run_case(ctx, c);
       },
-      opt, "in-place calls with TUTTI_NT_THRESHOLD=1");
-  int streamed[3] = {0, 0, 0};
+      opt, "calls with TUTTI_NT_THRESHOLD=" + threshold);
+  std::vector<int> streamed(3, 0);
   const char *names[3] = {"ncclAllReduce (", "ncclReduceScatter (", "ncclAllGather ("};
   for (const std::string &l : log_capture::lines())
     for (int k = 0; k < 3; k++)
       streamed[k] += l.find(names[k]) != std::string::npos &&
                      l.find("results written with streaming stores") != std::string::npos;
-  EXPECT_EQ(streamed[0], 0);
-  EXPECT_EQ(streamed[1], 0);
-  EXPECT_EQ(streamed[2], 2) << "one in-place all-gather per rank";
+  return streamed;
+}
+
+Case call(Coll coll, size_t count, bool in_place) {
+  Case c;
+  c.coll = coll, c.count = count, c.in_place = in_place;
+  return c;
+}
+
+// In place, the all-gather writes the peers' blocks, lines nobody has just read, and streams
+// them (TUTTI_NT_THRESHOLD=1); the all-reduce and reduce-scatter write over their own input and
+// do not. An in-place all-gather streams from 4 times the threshold (its receive buffer alone
+// stays cached longer): at the threshold itself (2 x 70001 x 4 bytes received) only the
+// out-of-place one does.
+TEST(Direct, InPlaceAllGatherStreamsInPlaceReductionsDoNot) {
+  std::vector<Case> in_place;
+  for (Coll coll : kDirectColls) in_place.push_back(call(coll, 70001, true));
+  EXPECT_EQ(streamed_calls("1", in_place), (std::vector<int>{0, 0, 2}));
+  EXPECT_EQ(streamed_calls("560008", {call(Coll::kAllGather, 70001, true),
+                                      call(Coll::kAllGather, 70001, false)}),
+            (std::vector<int>{0, 0, 2}));
+  EXPECT_EQ(streamed_calls("140002", {call(Coll::kAllGather, 70001, true)}),
+            (std::vector<int>{0, 0, 2}));
 }
 
 TEST(Direct, LargeCountProcs) {
