@@ -19,9 +19,8 @@ static alias_t call_alias(const sched_args_t *a) {
   return al;
 }
 
-/* 1 when a plain store writes where it reads: the engine copies nothing (dst == src). */
-static int store_in_place(const step_t *st, const alias_t *al) {
-  if (st->recv_peer >= 0 || (st->flags & STEP_REDUCE) || !(st->flags & STEP_STORE)) return 0;
+/* 1 when the step's src and dst are the same elements (dst == src): the engine copies nothing. */
+static int same_elements(const step_t *st, const alias_t *al) {
   if (st->src_buf == st->dst_buf) return st->src_off == st->dst_off;
   if (!al->in_place) return 0;
   long s = (long)st->src_off + (st->src_buf == BUF_SEND ? al->send_at : 0);
@@ -30,10 +29,10 @@ static int store_in_place(const step_t *st, const alias_t *al) {
          (st->dst_buf == BUF_SEND || st->dst_buf == BUF_RECV) && s == d;
 }
 
-/* 1 when a push's own copy (the rank's src into its dst) is in place: the engine skips it. */
-static int own_in_place(const step_t *st, const alias_t *al) {
-  if (!al->in_place || st->src_buf != BUF_SEND || st->dst_buf != BUF_RECV) return 0;
-  return (long)st->src_off + al->send_at == (long)st->dst_off;
+/* 1 when a plain store writes where it reads. */
+static int store_in_place(const step_t *st, const alias_t *al) {
+  if (st->recv_peer >= 0 || (st->flags & STEP_REDUCE) || !(st->flags & STEP_STORE)) return 0;
+  return same_elements(st, al);
 }
 
 static void step_traffic(const step_t *st, int nranks, size_t esize, const alias_t *al,
@@ -48,7 +47,7 @@ static void step_traffic(const step_t *st, int nranks, size_t esize, const alias
     case STEP_PEER_COPY: /* with STEP_PUSH: the own block into every rank's dst (its own too,
                           * unless it is there already: in place) */
       t->read += b;
-      t->written += b * (st->flags & STEP_PUSH ? nranks - own_in_place(st, al) : 1);
+      t->written += b * (st->flags & STEP_PUSH ? nranks - same_elements(st, al) : 1);
       return;
     case STEP_PEER_DONE:
       return;

@@ -22,9 +22,11 @@ static int32_t *buffer(size_t count) {
   return ncclMemAlloc(&p, count * sizeof(int32_t)) == ncclSuccess ? p : NULL;
 }
 
+/* 1 when ncclMemFree failed. */
 static int release(int32_t *p) {
-  if (!use_memalloc()) return free(p), 0;
-  return p && ncclMemFree(p) != ncclSuccess;
+  if (use_memalloc()) return p && ncclMemFree(p) != ncclSuccess;
+  free(p);
+  return 0;
 }
 
 static int check_allreduce(ncclComm_t comm, int rank, int n, size_t count) {
