@@ -127,6 +127,7 @@ struct ncclComm {
   int64_t timeout_ms;
   size_t oneshot_max_bytes;
   size_t nt_threshold;          /* calls at least this large write results with streaming stores */
+  size_t cache_bytes;           /* last-level cache (TUTTI_CACHE_BYTES or sysfs), for the same */
   int device_possible;          /* a device layer or a CUDA driver exists: buffers may be device */
   uint32_t algo_mask[COLL_NUM]; /* algorithms TUTTI_ALGO / NCCL_ALGO allows, per collective */
   tuner_model_t tuner;          /* cost model (TUTTI_TUNER_*) */
@@ -145,6 +146,10 @@ uint64_t host_identity(char *hostname, size_t len);
 /* Identity of the kernel this process runs on (boot id): ranks of several hosts (containers,
  * network namespaces) on one machine share its CPUs. TUTTI_HOSTID overrides it too. */
 uint64_t machine_identity(void);
+/* The largest-level data cache of the CPU this thread runs on (sysfs: the kernel's view, which
+ * inside a VM is the share the guest sees, where sysconf may report the host's whole L3), in
+ * bytes; 0 when the kernel does not say. cpu_out (may be NULL) receives that CPU. */
+size_t host_llc_bytes(int *cpu_out);
 /* Ranks on rank p's machine (kernel), and whether they outnumber its CPUs; every rank of the
  * communicator computes the same answers. */
 int comm_machine_ranks(ncclComm_t c, int p);

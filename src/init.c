@@ -20,11 +20,29 @@
 #include "topology/topo.h"
 
 TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
-/* Out-of-place calls from 8 MiB up (in-place all-gathers from 32 MiB) write their results with
- * streaming stores: below, the buffers of both ranks still fit the caches and normal stores are
- * as fast (docs/perf.md, "Figures behind the code"; plan.c decides per call). */
+/* Out-of-place calls from 8 MiB up write their results with streaming stores: below, the
+ * buffers of both ranks still fit the caches and normal stores are as fast. In-place all-gathers
+ * also need the receive buffers of the machine's ranks together to exceed the last-level cache
+ * (TUTTI_CACHE_BYTES; 0: the size the CPU reports). docs/perf.md, "Figures behind the code";
+ * plan.c decides per call. */
 TUTTI_PARAM(NtThreshold, "NT_THRESHOLD", 8 << 20)
+TUTTI_PARAM(CacheBytes, "CACHE_BYTES", 0)
+/* The last-level cache assumed where the kernel does not report one. */
+#define CACHE_BYTES_UNKNOWN ((size_t)32 << 20)
 TUTTI_PARAM_DECL(Timeout);
+
+/* The last-level cache the in-place all-gather's streaming decision compares with: the setting,
+ * else what sysfs says for the CPU this thread runs on (after the binding), else 32 MiB. */
+static void comm_cache_size(ncclComm_t c) {
+  int cpu = -1;
+  size_t set = (size_t)tutti_param_CacheBytes(), seen = set ? 0 : host_llc_bytes(&cpu);
+  c->cache_bytes = set ? set : seen ? seen : CACHE_BYTES_UNKNOWN;
+  if (seen)
+    INFO(SUB_INIT, "last-level cache %zu bytes (sysfs, cpu %d)", c->cache_bytes, cpu);
+  else
+    INFO(SUB_INIT, "last-level cache %zu bytes (%s)", c->cache_bytes,
+         set ? "TUTTI_CACHE_BYTES" : "not reported by the kernel: assumed");
+}
 
 /* ---- registry of live communicators: lets every call reject destroyed handles ---- */
 static pthread_rwlock_t registry_lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -416,6 +434,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   comm_topology(c);
   TUTTI_CHECK_GOTO(comm_ring(c), res, fail);
   comm_topology_decisions(c, bind);
+  comm_cache_size(c); /* after the binding: the CPU the rank runs on */
   TUTTI_CHECK_GOTO(transport_connect_all(c), res, fail);
   c->peer_mem = c->nhosts == 1 && c->nranks > 1;
   for (int p = 0; p < nranks; p++)

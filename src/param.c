@@ -74,6 +74,7 @@ static const struct {
   int64_t lo, hi;
   const char *unit;
 } param_ranges[] = {
+    {"CACHE_BYTES", 0, INT64_MAX, "bytes (0: the size the CPU reports)"},
     {"INIT_TIMEOUT", 1, 2147483, "seconds"},
     {"TIMEOUT", 0, 2147483, "seconds (0: no limit)"},
 };

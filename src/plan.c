@@ -546,21 +546,21 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
   return ncclSuccess;
 }
 
-/* In-place all-gathers stream from this many times TUTTI_NT_THRESHOLD: their only buffer, the
- * receive buffer, stays cached to larger sizes (2 ranks, push: plain stores 1.6x faster at
- * 16 MiB, streaming stores 1.1x at 32 MiB and 1.3x at 64 MiB; docs/perf-issue20.md). */
-#define NT_IN_PLACE_GATHER_FACTOR 4
-
 /* After the choice, before the steps: streaming stores, scratch, the log line. Streaming stores
  * pay where the lines written were not just read and will not be read soon from the caches:
- * large out-of-place calls, and large in-place all-gathers, whose blocks from the peers land in
- * lines nobody just read; an in-place all-reduce or reduce-scatter writes over its own input. */
+ * out-of-place calls from TUTTI_NT_THRESHOLD, and in-place all-gathers from there whose receive
+ * buffers, those of all the machine's ranks together, exceed the last-level cache (the blocks
+ * from the peers land in lines nobody just read; below that size the next call finds them in
+ * the cache: 2 ranks, push, 16 MiB L3: streamed 2.2x faster at 16 MiB, alike at 8 MiB; 32 MiB
+ * L3: plain 1.6x faster at 16 MiB, streamed 1.1x at 32 MiB; docs/perf-issue20.md). An in-place
+ * all-reduce or reduce-scatter writes over its own input and never streams. */
 static int stream_results(const pending_t *p) {
   const ncclComm_t comm = p->ctx.comm;
   int gather = p->args.coll == COLL_ALLGATHER;
   size_t bytes = p->args.count * p->ctx.esize * (size_t)(gather ? comm->nranks : 1);
-  if (!p->args.in_place) return bytes >= comm->nt_threshold;
-  return gather && bytes / NT_IN_PLACE_GATHER_FACTOR >= comm->nt_threshold;
+  if (bytes < comm->nt_threshold) return 0;
+  if (!p->args.in_place) return 1;
+  return gather && bytes > comm->cache_bytes / (size_t)TUTTI_MAX(comm->machine_size, 1);
 }
 
 static ncclResult_t plan_prepare(pending_t *p) {

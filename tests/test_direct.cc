@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -27,6 +28,8 @@ namespace {
 // Every test here is about shared (memfd) ncclMemAlloc memory, which the peers map: the choice
 // ncclMemAlloc makes by default depends on the machine's huge-page settings (src/memreg.c).
 const bool g_shared = (setenv("TUTTI_MEM_ALLOC", "shared", 1), true);
+// The ranks' logs also carry the init lines (log_capture.h set COLL): CacheSizeComesFromSysfs.
+const bool g_subsys = (setenv("TUTTI_DEBUG_SUBSYS", "COLL,INIT", 1), true);
 
 using th::Case;
 using th::Coll;
@@ -214,11 +217,13 @@ TEST(Direct, StreamingStoresProcs) {
 
 // Per collective (all-reduce, reduce-scatter, all-gather), the calls that logged "results written
 // with streaming stores", all ranks, after running `cases` with TUTTI_NT_THRESHOLD=`threshold`
-// (exact results: run_ranks_ok).
-std::vector<int> streamed_calls(const std::string &threshold, const std::vector<Case> &cases) {
+// and TUTTI_CACHE_BYTES=`cache` (exact results: run_ranks_ok).
+std::vector<int> streamed_calls(const std::string &threshold, const std::vector<Case> &cases,
+                                const std::string &cache = "1") {
   th::case_buffers_from_memalloc(true);
   th::Options opt;
   opt.env = {{"TUTTI_NT_THRESHOLD", threshold},
+             {"TUTTI_CACHE_BYTES", cache},
              {"TUTTI_DIRECT_MIN_BYTES", "1"},
              {"TUTTI_PUSH_MIN_BYTES", "1"},
              {"TUTTI_PUSH_GATHER_MIN_BYTES", "1"}};
@@ -228,7 +233,7 @@ std::vector<int> streamed_calls(const std::string &threshold, const std::vector<
       [&](RankCtx &ctx) {
         for (const Case &c : cases) th::run_case(ctx, c);
       },
-      opt, "calls with TUTTI_NT_THRESHOLD=" + threshold);
+      opt, "calls with TUTTI_NT_THRESHOLD=" + threshold + " TUTTI_CACHE_BYTES=" + cache);
   std::vector<int> streamed(3, 0);
   const char *names[3] = {"ncclAllReduce (", "ncclReduceScatter (", "ncclAllGather ("};
   for (const std::string &l : log_capture::lines())
@@ -246,18 +251,70 @@ Case call(Coll coll, size_t count, bool in_place) {
 
 // In place, the all-gather writes the peers' blocks, lines nobody has just read, and streams
 // them (TUTTI_NT_THRESHOLD=1); the all-reduce and reduce-scatter write over their own input and
-// do not. An in-place all-gather streams from 4 times the threshold (its receive buffer alone
-// stays cached longer): at the threshold itself (2 x 70001 x 4 bytes received) only the
-// out-of-place one does.
+// do not. An in-place all-gather streams only when the receive buffers of the machine's ranks
+// together (2 x 560008 bytes: 2 x 70001 x 4 each) exceed TUTTI_CACHE_BYTES; the threshold
+// applies to both placements.
 TEST(Direct, InPlaceAllGatherStreamsInPlaceReductionsDoNot) {
   std::vector<Case> in_place;
   for (Coll coll : kDirectColls) in_place.push_back(call(coll, 70001, true));
   EXPECT_EQ(streamed_calls("1", in_place), (std::vector<int>{0, 0, 2}));
-  EXPECT_EQ(streamed_calls("560008", {call(Coll::kAllGather, 70001, true),
-                                      call(Coll::kAllGather, 70001, false)}),
-            (std::vector<int>{0, 0, 2}));
-  EXPECT_EQ(streamed_calls("140002", {call(Coll::kAllGather, 70001, true)}),
-            (std::vector<int>{0, 0, 2}));
+  const Case gather_in = call(Coll::kAllGather, 70001, true);
+  const Case gather_out = call(Coll::kAllGather, 70001, false);
+  EXPECT_EQ(streamed_calls("1", {gather_in}, "1120016"), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(streamed_calls("1", {gather_in}, "1120015"), (std::vector<int>{0, 0, 2}));
+  EXPECT_EQ(streamed_calls("1", {gather_out}, "1120016"), (std::vector<int>{0, 0, 2}));
+  EXPECT_EQ(streamed_calls("560009", {gather_in, gather_out}), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(streamed_calls("560008", {gather_in, gather_out}), (std::vector<int>{0, 0, 4}));
+}
+
+// With no TUTTI_CACHE_BYTES, every rank logs the last-level cache of its CPU as sysfs gives it
+// (the largest-level data or unified cache in /sys/devices/system/cpu/cpuN/cache), or the
+// assumed 32 MiB where the kernel reports none.
+TEST(Direct, CacheSizeComesFromSysfs) {
+  log_capture::clear();
+  th::run_ranks_ok(
+      Mode::kProcs, 2, [&](RankCtx &) {}, th::Options(), "init only");
+  int seen = 0;
+  for (const std::string &l : log_capture::lines()) {
+    size_t at = l.find("last-level cache ");
+    if (at == std::string::npos) continue;
+    seen++;
+    unsigned long long bytes = 0;
+    int cpu = -1;
+    if (sscanf(l.c_str() + at, "last-level cache %llu bytes (sysfs, cpu %d)", &bytes, &cpu) != 2) {
+      EXPECT_NE(l.find("last-level cache 33554432 bytes (not reported by the kernel"),
+                std::string::npos)
+          << l;
+      continue;
+    }
+    unsigned long long best = 0;
+    int best_level = 0;
+    for (int k = 0;; k++) {
+      std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index" +
+                        std::to_string(k) + "/";
+      FILE *f = fopen((dir + "level").c_str(), "r");
+      if (!f) break;
+      int level = 0;
+      char size[32] = "", type[32] = "";
+      EXPECT_EQ(fscanf(f, "%d", &level), 1);
+      fclose(f);
+      f = fopen((dir + "size").c_str(), "r");
+      ASSERT_NE(f, nullptr);
+      EXPECT_EQ(fscanf(f, "%31s", size), 1);
+      fclose(f);
+      f = fopen((dir + "type").c_str(), "r");
+      ASSERT_NE(f, nullptr);
+      EXPECT_EQ(fscanf(f, "%31s", type), 1);
+      fclose(f);
+      if (std::string(type) == "Instruction" || level < best_level) continue;
+      char *end = nullptr;
+      unsigned long long v = strtoull(size, &end, 10);
+      best = *end == 'K' ? v << 10 : *end == 'M' ? v << 20 : v;
+      best_level = level;
+    }
+    EXPECT_EQ(bytes, best) << l;
+  }
+  EXPECT_EQ(seen, 2);
 }
 
 TEST(Direct, LargeCountProcs) {
