@@ -215,6 +215,26 @@ int tutti_pid_stopped(int pid) {
   return state && (*state == 'T' || *state == 't');
 }
 
+static int self_pid; /* 0: not read yet, or forgotten by a fork's child */
+static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
+
+static void self_pid_forget(void) {
+  __atomic_store_n(&self_pid, 0, __ATOMIC_RELAXED);
+}
+
+static void self_pid_register(void) {
+  pthread_atfork(NULL, NULL, self_pid_forget);
+}
+
+int tutti_self_pid(void) {
+  int pid = __atomic_load_n(&self_pid, __ATOMIC_RELAXED);
+  if (pid) return pid;
+  pthread_once(&self_pid_once, self_pid_register);
+  pid = (int)getpid();
+  __atomic_store_n(&self_pid, pid, __ATOMIC_RELAXED);
+  return pid;
+}
+
 uint64_t tutti_time_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -220,7 +220,7 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
 
 /* Is the process of a same-host peer gone (or a zombie)? */
 static int peer_process_dead(int pid) {
-  return pid > 0 && pid != getpid() && tutti_pid_gone(pid);
+  return pid > 0 && pid != tutti_self_pid() && tutti_pid_gone(pid);
 }
 
 /* A peer that failed reports the reason it recorded (naming the rank that failed first); a

@@ -142,7 +142,7 @@ int cuda_p2p_is_handle(const peer_handle_t *h) {
 }
 
 int cuda_p2p_expose(ncclComm_t comm, const void *buf, size_t bytes, peer_handle_t *h) {
-  p2p_handle_t ph = {.pid = (int32_t)getpid(),
+  p2p_handle_t ph = {.pid = (int32_t)tutti_self_pid(),
                      .kind = CUDA_P2P_HANDLE_KIND,
                      .addr = (uint64_t)(uintptr_t)buf,
                      .bytes = bytes};
@@ -213,7 +213,7 @@ out:
 ncclResult_t cuda_p2p_map(ncclComm_t comm, int peer, const peer_handle_t *h, const char **addr) {
   p2p_handle_t ph;
   memcpy(&ph, h->bytes, sizeof(ph));
-  if (ph.pid == (int32_t)getpid() || !ph.bytes) { /* this process's, or never read */
+  if (ph.pid == (int32_t)tutti_self_pid() || !ph.bytes) { /* this process's, or never read */
     *addr = (const char *)(uintptr_t)ph.addr;
     return ncclSuccess;
   }

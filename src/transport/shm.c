@@ -570,7 +570,7 @@ _Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a
  * copy where every rank agreed it can (comm->peer_read). */
 static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
   if (comm->device_possible && cuda_p2p_is_device(buf)) return cuda_p2p_expose(comm, buf, bytes, h);
-  shm_handle_t sh = {.pid = (int32_t)getpid(), .addr = (uint64_t)(uintptr_t)buf};
+  shm_handle_t sh = {.pid = (int32_t)tutti_self_pid(), .addr = (uint64_t)(uintptr_t)buf};
   sh.shared = memreg_find(buf, bytes, &sh.ref);
   memset(h, 0, sizeof(*h));
   memcpy(h->bytes, &sh, sizeof(sh));
@@ -587,7 +587,7 @@ static ncclResult_t mem_move(struct ncclComm *comm, int peer, const peer_handle_
   shm_handle_t sh;
   memcpy(&sh, h->bytes, sizeof(sh));
   char *remote = (char *)(uintptr_t)sh.addr + off;
-  if (sh.pid == (int32_t)getpid()) {
+  if (sh.pid == (int32_t)tutti_self_pid()) {
     copy_bytes(write ? remote : local, write ? local : remote, bytes);
     return ncclSuccess;
   }
@@ -616,7 +616,7 @@ static ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_hand
   if (cuda_p2p_is_handle(h)) return cuda_p2p_map(comm, peer, h, addr);
   shm_handle_t sh;
   memcpy(&sh, h->bytes, sizeof(sh));
-  if (sh.pid == (int32_t)getpid()) {
+  if (sh.pid == (int32_t)tutti_self_pid()) {
     *addr = (const char *)(uintptr_t)sh.addr;
     return ncclSuccess;
   }
@@ -645,7 +645,7 @@ static const void *shm_mem_word_key(struct ncclComm *comm, int rank, int which) 
                                            : offsetof(shm_header_t, peer_done);
   if (!st || !st->seg) return NULL;
   if (rank == comm->rank) return st->seg + off;
-  if (comm->peers[rank].pid != (int)getpid() || !st->peer_seg_addr[rank]) return NULL;
+  if (comm->peers[rank].pid != tutti_self_pid() || !st->peer_seg_addr[rank]) return NULL;
   return (const char *)(uintptr_t)st->peer_seg_addr[rank] + off;
 }
 
