@@ -105,13 +105,12 @@ TEST(Cma, ExactResultsEveryCollectiveInAndOutOfPlace) {
 }
 
 // The peer path stamps each exposed buffer with its process's id, remembered after the first
-// ask. Ranks as threads of this test process make it remember this process's; the forked ranks
-// that follow must each stamp their own (the fork's child forgets it), or a peer would read the
-// test process's memory instead of theirs and the results would be wrong. (280 KB and more per
-// call: TUTTI_CMA_MIN_BYTES stays at its default, which the threads may have read already.)
+// ask. Ranks as threads of this test process (the tuner's peer-memory choice for 280 KB) make it
+// remember this process's; the forked ranks that follow must each stamp their own (the fork's
+// child forgets it), or a peer would read the test process's memory instead of theirs and the
+// results would be wrong. Sizes of 280 KB and more: the threads read TUTTI_CMA_MIN_BYTES (its
+// default; Options::env is for processes only) and the forked ranks inherit that reading.
 TEST(Cma, ForkedRanksStampTheirOwnPid) {
-  th::Options opt;
-  opt.env = {{"TUTTI_ALGO", "cma"}};
   th::run_ranks_ok(
       Mode::kThreads, 2,
       [&](RankCtx &ctx) {
@@ -119,7 +118,9 @@ TEST(Cma, ForkedRanksStampTheirOwnPid) {
         for (const Case &c : cases_of(Coll::kAllGather, ncclInt32, Op::kSum, {70001}, 2, &seq))
           th::run_case(ctx, c);
       },
-      opt, "threads of the test process");
+      th::Options(), "threads of the test process");
+  th::Options opt;
+  opt.env = {{"TUTTI_ALGO", "cma"}};
   int cma = run_cases(2, opt, {ncclInt32}, {Op::kSum}, {70001});
   EXPECT_EQ(cma, 2 * 3 * 2) << "3 collectives x in/out of place x 2 ranks";
 }
