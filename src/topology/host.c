@@ -5,11 +5,11 @@
  * last-level cache this process's CPU sees, which decides where streaming stores pay. */
 #include <sched.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "comm.h"
+#include "parse_num.h"
 
 static uint64_t fnv1a(uint64_t h, const char *s) {
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
@@ -45,51 +45,32 @@ uint64_t machine_identity(void) {
   return fnv1a(0x84222325cbf29ce4ull, boot);
 }
 
-/* The kernel's view of one cache of CPU cpu (index k of /sys/devices/system/cpu/cpuN/cache):
- * its level and its size in bytes ("16384K"); 0 when absent, an instruction cache, or unreadable.
- */
-static int cache_level_size(int cpu, int k, int *level, size_t *bytes) {
+/* One line of CPU cpu's cache index k in sysfs (/sys/devices/system/cpu/cpuN/cache/indexK/what),
+ * without its newline; 0 when it cannot be read (past the last index). */
+static int cache_attr(int cpu, int k, const char *what, char *buf, size_t len) {
   char path[128];
-  const char *what[3] = {"level", "size", "type"};
-  char val[3][32];
-  for (int i = 0; i < 3; i++) {
-    snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/cache/index%d/%s", cpu, k, what[i]);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    int ok = fgets(val[i], sizeof(val[i]), f) != NULL;
-    fclose(f);
-    if (!ok) return 0;
-    val[i][strcspn(val[i], "\n")] = '\0';
-  }
-  if (strcmp(val[2], "Instruction") == 0) return 0;
-  char *end = NULL;
-  unsigned long long v = strtoull(val[1], &end, 10);
-  if (end == val[1]) return 0;
-  if (*end == 'K')
-    v <<= 10;
-  else if (*end == 'M')
-    v <<= 20;
-  else if (*end == 'G')
-    v <<= 30;
-  *level = atoi(val[0]);
-  *bytes = (size_t)v;
-  return *level > 0 && v > 0;
+  snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/cache/index%d/%s", cpu, k, what);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int ok = fgets(buf, (int)len, f) != NULL;
+  fclose(f);
+  if (ok) buf[strcspn(buf, "\n")] = '\0';
+  return ok;
 }
 
 size_t host_llc_bytes(int *cpu_out) {
   int cpu = sched_getcpu();
   if (cpu < 0) cpu = 0;
   if (cpu_out) *cpu_out = cpu;
-  int best_level = 0;
-  size_t best = 0;
-  for (int k = 0; k < 16; k++) {
-    int level;
-    size_t bytes;
-    char path[96];
-    snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/cache/index%d", cpu, k);
-    if (access(path, F_OK) != 0) break; /* the indices are consecutive */
-    if (cache_level_size(cpu, k, &level, &bytes) && level >= best_level)
-      best_level = level, best = bytes;
+  int64_t best_level = 0, best = 0;
+  char level[32], type[32], size[32];
+  for (int k = 0; cache_attr(cpu, k, "level", level, sizeof(level)); k++) {
+    int64_t lv, bytes; /* size reads "16384K": the settings' syntax */
+    if (!cache_attr(cpu, k, "type", type, sizeof(type)) || strcmp(type, "Instruction") == 0 ||
+        !cache_attr(cpu, k, "size", size, sizeof(size)) || tutti_parse_int(level, &lv) ||
+        tutti_parse_int(size, &bytes) || lv < best_level || bytes <= 0)
+      continue;
+    best_level = lv, best = bytes;
   }
-  return best;
+  return (size_t)best;
 }
