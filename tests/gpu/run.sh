@@ -15,6 +15,7 @@
 # A GPU machine whose image lacks hwloc, cJSON, GoogleTest, OpenBLAS or zlib (no network there)
 # gets them from build-gpu-bundle/ (TUTTI_GPU_BUNDLE), made here by tests/gpu/bundle.sh and
 # sent along with the checkout.
+# TUTTI_GPU_STEP_CAP_S caps every step's time limit (a first, diagnostic run on a new machine).
 # TUTTI_GPU_BUILD_DIR overrides the build folder (default build-gpu/); TUTTI_GPU_BUILD_LIMIT_S the
 # configure and build time limits (default 300 s and 400 s, for 16 cores; a small CI machine needs
 # more).
@@ -52,7 +53,7 @@ step() {
   local left=$((deadline - SECONDS))
   if ((dry && gpu)); then
     local a missing=""
-    for a in $(printf '%s\n' "$@" | grep -o "$build/[^ ']*"); do [ -e "$a" ] || missing+=" $a"; done
+    for a in $(printf '%s\n' "$@" | grep -o "$build/[^ ':]*"); do [ -e "$a" ] || missing+=" $a"; done
     if [ -n "$missing" ]; then log "=== $name: FAIL (dry run: not built:$missing)"; failed=1; return 1; fi
     log "=== $name: DRY-RUN (would run, limit ${limit} s: $*)"
     return 0
@@ -60,6 +61,7 @@ step() {
   if ((left < 10)); then log "=== $name: FAIL (NOT RUN: the ${TUTTI_GPU_BUDGET_S:-540} s budget is spent)"
     failed=1; return 1; fi
   ((limit > left)) && limit=$left
+  ((limit > ${TUTTI_GPU_STEP_CAP_S:-600})) && limit=${TUTTI_GPU_STEP_CAP_S}
   log "=== $name: $*"
   local t0=$SECONDS
   timeout -k 10 "$limit" "$@" >>"$results" 2>&1
