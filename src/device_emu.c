@@ -172,8 +172,13 @@ typedef struct emu_stream {
   emu_op_t *head, *tail;
   uint64_t queued, ran;
   int stop;
-  int capturing; /* device_emu_stream_set_capturing */
+  int capturing;           /* device_emu_stream_set_capturing */
+  struct emu_stream *next; /* emu_streams */
 } emu_stream_t;
+
+/* Every stream (for emu_device_idle). Stream threads never take this lock. */
+static pthread_mutex_t emu_streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static emu_stream_t *emu_streams;
 
 static void emu_sleep_us(long us) {
   struct timespec ts = {0, us * 1000};
@@ -228,7 +233,38 @@ void *device_emu_stream_create(void) {
     free(s);
     return NULL;
   }
+  pthread_mutex_lock(&emu_streams_lock);
+  s->next = emu_streams, emu_streams = s;
+  pthread_mutex_unlock(&emu_streams_lock);
   return s;
+}
+
+/* CUDA's frees of pinned and device memory (cuMemFreeHost, cuMemFree) wait until the device
+ * ran everything queued on every stream. So do these: a free called while a stream waits for
+ * work that only the calling thread would do hangs on a GPU; here it ends the process after
+ * 10 s, naming the cause, so a protocol test fails instead of hanging. */
+static void emu_device_idle(const char *what) {
+  pthread_mutex_lock(&emu_streams_lock);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  for (emu_stream_t *s = emu_streams; s; s = s->next) {
+    pthread_mutex_lock(&s->lock);
+    uint64_t target = s->queued;
+    int rc = 0;
+    while (s->ran < target && rc == 0) rc = pthread_cond_timedwait(&s->cond, &s->lock, &until);
+    int idle = s->ran >= target;
+    pthread_mutex_unlock(&s->lock);
+    if (!idle) {
+      WARN(
+          "device emulation: %s waits until every stream ran its queue, as CUDA's does, and a "
+          "stream has not in 10 s: on a GPU this free would hang (a stream waits for work that "
+          "only the freeing thread would do)",
+          what);
+      abort();
+    }
+  }
+  pthread_mutex_unlock(&emu_streams_lock);
 }
 
 static emu_stream_t *emu_default;
@@ -247,6 +283,13 @@ static emu_stream_t *emu_stream(void *stream) {
 void device_emu_stream_destroy(void *stream) {
   emu_stream_t *s = stream;
   if (!s || s == emu_default) return;
+  pthread_mutex_lock(&emu_streams_lock);
+  for (emu_stream_t **pp = &emu_streams; *pp; pp = &(*pp)->next)
+    if (*pp == s) {
+      *pp = s->next;
+      break;
+    }
+  pthread_mutex_unlock(&emu_streams_lock);
   pthread_mutex_lock(&s->lock);
   s->stop = 1;
   pthread_cond_broadcast(&s->cond);
@@ -320,6 +363,8 @@ static int emu_host_alloc(void **p, size_t bytes) {
   return *p ? 0 : 2;
 }
 static void emu_host_free(void *p) {
+  if (!p) return;
+  emu_device_idle("freeing pinned memory (cuMemFreeHost)");
   free(p);
 }
 static int emu_stream_capturing(void *stream) {
@@ -439,6 +484,8 @@ static int emu_dev_alloc(void **p, size_t bytes) {
 }
 
 static void emu_dev_free(void *p) {
+  if (!p) return;
+  emu_device_idle("freeing device memory (cuMemFree)");
   device_emu_free(p);
 }
 

@@ -97,6 +97,7 @@ struct proxy {
   void *copy_q;
   char *stage;
   size_t stage_bytes;
+  char *retired;     /* outgrown arenas, freed when the thread ends (proxy_stage_reserve) */
   char *stage_at;    /* the next free byte of stage while an item is set up and planned */
   void *dev_scratch; /* device memory for partial sums (engine_peer.c), when nranks > 2 */
   pending_t *run;
@@ -194,16 +195,35 @@ static size_t proxy_stage_need(const pending_t *p) {
          proxy_align(p->on_device[1] ? p->bytes[1] : 0);
 }
 
+/* Grows the staging arena (at least doubling). The old arena is not freed here: freeing pinned
+ * memory (cuMemFreeHost) waits until the device is idle, and the streams of the item being set
+ * up are parked on `done`, which only this thread writes. Old arenas are kept on a list (linked
+ * through their first bytes) and freed when the thread ends. */
 static ncclResult_t proxy_stage_reserve(struct proxy *px, size_t need) {
   if (need <= px->stage_bytes) return ncclSuccess;
-  px->dev->host_free(px->stage);
-  px->stage = NULL, px->stage_bytes = 0;
-  int rc = px->dev->host_alloc((void **)&px->stage, need);
+  size_t want = TUTTI_MAX(need, 2 * px->stage_bytes);
+  char *fresh = NULL;
+  int rc = px->dev->host_alloc((void **)&fresh, want);
   if (rc)
     return TUTTI_ERR(ncclSystemError, "rank %d: pinned staging memory of %zu bytes: %s (%d)",
-                     px->comm->rank, need, px->dev->error_string(rc), rc);
-  px->stage_bytes = need;
+                     px->comm->rank, want, px->dev->error_string(rc), rc);
+  if (px->stage) {
+    memcpy(px->stage, &px->retired, sizeof(px->retired));
+    px->retired = px->stage;
+  }
+  px->stage = fresh, px->stage_bytes = want;
   return ncclSuccess;
+}
+
+static void proxy_stage_free(struct proxy *px) {
+  while (px->retired) {
+    char *next;
+    memcpy(&next, px->retired, sizeof(next));
+    px->dev->host_free(px->retired);
+    px->retired = next;
+  }
+  px->dev->host_free(px->stage);
+  px->stage = NULL, px->stage_bytes = 0;
 }
 
 static ncclResult_t proxy_run_reserve(struct proxy *px, size_t n) {
@@ -258,16 +278,13 @@ static int proxy_keeps_on_device(const struct proxy *px, const pending_t *p) {
          c != COLL_SEND && c != COLL_RECV;
 }
 
+static size_t proxy_scratch_bytes(void) {
+  return (size_t)TUTTI_MAX(tutti_param_P2pPieceBytes(), 4096);
+}
+
 static ncclResult_t proxy_keep(struct proxy *px, pending_t *p) {
-  size_t piece = (size_t)TUTTI_MAX(tutti_param_P2pPieceBytes(), 4096);
-  if (px->comm->nranks > 2 && !px->dev_scratch) {
-    int rc = px->dev->dev_alloc(&px->dev_scratch, piece);
-    if (rc)
-      return TUTTI_ERR(ncclUnhandledCudaError, "rank %d: %zu bytes of device scratch: %s (%d)",
-                       px->comm->rank, piece, px->dev->error_string(rc), rc);
-  }
   p->ctx.dev = px->dev, p->ctx.dev_q = px->copy_q;
-  p->ctx.dev_scratch = px->dev_scratch, p->ctx.dev_scratch_bytes = piece;
+  p->ctx.dev_scratch = px->dev_scratch, p->ctx.dev_scratch_bytes = proxy_scratch_bytes();
   p->stage = proxy_stage_late;
   return ncclSuccess;
 }
@@ -336,9 +353,11 @@ static void *proxy_main(void *arg) {
       res = proxy_run_item(px, it);
     proxy_complete(px, it, res);
   }
+  /* Every item is done: no stream waits for this thread, so the frees (which wait until the
+   * device is idle) can return. */
   if (px->dev_scratch) px->dev->dev_free(px->dev_scratch);
   px->dev->copy_queue_destroy(px->copy_q);
-  px->dev->host_free(px->stage);
+  proxy_stage_free(px);
   return NULL;
 }
 
@@ -355,10 +374,21 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
     return TUTTI_ERR(ncclUnhandledCudaError, "rank %d: pinned flag memory: %s (%d)", comm->rank,
                      dev->error_string(rc), rc);
   }
+  /* Device scratch for partial sums (engine_peer.c, more than 2 ranks), taken here, in the
+   * calling thread before any stream waits for this proxy, and never while one does: CUDA's
+   * allocation calls may wait for the device. */
+  if (comm->dev_peer && comm->nranks > 2 &&
+      (rc = dev->dev_alloc(&px->dev_scratch, proxy_scratch_bytes())) != 0) {
+    proxy_flags_put(px->flags);
+    free(px);
+    return TUTTI_ERR(ncclUnhandledCudaError, "rank %d: %zu bytes of device scratch: %s (%d)",
+                     comm->rank, proxy_scratch_bytes(), dev->error_string(rc), rc);
+  }
   px->submitted = px->completed = __atomic_load_n(&px->flags->done, __ATOMIC_ACQUIRE);
   pthread_mutex_init(&px->lock, NULL);
   pthread_cond_init(&px->cond, NULL);
   if (pthread_create(&px->thread, NULL, proxy_main, px) != 0) {
+    if (px->dev_scratch) dev->dev_free(px->dev_scratch);
     proxy_flags_put(px->flags);
     free(px);
     return TUTTI_ERR(ncclSystemError, "rank %d: cannot start the proxy thread", comm->rank);

@@ -48,9 +48,13 @@ log() { echo "$*" | tee -a "$results"; }
 # output into the results file, and records pass/fail. In a dry run, GPU steps (gpu=1) only
 # check that their program exists and say what they would run.
 gpu=1
+skipped=0
 step() {
   local name=$1 limit=$2; shift 2
   local left=$((deadline - SECONDS))
+  if [[ " ${TUTTI_GPU_SKIP:-} " == *" $name "* ]]; then
+    log "=== $name: SKIPPED (TUTTI_GPU_SKIP)"; skipped=$((skipped + 1)); return 0
+  fi
   if ((dry && gpu)); then
     local a missing=""
     for a in $(printf '%s\n' "$@" | grep -o "$build/[^ ':]*"); do [ -e "$a" ] || missing+=" $a"; done
@@ -129,6 +133,9 @@ generator=() # make where there is one, else ninja (a CUDA image may carry ninja
 if [ ! -f "$build/CMakeCache.txt" ] && ! command -v make >/dev/null && command -v ninja >/dev/null; then
   generator=(-G Ninja)
 fi
+if [ "${TUTTI_GPU_PREBUILT:-0}" = 1 ]; then
+  log "build: TUTTI_GPU_PREBUILT=1, the programs in $build/bin and $build/lib as they are"
+else
 step configure "${TUTTI_GPU_BUILD_LIMIT_S:-300}" cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_CUDA=ON \
   -DTUTTI_BUILD_TESTS=ON -DTUTTI_BUILD_PERF=ON -DTUTTI_BUILD_TORCH=OFF "${cmake_extra[@]}" ||
   { log "build failed"; exit 1; }
@@ -136,6 +143,7 @@ step build "${TUTTI_GPU_BUILD_LIMIT_S:-400}" cmake --build "$build" -j"$jobs" --
   test_gpu_kernels gpu_memcpy_bw gpu_coll nccl_bench test_cuda_driver test_stream_path \
   test_p2p_protocol test_small_path all_reduce_perf tutti-run tutti-train test_cnn_kernels ||
   { log "build failed"; exit 1; }
+fi
 bin=$build/bin
 if ((build_only)); then log "built only (--build-only)"; exit 0; fi
 
@@ -197,6 +205,24 @@ target busbw_vs_memcpy "${busbw:-0} >= 0.35 * ${d2d:-1e9}" \
 target latency_8B "${lat:-1e9} <= 25" "8 B all-reduce ${lat:-?} us"
 # Host-buffer all-reduce for reference.
 step allreduce_host_2ranks 120 $(tutti_run 2) "$bin/all_reduce_perf" -b 8 -e 64M -f 8 -c 1
+
+# ---- PyTorch's own NCCL backend on tutti's libnccl.so.2, where a CUDA PyTorch exists ----
+torch_py="" torch_seen=""
+for py in python3 /usr/bin/python3 python; do
+  command -v "$py" >/dev/null || continue
+  v=$("$py" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>/dev/null) || continue
+  torch_seen+=" $(command -v "$py"): torch $v;"
+  case $v in *" True") torch_py=$(command -v "$py"); break ;; esac
+done
+if [ -n "$torch_py" ]; then
+  step torch_nccl_2ranks 300 env LD_PRELOAD="$build/lib/libnccl.so.2" TUTTI_DEBUG=INFO \
+    TUTTI_DEBUG_SUBSYS=INIT "$torch_py" "$root/tests/gpu/torch_nccl.py" 2
+  # TUTTI_DEBUG=INFO proves which library ran: its log lines start with "TUTTI INFO".
+  if ((dry)) || grep -q "TUTTI INFO comm .* init done" "$results"; then log "torch_nccl: tutti's library ran (TUTTI INFO lines above)"
+  else log "torch_nccl: FAIL: no TUTTI INFO init line: PyTorch did not run on tutti"; failed=1; fi
+else
+  log "NOT RUN torch_nccl: no PyTorch with CUDA found (python3, /usr/bin/python3, python):${torch_seen:- no torch at all}"
+fi
 
 # ---- NVIDIA's NCCL beside tutti: one program (nccl_bench), the library picked by the path ----
 nvidia_nccl=${NVIDIA_NCCL_LIB_DIR:-}
@@ -290,25 +316,7 @@ else
   log "NOT RUN nccl_tests: no nccl-tests sources at $nt (set NCCL_TESTS_DIR)"
 fi
 
-# ---- PyTorch's own NCCL backend on tutti's libnccl.so.2, where a CUDA PyTorch exists ----
-torch_py="" torch_seen=""
-for py in python3 /usr/bin/python3 python; do
-  command -v "$py" >/dev/null || continue
-  v=$("$py" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>/dev/null) || continue
-  torch_seen+=" $(command -v "$py"): torch $v;"
-  case $v in *" True") torch_py=$(command -v "$py"); break ;; esac
-done
-if [ -n "$torch_py" ]; then
-  step torch_nccl_2ranks 300 env LD_PRELOAD="$build/lib/libnccl.so.2" TUTTI_DEBUG=INFO \
-    TUTTI_DEBUG_SUBSYS=INIT "$torch_py" "$root/tests/gpu/torch_nccl.py" 2
-  # TUTTI_DEBUG=INFO proves which library ran: its log lines start with "TUTTI INFO".
-  if ((dry)) || grep -q "TUTTI INFO comm .* init done" "$results"; then log "torch_nccl: tutti's library ran (TUTTI INFO lines above)"
-  else log "torch_nccl: FAIL: no TUTTI INFO init line: PyTorch did not run on tutti"; failed=1; fi
-else
-  log "NOT RUN torch_nccl: no PyTorch with CUDA found (python3, /usr/bin/python3, python):${torch_seen:- no torch at all}"
-fi
-
-log "=== summary: $([ $failed = 0 ] && echo 'all steps passed' || echo 'some steps FAILED')$( ((dry)) && echo ' (dry run: GPU steps listed, not run)') (results: $results, $SECONDS s)"
-summary=$(grep -E "^=== .*: (PASS|FAIL|DRY-RUN)|^TARGET|^NOT RUN|^RESULT|^FAIL" "$results" | sed 's/^/  /')
+log "=== summary: $([ $failed = 0 ] && echo 'all steps passed' || echo 'some steps FAILED')$( ((skipped)) && echo ", $skipped skipped (TUTTI_GPU_SKIP)")$( ((dry)) && echo ' (dry run: GPU steps listed, not run)') (results: $results, $SECONDS s)"
+summary=$(grep -E "^=== .*: (PASS|FAIL|DRY-RUN|SKIPPED)|^TARGET|^NOT RUN|^RESULT|^FAIL" "$results" | sed 's/^/  /')
 log "$summary"
 exit $failed
