@@ -9,7 +9,11 @@ set(TUTTI_NCCL_API_FUNCTIONS
   ResetDebugInit RedOpCreatePreMulSum RedOpDestroy MemAlloc MemFree CommRegister
   CommDeregister CommWindowRegister CommWindowDeregister Reduce Bcast Broadcast
   AllReduce ReduceScatter AllGather AlltoAll Gather Scatter
-  Send Recv GroupStart GroupEnd GroupSimulateEnd)
+  Send Recv GroupStart GroupEnd GroupSimulateEnd
+  # the host entry points of the device API (nccl_device/*.h; src/api_device.c)
+  DevCommCreate DevCommDestroy TeamWorld TeamLsa TeamRail TeamRankToWorld TeamRankToLsa
+  LsaBarrierCreateRequirement GinBarrierCreateRequirement LLA2ACalcSlots
+  LLA2ACreateRequirement)
 
 function(tutti_add_profiling_aliases target)
   foreach(f ${TUTTI_NCCL_API_FUNCTIONS})

@@ -212,6 +212,9 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
                                     int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+/* NCCL's device API (the nccl_device headers: device communicators, teams, barriers) is not
+ * available. Its host functions are exported all the same, so that programs built against
+ * NVIDIA's NCCL load (src/api_device.c says what each returns); they are not declared here. */
 
 /* Collectives. */
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,

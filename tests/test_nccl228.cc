@@ -76,6 +76,37 @@ TEST(NcclSymbols, LibtuttiExportsEveryDeclaredFunction) {
     EXPECT_TRUE(defined.count(n)) << LIBTUTTI_PATH << " does not export " << n;
 }
 
+static std::set<std::string> defined_nccl_symbols(const std::string &lib) {
+  FILE *p = popen(("nm -D --defined-only " + lib).c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::set<std::string> names;
+  if (!p) return names;
+  char buf[512], type, name[400];
+  unsigned long long addr;
+  while (fgets(buf, sizeof(buf), p))
+    if (sscanf(buf, "%llx %c %399s", &addr, &type, name) == 3 &&
+        std::regex_search(name, std::regex("^p?nccl")))
+      names.insert(std::string(name).substr(0, std::string(name).find('@')));
+  pclose(p);
+  return names;
+}
+
+#ifdef NVIDIA_LIBNCCL_PATH
+// A program linked against NVIDIA's libnccl.so.2 and bound at load time (PyTorch 2.11's
+// libtorch_cuda.so) needs every function that library exports, also those declared outside
+// nccl.h (the device API's host functions): one missing name and the program does not load.
+TEST(NcclSymbols, LibncclExportsEveryFunctionOfNvidiasLibrary) {
+  std::set<std::string> theirs = defined_nccl_symbols(NVIDIA_LIBNCCL_PATH);
+  // NCCL 2.28.9 exports 105 such names; far fewer is a broken read, not a pass.
+  ASSERT_GE(theirs.size(), 100u) << "read too few names from " << NVIDIA_LIBNCCL_PATH;
+  ASSERT_TRUE(theirs.count("ncclDevCommDestroy") && theirs.count("pncclTeamWorld"));
+  std::set<std::string> ours = defined_nccl_symbols(LIBNCCL_PATH);
+  for (const std::string &n : theirs)
+    EXPECT_TRUE(ours.count(n)) << LIBNCCL_PATH << " does not export " << n << " (exported by "
+                               << NVIDIA_LIBNCCL_PATH << ")";
+}
+#endif
+
 // nccl* must be weak (a profiler's strong definition wins), pnccl* a plain global: read the
 // dynamic symbol table of the library this program is linked to.
 TEST(NcclSymbols, NcclIsWeakAndPncclIsGlobal) {
@@ -231,4 +262,63 @@ TEST(Nccl228, DebugVersionPrintsTheBanner) {
             std::string::npos)
       << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+}
+
+// The device API's host functions, declared as NVIDIA's nccl_device/core.h, barrier and
+// all-to-all headers declare them (not in nccl.h).
+struct DevTeam {
+  int nRanks, rank, stride;
+};
+struct DevCommRequirements {
+  void *resources, *teams;
+  bool lsaMultimem;
+  int counts[8];
+};
+extern "C" {
+ncclResult_t ncclDevCommCreate(ncclComm_t, const DevCommRequirements *, void *outDevComm);
+ncclResult_t ncclDevCommDestroy(ncclComm_t, const void *devComm);
+DevTeam ncclTeamWorld(ncclComm_t);
+DevTeam ncclTeamLsa(ncclComm_t);
+DevTeam ncclTeamRail(ncclComm_t);
+int ncclTeamRankToWorld(ncclComm_t, DevTeam, int rank);
+int ncclTeamRankToLsa(ncclComm_t, DevTeam, int rank);
+ncclResult_t ncclLsaBarrierCreateRequirement(DevTeam, int nBarriers, void *outHandle, void *outReq);
+int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+}
+
+static bool same(DevTeam a, DevTeam b) {
+  return a.nRanks == b.nRanks && a.rank == b.rank && a.stride == b.stride;
+}
+
+// No device communicator (ncclInvalidUsage naming the function, bad arguments named); the
+// teams as tutti runs the communicator: the world, each rank its own load/store team, the rail
+// team the world again, and the device API's index arithmetic between them.
+TEST(Nccl228, DeviceApiHostFunctionsRefuseOrAnswer) {
+  ncclComm_t comms[3];
+  ASSERT_EQ(ncclCommInitAll(comms, 3, nullptr), ncclSuccess);
+  DevCommRequirements reqs = {};
+  char devcomm[256];
+  EXPECT_EQ(ncclDevCommCreate(comms[0], &reqs, devcomm), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(comms[0])).find("ncclDevCommCreate"), std::string::npos);
+  EXPECT_EQ(ncclDevCommCreate(comms[0], nullptr, devcomm), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(comms[0])).find("reqs"), std::string::npos);
+  EXPECT_EQ(ncclDevCommCreate(nullptr, &reqs, devcomm), ncclInvalidArgument);
+  EXPECT_EQ(ncclDevCommDestroy(comms[0], devcomm), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(comms[0])).find("ncclDevCommDestroy"), std::string::npos);
+  EXPECT_EQ(ncclLsaBarrierCreateRequirement(ncclTeamLsa(comms[0]), 1, devcomm, devcomm),
+            ncclInvalidUsage);
+  EXPECT_EQ(ncclLLA2ACalcSlots(1024, 16), -1);
+  for (int r = 0; r < 3; r++) {
+    EXPECT_TRUE(same(ncclTeamWorld(comms[r]), DevTeam{3, r, 1})) << "rank " << r;
+    EXPECT_TRUE(same(ncclTeamLsa(comms[r]), DevTeam{1, 0, 1})) << "rank " << r;
+    EXPECT_TRUE(same(ncclTeamRail(comms[r]), DevTeam{3, r, 1})) << "rank " << r;
+    for (int peer = 0; peer < 3; peer++) {
+      EXPECT_EQ(ncclTeamRankToWorld(comms[r], ncclTeamWorld(comms[r]), peer), peer);
+      EXPECT_EQ(ncclTeamRankToWorld(comms[r], ncclTeamRail(comms[r]), peer), peer);
+      EXPECT_EQ(ncclTeamRankToLsa(comms[r], ncclTeamWorld(comms[r]), peer), peer - r);
+    }
+    EXPECT_EQ(ncclTeamRankToWorld(comms[r], ncclTeamLsa(comms[r]), 0), r);
+  }
+  EXPECT_EQ(ncclTeamRankToWorld(nullptr, DevTeam{3, 0, 1}, 1), -1);
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
