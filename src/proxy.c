@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "device.h"
 
@@ -363,6 +364,25 @@ static void *proxy_main(void *arg) {
 
 static pthread_mutex_t proxy_create_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Once per process: a rank bound to a single CPU runs its proxy thread on the CPU where the
+ * thread that waits for the stream spins (CUDA's synchronize calls spin by default); what the
+ * H200 showed of that is in docs/gpu.md ("The first GPU runs"). */
+static void proxy_warn_single_cpu(ncclComm_t comm) {
+  static int warned;
+  cpu_set_t set;
+  if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) ||
+      sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) != 1 ||
+      sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    return;
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set)) cpu++;
+  WARN(
+      "rank %d is bound to CPU %d alone: its proxy thread (device buffers, streams) shares it "
+      "with the thread that waits for the stream, which can make every device call slow; bind "
+      "each rank to two or more CPUs (tutti-run --bind none or --bind numa)",
+      comm->rank, cpu);
+}
+
 static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
   const device_ops_t *dev = device_get();
   struct proxy *px = calloc(1, sizeof(*px));
@@ -394,6 +414,7 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
     return TUTTI_ERR(ncclSystemError, "rank %d: cannot start the proxy thread", comm->rank);
   }
   INFO(SUB_COLL, "rank %d: proxy thread started (device: %s)", comm->rank, dev->name);
+  proxy_warn_single_cpu(comm);
   *out = px;
   return ncclSuccess;
 }

@@ -108,9 +108,21 @@ struct Bufs {
 
 // Runs one call on the rank's stream, waits for the stream, and compares recvbuff[0..count)
 // with want(j).
+// GPU_COLL_VERBOSE set: every call is named (with the time since the first) before it is made,
+// so the output of a run that hangs ends at the call that did.
+void announce(const Rank &R, const char *what) {
+  static const bool verbose = getenv("GPU_COLL_VERBOSE") != nullptr;
+  static const auto t0 = std::chrono::steady_clock::now();
+  if (!verbose) return;
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  fprintf(stderr, "rank %d: %.1f ms: %s\n", R.rank, ms, what);
+}
+
 template <typename T, typename Call, typename Want>
 void expect(Rank &R, Bufs<T> &b, const char *what, size_t count, Call call, Want want,
             const T *from = nullptr) {
+  announce(R, what);
   NCCL_OK(R.comm, call());
   CUDA_OK(cudaStreamSynchronize(R.stream));
   std::vector<T> got = b.get(from ? from : b.recv, count);
@@ -391,10 +403,10 @@ int run_process_mode(const std::string &mode) {
     ncclCommDestroy(R.comm);
   } else {
     check_all_types(R);
-    check_stream_order(R);
-    check_device_scalar(R);
-    check_capture_refused(R);
-    check_abort_in_flight(R);  // last: the communicator is gone after it
+    announce(R, "stream order"), check_stream_order(R);
+    announce(R, "device scalar"), check_device_scalar(R);
+    announce(R, "capture refused"), check_capture_refused(R);
+    announce(R, "abort in flight"), check_abort_in_flight(R);  // last: the comm is gone after it
   }
   printf("rank %d of %d: %s: %s (%d failures)\n", R.rank, R.n, mode.c_str(),
          g_failures ? "FAILED" : "ok", g_failures);

@@ -49,6 +49,21 @@ log() { echo "$*" | tee -a "$results"; }
 # check that their program exists and say what they would run.
 gpu=1
 skipped=0
+descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+# hang_report PID: every thread's stack in each program under PID (at most 4; the debugger
+# attaches, prints and detaches), so that a step that runs out of time says where it waited.
+hang_report() {
+  local dbg p n=0 comm
+  dbg=$(command -v cuda-gdb || command -v gdb) || { echo "hang report: no debugger" >>"$results"; return 0; }
+  for p in $(descendants "$1"); do
+    comm=$(cat "/proc/$p/comm" 2>/dev/null)
+    case $comm in '' | timeout | bash | sh | env | tutti-run | sleep) continue ;; esac
+    ((n++ < 4)) || break
+    echo "--- hang report ($(date -u +%T)): pid $p ($comm), every thread's stack:" >>"$results"
+    timeout 20 "$dbg" -q -batch -p "$p" -ex "thread apply all bt 16" 2>&1 |
+      grep -E '^Thread |^#' >>"$results"
+  done
+}
 step() {
   local name=$1 limit=$2; shift 2
   local left=$((deadline - SECONDS))
@@ -67,9 +82,17 @@ step() {
   ((limit > left)) && limit=$left
   ((limit > ${TUTTI_GPU_STEP_CAP_S:-600})) && limit=${TUTTI_GPU_STEP_CAP_S}
   log "=== $name: $*"
-  local t0=$SECONDS
-  timeout -k 10 "$limit" "$@" >>"$results" 2>&1
+  local t0=$SECONDS wpid=""
+  timeout -k 10 "$limit" "$@" >>"$results" 2>&1 &
+  local tpid=$!
+  # 30 s before the limit, a step still running gets its programs' stacks into the results.
+  if ((limit >= 45)); then
+    (sleep $((limit - 30)) && kill -0 "$tpid" 2>/dev/null && hang_report "$tpid") &
+    wpid=$!
+  fi
+  wait "$tpid"
   local rc=$?
+  [ -n "$wpid" ] && { kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null; }
   local what="FAIL (exit $rc)"
   ((rc == 124 || rc == 137)) && what="FAIL (timed out after $limit s)"
   log "=== $name: $([ $rc = 0 ] && echo PASS || echo "$what") in $((SECONDS - t0)) s"
@@ -160,7 +183,9 @@ if ((!dry)) && { ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/nul
 fi
 gpu=1
 step gpu_info 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-tutti_run() { echo "$bin/tutti-run" -n "$1" --timeout 120 --; }
+# run_opts: tutti-run options for the steps after the 1-rank check (see there).
+run_opts=""
+tutti_run() { echo "$bin/tutti-run" -n "$1" $run_opts --timeout 120 --; }
 # result NAME: the value of "RESULT NAME v" in the results file (last one).
 result() { awk -v k="$1" '$1 == "RESULT" && $2 == k { v = $3 } END { print v }' "$results"; }
 
@@ -170,7 +195,26 @@ step gpu_kernels 120 "$bin/test_gpu_kernels"
 step cnn_kernels 60 "$bin/test_cnn_kernels"
 # Every collective x datatype on device buffers, stream order, device scalar, capture, abort
 # (all-reduces up to 64 KiB on 2 and 4 ranks take the small-call path).
-for n in 1 2 4; do step "device_collectives_${n}ranks" 150 $(tutti_run $n) "$bin/gpu_coll" check; done
+# GPU_COLL_VERBOSE: each rank names every call, with the time since its first, before it makes
+# it (a slow run shows its pace, a hang where it stopped). When the 1-rank check under
+# tutti-run's defaults (a CPU of its own per rank, the shared heap preloaded) fails, the
+# variants below tell which default it is (docs/gpu.md, "The first GPU runs"), and the steps
+# after it run with the first variant that passed; the default's failure stands.
+export GPU_COLL_VERBOSE=1
+if ! step device_collectives_1ranks 60 $(tutti_run 1) "$bin/gpu_coll" check && ((!dry)); then
+  for v in "--heap private" "--bind none" "--bind none --heap private"; do
+    failed_before=$failed vname=${v//--/}
+    if step "device_collectives_1rank_${vname// /_}" 45 "$bin/tutti-run" -n 1 $v --timeout 60 -- \
+      "$bin/gpu_coll" check; then
+      run_opts=$v
+      log "the steps below run tutti-run $v"
+      break
+    fi
+    failed=$failed_before # a variant is a diagnosis; the default's failure is already counted
+  done
+fi
+for n in 2 4; do step "device_collectives_${n}ranks" 90 $(tutti_run $n) "$bin/gpu_coll" check; done
+unset GPU_COLL_VERBOSE
 for n in 2 4; do step "device_collectives_${n}threads" 120 "$bin/gpu_coll" threads "$n"; done
 # Peer figure: device-to-device copy bandwidth, this run.
 step d2d_memcpy 60 "$bin/gpu_memcpy_bw" $((256 << 20))
@@ -286,7 +330,7 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
   # less the 1.5 points allowed above for the MLP (same model, init, data order and update
   # rules; only the sums run in other orders). And the loss falls: epoch 2's mean training loss
   # below epoch 1's.
-  step train_cuda_cnn_2epochs 150 "$bin/tutti-run" -n 2 --timeout 140 -- "$bin/tutti-train" --device cuda --model cnn --epochs 2 --data "$data"
+  step train_cuda_cnn_2epochs 150 "$bin/tutti-run" -n 2 $run_opts --timeout 140 -- "$bin/tutti-train" --device cuda --model cnn --epochs 2 --data "$data"
   cnn_lines=$(awk '/^=== train_cuda_cnn_2epochs/ { on = 1 } on && /^epoch +[12]\/2/' "$results")
   cnn_field() { echo "$cnn_lines" | sed -n "$1p" | sed -E "$2"; }
   cnn_acc1=$(cnn_field 1 's/.*test +([0-9.]+)%.*/\1/') cnn_acc2=$(cnn_field 2 's/.*test +([0-9.]+)%.*/\1/')
@@ -308,10 +352,25 @@ nt=${NCCL_TESTS_DIR:-$root/../nccl-tests}
 if [ -f "$nt/src/all_reduce.cu" ]; then
   mkdir -p "$build/nccl-home" && ln -sfn "$root/include" "$build/nccl-home/include" &&
     ln -sfn "$build/lib" "$build/nccl-home/lib"
-  gpu=0 step nccl_tests_build 200 make -C "$nt" -j"$jobs" NCCL_HOME="$build/nccl-home" CUDA_HOME=/usr/local/cuda \
-    BUILDDIR="$build/nccl-tests" NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" &&
-    step nccl_tests_allreduce_2ranks 120 env LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      $(tutti_run 2) "$build/nccl-tests/all_reduce_perf" -b 8 -e 256M -f 4 -c 1
+  # Two ranks need nccl-tests' MPI build (without MPI each process is a job of its own) and
+  # NCCL_TESTS_DEVICE=0 (both ranks on GPU 0; by default rank r takes GPU r).
+  mpi_home="" mpi_inc=""
+  command -v mpicc >/dev/null && mpi_inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{ print $1 }')
+  [ -n "$mpi_inc" ] && [ -f "$mpi_inc/mpi.h" ] && command -v mpirun >/dev/null && mpi_home=$(dirname "$mpi_inc")
+  gpu=0 step nccl_tests_build 200 make -C "$nt" -j"$jobs" ${mpi_home:+MPI=1 MPI_HOME="$mpi_home"} \
+    NCCL_HOME="$build/nccl-home" CUDA_HOME=/usr/local/cuda \
+    BUILDDIR="$build/nccl-tests" NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"
+  if [ -x "$build/nccl-tests/all_reduce_perf" ] || ((dry)); then
+    if [ -n "$mpi_home" ]; then
+      step nccl_tests_allreduce_2ranks 120 env LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        NCCL_TESTS_DEVICE=0 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+        -x LD_LIBRARY_PATH -x NCCL_TESTS_DEVICE "$build/nccl-tests/all_reduce_perf" -b 8 -e 256M -f 4 -c 1
+    else
+      log "nccl_tests: no MPI (mpicc, mpi.h, mpirun): nccl-tests runs 1 rank"
+      step nccl_tests_allreduce_1rank 120 env LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        "$build/nccl-tests/all_reduce_perf" -b 8 -e 256M -f 4 -c 1
+    fi
+  fi
 else
   log "NOT RUN nccl_tests: no nccl-tests sources at $nt (set NCCL_TESTS_DIR)"
 fi
