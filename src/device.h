@@ -99,6 +99,11 @@ typedef struct device_ops {
    * elements, unless *skip != 0 when it runs (then nothing is written). 2 <= n <= 8. */
   int (*stream_reduce_n)(void *stream, void *dst, const void *const *in, int n, size_t count,
                          const struct reduce_op *op, const volatile uint32_t *skip);
+
+  /* ---- single-rank communicators (group.c): a call is a copy on the caller's stream ---- */
+  /* Enqueued on `stream`: copies `bytes` of device memory from src to dst (CUDA: cuMemcpyAsync,
+   * the copy engine). */
+  int (*stream_memcpy)(void *stream, void *dst, const void *src, size_t bytes);
 } device_ops_t;
 
 /* The device in use: the emulation when TUTTI_DEVICE_EMULATION=1, else the CUDA driver when it
@@ -141,6 +146,7 @@ typedef struct device_emu_counts {
   uint64_t ipc_opens, dev_reduces, dev_copies, staging_copies;
   uint64_t stream_copies, stream_reduces; /* run on a stream (the small-call path) */
   uint64_t ldst_copies;                   /* copy_ldst between device memory (the peer path) */
+  uint64_t stream_memcpys;                /* stream_memcpy (single-rank communicators) */
 } device_emu_counts_t;
 device_emu_counts_t device_emu_counts(void);
 

@@ -367,6 +367,10 @@ static int cuda_stream_copy(void *stream, void *dst, const void *src, size_t byt
   return kernel_copy(dst, src, bytes, (const unsigned *)skip, stream) ? CU_ERROR_LAUNCH_FAILED : 0;
 }
 
+static int cuda_stream_memcpy(void *stream, void *dst, const void *src, size_t bytes) {
+  return cu.memcpy_async((cu_ptr_t)(uintptr_t)dst, (cu_ptr_t)(uintptr_t)src, bytes, stream);
+}
+
 static int cuda_stream_reduce_n(void *stream, void *dst, const void *const *in, int n, size_t count,
                                 const reduce_op_t *op, const volatile uint32_t *skip) {
   reduce_args_t mid, last;
@@ -405,4 +409,5 @@ const device_ops_t device_cuda_ops = {
     .host_unregister = cuda_host_unregister,
     .stream_copy = cuda_stream_copy,
     .stream_reduce_n = cuda_stream_reduce_n,
+    .stream_memcpy = cuda_stream_memcpy,
 };

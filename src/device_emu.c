@@ -565,6 +565,32 @@ static int emu_stream_copy(void *stream, void *dst, const void *src, size_t byte
   return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
 }
 
+typedef struct emu_memcpy { /* a copy engine's copy queued on a stream */
+  void *dst;
+  const void *src;
+  size_t bytes;
+} emu_memcpy_t;
+
+static void emu_memcpy_run(void *arg) {
+  emu_memcpy_t *m = arg;
+  char *d = emu_lookup(m->dst, m->bytes);
+  const char *x = emu_lookup(m->src, m->bytes);
+  if (!d || !x) {
+    WARN("device emulation: a stream memcpy named memory outside any device allocation");
+  } else {
+    memmove(d, x, m->bytes);
+    emu_count(&emu_counts.stream_memcpys);
+  }
+  free(m);
+}
+
+static int emu_stream_memcpy(void *stream, void *dst, const void *src, size_t bytes) {
+  emu_memcpy_t *m = malloc(sizeof(*m));
+  if (!m) return 2;
+  *m = (emu_memcpy_t){.dst = dst, .src = src, .bytes = bytes};
+  return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_memcpy_run, .arg = m});
+}
+
 static int emu_stream_reduce_n(void *stream, void *dst, const void *const *in, int n, size_t count,
                                const reduce_op_t *op, const volatile uint32_t *skip) {
   if (n < 2 || n > 8) return 1;
@@ -616,4 +642,5 @@ const device_ops_t device_emu_ops = {
     .host_unregister = emu_host_unregister,
     .stream_copy = emu_stream_copy,
     .stream_reduce_n = emu_stream_reduce_n,
+    .stream_memcpy = emu_stream_memcpy,
 };

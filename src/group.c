@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "collcheck.h"
+#include "device.h"
 #include "proxy.h"
 #include "small.h"
 
@@ -29,8 +30,8 @@ typedef struct group_state {
   /* reused by the stream path */
   size_t *idx;
   uint32_t *calls;
-  pending_t *rest;
-  size_t idx_cap, call_cap, rest_cap;
+  pending_t *rest, *others;
+  size_t idx_cap, call_cap, rest_cap, others_cap;
 } group_state_t;
 
 static TUTTI_TLS group_state_t grp;
@@ -42,7 +43,7 @@ static pthread_once_t grp_key_once = PTHREAD_ONCE_INIT;
 
 static void grp_free(void *unused) {
   free(grp.ops), free(grp.ctxs), free(grp.lanes), free(grp.comms);
-  free(grp.idx), free(grp.calls), free(grp.rest);
+  free(grp.idx), free(grp.calls), free(grp.rest), free(grp.others);
   memset(&grp, 0, sizeof(grp));
 }
 
@@ -251,9 +252,53 @@ static ncclResult_t group_submit_small(pending_t *ops, size_t n, const size_t *i
   return res;
 }
 
-/* The stream path: small all-reduces on their streams, the rest to the proxies. */
+/* A call of a single-rank communicator on device buffers is a copy of sendbuff to recvbuff
+ * (every collective of one rank is; nothing to do in place), enqueued on its stream at once,
+ * without the proxy. Left to the proxy: send/recv, PreMulSum (a multiplication), buffers that
+ * overlap without being the same or differ in size, a capturing stream (refused there). */
+static int self_eligible(const pending_t *p) {
+  const char *s = p->ctx.buf[BUF_SEND], *r = p->ctx.buf[BUF_RECV];
+  size_t b = p->bytes[1];
+  return p->ctx.comm->nranks == 1 && p->on_device[0] && p->on_device[1] && !p->scalar_dev &&
+         !p->ctx.rop.premul && p->args.coll != COLL_SEND && p->args.coll != COLL_RECV &&
+         p->bytes[0] == b && (s == r || s + b <= r || r + b <= s) &&
+         !device_get()->stream_capturing(p->stream);
+}
+
+/* Enqueues the group's single-rank copies; *others gets the calls left (in order), *m their
+ * number. */
+static ncclResult_t group_submit_self(pending_t *ops, size_t n, pending_t **others, size_t *m) {
+  group_state_t *g = grp_self();
+  const device_ops_t *dev = device_get();
+  if (grow((void **)&g->others, &g->others_cap, n, sizeof(*g->others)))
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  *others = g->others, *m = 0;
+  for (size_t i = 0; i < n; i++) {
+    pending_t *p = &ops[i];
+    if (!self_eligible(p)) {
+      g->others[(*m)++] = *p;
+      continue;
+    }
+    char *s = p->ctx.buf[BUF_SEND], *r = p->ctx.buf[BUF_RECV];
+    int rc = s == r || !p->bytes[1] ? 0 : dev->stream_memcpy(p->stream, r, s, p->bytes[1]);
+    if (rc) {
+      ncclResult_t res = TUTTI_ERR(ncclUnhandledCudaError,
+                                   "rank 0 of 1: cannot enqueue the copy of %s on its stream: "
+                                   "%s (%d)",
+                                   coll_name(p->args.coll), dev->error_string(rc), rc);
+      comm_set_error(p->ctx.comm, res, tutti_last_error());
+      return res;
+    }
+  }
+  return ncclSuccess;
+}
+
+/* The stream path: single-rank calls and small all-reduces on their streams, the rest to the
+ * proxies. */
 static ncclResult_t group_submit(pending_t *ops, size_t n) {
   group_state_t *g = grp_self();
+  TUTTI_CHECK(group_submit_self(ops, n, &ops, &n));
+  if (n == 0) return ncclSuccess;
   if (grow((void **)&g->idx, &g->idx_cap, n, sizeof(*g->idx)))
     return TUTTI_ERR(ncclSystemError, "out of memory");
   size_t *idx = g->idx;

@@ -160,6 +160,49 @@ TEST(StreamPathProtocol, EveryCollectiveOnDeviceBuffersIsExact) {
 
 // The call returns while the work before it on the stream still runs; the operation reads
 // what that work wrote; the work queued after it sees its result.
+// A single-rank communicator's calls on device buffers are copies enqueued on the stream (no
+// proxy, no staging): each collective's recvbuff equals sendbuff, written only when the stream
+// gets there; in place writes nothing; send/recv to self (the proxy's) still right beside them.
+TEST(StreamPathProtocol, SingleRankCallsAreCopiesOnTheStream) {
+  const size_t k = 1003;
+  Ranks R(1);
+  ncclComm_t c = R.comms[0];
+  cudaStream_t st = R.st(0);
+  DevBuf s(k * 4), inplace(k * 4), sr(k * 4);
+  std::vector<DevBuf *> r;
+  for (int i = 0; i < 8; i++) r.push_back(new DevBuf(k * 4));
+  fill(s, 0, k), fill(inplace, 0, k);
+  device_emu_counts_t before = device_emu_counts();
+  Gate gate;
+  device_emu_stream_call(R.streams[0], Gate::wait, &gate);
+  ASSERT_EQ(ncclAllReduce(s.d, r[0]->d, k, ncclInt32, ncclSum, c, st), ncclSuccess);
+  ASSERT_EQ(ncclBroadcast(s.d, r[1]->d, k, ncclInt32, 0, c, st), ncclSuccess);
+  ASSERT_EQ(ncclReduce(s.d, r[2]->d, k, ncclInt32, ncclMax, 0, c, st), ncclSuccess);
+  ASSERT_EQ(ncclAllGather(s.d, r[3]->d, k, ncclInt32, c, st), ncclSuccess);
+  ASSERT_EQ(ncclReduceScatter(s.d, r[4]->d, k, ncclInt32, ncclAvg, c, st), ncclSuccess);
+  ASSERT_EQ(ncclAlltoAll(s.d, r[5]->d, k, ncclInt32, c, st), ncclSuccess);
+  ASSERT_EQ(ncclGather(s.d, r[6]->d, k, ncclInt32, 0, c, st), ncclSuccess);
+  ASSERT_EQ(ncclScatter(s.d, r[7]->d, k, ncclInt32, 0, c, st), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(inplace.d, inplace.d, k, ncclInt32, ncclProd, c, st), ncclSuccess);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclSend(s.d, k, ncclInt32, 0, c, st), ncclSuccess);
+  ASSERT_EQ(ncclRecv(sr.d, k, ncclInt32, 0, c, st), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int i = 0; i < 8; i++)
+    ASSERT_EQ(r[i]->host<int32_t>()[0], 0) << "call " << i << " ran before its stream got there";
+  gate.open = 1;
+  R.sync();
+  for (int i = 0; i < 8; i++)
+    for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->host<int32_t>()[j], in(0, j)) << "call " << i;
+  for (size_t j = 0; j < k; j++) {
+    ASSERT_EQ(inplace.host<int32_t>()[j], in(0, j)) << "in place";
+    ASSERT_EQ(sr.host<int32_t>()[j], in(0, j)) << "send/recv to self";
+  }
+  device_emu_counts_t after = device_emu_counts();
+  EXPECT_EQ(after.stream_memcpys - before.stream_memcpys, 8u);  // none for in place
+  for (DevBuf *b : r) delete b;
+}
+
 TEST(StreamPathProtocol, OrderedOnTheStreamAndReturnsAtOnce) {
   const int n = 2;
   const size_t k = 4096;
@@ -424,23 +467,30 @@ TEST(StreamPathProtocol, CaptureAndTooManyStreamsAreRefused) {
   EXPECT_NE(std::string(ncclGetLastError(R.comms[0])).find("graph capture"), std::string::npos)
       << ncclGetLastError(R.comms[0]);
   device_emu_stream_set_capturing(R.streams[0], 0);
-  std::vector<void *> extra(5);
-  for (auto &x : extra) x = device_emu_stream_create();
-  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  for (auto x : extra)
-    ASSERT_EQ(ncclAllReduce(b.d, b.d, 8, ncclInt32, ncclSum, R.comms[0], (cudaStream_t)x),
-              ncclSuccess);
-  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
-  EXPECT_NE(std::string(ncclGetLastError(R.comms[0])).find("more than 4 streams"),
-            std::string::npos)
-      << ncclGetLastError(R.comms[0]);
-  for (auto x : extra) device_emu_stream_destroy(x);
-  ncclResult_t err;
-  ASSERT_EQ(ncclCommGetAsyncError(R.comms[0], &err), ncclSuccess);
-  EXPECT_EQ(err, ncclSuccess);
   ASSERT_EQ(ncclAllReduce(b.d, b.d, 1024, ncclInt32, ncclSum, R.comms[0], R.st(0)), ncclSuccess);
   R.sync();
   for (size_t j = 0; j < 1024; j++) ASSERT_EQ(b.host<int32_t>()[j], in(0, j));
+  // A group of one communicator on 5 streams (2 ranks: a single rank's calls skip the proxy).
+  Ranks R2(2);
+  DevBuf b2(4096);
+  std::vector<void *> extra(5);
+  for (auto &x : extra) x = device_emu_stream_create();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < 2; i++)
+    for (auto x : extra)
+      ASSERT_EQ(ncclAllReduce((i ? b2 : b).d, (i ? b2 : b).d, 8, ncclInt32, ncclSum, R2.comms[i],
+                              (cudaStream_t)x),
+                ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(R2.comms[0])).find("more than 4 streams"),
+            std::string::npos)
+      << ncclGetLastError(R2.comms[0]);
+  for (auto x : extra) device_emu_stream_destroy(x);
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t err;
+    ASSERT_EQ(ncclCommGetAsyncError(R2.comms[i], &err), ncclSuccess);
+    EXPECT_EQ(err, ncclSuccess);
+  }
 }
 
 // ncclCommDestroy with an operation still waiting for its stream runs it first.

@@ -196,15 +196,16 @@ step cnn_kernels 60 "$bin/test_cnn_kernels"
 # Every collective x datatype on device buffers, stream order, device scalar, capture, abort
 # (all-reduces up to 64 KiB on 2 and 4 ranks take the small-call path).
 # GPU_COLL_VERBOSE: each rank names every call, with the time since its first, before it makes
-# it (a slow run shows its pace, a hang where it stopped). When the 1-rank check under
+# it (a slow run shows its pace, a hang where it stopped). When the 2-rank check under
 # tutti-run's defaults (a CPU of its own per rank, the shared heap preloaded) fails, the
 # variants below tell which default it is (docs/gpu.md, "The first GPU runs"), and the steps
 # after it run with the first variant that passed; the default's failure stands.
 export GPU_COLL_VERBOSE=1
-if ! step device_collectives_1ranks 60 $(tutti_run 1) "$bin/gpu_coll" check && ((!dry)); then
+step device_collectives_1ranks 60 $(tutti_run 1) "$bin/gpu_coll" check
+if ! step device_collectives_2ranks 90 $(tutti_run 2) "$bin/gpu_coll" check && ((!dry)); then
   for v in "--heap private" "--bind none" "--bind none --heap private"; do
     failed_before=$failed vname=${v//--/}
-    if step "device_collectives_1rank_${vname// /_}" 45 "$bin/tutti-run" -n 1 $v --timeout 60 -- \
+    if step "device_collectives_2ranks_${vname// /_}" 45 "$bin/tutti-run" -n 2 $v --timeout 60 -- \
       "$bin/gpu_coll" check; then
       run_opts=$v
       log "the steps below run tutti-run $v"
@@ -213,7 +214,7 @@ if ! step device_collectives_1ranks 60 $(tutti_run 1) "$bin/gpu_coll" check && (
     failed=$failed_before # a variant is a diagnosis; the default's failure is already counted
   done
 fi
-for n in 2 4; do step "device_collectives_${n}ranks" 90 $(tutti_run $n) "$bin/gpu_coll" check; done
+step device_collectives_4ranks 90 $(tutti_run 4) "$bin/gpu_coll" check
 unset GPU_COLL_VERBOSE
 for n in 2 4; do step "device_collectives_${n}threads" 120 "$bin/gpu_coll" threads "$n"; done
 # Peer figure: device-to-device copy bandwidth, this run.
