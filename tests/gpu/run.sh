@@ -260,7 +260,7 @@ for py in python3 /usr/bin/python3 python; do
   case $v in *" True") torch_py=$(command -v "$py"); break ;; esac
 done
 if [ -n "$torch_py" ]; then
-  step torch_nccl_2ranks 300 env LD_PRELOAD="$build/lib/libnccl.so.2" TUTTI_DEBUG=INFO \
+  step torch_nccl_2ranks 150 env LD_PRELOAD="$build/lib/libnccl.so.2" TUTTI_DEBUG=INFO \
     TUTTI_DEBUG_SUBSYS=INIT "$torch_py" "$root/tests/gpu/torch_nccl.py" 2
   # TUTTI_DEBUG=INFO proves which library ran: its log lines start with "TUTTI INFO".
   if ((dry)) || grep -q "TUTTI INFO comm .* init done" "$results"; then log "torch_nccl: tutti's library ran (TUTTI INFO lines above)"

@@ -75,11 +75,24 @@ struct Case {
   size_t count, offset;  // offset in elements from a 256-byte aligned allocation
 };
 
+const size_t kMaxCount = 1 << 20 | 7;
+
+// One type's inputs (two operands of kMaxCount + 1 elements, drawn once: a case reads a prefix)
+// and three device buffers of the largest size, allocated once: the cases differ in type, op,
+// variant, count and alignment, and drawing or allocating per case cost most of the test's time.
+struct Inputs {
+  std::vector<unsigned char> a, b;
+};
+struct DevBufs {
+  unsigned char *a = nullptr, *b = nullptr, *d = nullptr;
+  ~DevBufs() { cudaFree(a), cudaFree(b), cudaFree(d); }
+};
+
 // Runs one case on the GPU and on the host; returns the index of the first differing byte or -1.
-long run_case(const Case &c, std::mt19937_64 &rng, std::string *why) {
+long run_case(const Case &c, const Inputs &in, const DevBufs &dev, std::mt19937_64 &rng,
+              std::string *why) {
   size_t es = tuttiTypeSize(c.type), bytes = (c.count + c.offset) * es;
-  std::vector<unsigned char> a = random_elems(c.type, c.count + c.offset, rng);
-  std::vector<unsigned char> b = random_elems(c.type, c.count + c.offset, rng);
+  const unsigned char *a = in.a.data(), *b = in.b.data();
   std::vector<unsigned char> scalar = random_elems(c.type, 1, rng);
   reduce_op_t op = {
       .type = c.type, .base = c.base, .premul = c.premul, .postdiv = c.postdiv, .divisor = 3};
@@ -87,30 +100,23 @@ long run_case(const Case &c, std::mt19937_64 &rng, std::string *why) {
   std::vector<unsigned char> host(bytes, 0), dev_out(bytes, 0);
   size_t off = c.offset * es;
   if (c.two_operands)  // the engine's two calls: combine two operands, or copy one
-    reduce_combine(&op, host.data() + off, a.data() + off, b.data() + off, c.count,
-                   REDUCE_PRE | REDUCE_POST);
+    reduce_combine(&op, host.data() + off, a + off, b + off, c.count, REDUCE_PRE | REDUCE_POST);
   else
-    reduce_copy(&op, host.data() + off, a.data() + off, c.count, REDUCE_PRE | REDUCE_POST);
+    reduce_copy(&op, host.data() + off, a + off, c.count, REDUCE_PRE | REDUCE_POST);
   reduce_args_t args;
   if (!reduce_args_decode(&op, REDUCE_PRE | REDUCE_POST, &args)) {
     *why = "decode";
     return 0;
   }
-  unsigned char *da, *db, *dd;
-  if (cudaMalloc(&da, bytes) || cudaMalloc(&db, bytes) || cudaMalloc(&dd, bytes)) {
-    *why = "cudaMalloc";
+  if (cudaMemcpy(dev.a, a, bytes, cudaMemcpyHostToDevice) ||
+      cudaMemcpy(dev.b, b, bytes, cudaMemcpyHostToDevice) || cudaMemset(dev.d, 0, bytes)) {
+    *why = "cudaMemcpy / cudaMemset";
     return 0;
   }
-  cudaMemcpy(da, a.data(), bytes, cudaMemcpyHostToDevice);
-  cudaMemcpy(db, b.data(), bytes, cudaMemcpyHostToDevice);
-  cudaMemset(dd, 0, bytes);
-  int rc = tutti_cuda_reduce(dd + off, da + off, c.two_operands ? db + off : nullptr, c.count,
-                             c.type, &args, nullptr);
+  int rc = tutti_cuda_reduce(dev.d + off, dev.a + off, c.two_operands ? dev.b + off : nullptr,
+                             c.count, c.type, &args, nullptr);
   cudaError_t sync = cudaDeviceSynchronize();
-  cudaMemcpy(dev_out.data(), dd, bytes, cudaMemcpyDeviceToHost);
-  cudaFree(da);
-  cudaFree(db);
-  cudaFree(dd);
+  cudaMemcpy(dev_out.data(), dev.d, bytes, cudaMemcpyDeviceToHost);
   if (rc || sync) {
     *why = "launch " + std::to_string(rc) + " sync " + std::to_string((int)sync);
     return 0;
@@ -122,22 +128,30 @@ long run_case(const Case &c, std::mt19937_64 &rng, std::string *why) {
 
 TEST(GpuKernels, EveryTypeOpVariantMatchesTheHostBitForBit) {
   std::mt19937_64 rng(21);
+  DevBufs dev;
+  const size_t max_bytes = (kMaxCount + 1) * 8;  // the widest type, one element of offset
+  CUDA_OK(cudaMalloc(&dev.a, max_bytes));
+  CUDA_OK(cudaMalloc(&dev.b, max_bytes));
+  CUDA_OK(cudaMalloc(&dev.d, max_bytes));
   int cases = 0;
-  for (ncclDataType_t t : kTypes)
+  for (ncclDataType_t t : kTypes) {
+    Inputs in = {random_elems(t, kMaxCount + 1, rng), random_elems(t, kMaxCount + 1, rng)};
     for (int base = 0; base < 4; base++)
       for (int variant = 0; variant < 4; variant++)
         for (int two = 0; two < 2; two++)
           for (size_t offset : {0, 1})
-            for (size_t count : {1, 15, 16, 17, 1000, 1 << 20 | 7}) {
+            for (size_t count :
+                 {(size_t)1, (size_t)15, (size_t)16, (size_t)17, (size_t)1000, kMaxCount}) {
               Case c = {t, (ncclRedOp_t)base, variant & 1, variant >> 1, two, count, offset};
               std::string why;
-              long at = run_case(c, rng, &why);
+              long at = run_case(c, in, dev, rng, &why);
               ASSERT_TRUE(why.empty()) << why;
               ASSERT_EQ(at, -1) << "type " << t << " op " << base << " pre " << c.premul << " post "
                                 << c.postdiv << " operands " << 1 + two << " count " << count
                                 << " offset " << offset << ": first differing byte " << at;
               cases++;
             }
+  }
   printf("gpu kernels: %d cases bit-identical to the host kernels\n", cases);
 }
 
