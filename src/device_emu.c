@@ -529,14 +529,15 @@ typedef struct emu_work { /* one copy or reduction queued on a stream */
   int n; /* 1: a copy of bytes; else a reduction of count elements */
   size_t bytes, count;
   reduce_op_t op;
-  const volatile uint32_t *skip;
+  const volatile uint32_t *skip; /* NULL: never skipped */
+  int engine;                    /* a copy engine's copy (stream_memcpy), not a kernel's */
 } emu_work_t;
 
 /* On the stream's thread: what the kernel does (a missing range: nothing written, a WARN,
  * as a faulting kernel would leave it). */
 static void emu_work_run(void *arg) {
   emu_work_t *w = arg;
-  if (!__atomic_load_n(w->skip, __ATOMIC_ACQUIRE)) {
+  if (!w->skip || !__atomic_load_n(w->skip, __ATOMIC_ACQUIRE)) {
     char *d = emu_reach(w->dst, w->bytes);
     const char *x[8];
     int ok = d != NULL;
@@ -546,7 +547,7 @@ static void emu_work_run(void *arg) {
            w->n == 1 ? "copy" : "reduction");
     } else if (w->n == 1) {
       memmove(d, x[0], w->bytes);
-      emu_count(&emu_counts.stream_copies);
+      emu_count(w->engine ? &emu_counts.stream_memcpys : &emu_counts.stream_copies);
     } else {
       for (int k = 1; k < w->n; k++) /* left to right: ((x0 OP x1) OP x2) ... */
         reduce_combine(&w->op, d, k == 1 ? x[0] : d, x[k], w->count,
@@ -565,30 +566,12 @@ static int emu_stream_copy(void *stream, void *dst, const void *src, size_t byte
   return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
 }
 
-typedef struct emu_memcpy { /* a copy engine's copy queued on a stream */
-  void *dst;
-  const void *src;
-  size_t bytes;
-} emu_memcpy_t;
-
-static void emu_memcpy_run(void *arg) {
-  emu_memcpy_t *m = arg;
-  char *d = emu_lookup(m->dst, m->bytes);
-  const char *x = emu_lookup(m->src, m->bytes);
-  if (!d || !x) {
-    WARN("device emulation: a stream memcpy named memory outside any device allocation");
-  } else {
-    memmove(d, x, m->bytes);
-    emu_count(&emu_counts.stream_memcpys);
-  }
-  free(m);
-}
-
+/* A copy engine's copy: the work of a stream copy, never skipped, counted apart. */
 static int emu_stream_memcpy(void *stream, void *dst, const void *src, size_t bytes) {
-  emu_memcpy_t *m = malloc(sizeof(*m));
-  if (!m) return 2;
-  *m = (emu_memcpy_t){.dst = dst, .src = src, .bytes = bytes};
-  return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_memcpy_run, .arg = m});
+  emu_work_t *w = malloc(sizeof(*w));
+  if (!w) return 2;
+  *w = (emu_work_t){.dst = dst, .in = {src}, .n = 1, .bytes = bytes, .engine = 1};
+  return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
 }
 
 static int emu_stream_reduce_n(void *stream, void *dst, const void *const *in, int n, size_t count,

@@ -266,14 +266,19 @@ static int self_eligible(const pending_t *p) {
 }
 
 /* Enqueues the group's single-rank copies; *others gets the calls left (in order), *m their
- * number. */
+ * number: ops itself, uncopied, when no call is a single-rank copy (the usual group). */
 static ncclResult_t group_submit_self(pending_t *ops, size_t n, pending_t **others, size_t *m) {
+  size_t first = 0;
+  while (first < n && !self_eligible(&ops[first])) first++;
+  *others = ops, *m = n;
+  if (first == n) return ncclSuccess;
   group_state_t *g = grp_self();
   const device_ops_t *dev = device_get();
   if (grow((void **)&g->others, &g->others_cap, n, sizeof(*g->others)))
     return TUTTI_ERR(ncclSystemError, "out of memory");
-  *others = g->others, *m = 0;
-  for (size_t i = 0; i < n; i++) {
+  memcpy(g->others, ops, first * sizeof(*ops));
+  *others = g->others, *m = first;
+  for (size_t i = first; i < n; i++) {
     pending_t *p = &ops[i];
     if (!self_eligible(p)) {
       g->others[(*m)++] = *p;

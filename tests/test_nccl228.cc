@@ -58,37 +58,31 @@ TEST(NcclSymbols, LibncclExportsEveryDeclaredFunction) {
   check_library_exports(LIBNCCL_PATH);
 }
 
+// The nccl* and pnccl* names a library defines (nm -D; versions after "@" cut).
+static std::set<std::string> defined_nccl_symbols(const std::string &lib) {
+  FILE *p = popen(("nm -D --defined-only " + lib).c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::set<std::string> names;
+  if (!p) return names;
+  const std::regex nccl("^p?nccl");
+  char buf[512], type, name[400];
+  unsigned long long addr;
+  while (fgets(buf, sizeof(buf), p))
+    if (sscanf(buf, "%llx %c %399s", &addr, &type, name) == 3 && std::regex_search(name, nccl))
+      names.insert(std::string(name).substr(0, std::string(name).find('@')));
+  pclose(p);
+  return names;
+}
+
 // libtutti.so is the same code as the libnccl.so.2 this process has loaded, so it is not
 // dlopen'ed next to it (its calls to its own exported functions could bind to libnccl.so.2's):
 // read its dynamic symbol table instead, where every declared function must be defined.
 TEST(NcclSymbols, LibtuttiExportsEveryDeclaredFunction) {
   std::vector<std::string> names = header_functions();
   ASSERT_GE(names.size(), 82u);
-  FILE *p = popen("nm -D --defined-only " LIBTUTTI_PATH, "r");
-  ASSERT_NE(p, nullptr);
-  std::set<std::string> defined;
-  char buf[512], type, name[400];
-  unsigned long long addr;
-  while (fgets(buf, sizeof(buf), p))
-    if (sscanf(buf, "%llx %c %399s", &addr, &type, name) == 3) defined.insert(name);
-  pclose(p);
+  std::set<std::string> defined = defined_nccl_symbols(LIBTUTTI_PATH);
   for (const std::string &n : names)
     EXPECT_TRUE(defined.count(n)) << LIBTUTTI_PATH << " does not export " << n;
-}
-
-static std::set<std::string> defined_nccl_symbols(const std::string &lib) {
-  FILE *p = popen(("nm -D --defined-only " + lib).c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::set<std::string> names;
-  if (!p) return names;
-  char buf[512], type, name[400];
-  unsigned long long addr;
-  while (fgets(buf, sizeof(buf), p))
-    if (sscanf(buf, "%llx %c %399s", &addr, &type, name) == 3 &&
-        std::regex_search(name, std::regex("^p?nccl")))
-      names.insert(std::string(name).substr(0, std::string(name).find('@')));
-  pclose(p);
-  return names;
 }
 
 #ifdef NVIDIA_LIBNCCL_PATH

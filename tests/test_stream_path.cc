@@ -170,7 +170,7 @@ TEST(StreamPathProtocol, SingleRankCallsAreCopiesOnTheStream) {
   cudaStream_t st = R.st(0);
   DevBuf s(k * 4), inplace(k * 4), sr(k * 4);
   std::vector<DevBuf *> r;
-  for (int i = 0; i < 8; i++) r.push_back(new DevBuf(k * 4));
+  for (int i = 0; i < 9; i++) r.push_back(new DevBuf(k * 4));
   fill(s, 0, k), fill(inplace, 0, k);
   device_emu_counts_t before = device_emu_counts();
   Gate gate;
@@ -187,19 +187,20 @@ TEST(StreamPathProtocol, SingleRankCallsAreCopiesOnTheStream) {
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   ASSERT_EQ(ncclSend(s.d, k, ncclInt32, 0, c, st), ncclSuccess);
   ASSERT_EQ(ncclRecv(sr.d, k, ncclInt32, 0, c, st), ncclSuccess);
-  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
-  for (int i = 0; i < 8; i++)
+  ASSERT_EQ(ncclAllReduce(s.d, r[8]->d, k, ncclInt32, ncclMin, c, st), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);  // a copy behind two calls for the proxy
+  for (int i = 0; i < 9; i++)
     ASSERT_EQ(r[i]->host<int32_t>()[0], 0) << "call " << i << " ran before its stream got there";
   gate.open = 1;
   R.sync();
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 9; i++)
     for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->host<int32_t>()[j], in(0, j)) << "call " << i;
   for (size_t j = 0; j < k; j++) {
     ASSERT_EQ(inplace.host<int32_t>()[j], in(0, j)) << "in place";
     ASSERT_EQ(sr.host<int32_t>()[j], in(0, j)) << "send/recv to self";
   }
   device_emu_counts_t after = device_emu_counts();
-  EXPECT_EQ(after.stream_memcpys - before.stream_memcpys, 8u);  // none for in place
+  EXPECT_EQ(after.stream_memcpys - before.stream_memcpys, 9u);  // none for in place
   for (DevBuf *b : r) delete b;
 }
 
