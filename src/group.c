@@ -76,6 +76,10 @@ static int comm_cmp(const void *a, const void *b) {
 
 /* Distinct communicators of the group, sorted (a global lock order). */
 static int collect_comms(group_state_t *g, const pending_t *ops, size_t n) {
+  if (n == 1 && g->comm_cap) { /* a call outside a group: nothing to sort */
+    g->comms[0] = ops[0].ctx.comm;
+    return 1;
+  }
   int nc = 0;
   for (size_t i = 0; i < n; i++) {
     int seen = 0;
@@ -165,7 +169,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
   group_state_t *g = grp_self();
   ncclResult_t res = ncclSuccess;
   int nc = collect_comms(g, ops, n), nlanes = 0, locked = 0;
-  if (nc < 0 || grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t)))
+  if (nc < 0 || (n > g->ctx_cap && grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t))))
     return TUTTI_ERR(ncclSystemError, "out of memory");
   for (; locked < nc; locked++) {
     pthread_mutex_lock(&g->comms[locked]->lock);

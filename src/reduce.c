@@ -317,8 +317,15 @@ int reduce_args_decode(const reduce_op_t *op, int flags, reduce_args_t *args) {
   return 1;
 }
 
-static reduce_kernel_t kernel_for(const reduce_args_t *args, ncclDataType_t type) {
-  return isa_table()->fn[type][args->base][REDUCE_VARIANT(args->pre, args->post)];
+/* Fewer bytes than one AVX2 vector take the scalar kernel: a vector kernel would set up its
+ * constants and then run the same scalar loop on them (AVX2's tail), or one masked step whose
+ * bits the ISA tests hold equal to it (AVX-512). A small all-reduce's folds are this size. */
+#define REDUCE_TINY_BYTES 32
+
+static reduce_kernel_t kernel_for(const reduce_args_t *args, ncclDataType_t type, size_t count) {
+  const reduce_table_t *t = isa_table();
+  if (count * type_sizes[type] < REDUCE_TINY_BYTES) t = &isa_tables[ISA_SCALAR];
+  return t->fn[type][args->base][REDUCE_VARIANT(args->pre, args->post)];
 }
 
 void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count, int flags) {
@@ -330,12 +337,12 @@ void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count
     return;
   }
   if (!reduce_args_decode(op, flags, &args)) return;
-  kernel_for(&args, op->type)(dst, src, NULL, count, &args);
+  kernel_for(&args, op->type, count)(dst, src, NULL, count, &args);
 }
 
 void reduce_combine(const reduce_op_t *op, void *dst, const void *a, const void *b, size_t count,
                     int flags) {
   reduce_args_t args;
   if (count == 0 || !reduce_args_decode(op, flags, &args)) return;
-  kernel_for(&args, op->type)(dst, a, b, count, &args);
+  kernel_for(&args, op->type, count)(dst, a, b, count, &args);
 }
