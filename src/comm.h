@@ -41,6 +41,9 @@ struct bootstrap;
 
 struct ncclComm {
   uint64_t magic;
+  uint64_t serial;        /* this process's n-th communicator: tells it from an earlier one at its
+                           * address (enqueue.c's cache of the last call) */
+  uint64_t calls_checked; /* calls validated in full, not taken from that cache (tests read it) */
   int rank, nranks;
   int local_rank, local_size; /* ranks sharing this rank's host */
   int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */

@@ -179,7 +179,8 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     for (int p = 0; comm->lanes_used && p < 2 * comm->nranks; p++) sched_reset(&comm->p2p_lanes[p]);
     comm->lanes_used = 0;
   }
-  TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
+  int selfs = n > 1 || self_p2p(&ops[0]); /* a call alone: self_copies has nothing to look at */
+  if (selfs) TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
   /* the check and the planner talk to the peers (exchanges, peer-memory handshakes): a failure
    * there, as in the engine, leaves the communicators failed; a mismatch the check finds
    * (ncclInvalidUsage) runs nothing and leaves them usable */
@@ -198,7 +199,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
   }
   if ((res = plan_group(ops, n)) != ncclSuccess) goto failed;
   for (size_t i = 0; i < n; i++) g->ctxs[i] = ops[i].ctx;
-  TUTTI_CHECK_GOTO(self_copies(ops, n, 1), res, out);
+  if (selfs) TUTTI_CHECK_GOTO(self_copies(ops, n, 1), res, out);
   TUTTI_CHECK_GOTO(build_lanes(g, nc, &nlanes), res, out);
   res = engine_run(g->lanes, nlanes, g->ctxs);
   if (t0 && res == ncclSuccess) plan_timed(&ops[0], tutti_time_ns() - t0);

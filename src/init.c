@@ -204,6 +204,8 @@ API const char *ncclGetLastError(ncclComm_t comm) {
   return msg;
 }
 
+static uint64_t comm_serials; /* communicators created so far (comm->serial) */
+
 /* ---- init ---- */
 
 static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
@@ -220,6 +222,7 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
     return TUTTI_ERR(ncclSystemError, "out of memory");
   }
   c->magic = COMM_MAGIC;
+  c->serial = __atomic_add_fetch(&comm_serials, 1, __ATOMIC_RELAXED);
   c->rank = rank, c->nranks = nranks, c->cuda_dev = -1;
   pthread_mutex_init(&c->lock, NULL);
   peer_info_t *me = &c->peers[rank];

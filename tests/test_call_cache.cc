@@ -1,0 +1,118 @@
+// The call cache (src/enqueue.c): a thread's repeated call on a communicator without a device
+// is validated in full once; a repeat checks the communicator's handle and state again and
+// reuses the validated call. These tests count the full validations (comm->calls_checked) and
+// check that a repeat still reads its buffers, still fails on a finalized or destroyed
+// communicator, and is validated again for a communicator that only shares an address with the
+// one cached (its serial differs).
+#include <gtest/gtest.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <vector>
+
+#include "comm.h"
+#include "forked_ranks.h"
+#include "nccl.h"
+
+namespace {
+
+uint64_t checked(ncclComm_t c) {
+  return __atomic_load_n(&c->calls_checked, __ATOMIC_RELAXED);
+}
+
+// One rank: a call repeated is validated once; a call with another argument is validated, and
+// so is the first call again after it (the cache holds one call).
+TEST(CallCache, ARepeatIsValidatedOnceAnotherCallAgain) {
+  ncclComm_t c;
+  ASSERT_EQ(ncclCommInitAll(&c, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<int32_t> send(8), recv(8), other(8);
+  uint64_t base = checked(c);
+  for (int k = 0; k < 4; k++) {
+    for (int i = 0; i < 8; i++) send[i] = 10 * k + i;
+    ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 8, ncclInt32, ncclSum, c, nullptr),
+              ncclSuccess)
+        << ncclGetLastError(c);
+    for (int i = 0; i < 8; i++) ASSERT_EQ(recv[i], 10 * k + i) << "call " << k << " element " << i;
+  }
+  EXPECT_EQ(checked(c) - base, 1u);
+  ASSERT_EQ(ncclAllReduce(send.data(), other.data(), 8, ncclInt32, ncclSum, c, nullptr),
+            ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 8, ncclInt32, ncclMax, c, nullptr),
+            ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 8, ncclInt32, ncclSum, c, nullptr),
+            ncclSuccess);
+  EXPECT_EQ(checked(c) - base, 4u);
+  EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// A communicator created where a cached one lived has another serial: the same call is
+// validated for it in full. (Which address a new communicator gets is the allocator's choice;
+// the serial is what a new one at the same address would differ in.)
+TEST(CallCache, AnotherSerialAtTheSameAddressIsValidatedAgain) {
+  ncclComm_t c;
+  ASSERT_EQ(ncclCommInitAll(&c, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<float> send(4, 1.5f), recv(4, 0.0f);
+  for (int k = 0; k < 2; k++)
+    ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclAvg, c, nullptr),
+              ncclSuccess);
+  uint64_t base = checked(c);
+  c->serial += 1000;
+  ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclAvg, c, nullptr),
+            ncclSuccess)
+      << ncclGetLastError(c);
+  EXPECT_EQ(checked(c) - base, 1u);
+  for (float v : recv) EXPECT_EQ(v, 1.5f);
+  ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclAvg, c, nullptr),
+            ncclSuccess);
+  EXPECT_EQ(checked(c) - base, 1u);
+  EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// A repeat on a finalized communicator fails as the first call would, naming why.
+TEST(CallCache, ARepeatOnAFinalizedCommunicatorIsRefused) {
+  ncclComm_t c;
+  ASSERT_EQ(ncclCommInitAll(&c, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<float> send(4, 2.0f), recv(4, 0.0f);
+  for (int k = 0; k < 2; k++)
+    ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclSum, c, nullptr),
+              ncclSuccess);
+  ASSERT_EQ(ncclCommFinalize(c), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclSum, c, nullptr),
+            ncclInvalidUsage);
+  EXPECT_NE(strstr(ncclGetLastError(c), "finalized"), nullptr) << ncclGetLastError(c);
+  EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Two ranks as processes: 100 all-reduces, out of place and in place in turn in blocks of 10,
+// each summing what its buffers hold at that call; the cache holds one call, so each rank
+// validates in full the first call of each block only: 10 of the 100.
+TEST(CallCache, RepeatsBetweenProcessesSumTheirBuffersAsTheyAre) {
+  const int n = 2;
+  auto codes = forked(
+      n, [](int) {},
+      [](int rank, ncclComm_t comm) {
+        const size_t count = 6;
+        std::vector<int64_t> send(count), recv(count), inplace(count);
+        uint64_t base = checked(comm);
+        for (int k = 0; k < 100; k++) {
+          bool in_place = (k / 10) % 2 == 1;
+          int64_t *s = in_place ? inplace.data() : send.data();
+          int64_t *r = in_place ? inplace.data() : recv.data();
+          for (size_t i = 0; i < count; i++) s[i] = (int64_t)(k * 100 + rank * 10 + (int)i);
+          CHILD_CHECK(ncclAllReduce(s, r, count, ncclInt64, ncclSum, comm, nullptr) == ncclSuccess,
+                      30, "call %d: %s", k, ncclGetLastError(comm));
+          for (size_t i = 0; i < count; i++) {
+            int64_t want = 2 * (k * 100 + (int64_t)i) + 10;
+            CHILD_CHECK(r[i] == want, 31, "call %d element %zu: %lld, want %lld", k, i,
+                        (long long)r[i], (long long)want);
+          }
+        }
+        uint64_t full = checked(comm) - base;
+        CHILD_CHECK(full == 10, 32, "%llu calls validated in full, want 10 (one per block)",
+                    (unsigned long long)full);
+        return 0;
+      });
+  for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+}  // namespace
