@@ -20,6 +20,29 @@ uint64_t checked(ncclComm_t c) {
   return __atomic_load_n(&c->calls_checked, __ATOMIC_RELAXED);
 }
 
+ncclResult_t all_reduce(std::vector<float> &send, std::vector<float> &recv, ncclRedOp_t op,
+                        ncclComm_t c) {
+  return ncclAllReduce(send.data(), recv.data(), send.size(), ncclFloat32, op, c, nullptr);
+}
+
+// A 1-rank communicator on which the all-reduce of send into recv ran `times` times (the call
+// then cached); nullptr, with the failure recorded, if a step failed.
+ncclComm_t with_cached_call(std::vector<float> &send, std::vector<float> &recv, ncclRedOp_t op,
+                            int times) {
+  ncclComm_t c = nullptr;
+  if (ncclCommInitAll(&c, 1, nullptr) != ncclSuccess) {
+    ADD_FAILURE() << ncclGetLastError(nullptr);
+    return nullptr;
+  }
+  for (int k = 0; k < times; k++) {
+    if (all_reduce(send, recv, op, c) != ncclSuccess) {
+      ADD_FAILURE() << "call " << k << ": " << ncclGetLastError(c);
+      return nullptr;
+    }
+  }
+  return c;
+}
+
 // One rank: a call repeated is validated once; a call with another argument is validated, and
 // so is the first call again after it (the cache holds one call).
 TEST(CallCache, ARepeatIsValidatedOnceAnotherCallAgain) {
@@ -49,38 +72,39 @@ TEST(CallCache, ARepeatIsValidatedOnceAnotherCallAgain) {
 // validated for it in full. (Which address a new communicator gets is the allocator's choice;
 // the serial is what a new one at the same address would differ in.)
 TEST(CallCache, AnotherSerialAtTheSameAddressIsValidatedAgain) {
-  ncclComm_t c;
-  ASSERT_EQ(ncclCommInitAll(&c, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
   std::vector<float> send(4, 1.5f), recv(4, 0.0f);
-  for (int k = 0; k < 2; k++)
-    ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclAvg, c, nullptr),
-              ncclSuccess);
+  ncclComm_t c = with_cached_call(send, recv, ncclAvg, 2);
+  ASSERT_NE(c, nullptr);
   uint64_t base = checked(c);
   c->serial += 1000;
-  ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclAvg, c, nullptr),
-            ncclSuccess)
-      << ncclGetLastError(c);
+  ASSERT_EQ(all_reduce(send, recv, ncclAvg, c), ncclSuccess) << ncclGetLastError(c);
   EXPECT_EQ(checked(c) - base, 1u);
   for (float v : recv) EXPECT_EQ(v, 1.5f);
-  ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclAvg, c, nullptr),
-            ncclSuccess);
+  ASSERT_EQ(all_reduce(send, recv, ncclAvg, c), ncclSuccess);
   EXPECT_EQ(checked(c) - base, 1u);
   EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
 // A repeat on a finalized communicator fails as the first call would, naming why.
 TEST(CallCache, ARepeatOnAFinalizedCommunicatorIsRefused) {
-  ncclComm_t c;
-  ASSERT_EQ(ncclCommInitAll(&c, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
   std::vector<float> send(4, 2.0f), recv(4, 0.0f);
-  for (int k = 0; k < 2; k++)
-    ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclSum, c, nullptr),
-              ncclSuccess);
+  ncclComm_t c = with_cached_call(send, recv, ncclSum, 2);
+  ASSERT_NE(c, nullptr);
   ASSERT_EQ(ncclCommFinalize(c), ncclSuccess) << ncclGetLastError(c);
-  EXPECT_EQ(ncclAllReduce(send.data(), recv.data(), 4, ncclFloat32, ncclSum, c, nullptr),
-            ncclInvalidUsage);
+  EXPECT_EQ(all_reduce(send, recv, ncclSum, c), ncclInvalidUsage);
   EXPECT_NE(strstr(ncclGetLastError(c), "finalized"), nullptr) << ncclGetLastError(c);
   EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// A repeat on a destroyed communicator is refused as a first call is.
+TEST(CallCache, ARepeatOnADestroyedCommunicatorIsRefused) {
+  std::vector<float> send(4, 3.0f), recv(4, 0.0f);
+  ncclComm_t c = with_cached_call(send, recv, ncclSum, 3);
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+  EXPECT_EQ(all_reduce(send, recv, ncclSum, c), ncclInvalidArgument);
+  EXPECT_NE(strstr(ncclGetLastError(nullptr), "not a live communicator"), nullptr)
+      << ncclGetLastError(nullptr);
 }
 
 // Two ranks as processes: 100 all-reduces, out of place and in place in turn in blocks of 10,
