@@ -51,8 +51,7 @@ static void grp_key_make(void) {
   pthread_key_create(&grp_key, grp_free);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
+static int grow_slow(void **p, size_t *cap, size_t need, size_t elem) {
   if (!*p) {
     pthread_once(&grp_key_once, grp_key_make);
     pthread_setspecific(grp_key, &grp);
@@ -63,6 +62,12 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (!q) return -1;
   *p = q, *cap = c;
   return 0;
+}
+
+/* Makes room for `need` elements in *p (0, or -1 out of memory); the common case, room
+ * already, inlined on the paths every call takes. */
+static inline int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  return need <= *cap ? 0 : grow_slow(p, cap, need, elem);
 }
 
 void group_fail(ncclResult_t res) {
@@ -76,10 +81,6 @@ static int comm_cmp(const void *a, const void *b) {
 
 /* Distinct communicators of the group, sorted (a global lock order). */
 static int collect_comms(group_state_t *g, const pending_t *ops, size_t n) {
-  if (n == 1 && g->comm_cap) { /* a call outside a group: nothing to sort */
-    g->comms[0] = ops[0].ctx.comm;
-    return 1;
-  }
   int nc = 0;
   for (size_t i = 0; i < n; i++) {
     int seen = 0;
@@ -169,7 +170,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
   group_state_t *g = grp_self();
   ncclResult_t res = ncclSuccess;
   int nc = collect_comms(g, ops, n), nlanes = 0, locked = 0;
-  if (nc < 0 || (n > g->ctx_cap && grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t))))
+  if (nc < 0 || grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t)))
     return TUTTI_ERR(ncclSystemError, "out of memory");
   for (; locked < nc; locked++) {
     pthread_mutex_lock(&g->comms[locked]->lock);
@@ -179,7 +180,8 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     for (int p = 0; comm->lanes_used && p < 2 * comm->nranks; p++) sched_reset(&comm->p2p_lanes[p]);
     comm->lanes_used = 0;
   }
-  int selfs = n > 1 || self_p2p(&ops[0]); /* a call alone: self_copies has nothing to look at */
+  int selfs = 0; /* sends or receives to self: self_copies has something to look at */
+  for (size_t i = 0; i < n && !selfs; i++) selfs = self_p2p(&ops[i]);
   if (selfs) TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
   /* the check and the planner talk to the peers (exchanges, peer-memory handshakes): a failure
    * there, as in the engine, leaves the communicators failed; a mismatch the check finds
