@@ -44,6 +44,7 @@ struct ncclComm {
   uint64_t serial;        /* this process's n-th communicator: tells it from an earlier one at its
                            * address (enqueue.c's cache of the last call) */
   uint64_t calls_checked; /* calls validated in full, not taken from that cache (tests read it) */
+  uint64_t calls_quick;   /* calls run by group_quick (tests read it) */
   int rank, nranks;
   int local_rank, local_size; /* ranks sharing this rank's host */
   int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */
@@ -106,6 +107,8 @@ struct ncclComm {
    * were cached (steps_valid), instead of asking the tuner and the builder again (plan.c). */
   struct {
     int valid, steps_valid, root, in_place, premul;
+    int quick;            /* the steps are cached and engine_run_quick may run them (plan_quick) */
+    size_t scratch_bytes; /* the scratch the cached call needs (sched_scratch_elems) */
     uint32_t map_excluded;
     coll_t coll;
     size_t count, esize, chunk;

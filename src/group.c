@@ -214,6 +214,31 @@ out:
   return res;
 }
 
+int group_quick(pending_t *p, ncclResult_t *res) {
+  ncclComm_t comm = p->ctx.comm;
+  if (grp.depth > 0 || comm->proxy || p->on_stream || collcheck_wanted(p, 1)) return 0;
+  pthread_mutex_lock(&comm->lock);
+  const sched_t *steps = NULL;
+  ncclResult_t r = comm_check_state(comm, "ncclGroupEnd"); /* as group_run: not failed by it */
+  if (r == ncclSuccess) {
+    plan_quick(p, &steps);
+    if (!steps) {
+      pthread_mutex_unlock(&comm->lock);
+      return 0;
+    }
+    sched_reset(&comm->sched_scratch); /* the lanes as group_run leaves them */
+    for (int q = 0; comm->lanes_used && q < 2 * comm->nranks; q++) sched_reset(&comm->p2p_lanes[q]);
+    comm->lanes_used = 0;
+    lane_t lane = {.comm = comm, .steps = steps->steps, .nsteps = steps->n};
+    r = engine_run_quick(&lane, &p->ctx);
+    comm->calls_quick++; /* under the lock */
+    if (r != ncclSuccess) comm_set_error(comm, r, tutti_last_error());
+  }
+  pthread_mutex_unlock(&comm->lock);
+  *res = r;
+  return 1;
+}
+
 /* Plans and runs calls now, in the calling thread (the proxy's path into the engine). */
 static ncclResult_t group_run_now(pending_t *ops, size_t n) {
   return group_run(ops, n);

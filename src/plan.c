@@ -229,11 +229,16 @@ static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclud
   return ncclSuccess;
 }
 
-static int plan_matches(ncclComm_t comm, const pending_t *p) {
+/* Whether p, leaving out the algorithms `excluded`, has the key of the cached plan. */
+static int plan_key_matches(ncclComm_t comm, const pending_t *p, uint32_t excluded) {
   return comm->plan.valid && comm->plan.coll == p->args.coll && comm->plan.count == p->args.count &&
          comm->plan.esize == p->ctx.esize && comm->plan.root == p->args.root &&
          comm->plan.in_place == p->args.in_place && comm->plan.premul == p->args.premul &&
-         comm->plan.map_excluded == p->map_excluded;
+         comm->plan.map_excluded == excluded;
+}
+
+static int plan_matches(ncclComm_t comm, const pending_t *p) {
+  return plan_key_matches(comm, p, p->map_excluded);
 }
 
 /* ---- calls whose handshake showed what the buffers are ---- */
@@ -541,6 +546,10 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
     sched_reset(&comm->plan.steps);
     comm->plan.steps_valid =
         sched_append(&comm->plan.steps, col->steps + first, col->n - first) == 0;
+    comm->plan.quick =
+        comm->plan.steps_valid && !p->ctx.dev && !tutti_param_DumpSchedule() &&
+        engine_quick_steps(comm, comm->plan.steps.steps, comm->plan.steps.n, p->ctx.esize);
+    comm->plan.scratch_bytes = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
   }
   if (tutti_param_DumpSchedule() && col->n > first) dump_call(p, col, first);
   return ncclSuccess;
@@ -563,10 +572,9 @@ static int stream_results(const pending_t *p) {
   return gather && bytes > comm->cache_bytes / (size_t)TUTTI_MAX(comm->machine_size, 1);
 }
 
-static ncclResult_t plan_prepare(pending_t *p) {
+/* plan_prepare's log lines (INFO), once the call's scratch and streaming are set. */
+static void plan_log(const pending_t *p) {
   ncclComm_t comm = p->ctx.comm;
-  p->ctx.stream = stream_results(p);
-  TUTTI_CHECK(provide_scratch(p));
   if (p->ctx.stream)
     INFO(SUB_COLL, "nccl%s (op #%llu): results written with streaming stores (TUTTI_NT_THRESHOLD)",
          coll_name(p->args.coll), (unsigned long long)p->ctx.seq);
@@ -576,6 +584,12 @@ static ncclResult_t plan_prepare(pending_t *p) {
        coll_name(p->args.coll), (unsigned long long)p->ctx.seq, (void *)p->ctx.buf[BUF_SEND],
        (void *)p->ctx.buf[BUF_RECV], p->args.count, (int)p->ctx.rop.type, (int)p->ctx.rop.base,
        p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
+}
+
+static ncclResult_t plan_prepare(pending_t *p) {
+  p->ctx.stream = stream_results(p);
+  TUTTI_CHECK(provide_scratch(p));
+  plan_log(p);
   return ncclSuccess;
 }
 
@@ -633,4 +647,27 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   TUTTI_CHECK(plan_prepare(p));
   *steps = &comm->plan.steps;
   return ncclSuccess;
+}
+
+void plan_quick(pending_t *p, const sched_t **steps) {
+  ncclComm_t comm = p->ctx.comm;
+  *steps = NULL;
+  if (!comm->plan.quick || p->ctx.dev || p->args.coll == COLL_SEND || p->args.coll == COLL_RECV ||
+      (p->args.coll == COLL_ALLTOALL && p->args.in_place) || adapted(comm, p))
+    return;
+  /* map_excluded's answer, counted only once the call is known to take this way */
+  struct map_miss *m = map_miss_slot(comm, p);
+  int hit =
+      m->skip && m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize;
+  /* scratch the communicator has already (plan_prepare's without a temporary to release) */
+  if (!plan_key_matches(comm, p, hit ? m->exclude : 0) ||
+      comm->plan.scratch_bytes > comm->scratch_bytes)
+    return;
+  if (hit) m->skip--;
+  p->ctx.seq = comm->op_count++;
+  p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
+  p->ctx.stream = stream_results(p);
+  p->ctx.buf[BUF_SCRATCH] = comm->scratch;
+  plan_log(p);
+  *steps = &comm->plan.steps;
 }

@@ -39,6 +39,14 @@ ncclResult_t plan_group(pending_t *ops, size_t n);
  * call's time (the measured choice between the FIFOs and cma, adapt.h): the caller times it from
  * here to the engine's end and hands it to plan_timed; such a call never takes the fast way. */
 ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed);
+/* The quick way, tried first for a host call outside any group: when p repeats the cached plan
+ * (its key, the same answer from map_excluded) and its cached steps are ones engine_run_quick
+ * runs (comm->plan.quick), does for p what plan_one_cached does (the same counts: map_excluded's
+ * skip, op_count) and sets *steps. *steps NULL: nothing was changed, plan p the ordinary way.
+ * Never for a call the measured choice times, nor one whose scratch would have to grow (no
+ * temporary is left for plan_release). p's map_checked and map_excluded are left as
+ * they were (p may be the thread's cached call, enqueue.c). */
+void plan_quick(pending_t *p, const sched_t **steps);
 /* The time of a call plan_one_cached asked for, once the engine ran it. */
 void plan_timed(const pending_t *p, uint64_t ns);
 /* Memory that lives until plan_release (scratch beyond the communicator's, copies, peer
