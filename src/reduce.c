@@ -323,10 +323,18 @@ int reduce_args_decode(const reduce_op_t *op, int flags, reduce_args_t *args) {
 #define REDUCE_TINY_BYTES 32
 
 static reduce_kernel_t kernel_for(const reduce_args_t *args, ncclDataType_t type, size_t count) {
-  const reduce_table_t *t = isa_table();
-  if (count * type_sizes[type] < REDUCE_TINY_BYTES) t = &isa_tables[ISA_SCALAR];
-  return t->fn[type][args->base][REDUCE_VARIANT(args->pre, args->post)];
+  if (count * type_sizes[type] < REDUCE_TINY_BYTES) return scalar_kernels[type]; /* every op */
+  return isa_table()->fn[type][args->base][REDUCE_VARIANT(args->pre, args->post)];
 }
+
+/* The arguments of a reduction that neither scales nor divides, per base op: what
+ * reduce_args_decode gives then, without building them per call. */
+static const reduce_args_t plain_args[REDUCE_NUM_BASE_OPS] = {
+    [ncclSum] = {.base = ncclSum, .div_int = 1, .div_f32 = 1.0f, .div_f64 = 1.0},
+    [ncclProd] = {.base = ncclProd, .div_int = 1, .div_f32 = 1.0f, .div_f64 = 1.0},
+    [ncclMax] = {.base = ncclMax, .div_int = 1, .div_f32 = 1.0f, .div_f64 = 1.0},
+    [ncclMin] = {.base = ncclMin, .div_int = 1, .div_f32 = 1.0f, .div_f64 = 1.0},
+};
 
 void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count, int flags) {
   reduce_args_t args;
@@ -343,6 +351,12 @@ void reduce_copy(const reduce_op_t *op, void *dst, const void *src, size_t count
 void reduce_combine(const reduce_op_t *op, void *dst, const void *a, const void *b, size_t count,
                     int flags) {
   reduce_args_t args;
-  if (count == 0 || !reduce_args_decode(op, flags, &args)) return;
-  kernel_for(&args, op->type, count)(dst, a, b, count, &args);
+  if (count == 0 || (unsigned)op->type >= ncclNumTypes || (unsigned)op->base >= REDUCE_NUM_BASE_OPS)
+    return;
+  const reduce_args_t *use = &plain_args[op->base];
+  if (reduce_transforms(op, flags)) {
+    reduce_args_decode(op, flags, &args);
+    use = &args;
+  }
+  kernel_for(use, op->type, count)(dst, a, b, count, use);
 }
