@@ -29,30 +29,41 @@ int64_t sum(int k, int n, size_t i) {
   return n * ((int64_t)k * 1000 + (int64_t)i) + 10 * (int64_t)n * (n - 1) / 2;
 }
 
-// 100 calls, out of place and in place in turn in blocks of 10: the first call of a block plans
-// (a new key), the other 9 repeat it on the quick way: 90 per rank, sums exact.
-TEST(Quick, RepeatsRunOnTheQuickWayWithExactSums) {
+// Phases of 10 calls each, per rank: how many take the quick way. A call in a group never does
+// (the group runs it), and a repeat after the group still does (the call and its plan are
+// still the cached ones); another count plans its first call anew. Sums exact throughout.
+TEST(Quick, OnlyRepeatsOutsideGroupsTakeIt) {
+  struct phase {
+    size_t count;
+    bool in_group, in_place;
+    uint64_t quick; /* calls of the 10 on the quick way */
+  };
+  static const phase phases[] = {{6, false, false, 9}, {6, true, false, 0}, {6, false, false, 10},
+                                 {9, false, false, 9}, {9, false, true, 9}, {9, true, true, 0}};
   const int n = 2;
   auto codes = forked(
       n, [](int) {},
       [](int rank, ncclComm_t comm) {
-        const size_t count = 6;
-        std::vector<int64_t> send(count), recv(count), inplace(count);
-        uint64_t base = quick_calls(comm);
-        for (int k = 0; k < 100; k++) {
-          bool in_place = (k / 10) % 2 == 1;
-          int64_t *s = in_place ? inplace.data() : send.data();
-          int64_t *r = in_place ? inplace.data() : recv.data();
-          for (size_t i = 0; i < count; i++) s[i] = value(k, rank, i);
-          CHILD_CHECK(ncclAllReduce(s, r, count, ncclInt64, ncclSum, comm, nullptr) == ncclSuccess,
-                      30, "call %d: %s", k, ncclGetLastError(comm));
-          for (size_t i = 0; i < count; i++)
-            CHILD_CHECK(r[i] == sum(k, n, i), 31, "call %d element %zu: %lld, want %lld", k, i,
-                        (long long)r[i], (long long)sum(k, n, i));
+        std::vector<int64_t> send(16), recv(16);
+        int k = 0;
+        for (const phase &ph : phases) {
+          uint64_t before = quick_calls(comm);
+          for (int j = 0; j < 10; j++, k++) {
+            int64_t *r = ph.in_place ? send.data() : recv.data();
+            for (size_t i = 0; i < ph.count; i++) send[i] = value(k, rank, i);
+            if (ph.in_group) ncclGroupStart();
+            ncclResult_t res =
+                ncclAllReduce(send.data(), r, ph.count, ncclInt64, ncclSum, comm, nullptr);
+            if (ph.in_group) res = res == ncclSuccess ? ncclGroupEnd() : res;
+            CHILD_CHECK(res == ncclSuccess, 30, "call %d: %s", k, ncclGetLastError(comm));
+            for (size_t i = 0; i < ph.count; i++)
+              CHILD_CHECK(r[i] == sum(k, n, i), 31, "call %d element %zu: %lld, want %lld", k, i,
+                          (long long)r[i], (long long)sum(k, n, i));
+          }
+          uint64_t quick = quick_calls(comm) - before;
+          CHILD_CHECK(quick == ph.quick, 32, "calls %d-%d: %llu on the quick way, want %llu",
+                      k - 10, k - 1, (unsigned long long)quick, (unsigned long long)ph.quick);
         }
-        uint64_t quick = quick_calls(comm) - base;
-        CHILD_CHECK(quick == 90, 32, "%llu calls on the quick way, want 90",
-                    (unsigned long long)quick);
         return 0;
       });
   expect_all_ok(codes);
