@@ -260,16 +260,21 @@ static struct map_miss *map_miss_slot(ncclComm_t comm, const pending_t *p) {
   return &comm->map_miss[h % MAP_MISS_SLOTS];
 }
 
+/* The slot of p's key while it still has skips for it; NULL: none. */
+static struct map_miss *map_miss_live(ncclComm_t comm, const pending_t *p) {
+  struct map_miss *m = map_miss_slot(comm, p);
+  int live =
+      m->skip && m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize;
+  return live ? m : NULL;
+}
+
 /* The algorithms (bits) this call leaves out (asked once per call: it counts the skip). */
 static uint32_t map_excluded(ncclComm_t comm, pending_t *p) {
   if (p->map_checked) return p->map_excluded;
-  struct map_miss *m = map_miss_slot(comm, p);
+  struct map_miss *m = map_miss_live(comm, p);
   p->map_checked = 1;
-  p->map_excluded = 0;
-  if (m->skip && m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize) {
-    p->map_excluded = m->exclude;
-    m->skip--;
-  }
+  p->map_excluded = m ? m->exclude : 0;
+  if (m) m->skip--;
   return p->map_excluded;
 }
 
@@ -656,14 +661,12 @@ void plan_quick(pending_t *p, const sched_t **steps) {
       (p->args.coll == COLL_ALLTOALL && p->args.in_place) || adapted(comm, p))
     return;
   /* map_excluded's answer, counted only once the call is known to take this way */
-  struct map_miss *m = map_miss_slot(comm, p);
-  int hit =
-      m->skip && m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize;
+  struct map_miss *m = map_miss_live(comm, p);
   /* scratch the communicator has already (plan_prepare's without a temporary to release) */
-  if (!plan_key_matches(comm, p, hit ? m->exclude : 0) ||
+  if (!plan_key_matches(comm, p, m ? m->exclude : 0) ||
       comm->plan.scratch_bytes > comm->scratch_bytes)
     return;
-  if (hit) m->skip--;
+  if (m) m->skip--;
   p->ctx.seq = comm->op_count++;
   p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
   p->ctx.stream = stream_results(p);
