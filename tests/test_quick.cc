@@ -9,6 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "comm.h"
@@ -170,6 +173,48 @@ TEST(Quick, ADeadPeerIsAnErrorNamingIt) {
         CHILD_CHECK(quick_calls(comm) >= 19, 64, "%llu calls on the quick way, want 19 or more",
                     (unsigned long long)quick_calls(comm));
         ncclCommAbort(comm);
+        _exit(0);
+      });
+  expect_all_ok(codes);
+}
+
+// A repeat whose peer never comes, aborted from another thread after 200 ms: the call returns
+// an error that says so, within a few seconds (the engine's loop, which the quick way handed the
+// wait to, sees the abort), not a hang.
+TEST(Quick, AnAbortReleasesARepeatThatWaits) {
+  const int n = 2;
+  auto codes = forked(
+      n, [](int) {},
+      [](int rank, ncclComm_t comm) {
+        std::vector<int64_t> send(4, rank + 1), recv(4);
+        for (int k = 0; k < 10; k++) {
+          CHILD_CHECK(ncclAllReduce(send.data(), recv.data(), 4, ncclInt64, ncclSum, comm,
+                                    nullptr) == ncclSuccess,
+                      70, "call %d: %s", k, ncclGetLastError(comm));
+          CHILD_CHECK(recv[0] == 3, 71, "call %d: %lld, want 3", k, (long long)recv[0]);
+        }
+        if (rank == 1) { /* never makes call 10; leaves once rank 0 is done with it */
+          usleep(1000 * 1000);
+          ncclCommAbort(comm);
+          _exit(0);
+        }
+        CHILD_CHECK(quick_calls(comm) == 9, 72, "%llu calls on the quick way, want 9",
+                    (unsigned long long)quick_calls(comm));
+        std::atomic<int> aborted{-1};
+        std::thread aborter([&] {
+          usleep(200 * 1000);
+          aborted = (int)ncclCommAbort(comm);
+        });
+        auto t0 = std::chrono::steady_clock::now();
+        ncclResult_t res =
+            ncclAllReduce(send.data(), recv.data(), 4, ncclInt64, ncclSum, comm, nullptr);
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        aborter.join();
+        const char *why = ncclGetLastError(nullptr);
+        CHILD_CHECK(res != ncclSuccess, 73, "the call the peer never made succeeded");
+        CHILD_CHECK(strstr(why, "abort") != nullptr, 74, "the error does not say abort: %s", why);
+        CHILD_CHECK(s > 0.15 && s < 3.0, 75, "the call returned after %.2f s", s);
+        CHILD_CHECK(aborted == (int)ncclSuccess, 76, "ncclCommAbort returned %d", aborted.load());
         _exit(0);
       });
   expect_all_ok(codes);
