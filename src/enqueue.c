@@ -212,9 +212,9 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
  * buffers host memory), with a built-in op: a program that repeats a call (a training step's
  * all-reduce, a benchmark's loop) has it validated in full once. A repeat checks the
  * communicator's handle and state again and takes the pending call as check_call left it,
- * with the scratch block read anew (the planner grows it): outside a group it is first offered
- * to the quick way as it lies here (group_quick), else a copy goes to the group. The serial
- * tells the communicator from an earlier one created at the same address. */
+ * with the scratch block read anew (the planner grows it): the quick way runs it as it lies
+ * here, anything else plans a copy (group_enqueue's keep). The serial tells the communicator
+ * from an earlier one created at the same address. */
 typedef struct last_call {
   call_t c;
   uint64_t serial; /* 0: none */
@@ -229,21 +229,19 @@ static int same_call(const call_t *a, const call_t *b) {
          a->op == b->op && a->root == b->root && a->stream == b->stream;
 }
 
-/* A repeat of the cached call: *quick 1 when it ran on the quick way (group_quick, with the
- * cached record itself: nothing copied) and *res is its result; else *p is its copy to run. */
-static ncclResult_t check_call_cached(const call_t *c, pending_t *p, int *quick,
-                                      ncclResult_t *res) {
+/* *use: the validated call, the cached record itself on a repeat (*keep 1: the group must leave
+ * it as it is), else p, which check_call filled. */
+static ncclResult_t check_call_cached(const call_t *c, pending_t *p, pending_t **use, int *keep) {
   last_call_t *l = &last;
-  *quick = 0;
   if (l->serial && same_call(c, &l->c)) {
     TUTTI_CHECK(comm_check(c->comm, c->fn));
     if (c->comm->serial == l->serial) {
       l->p.ctx.buf[BUF_SCRATCH] = c->comm->scratch;
-      if ((*quick = group_quick(&l->p, res))) return ncclSuccess;
-      *p = l->p;
+      *use = &l->p, *keep = 1;
       return ncclSuccess;
     }
   }
+  *use = p, *keep = 0;
   l->serial = 0;
   TUTTI_CHECK(check_call(c, p));
   __atomic_add_fetch(&c->comm->calls_checked, 1, __ATOMIC_RELAXED);
@@ -253,16 +251,15 @@ static ncclResult_t check_call_cached(const call_t *c, pending_t *p, int *quick,
 }
 
 static ncclResult_t submit(const call_t *c) {
-  pending_t p;
-  int quick;
-  ncclResult_t ran;
+  pending_t p, *use;
+  int keep;
   tutti_clear_error();
-  ncclResult_t res = check_call_cached(c, &p, &quick, &ran);
+  ncclResult_t res = check_call_cached(c, &p, &use, &keep);
   if (res != ncclSuccess) {
     group_fail(res);
     return res;
   }
-  return quick ? ran : group_enqueue(&p);
+  return group_enqueue(use, keep);
 }
 
 /* ---- public entry points ---- */

@@ -214,9 +214,14 @@ out:
   return res;
 }
 
-int group_quick(pending_t *p, ncclResult_t *res) {
+/* The quick way for a host call run alone (outside any group, or the only call of one; no group
+ * open) that repeats its communicator's cached plan (plan_quick, engine_run_quick): 1 when it
+ * ran the call (*res its result, the communicator failed as group_run leaves it on an error), 0
+ * when it did not take it and changed nothing (the plan does not fit, TUTTI_CHECK_COLL). p is
+ * planned in place, its map_checked left as it was. */
+static int group_quick(pending_t *p, ncclResult_t *res) {
   ncclComm_t comm = p->ctx.comm;
-  if (grp.depth > 0 || comm->proxy || p->on_stream || collcheck_wanted(p, 1)) return 0;
+  if (comm->proxy || p->on_stream || collcheck_wanted(p, 1)) return 0;
   pthread_mutex_lock(&comm->lock);
   const sched_t *steps = NULL;
   ncclResult_t r = comm_check_state(comm, "ncclGroupEnd"); /* as group_run: not failed by it */
@@ -353,7 +358,7 @@ static ncclResult_t group_submit(pending_t *ops, size_t n) {
 
 /* A group with a device buffer or a stream goes to the proxies and returns at once; any other
  * runs here, after what the proxies still have of its communicators (it must not overtake). */
-static ncclResult_t group_launch(pending_t *ops, size_t n) {
+static ncclResult_t group_launch_rest(pending_t *ops, size_t n) {
   int on_stream = 0;
   for (size_t i = 0; i < n; i++) on_stream |= ops[i].on_stream;
   if (on_stream) return group_submit(ops, n);
@@ -362,7 +367,20 @@ static ncclResult_t group_launch(pending_t *ops, size_t n) {
   return group_run(ops, n);
 }
 
-ncclResult_t group_enqueue(pending_t *p) {
+/* A call alone whose plan is its communicator's cached one runs on the quick way. */
+static ncclResult_t group_launch(pending_t *ops, size_t n) {
+  ncclResult_t quick;
+  if (n == 1 && group_quick(&ops[0], &quick)) return quick;
+  return group_launch_rest(ops, n);
+}
+
+ncclResult_t group_enqueue(pending_t *p, int keep) {
+  if (grp.depth == 0 && keep) {
+    ncclResult_t quick;
+    if (group_quick(p, &quick)) return quick;
+    pending_t copy = *p; /* group_run plans it in place */
+    return group_launch_rest(&copy, 1);
+  }
   if (grp.depth == 0) return group_launch(p, 1);
   if (grp.n >= 65535) return TUTTI_ERR(ncclInvalidUsage, "more than 65535 calls in one group");
   if (grow((void **)&grp.ops, &grp.cap, grp.n + 1, sizeof(pending_t)))

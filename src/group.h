@@ -6,14 +6,9 @@
 #include "plan.h"
 
 /* Queues the call in the thread's open group (a copy), or runs it at once when no group is
- * open (*p is then planned in place: the caller's copy is the one that runs). */
-ncclResult_t group_enqueue(pending_t *p);
-/* The quick way for a host call outside any group that repeats its communicator's cached plan
- * (plan_quick, engine_run_quick): 1 when it ran the call (*res its result, the communicator
- * failed as group_enqueue leaves it on an error), 0 when it did not take it and changed nothing
- * (a group is open, the plan does not fit, TUTTI_CHECK_COLL): the caller goes on with
- * group_enqueue. p is planned in place, its map_checked left as it was. */
-int group_quick(pending_t *p, ncclResult_t *res);
+ * open: on the quick way when it fits (group_quick), else planned in place (*p is the one that
+ * runs), or, with keep, in a copy (*p's map_checked stays unset: enqueue.c's cached call). */
+ncclResult_t group_enqueue(pending_t *p, int keep);
 /* Marks the thread's open group as failed (an invalid call inside it): GroupEnd runs nothing. */
 void group_fail(ncclResult_t res);
 /* Depth of the thread's open groups (0: none). */

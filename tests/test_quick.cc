@@ -32,36 +32,49 @@ int64_t sum(int k, int n, size_t i) {
   return n * ((int64_t)k * 1000 + (int64_t)i) + 10 * (int64_t)n * (n - 1) / 2;
 }
 
-// Phases of 10 calls each, per rank: how many take the quick way. A call in a group never does
-// (the group runs it), and a repeat after the group still does (the call and its plan are
-// still the cached ones); another count plans its first call anew. Sums exact throughout.
-TEST(Quick, OnlyRepeatsOutsideGroupsTakeIt) {
+// Phases of 10 calls each, per rank: how many take the quick way. A call alone does once its
+// plan is the cached one: outside a group or the only call of one, repeated or on other buffers
+// of the same size; the first call of another count or placement plans anew, and a group of two
+// calls is run by the group. Sums exact throughout.
+TEST(Quick, CallsAloneWithTheCachedPlanTakeIt) {
+  enum { ALONE, GROUP_OF_ONE, GROUP_OF_TWO };
   struct phase {
     size_t count;
-    bool in_group, in_place;
-    uint64_t quick; /* calls of the 10 on the quick way */
+    int how;
+    bool in_place, other_buffers; /* other_buffers: every other call on a second pair */
+    uint64_t quick;               /* all-reduces of the phase on the quick way */
   };
-  static const phase phases[] = {{6, false, false, 9}, {6, true, false, 0}, {6, false, false, 10},
-                                 {9, false, false, 9}, {9, false, true, 9}, {9, true, true, 0}};
+  static const phase phases[] = {
+      {6, ALONE, false, false, 9},        {6, GROUP_OF_ONE, false, false, 10},
+      {6, GROUP_OF_TWO, false, false, 0}, {6, ALONE, false, true, 10},
+      {9, ALONE, true, false, 9},         {9, GROUP_OF_TWO, true, false, 0}};
   const int n = 2;
   auto codes = forked(
       n, [](int) {},
       [](int rank, ncclComm_t comm) {
-        std::vector<int64_t> send(16), recv(16);
+        std::vector<int64_t> send[2] = {std::vector<int64_t>(16), std::vector<int64_t>(16)};
+        std::vector<int64_t> recv[2] = {std::vector<int64_t>(16), std::vector<int64_t>(16)};
         int k = 0;
         for (const phase &ph : phases) {
           uint64_t before = quick_calls(comm);
           for (int j = 0; j < 10; j++, k++) {
-            int64_t *r = ph.in_place ? send.data() : recv.data();
-            for (size_t i = 0; i < ph.count; i++) send[i] = value(k, rank, i);
-            if (ph.in_group) ncclGroupStart();
-            ncclResult_t res =
-                ncclAllReduce(send.data(), r, ph.count, ncclInt64, ncclSum, comm, nullptr);
-            if (ph.in_group) res = res == ncclSuccess ? ncclGroupEnd() : res;
+            int first = ph.other_buffers ? j % 2 : 0, calls = ph.how == GROUP_OF_TWO ? 2 : 1;
+            if (ph.how != ALONE) ncclGroupStart();
+            ncclResult_t res = ncclSuccess;
+            for (int b = first; b < first + calls && res == ncclSuccess; b++) {
+              int64_t *s = send[b % 2].data(), *r = ph.in_place ? s : recv[b % 2].data();
+              for (size_t i = 0; i < ph.count; i++) s[i] = value(k + b, rank, i);
+              res = ncclAllReduce(s, r, ph.count, ncclInt64, ncclSum, comm, nullptr);
+            }
+            if (ph.how != ALONE) res = res == ncclSuccess ? ncclGroupEnd() : res;
             CHILD_CHECK(res == ncclSuccess, 30, "call %d: %s", k, ncclGetLastError(comm));
-            for (size_t i = 0; i < ph.count; i++)
-              CHILD_CHECK(r[i] == sum(k, n, i), 31, "call %d element %zu: %lld, want %lld", k, i,
-                          (long long)r[i], (long long)sum(k, n, i));
+            for (int b = first; b < first + calls; b++) {
+              const int64_t *r = ph.in_place ? send[b % 2].data() : recv[b % 2].data();
+              for (size_t i = 0; i < ph.count; i++)
+                CHILD_CHECK(r[i] == sum(k + b, n, i), 31,
+                            "call %d buffer %d element %zu: %lld, want %lld", k, b, i,
+                            (long long)r[i], (long long)sum(k + b, n, i));
+            }
           }
           uint64_t quick = quick_calls(comm) - before;
           CHILD_CHECK(quick == ph.quick, 32, "calls %d-%d: %llu on the quick way, want %llu",
@@ -72,10 +85,25 @@ TEST(Quick, OnlyRepeatsOutsideGroupsTakeIt) {
   expect_all_ok(codes);
 }
 
-// Three ranks in place (rank 2 keeps its input in scratch before the fold overwrites it); rank 1
-// wraps every call in a group, so it runs the engine's loop while ranks 0 and 2 run the quick
-// way: the messages must be the same for the sums to come out. An average of floats whose sum
-// is exact in binary (halves) checks the division on the last step too.
+// Rank 1 runs its all-reduce in a group with a send to itself and the receive of it (no
+// message between ranks), so the group runs it in the engine's loop.
+ncclResult_t all_reduce_in_a_group(void *buf, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                   ncclComm_t comm) {
+  static int64_t mine = 7, back;
+  back = 0;
+  ncclGroupStart();
+  ncclResult_t res = ncclAllReduce(buf, buf, count, type, op, comm, nullptr);
+  if (res == ncclSuccess) res = ncclSend(&mine, 1, ncclInt64, 1, comm, nullptr);
+  if (res == ncclSuccess) res = ncclRecv(&back, 1, ncclInt64, 1, comm, nullptr);
+  ncclResult_t end = ncclGroupEnd();
+  if (res == ncclSuccess && end == ncclSuccess && back != mine) return ncclInternalError;
+  return res != ncclSuccess ? res : end;
+}
+
+// Three ranks in place (rank 2 keeps its input in scratch before the fold overwrites it): rank 1
+// runs each all-reduce in the engine's loop (all_reduce_in_a_group) while ranks 0 and 2 take the
+// quick way; the messages must be the same for the sums to come out. An average of floats whose
+// sum is exact in binary (halves) checks the division on the last step too.
 TEST(Quick, ARankInAGroupAndRanksOnTheQuickWayAgree) {
   const int n = 3;
   auto codes = forked(
@@ -84,13 +112,14 @@ TEST(Quick, ARankInAGroupAndRanksOnTheQuickWayAgree) {
         const size_t count = 5;
         std::vector<int64_t> buf(count);
         std::vector<float> fbuf(count);
+        auto run = [&](void *b, ncclDataType_t type, ncclRedOp_t op) {
+          return rank == 1 ? all_reduce_in_a_group(b, count, type, op, comm)
+                           : ncclAllReduce(b, b, count, type, op, comm, nullptr);
+        };
         uint64_t base = quick_calls(comm);
         for (int k = 0; k < 50; k++) {
           for (size_t i = 0; i < count; i++) buf[i] = value(k, rank, i);
-          if (rank == 1) CHILD_CHECK(ncclGroupStart() == ncclSuccess, 40, "group start");
-          ncclResult_t res =
-              ncclAllReduce(buf.data(), buf.data(), count, ncclInt64, ncclSum, comm, nullptr);
-          if (rank == 1) CHILD_CHECK(ncclGroupEnd() == ncclSuccess, 41, "group end");
+          ncclResult_t res = run(buf.data(), ncclInt64, ncclSum);
           CHILD_CHECK(res == ncclSuccess, 42, "call %d: %s", k, ncclGetLastError(comm));
           for (size_t i = 0; i < count; i++)
             CHILD_CHECK(buf[i] == sum(k, n, i), 43, "call %d element %zu: %lld, want %lld", k, i,
@@ -98,10 +127,7 @@ TEST(Quick, ARankInAGroupAndRanksOnTheQuickWayAgree) {
         }
         for (int k = 0; k < 50; k++) {
           for (size_t i = 0; i < count; i++) fbuf[i] = 1.5f * (float)(rank * 8 + k + (int)i);
-          if (rank == 1) CHILD_CHECK(ncclGroupStart() == ncclSuccess, 44, "group start");
-          ncclResult_t res =
-              ncclAllReduce(fbuf.data(), fbuf.data(), count, ncclFloat32, ncclAvg, comm, nullptr);
-          if (rank == 1) CHILD_CHECK(ncclGroupEnd() == ncclSuccess, 45, "group end");
+          ncclResult_t res = run(fbuf.data(), ncclFloat32, ncclAvg);
           CHILD_CHECK(res == ncclSuccess, 46, "avg call %d: %s", k, ncclGetLastError(comm));
           for (size_t i = 0; i < count; i++) {
             float want = 1.5f * (float)(8 + k + (int)i); /* (0 + 8 + 16) / 3 = 8 */
