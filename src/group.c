@@ -157,6 +157,13 @@ static ncclResult_t self_copies(const pending_t *ops, size_t n, int run) {
   return ncclSuccess;
 }
 
+/* Empties a locked communicator's lanes before its calls are planned. */
+static void lanes_reset(ncclComm_t comm) {
+  sched_reset(&comm->sched_scratch);
+  for (int p = 0; comm->lanes_used && p < 2 * comm->nranks; p++) sched_reset(&comm->p2p_lanes[p]);
+  comm->lanes_used = 0;
+}
+
 /* The thread's group state. The empty asm hides that the pointer is &grp, so the compiler keeps
  * it in a register instead of recomputing the thread-local's address (a TLS-descriptor call in
  * the shared library, src/core.h) at every use. */
@@ -175,10 +182,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
   for (; locked < nc; locked++) {
     pthread_mutex_lock(&g->comms[locked]->lock);
     TUTTI_CHECK_GOTO(comm_check_state(g->comms[locked], "ncclGroupEnd"), res, out);
-    ncclComm_t comm = g->comms[locked];
-    sched_reset(&comm->sched_scratch);
-    for (int p = 0; comm->lanes_used && p < 2 * comm->nranks; p++) sched_reset(&comm->p2p_lanes[p]);
-    comm->lanes_used = 0;
+    lanes_reset(g->comms[locked]);
   }
   int selfs = 0; /* sends or receives to self: self_copies has something to look at */
   for (size_t i = 0; i < n && !selfs; i++) selfs = self_p2p(&ops[i]);
@@ -231,9 +235,7 @@ static int group_quick(pending_t *p, ncclResult_t *res) {
       pthread_mutex_unlock(&comm->lock);
       return 0;
     }
-    sched_reset(&comm->sched_scratch); /* the lanes as group_run leaves them */
-    for (int q = 0; comm->lanes_used && q < 2 * comm->nranks; q++) sched_reset(&comm->p2p_lanes[q]);
-    comm->lanes_used = 0;
+    lanes_reset(comm); /* as group_run leaves them */
     lane_t lane = {.comm = comm, .steps = steps->steps, .nsteps = steps->n};
     r = engine_run_quick(&lane, &p->ctx);
     comm->calls_quick++; /* under the lock */
@@ -375,13 +377,13 @@ static ncclResult_t group_launch(pending_t *ops, size_t n) {
 }
 
 ncclResult_t group_enqueue(pending_t *p, int keep) {
-  if (grp.depth == 0 && keep) {
+  if (grp.depth == 0) {
     ncclResult_t quick;
     if (group_quick(p, &quick)) return quick;
+    if (!keep) return group_launch_rest(p, 1);
     pending_t copy = *p; /* group_run plans it in place */
     return group_launch_rest(&copy, 1);
   }
-  if (grp.depth == 0) return group_launch(p, 1);
   if (grp.n >= 65535) return TUTTI_ERR(ncclInvalidUsage, "more than 65535 calls in one group");
   if (grow((void **)&grp.ops, &grp.cap, grp.n + 1, sizeof(pending_t)))
     return TUTTI_ERR(ncclSystemError, "out of memory");

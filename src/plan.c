@@ -637,15 +637,21 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
   return ncclSuccess;
 }
 
+/* Whether a call of p's kind may run its key's cached steps as they are: not a send or receive
+ * (the p2p lanes), not on the device, not an in-place all-to-all (its input is copied first). */
+static int runs_cached_steps(const pending_t *p) {
+  return p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev &&
+         !(p->args.coll == COLL_ALLTOALL && p->args.in_place);
+}
+
 ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
   *timed = adapted(comm, p);
   if (p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev)
     (void)map_excluded(comm, p);
-  if (*timed || p->args.coll == COLL_SEND || p->args.coll == COLL_RECV || p->ctx.dev ||
-      (p->args.coll == COLL_ALLTOALL && p->args.in_place) || !plan_matches(comm, p) ||
-      !comm->plan.steps_valid || tutti_param_DumpSchedule())
+  if (*timed || !runs_cached_steps(p) || !plan_matches(comm, p) || !comm->plan.steps_valid ||
+      tutti_param_DumpSchedule())
     return ncclSuccess;
   p->ctx.seq = comm->op_count++;
   p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
@@ -657,9 +663,7 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
 void plan_quick(pending_t *p, const sched_t **steps) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
-  if (!comm->plan.quick || p->ctx.dev || p->args.coll == COLL_SEND || p->args.coll == COLL_RECV ||
-      (p->args.coll == COLL_ALLTOALL && p->args.in_place) || adapted(comm, p))
-    return;
+  if (!comm->plan.quick || !runs_cached_steps(p) || adapted(comm, p)) return;
   /* map_excluded's answer, counted only once the call is known to take this way */
   struct map_miss *m = map_miss_live(comm, p);
   /* scratch the communicator has already (plan_prepare's without a temporary to release) */
