@@ -425,7 +425,9 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
 }
 
 /* PEER_COPY of this rank's own src with STEP_PUSH: piece by piece into its own dst (unless in
- * place) and, while the piece is in cache, into every other rank's dst at the same place. */
+ * place) and, while the piece is in cache, into every other rank's dst at the same place. Both
+ * copies stream where the call does (host_copy): the own dst, like the peers', is a line nobody
+ * just read, and a plain store would read it for ownership first. */
 static int step_copy_push(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   size_t es = o->esize, piece = TUTTI_MAX(PEER_PIECE_BYTES / es, 1);
   const char *src = o->buf[st->src_buf] + st->src_off * es;
@@ -434,7 +436,7 @@ static int step_copy_push(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
   for (size_t at = 0; at < st->count; at += piece) {
     size_t len = TUTTI_MIN(piece, st->count - at);
     int bad = -1;
-    if (src != dst) copy_bytes(dst + at * es, src + at * es, len * es);
+    if (src != dst) host_copy(o, dst + at * es, src + at * es, len * es);
     ncclResult_t res = push_piece(o, st, at, len, src + at * es, &bad);
     if (res != ncclSuccess) return access_failed(l, o, bad, res);
   }
