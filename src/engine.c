@@ -29,7 +29,8 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Moves one piece of a step whose data is local or a send (no receive). */
+/* Moves one piece of a step whose data is local or a send (no receive). A plain store of a
+ * streaming call streams, as a received piece's does (piece_recv). */
 static void piece_local(const op_ctx_t *o, const step_t *st, char *src, char *dst, void *out,
                         size_t n, int rflags) {
   if (st->recv_peer < 0 && st->send_peer < 0 && (st->flags & STEP_REDUCE)) {
@@ -38,8 +39,12 @@ static void piece_local(const op_ctx_t *o, const step_t *st, char *src, char *ds
     return;
   }
   if (out) reduce_copy(&o->rop, out, src, n, rflags);
-  if ((st->flags & STEP_STORE) && (dst != src || reduce_transforms(&o->rop, rflags)))
-    reduce_copy(&o->rop, dst, out ? out : src, n, out ? 0 : rflags);
+  if (!(st->flags & STEP_STORE) || (dst == src && !reduce_transforms(&o->rop, rflags))) return;
+  int store_flags = out ? 0 : rflags;
+  if (o->stream && !reduce_transforms(&o->rop, store_flags))
+    copy_stream(dst, out ? out : src, n * o->esize);
+  else
+    reduce_copy(&o->rop, dst, out ? out : src, n, store_flags);
 }
 
 /* Moves one received piece: reduce with src and/or forward and/or store. */

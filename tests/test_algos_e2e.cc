@@ -6,7 +6,8 @@
 //
 // This file builds two programs:
 //   test_algos_quick   (label "quick")  every (algorithm, collective) pair on threads at 3 or 4
-//                      ranks, a few sizes, Sum and Avg and PreMulSum, in and out of place
+//                      ranks, a few sizes, Sum and Avg and PreMulSum, in and out of place;
+//                      the same with streaming stores (TUTTI_NT_THRESHOLD=1), ring and chain too
 //   test_algos_matrix  (label "slow", built with TUTTI_ALGO_MATRIX)
 //     Sweep:    representative (type, op) x nranks {1,2,3,4,5,8} x counts {0,1,7,1023,1048573}
 //               (all-gather / reduce-scatter: 131071 per rank)
@@ -279,6 +280,32 @@ TEST_P(AlgoPair, QuickSlice) {
 // Lines logged since log_capture::clear() that contain `needle`.
 int logged(const std::string &needle) {
   return log_capture::count(needle);
+}
+
+// With TUTTI_NT_THRESHOLD=1 every call writes its results with streaming stores, local copies
+// too (the engine's piece_local and piece_recv): every pair and the ring and chain schedules
+// stay exact, Sum, Avg and PreMulSum (whose transforms keep plain stores), in and out of
+// place, and the calls say they streamed.
+void run_streaming(const Pair &p) {
+  setenv("TUTTI_NT_THRESHOLD", "1", 1);
+  run_pair(p, Mode::kThreads, p.pow2_only ? 4 : 3, {p.type}, {Op::kSum, Op::kAvg, Op::kPreMulSum},
+           {1, 1023, 70001});
+  unsetenv("TUTTI_NT_THRESHOLD");
+  EXPECT_GT(logged("results written with streaming stores"), 0) << pair_name(p);
+}
+
+TEST_P(AlgoPair, StreamingStoresStayExact) {
+  run_streaming(kPairs[GetParam()]);
+}
+
+TEST(StreamingStores, RingAndChainStayExact) {
+  const Pair pairs[] = {
+      {"ring", Coll::kAllReduce, "allreduce", ncclFloat32, false, "all_reduce_perf"},
+      {"ring", Coll::kAllGather, "allgather", ncclInt8, false, "all_gather_perf"},
+      {"ring", Coll::kReduceScatter, "reducescatter", ncclInt64, false, "reduce_scatter_perf"},
+      {"chain", Coll::kBroadcast, "broadcast", ncclFloat64, false, "broadcast_perf"},
+      {"chain", Coll::kReduce, "reduce", ncclBfloat16, false, "reduce_perf"}};
+  for (const Pair &p : pairs) run_streaming(p);
 }
 
 // The communicator's scratch grows on demand (up to TUTTI_SCRATCH_MAX_BYTES) for the algorithms
