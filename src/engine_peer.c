@@ -239,9 +239,12 @@ static int block(lane_t *l, int peer) {
 
 /* dst = x(f) (+) x(f+1) (+) ... (+) x(f-1) over `len` elements, where in[k] points at rank k's
  * operand. Partial sums stay in an L1 block until the last operand, so dst may be any of the
- * inputs (in place). */
+ * inputs (in place). With `also` (a streaming push: the `nalso` mapped peer buffers, at dst's
+ * place) the last operand is reduced into the block too, which is streamed to dst and to each of
+ * them while it is in L1: no line of them is read for ownership. Without, dst is written with
+ * plain stores: a push from dst (push_piece) or a peer's direct read then finds it in cache. */
 static void reduce_inputs(const op_ctx_t *o, const step_t *st, const char *const *in, size_t len,
-                          char *dst) {
+                          char *dst, char *const *also, int nalso) {
   static TUTTI_TLS uint64_t acc[PEER_BLOCK_BYTES / 8];
   int n = o->comm->nranks, f = st->recv_peer;
   size_t es = o->esize, blk = TUTTI_MAX(PEER_BLOCK_BYTES / es, 1);
@@ -257,7 +260,14 @@ static void reduce_inputs(const op_ctx_t *o, const step_t *st, const char *const
       reduce_combine(&o->rop, acc, a, in[tutti_mod(f + k, n)] + off, m, 0);
       a = (const char *)acc;
     }
-    reduce_combine(&o->rop, dst + off, a, in[tutti_mod(f + n - 1, n)] + off, m, post);
+    const char *last = in[tutti_mod(f + n - 1, n)] + off;
+    if (!also) {
+      reduce_combine(&o->rop, dst + off, a, last, m, post);
+      continue;
+    }
+    reduce_combine(&o->rop, acc, a, last, m, post);
+    copy_stream(dst + off, acc, m * es);
+    for (int j = 0; j < nalso; j++) copy_stream(also[j] + off, acc, m * es);
   }
 }
 
@@ -398,7 +408,12 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
   size_t piece = TUTTI_MAX(piece_bytes / es, 1);
   char *dst = o->buf[st->dst_buf] + st->dst_off * es, *tmp = NULL;
   const char *in[comm->nranks];
+  char *also[comm->nranks];
   uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT;
+  /* a streaming push to mapped peers writes them block by block (reduce_inputs), else piece by
+   * piece after the reduction (push_piece) */
+  int fused = (st->flags & STEP_PUSH) && o->stream && !o->peer_read && !o->dev;
+  int b = st->dst_buf == BUF_SEND ? 0 : 1;
   if (o->peer_read && !(tmp = tls_read_buffer((size_t)(comm->nranks - 1) * piece * es))) {
     TUTTI_ERR(ncclSystemError, "rank %d: out of memory for peer reads", comm->rank);
     return -1;
@@ -412,8 +427,16 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
     if (o->dev) {
       int rc = reduce_inputs_dev(o, st, in, len, dst + at * es);
       if (rc) return device_failed(l, o, "a reduction kernel", rc);
+    } else if (fused) {
+      int nalso = 0;
+      for (int k = 1; k < comm->nranks; k++)
+        also[nalso++] = (char *)o->peer_buf[b][tutti_mod(comm->rank + k, comm->nranks)] +
+                        (st->dst_off + at) * es;
+      reduce_inputs(o, st, in, len, dst + at * es, also, nalso);
+      word_publish(prog, seq | (at + len));
+      continue;
     } else {
-      reduce_inputs(o, st, in, len, dst + at * es);
+      reduce_inputs(o, st, in, len, dst + at * es, NULL, 0);
     }
     if ((st->flags & STEP_PUSH) &&
         (res = push_piece(o, st, at, len, dst + at * es, &bad)) != ncclSuccess)

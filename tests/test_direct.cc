@@ -208,10 +208,11 @@ TEST(Direct, CountsAndRanksThreads) {
 }
 
 // Every out-of-place call writes its results with streaming stores (push: also into the peers'
-// buffers), whose ordering before the progress and done words the engine must keep.
+// buffers, the all-reduce's block by block from its reduction), whose ordering before the
+// progress and done words the engine must keep; Avg divides before the stores.
 TEST(Direct, StreamingStoresProcs) {
   for (const char *algo : {"push", "direct"})
-    run_direct(Mode::kProcs, 3, {ncclFloat32, ncclInt8}, {Op::kSum}, kCounts, algo,
+    run_direct(Mode::kProcs, 3, {ncclFloat32, ncclInt8}, {Op::kSum, Op::kAvg}, kCounts, algo,
                {{"TUTTI_NT_THRESHOLD", "1"}});
 }
 
