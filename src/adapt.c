@@ -59,10 +59,8 @@ int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, i
   if (comm->nhosts != 1 || comm->nranks < 2 || o->dev || o->rop.premul || !peer_read) return 0;
   if (!same_bits(comm, o, a)) return 0;
   /* TUTTI_ALGO allows cma and some algorithm without peer steps */
-  uint32_t mask = comm->algo_mask[a->coll], fifo = 0;
-  for (int x = 0; x < ALGO_NUM; x++)
-    if (!(algo_get((algo_t)x)->needs & ALGO_PEER_STEPS) && algo_implements((algo_t)x, a->coll))
-      fifo |= 1u << x;
+  uint32_t mask = comm->algo_mask[a->coll];
+  uint32_t fifo = algos_building(a->coll) & ~algos_needing(ALGO_PEER_STEPS);
   return (mask & (1u << ALGO_CMA)) && (mask & fifo);
 }
 

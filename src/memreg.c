@@ -329,7 +329,12 @@ typedef struct peer_map {
 struct memreg_cache {
   peer_map_t maps[PEER_MAP_CACHE];
   uint64_t clock;
+  int last; /* the slot of the last hit or mapping: a collective's buffers mostly share one */
 };
+
+static int map_is(const peer_map_t *m, int pid, const memreg_ref_t *ref) {
+  return m->base && m->pid == pid && m->id == ref->id && m->bytes == ref->bytes;
+}
 
 ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref,
                              const char **base) {
@@ -337,14 +342,15 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
     return TUTTI_ERR(ncclSystemError, "out of memory");
   struct memreg_cache *c = comm->memreg;
   peer_map_t *slot = &c->maps[0];
-  for (int i = 0; i < PEER_MAP_CACHE; i++) {
-    peer_map_t *m = &c->maps[i];
-    if (m->base && m->pid == pid && m->id == ref->id && m->bytes == ref->bytes) {
+  for (int i = -1; i < PEER_MAP_CACHE; i++) {
+    peer_map_t *m = &c->maps[i < 0 ? c->last : i];
+    if (map_is(m, pid, ref)) {
       m->last_use = ++c->clock;
+      c->last = (int)(m - c->maps);
       *base = m->base;
       return ncclSuccess;
     }
-    if (!m->base || (slot->base && m->last_use < slot->last_use)) slot = m;
+    if (i >= 0 && (!m->base || (slot->base && m->last_use < slot->last_use))) slot = m;
   }
   /* Check that the descriptor still names that region, then map it. */
   char path[64], link[128], want[48];
@@ -372,6 +378,7 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
   if (slot->base) munmap(slot->base, slot->bytes);
   *slot = (peer_map_t){
       .pid = pid, .id = ref->id, .base = p, .bytes = ref->bytes, .last_use = ++c->clock};
+  c->last = (int)(slot - c->maps);
   INFO(SUB_SHM, "mapped rank %d's region %llu (%zu bytes)", peer, (unsigned long long)ref->id,
        (size_t)ref->bytes);
   *base = p;

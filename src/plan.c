@@ -125,14 +125,6 @@ tuner_topo_t plan_topo(ncclComm_t comm) {
       .push_gather_min_bytes = (size_t)tutti_param_PushGatherMinBytes()};
 }
 
-/* Algorithms (bits) whose `needs` include any of `needs`. */
-static uint32_t algos_needing(unsigned needs) {
-  uint32_t bits = 0;
-  for (int a = 0; a < ALGO_NUM; a++)
-    if (algo_get((algo_t)a)->needs & needs) bits |= 1u << a;
-  return bits;
-}
-
 /* TUTTI_ALGO names algorithms that build collective c, but none of them can run this call (its
  * cost refuses: a power of two, a size limit, the topology): a WARN, once per distinct call,
  * naming them and what runs instead. A warning, not NCCL's ncclInvalidUsage: NCCL refuses a
@@ -211,10 +203,8 @@ static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclud
   tuner_topo_t t = plan_topo(comm);
   t.peer_mem = comm->dev_peer && comm->peer_mem && tutti_param_Direct();
   t.peer_read = 0, t.peer_min_bytes = 0;
-  uint32_t can = 0; /* the device algorithms that implement c */
-  for (int a = 0; a < ALGO_NUM; a++)
-    if (algo_implements((algo_t)a, c)) can |= 1u << a;
-  can &= algos_needing(ALGO_RUNS_ON_DEVICE) & ~exclude;
+  /* the device algorithms that implement c */
+  uint32_t can = algos_building(c) & algos_needing(ALGO_RUNS_ON_DEVICE) & ~exclude;
   uint32_t mask = comm->algo_mask[c] & can;
   tuner_choice_t ch = {.algo = ALGO_NUM};
   if (mask) ch = tuner_choose(&comm->tuner, &t, c, bytes, mask, 0);

@@ -1,6 +1,7 @@
 /* The registry's table (built from TUTTI_ALGOS) and the lookups over it. */
 #include "algos/registry.h"
 
+#include <pthread.h>
 #include <strings.h>
 
 const algo_desc_t *const algo_registry[ALGO_NUM] = {
@@ -8,6 +9,32 @@ const algo_desc_t *const algo_registry[ALGO_NUM] = {
     TUTTI_ALGOS(TUTTI_ALGO_ENTRY)
 #undef TUTTI_ALGO_ENTRY
 };
+
+/* The algorithms' bits per need flag and per collective built, computed once: the table is
+ * constant, and the planner asks on every call. */
+static uint32_t need_bits[32], coll_bits[COLL_NUM];
+static pthread_once_t masks_once = PTHREAD_ONCE_INIT;
+
+static void masks_init(void) {
+  for (int a = 0; a < ALGO_NUM; a++) {
+    for (int f = 0; f < 32; f++)
+      if (algo_registry[a]->needs & (1u << f)) need_bits[f] |= 1u << a;
+    for (int c = 0; c < COLL_NUM; c++)
+      if (algo_registry[a]->build[c]) coll_bits[c] |= 1u << a;
+  }
+}
+
+uint32_t algos_needing(unsigned needs) {
+  pthread_once(&masks_once, masks_init);
+  uint32_t bits = 0;
+  for (; needs; needs &= needs - 1) bits |= need_bits[__builtin_ctz(needs)];
+  return bits;
+}
+
+uint32_t algos_building(coll_t c) {
+  pthread_once(&masks_once, masks_init);
+  return (unsigned)c < COLL_NUM ? coll_bits[c] : 0;
+}
 
 const char *algo_name(algo_t a) {
   return (unsigned)a < ALGO_NUM ? algo_registry[a]->name : "?";

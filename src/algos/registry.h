@@ -110,6 +110,10 @@ const char *algo_name(algo_t a);
 algo_t algo_by_name(const char *name);
 /* 1 when `a` has a builder for collective c. */
 int algo_implements(algo_t a, coll_t c);
+/* Bits (1 << algo_t) of the algorithms whose needs include any flag of `needs` (ALGO_NEEDS_*,
+ * ALGO_USES_*); of those with a builder for collective c. */
+uint32_t algos_needing(unsigned needs);
+uint32_t algos_building(coll_t c);
 
 /* Builds rank a->rank's schedule of collective a->coll with algorithm `algo` (the one entry
  * point the planner, the simulator, tutti-sched and the tests share); host_of_rank, when not
