@@ -53,8 +53,24 @@ static int plan_temp_keep(void *p) {
   return 0;
 }
 
+/* Small temporaries (a peer-memory call's tables: two per call) are carved from a block the
+ * thread keeps, emptied by plan_release, instead of a malloc and a free each. A group that
+ * outgrows the block takes the rest from malloc, and plan_release then doubles the block. */
+#define PLAN_SMALL_BYTES 1024
+static TUTTI_TLS char *small_block;
+static TUTTI_TLS size_t small_cap, small_used, small_wanted;
+
 void *plan_temp_alloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
+  size_t need = (TUTTI_MAX(bytes, 1) + 15) & ~(size_t)15;
+  if (need <= PLAN_SMALL_BYTES) {
+    small_wanted += need;
+    if (small_used + need <= small_cap) {
+      void *p = small_block + small_used;
+      small_used += need;
+      return p;
+    }
+  }
+  void *p = malloc(need);
   if (p && plan_temp_keep(p) != 0) free(p), p = NULL;
   return p;
 }
@@ -62,6 +78,16 @@ void *plan_temp_alloc(size_t bytes) {
 void plan_release(void) {
   for (size_t i = 0; i < ntemps; i++) free(temps[i]);
   ntemps = 0;
+  if (small_wanted > small_cap) { /* no pointer into the block is left: it may move */
+    size_t cap = TUTTI_MAX(2 * small_cap, TUTTI_MAX(small_wanted, 4096));
+    char *grown = malloc(cap);
+    if (grown) {
+      free(small_block);
+      small_block = grown, small_cap = cap;
+      tls_cache_keep(&small_block, &small_cap);
+    }
+  }
+  small_used = small_wanted = 0;
 }
 
 void plan_free(ncclComm_t comm) {

@@ -401,33 +401,37 @@ TEST(Direct, ManyCallsOnTheSameBuffers) {
   });
 }
 
-// One thread drives every rank (ncclCommInitAll) through one group of two all-reduces per rank:
-// the peer-memory handshakes of all communicators run together, so none waits for a rank the
-// thread has not reached yet. Run in a child process whose log (TUTTI_DEBUG_FILE) shows that
-// every call went direct; results exact.
+// One thread drives every rank (ncclCommInitAll) through groups of 2, 4 and 6 all-reduces per
+// rank: the peer-memory handshakes of all communicators run together, so none waits for a rank
+// the thread has not reached yet, and the groups' peer tables outgrow the planner's block of
+// small temporaries (plan.c) on the way. Run in a child process whose log (TUTTI_DEBUG_FILE)
+// shows that every call went direct; results exact (sums and maxima alternate).
 int one_thread_group(const char *log) {
   setenv("TUTTI_DEBUG", "INFO", 1);
   setenv("TUTTI_DEBUG_SUBSYS", "COLL", 1);
   setenv("TUTTI_DEBUG_FILE", log, 1);
   setenv("TUTTI_TIMEOUT", "20", 1);
-  const int n = 3;
+  const int n = 3, most = 6;
   const size_t count = 100000;  // 400 KB: above TUTTI_DIRECT_MIN_BYTES
   ncclComm_t comms[n];
   if (ncclCommInitAll(comms, n, nullptr) != ncclSuccess) return 2;
-  std::vector<std::vector<float>> in(n, std::vector<float>(count)), sum(n, in[0]), max(n, in[0]);
+  std::vector<std::vector<float>> in(n, std::vector<float>(count));
+  std::vector<std::vector<std::vector<float>>> out(
+      n, std::vector<std::vector<float>>(most, std::vector<float>(count)));
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < count; i++) in[r][i] = static_cast<float>(i % 100 + r);
-  ncclGroupStart();
-  for (int r = 0; r < n; r++) {
-    ncclAllReduce(in[r].data(), sum[r].data(), count, ncclFloat32, ncclSum, comms[r], nullptr);
-    ncclAllReduce(in[r].data(), max[r].data(), count, ncclFloat32, ncclMax, comms[r], nullptr);
+  for (int calls = 2; calls <= most; calls += 2) {
+    ncclGroupStart();
+    for (int r = 0; r < n; r++)
+      for (int c = 0; c < calls; c++)
+        ncclAllReduce(in[r].data(), out[r][c].data(), count, ncclFloat32, c % 2 ? ncclMax : ncclSum,
+                      comms[r], nullptr);
+    if (ncclGroupEnd() != ncclSuccess) return 3;
+    for (int r = 0; r < n; r++)
+      for (int c = 0; c < calls; c++)
+        for (size_t i = 0; i < count; i++)
+          if (out[r][c][i] != static_cast<float>(c % 2 ? i % 100 + 2 : 3 * (i % 100) + 3)) return 4;
   }
-  if (ncclGroupEnd() != ncclSuccess) return 3;
-  for (int r = 0; r < n; r++)
-    for (size_t i = 0; i < count; i++)
-      if (sum[r][i] != static_cast<float>(3 * (i % 100) + 3) ||
-          max[r][i] != static_cast<float>(i % 100 + 2))
-        return 4;
   for (int r = 0; r < n; r++) ncclCommDestroy(comms[r]);
   return 0;
 }
@@ -451,7 +455,7 @@ TEST(Direct, OneThreadDrivesEveryRankInAGroup) {
     std::string line, want = std::string(algo) + ", the peers' buffers mapped";
     int mapped = 0;
     while (std::getline(f, line)) mapped += line.find(want) != std::string::npos;
-    EXPECT_EQ(mapped, 6) << "3 ranks x 2 all-reduces should each go " << algo;
+    EXPECT_EQ(mapped, 3 * (2 + 4 + 6)) << "every rank's 2 + 4 + 6 all-reduces should go " << algo;
     unlink(log);
   }
 }
