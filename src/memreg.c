@@ -63,10 +63,16 @@ static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
 static region_t *regions;
 static int nregions, regions_cap;
 static uint64_t next_region_id = 1;
+/* Regions with a memfd of their own (fd >= 0), read without the lock: where there are none (the
+ * shared heap serves every ncclMemAlloc, or none was made), a lookup of shared memory, asked for
+ * each buffer of each peer-memory call, takes neither the lock nor the scan. A region is counted
+ * before ncclMemAlloc returns its pointer, so any thread that holds the pointer sees the count. */
+static int nshared_regions;
 
 static int region_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref, int shared_only) {
   uintptr_t p = (uintptr_t)ptr;
   int found = 0;
+  if (shared_only && __atomic_load_n(&nshared_regions, __ATOMIC_ACQUIRE) == 0) return 0;
   pthread_mutex_lock(&regions_lock);
   for (int i = 0; i < nregions && !found; i++) {
     if (shared_only && regions[i].fd < 0) continue; /* private, or found as the arena */
@@ -161,6 +167,7 @@ static ncclResult_t region_add(void *p, size_t bytes, int fd, uint64_t id) {
   }
   int ok = nregions < regions_cap;
   if (ok) regions[nregions++] = (region_t){.base = p, .bytes = bytes, .fd = fd, .id = id};
+  if (ok && fd >= 0) __atomic_add_fetch(&nshared_regions, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&regions_lock);
   if (ok) return ncclSuccess;
   region_release(p, bytes, fd);
@@ -233,6 +240,7 @@ API ncclResult_t ncclMemFree(void *ptr) {
     if (regions[i].base == (char *)ptr) {
       r = regions[i];
       regions[i] = regions[--nregions];
+      if (r.fd >= 0) __atomic_sub_fetch(&nshared_regions, 1, __ATOMIC_RELEASE);
       break;
     }
   pthread_mutex_unlock(&regions_lock);
