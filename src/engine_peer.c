@@ -311,6 +311,11 @@ static void host_copy(const op_ctx_t *o, char *dst, const char *src, size_t byte
     copy_bytes(dst, src, bytes);
 }
 
+/* Where element `at` of st's dst lies in rank q's mapped dst buffer (a push's destination). */
+static char *push_dst(const op_ctx_t *o, const step_t *st, int q, size_t at) {
+  return (char *)o->peer_buf[st->dst_buf == BUF_SEND ? 0 : 1][q] + (st->dst_off + at) * o->esize;
+}
+
 /* STEP_PUSH: the finished piece [at, +len) of dst into every other rank's dst buffer, by store
  * where it is mapped (streaming stores for calls from TUTTI_NT_THRESHOLD), else by copy (*bad:
  * the peer a failed write was to). */
@@ -321,8 +326,7 @@ static ncclResult_t push_piece(const op_ctx_t *o, const step_t *st, size_t at, s
   for (int k = 1; k < comm->nranks; k++) {
     int q = tutti_mod(comm->rank + k, comm->nranks);
     if (!o->peer_read) {
-      host_copy(o, (char *)o->peer_buf[b][q] + (st->dst_off + at) * o->esize, piece,
-                len * o->esize);
+      host_copy(o, push_dst(o, st, q, at), piece, len * o->esize);
       continue;
     }
     const transport_t *t = peer_transport(comm, q);
@@ -413,7 +417,6 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
   /* a streaming push to mapped peers writes them block by block (reduce_inputs), else piece by
    * piece after the reduction (push_piece) */
   int fused = (st->flags & STEP_PUSH) && o->stream && !o->peer_read && !o->dev;
-  int b = st->dst_buf == BUF_SEND ? 0 : 1;
   if (o->peer_read && !(tmp = tls_read_buffer((size_t)(comm->nranks - 1) * piece * es))) {
     TUTTI_ERR(ncclSystemError, "rank %d: out of memory for peer reads", comm->rank);
     return -1;
@@ -430,8 +433,7 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
     } else if (fused) {
       int nalso = 0;
       for (int k = 1; k < comm->nranks; k++)
-        also[nalso++] = (char *)o->peer_buf[b][tutti_mod(comm->rank + k, comm->nranks)] +
-                        (st->dst_off + at) * es;
+        also[nalso++] = push_dst(o, st, tutti_mod(comm->rank + k, comm->nranks), at);
       reduce_inputs(o, st, in, len, dst + at * es, also, nalso);
       word_publish(prog, seq | (at + len));
       continue;
