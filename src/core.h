@@ -119,18 +119,21 @@ const char *tutti_last_error(void);
  *   names     NCCL's interface / HCA lists: "eth,ib" prefixes, "^" excludes, "=" exact,
  *             ":port" ignored (tutti_name_list_matches)
  * TUTTI_PARAM(Name, "ENV", default) defines int64_t tutti_param_Name(void), read once and
- * cached; a non-default value is logged at INFO (ENV subsystem), a bad one is a WARN naming
- * the variable and keeps the default. */
+ * cached (a fork's child reads it again: it may have set its own environment before its
+ * communicators); a non-default value is logged at INFO (ENV subsystem), a bad one is a WARN
+ * naming the variable and keeps the default. */
 typedef struct tutti_param {
   const char *env;
   int64_t dflt;
   int64_t value;
-  int state; /* 0 unread, 1 reading, 2 ready */
+  int state;                /* 0 unread, 1 reading, 2 ready */
+  int listed;               /* 1: on the list of settings read (param.c) */
+  struct tutti_param *next; /* that list */
 } tutti_param_t;
 int64_t tutti_param_load(tutti_param_t *p);
 #define TUTTI_PARAM(name, env, dflt)                                        \
   int64_t tutti_param_##name(void) {                                        \
-    static tutti_param_t p_ = {env, dflt, 0, 0};                            \
+    static tutti_param_t p_ = {env, dflt, 0, 0, 0, NULL};                   \
     if (__atomic_load_n(&p_.state, __ATOMIC_ACQUIRE) == 2) return p_.value; \
     return tutti_param_load(&p_);                                           \
   }

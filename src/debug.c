@@ -30,6 +30,8 @@ static FILE *log_file;
 static char log_host[64];
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static int log_stale; /* 1: a fork's child that has not read the settings again yet */
+static pthread_mutex_t log_stale_lock = PTHREAD_MUTEX_INITIALIZER;
 static TUTTI_TLS int log_rank = -1;
 static TUTTI_TLS char last_error[1024];
 
@@ -99,15 +101,39 @@ static void log_settings(void) {
   __atomic_store_n(&tutti_log_level, level, __ATOMIC_RELEASE);
 }
 
+/* A fork's child (its one thread) reads the settings again at its first log line: it may have
+ * set its own (a TUTTI_DEBUG_FILE with %p names its own file). Until then every line asks
+ * (level -1). A thread of the parent may have held the locks at the fork; it does not exist
+ * here. */
+static void log_forget(void) {
+  pthread_mutex_init(&log_lock, NULL);
+  pthread_mutex_init(&log_stale_lock, NULL);
+  __atomic_store_n(&log_stale, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&tutti_log_level, -1, __ATOMIC_RELAXED);
+}
+
 static void log_init(void) {
   gethostname(log_host, sizeof(log_host) - 1);
   char *dot = strchr(log_host, '.');
   if (dot) *dot = '\0';
   log_settings();
+  pthread_atfork(NULL, NULL, log_forget);
+}
+
+/* The settings read: once per process, and again in a fork's child. */
+static void log_ready(void) {
+  pthread_once(&log_once, log_init);
+  if (!__atomic_load_n(&log_stale, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&log_stale_lock);
+  if (log_stale) {
+    log_settings();
+    __atomic_store_n(&log_stale, 0, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&log_stale_lock);
 }
 
 int tutti_log_enabled(log_level_t level, unsigned subsys) {
-  pthread_once(&log_once, log_init);
+  log_ready();
   if (level <= LOG_WARN) return tutti_log_level_now() >= (int)level;
   return tutti_log_level_now() >= (int)level &&
          (__atomic_load_n(&log_subsys, __ATOMIC_RELAXED) & subsys);
@@ -118,7 +144,7 @@ void tutti_log_set_rank(int rank) {
 }
 
 void tutti_log_reinit(void) {
-  pthread_once(&log_once, log_init);
+  log_ready();
   log_settings();
 }
 
@@ -126,7 +152,7 @@ void tutti_log_reinit(void) {
  * init, when TUTTI_DEBUG / NCCL_DEBUG asks for VERSION or more; not at the default level. */
 void tutti_log_version(void) {
   static int printed;
-  pthread_once(&log_once, log_init);
+  log_ready();
   if (!__atomic_load_n(&log_level_explicit, __ATOMIC_RELAXED) ||
       tutti_log_level_now() < LOG_VERSION)
     return;
@@ -174,7 +200,7 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof(last_error), fmt, ap);
   va_end(ap);
-  pthread_once(&log_once, log_init);
+  log_ready();
   if (tutti_log_level_now() >= LOG_WARN) tutti_log(LOG_WARN, SUB_ALL, file, line, "%s", last_error);
   return code;
 }

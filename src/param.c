@@ -3,8 +3,9 @@
  * Strings come from tutti_getenv; numbers go through parse_int / parse_double, which reject
  * garbage, trailing text and values that do not fit instead of reading a prefix; lists (comma
  * separated) through tutti_list_next, and interface / HCA lists through tutti_name_list_matches.
- * TUTTI_PARAM settings are read once and cached; a value that differs from its default is
- * logged at INFO (ENV subsystem) when first read, a bad one is a WARN and keeps the default.
+ * TUTTI_PARAM settings are read once and cached, until a fork's child forgets them; a value that
+ * differs from its default is logged at INFO (ENV subsystem) when read, a bad one is a WARN and
+ * keeps the default.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -109,11 +110,25 @@ static int64_t param_read(const tutti_param_t *p) {
   return v;
 }
 
+static tutti_param_t *params_read; /* every setting read once, listed under param_lock */
+
+/* A fork's child (its one thread): every setting is read again where next asked for, from the
+ * environment the child has then. A thread of the parent may have held param_lock at the fork;
+ * it does not exist here. */
+static void params_forget(void) {
+  pthread_mutex_init(&param_lock, NULL);
+  for (tutti_param_t *p = params_read; p; p = p->next)
+    __atomic_store_n(&p->state, 0, __ATOMIC_RELAXED);
+}
+
 int64_t tutti_param_load(tutti_param_t *p) {
+  static int forget_registered;
   if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == 2) return p->value;
   pthread_mutex_lock(&param_lock);
   if (p->state != 2) {
     p->value = param_read(p);
+    if (!p->listed) p->next = params_read, params_read = p, p->listed = 1;
+    if (!forget_registered) forget_registered = pthread_atfork(NULL, NULL, params_forget) == 0;
     __atomic_store_n(&p->state, 2, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&param_lock);
@@ -121,7 +136,7 @@ int64_t tutti_param_load(tutti_param_t *p) {
 }
 
 int64_t tutti_param_fresh(const char *env, int64_t dflt) {
-  tutti_param_t p = {env, dflt, 0, 0};
+  tutti_param_t p = {env, dflt, 0, 0, 0, NULL};
   return param_read(&p);
 }
 

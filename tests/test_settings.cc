@@ -1,8 +1,13 @@
 // The one settings reader (param.c): integers with K/M/G suffixes, numbers, lists, NCCL-style
-// name lists, TUTTI_ before NCCL_, and clear errors on garbage and overflow.
+// name lists, TUTTI_ before NCCL_, clear errors on garbage and overflow, and a fork's child
+// reading them again.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -135,6 +140,44 @@ TEST(Settings, CachedParamsReadOnceAndKeepTheDefaultOnGarbage) {
   }
   Env later("TUTTI_SETTINGS_TEST_GOOD", "1");  // cached: read once
   EXPECT_EQ(tutti_param_SettingsTestGood(), 16 * 1024);
+}
+
+TUTTI_PARAM(SettingsTestFork, "SETTINGS_TEST_FORK", 3)
+
+// A fork's child reads the cached settings and the logging settings again, from the environment
+// it has by then (a launcher that forks its ranks sets each one's own); the parent keeps its own.
+// Exit codes: 1 the setting kept the parent's value, 2 no log file of the child's own.
+int forked_child(const std::string &dir) {
+  setenv("TUTTI_SETTINGS_TEST_FORK", "5", 1);
+  setenv("TUTTI_DEBUG", "INFO", 1);
+  setenv("TUTTI_DEBUG_SUBSYS", "ALL", 1);
+  setenv("TUTTI_DEBUG_FILE", (dir + "/log.%p").c_str(), 1);
+  if (tutti_param_SettingsTestFork() != 5) return 1;
+  INFO(SUB_ALL, "a line of the child");
+  std::ifstream f(dir + "/log." + std::to_string(getpid()));
+  for (std::string line; std::getline(f, line);)
+    if (line.find("a line of the child") != std::string::npos) return 0;
+  return 2;
+}
+
+TEST(Settings, AForksChildReadsTheSettingsAgain) {
+  char tmpl[] = "/tmp/tutti-settings-fork-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    Env fork_setting("TUTTI_SETTINGS_TEST_FORK", "16K");
+    EXPECT_EQ(tutti_param_SettingsTestFork(), 16 * 1024);
+    INFO(SUB_ALL, "the parent has read its logging settings");
+    pid_t pid = fork();
+    if (pid == 0) _exit(forked_child(dir));
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the setting kept the parent's value, 2: no log file";
+    std::remove((dir + "/log." + std::to_string(pid)).c_str());
+  }
+  EXPECT_EQ(tutti_param_SettingsTestFork(), 16 * 1024) << "the parent's setting stays cached";
+  rmdir(dir.c_str());
 }
 
 std::vector<std::string> list(const char *text) {
