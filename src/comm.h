@@ -147,6 +147,10 @@ ncclResult_t comm_check_state(ncclComm_t comm, const char *fn);
 ncclResult_t comm_check_handle(ncclComm_t comm, const char *fn);
 /* Records a fatal error on the communicator (first one wins) and tells the peers. */
 void comm_set_error(ncclComm_t comm, ncclResult_t code, const char *msg);
+/* The recorded error's message once there is one (comm_set_error), else NULL. */
+const char *comm_error_text(ncclComm_t comm);
+/* Why this rank stopped, for its peers: the recorded error, else an abort or a failed init. */
+const char *comm_failure_reason(ncclComm_t comm);
 /* Host identity of this process (hostname + boot id, or TUTTI_HOSTID). */
 uint64_t host_identity(char *hostname, size_t len);
 /* Identity of the kernel this process runs on (boot id): ranks of several hosts (containers,

@@ -146,6 +146,18 @@ void comm_set_error(ncclComm_t comm, ncclResult_t code, const char *msg) {
   transport_mark_failed(comm);
 }
 
+const char *comm_error_text(ncclComm_t comm) {
+  if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == ncclSuccess || !comm->error_msg[0])
+    return NULL;
+  return comm->error_msg;
+}
+
+const char *comm_failure_reason(ncclComm_t comm) {
+  const char *text = comm_error_text(comm);
+  if (text) return text;
+  return comm->abort_flag ? "ncclCommAbort was called" : "its communicator failed during init";
+}
+
 /* ---- version, ids, errors ---- */
 
 API ncclResult_t ncclGetVersion(int *version) {

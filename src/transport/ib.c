@@ -48,12 +48,6 @@ TUTTI_PARAM(IbZeroCopyMin, "IB_ZERO_COPY_MIN", 64 * 1024) /* from pieces this la
 
 #define WR_ID(kind, q) (((uint64_t)(kind) << 32) | (uint32_t)(q))
 
-static const char *comm_error_text(struct ncclComm *comm) {
-  if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == ncclSuccess || !comm->error_msg[0])
-    return NULL;
-  return comm->error_msg;
-}
-
 /* ---- failures ---- */
 
 /* Records why a connection broke and fails the communicator. Quiet when this rank is closing
@@ -370,9 +364,7 @@ static void ib_mark_failed(struct ncclComm *comm) {
     pthread_mutex_unlock(&st->life_mu);
     return;
   }
-  const char *why = comm_error_text(comm) ? comm_error_text(comm)
-                    : comm->abort_flag    ? "ncclCommAbort was called"
-                                          : "its communicator failed during init";
+  const char *why = comm_failure_reason(comm);
   ib_board_t *src = &st->board_src[comm->rank];
   int len = snprintf(src->reason, sizeof(src->reason), "rank %d on host %s aborted: %s", comm->rank,
                      ib_host_of(st, comm->rank), why);

@@ -65,13 +65,6 @@
 
 TUTTI_PARAM(NetDrainMs, "NET_DRAIN_MS", 5000) /* close: how long a goodbye may wait */
 
-/* The communicator's recorded error, once there is one (comm_set_error). */
-static const char *comm_error_text(struct ncclComm *comm) {
-  if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == ncclSuccess || !comm->error_msg[0])
-    return NULL;
-  return comm->error_msg;
-}
-
 /* ---- a break without a reason: the peer's own notice first ---- */
 
 /* An EOF or a reset tells only that the peer's socket closed, not why: a peer that failed
@@ -551,9 +544,7 @@ static void tcp_mark_failed(struct ncclComm *comm) {
     pthread_mutex_unlock(&st->life_mu);
     return;
   }
-  const char *why = comm_error_text(comm) ? comm_error_text(comm)
-                    : comm->abort_flag    ? "ncclCommAbort was called"
-                                          : "its communicator failed during init";
+  const char *why = comm_failure_reason(comm);
   char msg[sizeof(tcp_hdr_t) + TCP_REASON_MAX];
   size_t len = notice_of(msg, why);
   int live = __atomic_load_n(&st->live, __ATOMIC_ACQUIRE);
