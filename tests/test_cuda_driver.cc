@@ -92,8 +92,14 @@ TEST(CudaDriver, HostBuffersUnaffectedWithTheDefaultDriver) {
   expect_host_path(nullptr, "");
 }
 
+// In a child as well: the driver this loads would be the one the next tests' children inherit.
 TEST(CudaDriver, NullIsHostMemory) {
-  EXPECT_EQ(cuda_driver_mem_kind(nullptr), MEM_KIND_HOST);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(cuda_driver_mem_kind(nullptr) == MEM_KIND_HOST ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "NULL was not host memory";
 }
 
 }  // namespace

@@ -52,9 +52,10 @@ class Install : public ::testing::Test {
     install_once();
     ASSERT_EQ(install_status, 0) << install_log;
   }
-  static void TearDownTestSuite() {
+  static void TearDownTestSuite() {  // the next run of the suite (--gtest_repeat) installs again
     int st;
     if (!tmp.empty()) run("rm -rf " + tmp, &st);
+    tmp.clear(), install_status = -1;
   }
   // Runs `cmd` in the prefix with a clean library path.
   static std::string in_prefix(const std::string &cmd, int *status) {

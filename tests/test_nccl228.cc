@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <link.h>
 #include <nccl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -232,21 +233,30 @@ TEST(Nccl228, WhatTuttiCannotDoIsInvalidUsageWithAMessage) {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // ncclResetDebugInit, below
 
 // NCCL_DEBUG=VERSION prints the version banner (and nothing else) at the first init; the
-// setting is re-read through ncclResetDebugInit, the file named by NCCL_DEBUG_FILE.
+// setting is re-read through ncclResetDebugInit, the file named by NCCL_DEBUG_FILE. In a child:
+// the banner is printed once per process (so the test can be repeated in one process).
+int banner_child(const char *path) {
+  unsetenv("NCCL_DEBUG");
+  ncclResetDebugInit();  // the logging settings read, with no NCCL_DEBUG
+  setenv("NCCL_DEBUG", "VERSION", 1);
+  setenv("NCCL_DEBUG_FILE", path, 1);
+  ncclResetDebugInit();  // and again: now VERSION, into the file
+  ncclComm_t comm;
+  if (ncclCommInitAll(&comm, 1, nullptr) != ncclSuccess) return 1;
+  return ncclCommDestroy(comm) == ncclSuccess ? 0 : 1;
+}
+
 TEST(Nccl228, DebugVersionPrintsTheBanner) {
   char path[] = "/tmp/tutti-banner-XXXXXX";
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
-  setenv("NCCL_DEBUG", "VERSION", 1);
-  setenv("NCCL_DEBUG_FILE", path, 1);
-  ncclResetDebugInit();
-  ncclComm_t comm;
-  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
-  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
-  unsetenv("NCCL_DEBUG");
-  unsetenv("NCCL_DEBUG_FILE");
-  ncclResetDebugInit();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(banner_child(path));
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "init or destroy failed";
   std::ifstream in(path);
   std::stringstream buf;
   buf << in.rdbuf();
