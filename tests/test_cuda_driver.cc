@@ -13,6 +13,7 @@
 
 #include "cuda_driver.h"
 #include "device.h"
+#include "in_child.h"
 #include "nccl.h"
 
 namespace {
@@ -46,21 +47,16 @@ int host_allreduce_ok() {
 // Runs `driver_lib` (nullptr: the default libcuda.so.1) in a child; the child exits 0 when the
 // driver state starts with `state_prefix` and host collectives are right.
 void expect_host_path(const char *driver_lib, const std::string &state_prefix) {
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
+  int code = exit_code_in_child([&] {
     if (driver_lib) setenv("TUTTI_CUDA_DRIVER_LIB", driver_lib, 1);
     std::string state = cuda_driver_state();
     if (state.rfind(state_prefix, 0) != 0) {
       fprintf(stderr, "driver state '%s', expected '%s...'\n", state.c_str(), state_prefix.c_str());
-      _exit(2);
+      return 2;
     }
-    _exit(host_allreduce_ok());
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: wrong driver state, 1: host collective failed";
+    return host_allreduce_ok();
+  });
+  EXPECT_EQ(code, 0) << "2: wrong driver state, 1: host collective failed, -1: no exit";
 }
 
 TEST(CudaDriver, MissingDriverLibraryMeansHostMemory) {
@@ -94,12 +90,9 @@ TEST(CudaDriver, HostBuffersUnaffectedWithTheDefaultDriver) {
 
 // In a child as well: the driver this loads would be the one the next tests' children inherit.
 TEST(CudaDriver, NullIsHostMemory) {
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) _exit(cuda_driver_mem_kind(nullptr) == MEM_KIND_HOST ? 0 : 1);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "NULL was not host memory";
+  EXPECT_EQ(
+      exit_code_in_child([] { return cuda_driver_mem_kind(nullptr) == MEM_KIND_HOST ? 0 : 1; }), 0)
+      << "NULL was not host memory";
 }
 
 }  // namespace

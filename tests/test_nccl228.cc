@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 #include <link.h>
 #include <nccl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +21,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "in_child.h"
 
 static std::vector<std::string> header_functions() {
   std::ifstream in(NVIDIA_NCCL_H);
@@ -251,12 +252,7 @@ TEST(Nccl228, DebugVersionPrintsTheBanner) {
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) _exit(banner_child(path));
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "init or destroy failed";
+  EXPECT_EQ(exit_code_in_child([&] { return banner_child(path); }), 0) << "init or destroy failed";
   std::ifstream in(path);
   std::stringstream buf;
   buf << in.rdbuf();

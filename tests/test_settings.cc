@@ -3,15 +3,14 @@
 // reading them again.
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "core.h"
+#include "in_child.h"
 #include "scoped_env.h"
 
 namespace {
@@ -168,13 +167,10 @@ TEST(Settings, AForksChildReadsTheSettingsAgain) {
     Env fork_setting("TUTTI_SETTINGS_TEST_FORK", "16K");
     EXPECT_EQ(tutti_param_SettingsTestFork(), 16 * 1024);
     INFO(SUB_ALL, "the parent has read its logging settings");
-    pid_t pid = fork();
-    if (pid == 0) _exit(forked_child(dir));
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the setting kept the parent's value, 2: no log file";
-    std::remove((dir + "/log." + std::to_string(pid)).c_str());
+    EXPECT_EQ(exit_code_in_child([&] { return forked_child(dir); }), 0)
+        << "1: the setting kept the parent's value, 2: no log file";
+    std::string rm = "rm -f " + dir + "/log.*";
+    EXPECT_EQ(system(rm.c_str()), 0);
   }
   EXPECT_EQ(tutti_param_SettingsTestFork(), 16 * 1024) << "the parent's setting stays cached";
   rmdir(dir.c_str());
