@@ -63,11 +63,6 @@ int64_t bootstrap_init_timeout_ms(void) {
   return tutti_param_InitTimeout() * 1000;
 }
 
-static int ms_left(uint64_t deadline) {
-  uint64_t now = tutti_time_ns();
-  return now >= deadline ? 0 : (int)TUTTI_MIN((deadline - now) / 1000000ull, (uint64_t)INT32_MAX);
-}
-
 void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncclUniqueId *id) {
   bootstrap_id_t b;
   memset(id, 0, sizeof(*id));
@@ -283,10 +278,10 @@ static int root_missing_ranks(const root_t *r, char *out, size_t len) {
 static int root_gather_hellos(root_t *r) {
   root_gather_t *g = r->g;
   pthread_mutex_lock(&g->lock);
-  while ((r->nranks == 0 || g->arrived < r->nranks) && ms_left(r->deadline) > 0) {
+  while ((r->nranks == 0 || g->arrived < r->nranks) && sock_ms_left(r->deadline) > 0) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    int wait_ms = TUTTI_MIN(ms_left(r->deadline), 1000);
+    int wait_ms = TUTTI_MIN(sock_ms_left(r->deadline), 1000);
     ts.tv_sec += wait_ms / 1000, ts.tv_nsec += (long)(wait_ms % 1000) * 1000000l;
     if (ts.tv_nsec >= 1000000000l) ts.tv_sec++, ts.tv_nsec -= 1000000000l;
     pthread_cond_timedwait(&g->cond, &g->lock, &ts);
@@ -319,8 +314,8 @@ static int root_gather_hellos(root_t *r) {
 static int root_reply_all(root_t *r, const void *data, uint32_t len) {
   reply_t rep = {.status = 0, .len = len};
   for (int i = 0; i < r->nranks; i++) {
-    if (sock_send_all(r->fds[i], &rep, sizeof(rep), ms_left(r->deadline)) != ncclSuccess ||
-        sock_send_all(r->fds[i], data, len, ms_left(r->deadline)) != ncclSuccess) {
+    if (sock_send_all(r->fds[i], &rep, sizeof(rep), sock_ms_left(r->deadline)) != ncclSuccess ||
+        sock_send_all(r->fds[i], data, len, sock_ms_left(r->deadline)) != ncclSuccess) {
       snprintf(r->msg, sizeof(r->msg), "rank %d (host %s, pid %d) disconnected during init", i,
                r->peers[i].hostname, r->peers[i].pid);
       close(r->fds[i]);
@@ -358,7 +353,7 @@ typedef struct round_part { /* one rank's part in a round of requests */
 
 /* Reads rank i's header (and a MSG_ABORT's reason); the rank's state after it. */
 static int root_read_part(root_t *r, int i, round_part_t *part) {
-  if (sock_recv_all(r->fds[i], &part->q, sizeof(part->q), ms_left(r->deadline)) != ncclSuccess)
+  if (sock_recv_all(r->fds[i], &part->q, sizeof(part->q), sock_ms_left(r->deadline)) != ncclSuccess)
     return PART_GONE;
   if (part->q.type != MSG_ABORT) return PART_READ;
   size_t n = TUTTI_MIN((size_t)part->q.len, sizeof(part->reason) - 1);
@@ -390,7 +385,8 @@ static int root_poll_parts(root_t *r, round_part_t *parts, struct pollfd *pf, in
     for (int i = 0; i < r->nranks; i++)
       if (parts[i].state == PART_WAITING)
         pf[k] = (struct pollfd){r->fds[i], POLLIN, 0}, idx[k++] = i;
-    if (k == 0 || ms_left(until) == 0 || poll(pf, (nfds_t)k, ms_left(until)) <= 0) return trouble;
+    if (k == 0 || sock_ms_left(until) == 0 || poll(pf, (nfds_t)k, sock_ms_left(until)) <= 0)
+      return trouble;
     for (int j = 0; j < k; j++) {
       if (!pf[j].revents) continue;
       round_part_t *part = &parts[idx[j]];
@@ -484,8 +480,8 @@ static int root_serve(root_t *r, char *msg, size_t len) {
       return -1;
     }
     for (int i = 0; i < r->nranks; i++) {
-      if (sock_recv_all(r->fds[i], buf + (size_t)i * first.len, first.len, ms_left(r->deadline)) !=
-          ncclSuccess) {
+      if (sock_recv_all(r->fds[i], buf + (size_t)i * first.len, first.len,
+                        sock_ms_left(r->deadline)) != ncclSuccess) {
         snprintf(msg, len, "rank %d (host %s) disconnected during init", i, r->peers[i].hostname);
         free(buf);
         return -1;
@@ -507,9 +503,9 @@ static void root_close_all(root_t *r) {
   for (int i = 0; i < r->nranks; i++)
     if (r->fds[i] >= 0) shutdown(r->fds[i], SHUT_WR);
   for (int i = 0; i < r->nranks; i++) {
-    while (r->fds[i] >= 0 && ms_left(deadline) > 0) {
+    while (r->fds[i] >= 0 && sock_ms_left(deadline) > 0) {
       struct pollfd pf = {.fd = r->fds[i], .events = POLLIN};
-      if (poll(&pf, 1, ms_left(deadline)) <= 0) break;
+      if (poll(&pf, 1, sock_ms_left(deadline)) <= 0) break;
       if (recv(r->fds[i], sink, sizeof(sink), MSG_DONTWAIT) <= 0) break; /* EOF: it closed */
     }
     if (r->fds[i] >= 0) close(r->fds[i]), r->fds[i] = -1;
@@ -601,7 +597,7 @@ static ncclResult_t root_start(int listen_fd, const ncclUniqueId *id) {
 
 static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
   reply_t rep;
-  int fd = comm->bootstrap->fd, tmo = ms_left(comm->bootstrap->deadline);
+  int fd = comm->bootstrap->fd, tmo = sock_ms_left(comm->bootstrap->deadline);
   ncclResult_t res = sock_recv_all(fd, &rep, sizeof(rep), tmo);
   if (res != ncclSuccess) {
     char why[512];
@@ -661,9 +657,9 @@ ncclResult_t bootstrap_join(ncclComm_t comm, const ncclUniqueId *id, uint64_t si
   sock_addr_str(&b.root, comm->bootstrap->root, sizeof(comm->bootstrap->root));
   ncclResult_t res =
       b.root_listened
-          ? sock_connect_listening(&b.root, ms_left(comm->bootstrap->init_end),
+          ? sock_connect_listening(&b.root, sock_ms_left(comm->bootstrap->init_end),
                                    &comm->bootstrap->fd)
-          : sock_connect(&b.root, ms_left(comm->bootstrap->init_end), &comm->bootstrap->fd);
+          : sock_connect(&b.root, sock_ms_left(comm->bootstrap->init_end), &comm->bootstrap->fd);
   if (res != ncclSuccess && b.root_listened && errno == ECONNREFUSED)
     return TUTTI_ERR(ncclRemoteError,
                      "rank %d: the bootstrap root at %s refused the connection: it is gone (rank "

@@ -148,24 +148,52 @@ void sock_set_data_options(int fd, int buf_bytes, int64_t timeout_ms) {
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
 }
 
+int sock_ms_left(uint64_t deadline_ns) {
+  uint64_t now = tutti_time_ns();
+  return now >= deadline_ns ? 0
+                            : (int)TUTTI_MIN((deadline_ns - now) / 1000000ull, (uint64_t)INT32_MAX);
+}
+
+/* One attempt on a non-blocking socket: 0 once connected, else the errno (ETIMEDOUT when the
+ * deadline came first). A blocking connect() would wait for the kernel's SYN retries instead
+ * (about two minutes with tcp_syn_retries = 6) where a peer's link was cut or its accept queue
+ * is full: packets dropped, no answer. */
+static int connect_once(int s, const sock_addr_t *addr, uint64_t deadline) {
+  if (connect(s, &addr->sa, sock_addr_len(addr)) == 0) return 0;
+  if (errno != EINPROGRESS) return errno;
+  for (;;) {
+    struct pollfd p = {.fd = s, .events = POLLOUT};
+    int rc = poll(&p, 1, sock_ms_left(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return errno;
+    if (rc == 0) return ETIMEDOUT;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+    return err;
+  }
+}
+
 static ncclResult_t connect_until(const sock_addr_t *addr, int timeout_ms, int *fd,
                                   int refused_final) {
   char buf[80];
   uint64_t deadline = tutti_time_ns() + (uint64_t)timeout_ms * 1000000ull;
   int last_err = 0;
   for (int attempt = 0;; attempt++) {
-    int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) return TUTTI_ERR(ncclSystemError, "socket failed: %s", strerror(errno));
-    if (connect(s, &addr->sa, sock_addr_len(addr)) == 0) {
+    last_err = connect_once(s, addr, deadline);
+    if (last_err == 0) {
+      fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK); /* callers expect a blocking fd */
       sock_tune(s);
       *fd = s;
       return ncclSuccess;
     }
-    last_err = errno;
     close(s);
     /* The root may not be listening yet: retry refused/unreachable until the deadline. */
-    if (tutti_time_ns() > deadline || (refused_final && last_err == ECONNREFUSED)) break;
-    usleep(attempt < 20 ? 10000 : 100000);
+    if (tutti_time_ns() >= deadline || (refused_final && last_err == ECONNREFUSED)) break;
+    usleep((useconds_t)TUTTI_MIN(attempt < 20 ? 10000 : 100000,
+                                 (int64_t)sock_ms_left(deadline) * 1000 + 1000));
   }
   ncclResult_t res =
       TUTTI_ERR(ncclSystemError,

@@ -30,6 +30,10 @@ ncclResult_t sock_find_addr(const char *spec, sock_addr_t *addr, char *ifname, s
 void sock_loopback_addr(sock_addr_t *addr); /* 127.0.0.1, port 0 */
 
 ncclResult_t sock_listen(sock_addr_t *addr, int *fd); /* binds addr (port 0 = any); updates it */
+/* Milliseconds from now until deadline_ns (tutti_time_ns clock); 0 once it passed. */
+int sock_ms_left(uint64_t deadline_ns);
+/* Connects within timeout_ms, all of it: each attempt's wait is bounded by poll(), and refused or
+ * unreachable addresses are retried until then (the peer may not listen yet). */
 ncclResult_t sock_connect(const sock_addr_t *addr, int timeout_ms, int *fd);
 /* The same for an address known to be listening already: a refused connection is final (errno
  * stays ECONNREFUSED); other failures (an unreachable host) are retried until the timeout. */

@@ -3,9 +3,11 @@
 // byte restarting a 5 s wait, so a 3-rank job failed init with "lost the bootstrap root". The
 // root now serves every joiner at once and bounds each connection's whole hello.
 #include <dirent.h>
+#include <errno.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -77,6 +79,46 @@ TEST(BootstrapRoot, AcceptedConnectionsSendWithoutDelay) {
   close(listen_fd);
   ASSERT_EQ(seen.calls, 1) << "the hello never reached the callback";
   EXPECT_EQ(seen.nodelay.load(), 1) << "0: accepted without TCP_NODELAY, -2: getsockopt failed";
+}
+
+// A peer that never answers a SYN (its link cut: found by test_chaos, where a rank's data
+// connection to a host cut during init waited 71 s for a 15 s TUTTI_INIT_TIMEOUT): a blocking
+// connect() waits out the kernel's SYN retries, about two minutes. Here the same silence on
+// loopback: a listener with a full accept queue drops each new SYN. sock_connect must give up
+// at its timeout and say why.
+TEST(BootstrapRoot, ConnectEndsAtItsTimeoutWhenNoAnswerComes) {
+  sock_addr_t addr;
+  sock_loopback_addr(&addr);
+  int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listen_fd, 0);
+  socklen_t len = sizeof(addr.sin);
+  ASSERT_EQ(bind(listen_fd, &addr.sa, len), 0);
+  ASSERT_EQ(listen(listen_fd, 0), 0);  // an accept queue of one connection
+  ASSERT_EQ(getsockname(listen_fd, &addr.sa, &len), 0);
+  std::vector<int> held;  // never accepted: they fill the queue until a SYN goes unanswered
+  bool silent = false;
+  for (int i = 0; i < 8 && !silent; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    held.push_back(fd);
+    if (connect(fd, &addr.sa, len) == 0) continue;
+    ASSERT_EQ(errno, EINPROGRESS) << strerror(errno);
+    struct pollfd p = {fd, POLLOUT, 0};
+    silent = poll(&p, 1, 300) == 0;
+  }
+  ASSERT_TRUE(silent) << "the full accept queue still answered SYNs";
+  double t0 = now_s();
+  int fd = -1;
+  ncclResult_t res = sock_connect(&addr, 1000, &fd);
+  double took = now_s() - t0;
+  std::string why = tutti_last_error();
+  for (int h : held) close(h);
+  close(listen_fd);
+  if (fd >= 0) close(fd);
+  EXPECT_NE(res, ncclSuccess);
+  EXPECT_GE(took, 0.99);
+  EXPECT_LT(took, 2.0) << "the connect outlived its 1000 ms";
+  EXPECT_NE(why.find("within 1000 ms: Connection timed out"), std::string::npos) << why;
 }
 
 TEST(BootstrapRoot, IdleAndTricklingConnectionsDoNotStallInit) {

@@ -227,19 +227,13 @@ static int pair_shares(struct ncclComm *comm, int peer) {
   return comm_machine_oversubscribed(comm, comm->rank) || comm_machine_oversubscribed(comm, peer);
 }
 
-/* Milliseconds from now to `end` (0 once it passed). */
-static int ms_until(uint64_t end) {
-  uint64_t now = tutti_time_ns();
-  return now >= end ? 0 : (int)TUTTI_MIN((end - now) / 1000000ull, (uint64_t)INT32_MAX);
-}
-
 /* Opens a connection's sockets (the sender's, or for a shared pair the lower rank's). */
 static ncclResult_t open_sockets(tcp_state_t *st, tcp_conn_t *c, const tcp_blob_t *b) {
   struct ncclComm *comm = st->comm;
   char a[80];
   uint64_t end = bootstrap_init_deadline_ns(comm);
   for (int k = 0; k < c->nsocks; k++) {
-    ncclResult_t res = sock_connect(&b->addr, ms_until(end), &c->fds[k]);
+    ncclResult_t res = sock_connect(&b->addr, sock_ms_left(end), &c->fds[k]);
     if (res != ncclSuccess)
       return TUTTI_ERR(ncclSystemError,
                        "rank %d (host %s) cannot open a data connection to rank %d "
@@ -256,7 +250,7 @@ static ncclResult_t open_sockets(tcp_state_t *st, tcp_conn_t *c, const tcp_blob_
                      .sock = k,
                      .nsocks = c->nsocks};
     memcpy(h.secret, comm->secret, 16);
-    TUTTI_CHECK(sock_send_all(c->fds[k], &h, sizeof(h), TUTTI_MAX(ms_until(end), 1)));
+    TUTTI_CHECK(sock_send_all(c->fds[k], &h, sizeof(h), TUTTI_MAX(sock_ms_left(end), 1)));
   }
   return ncclSuccess;
 }
