@@ -337,7 +337,12 @@ static int root_reply_all(root_t *r, const void *data, uint32_t len) {
  * first of them the root waits up to ROOT_VERDICT_GRACE_MS for every other rank's part and names
  * a rank whose connection ended first, else the rank that gave up first with its reason. A
  * killed process's sockets are closed by the kernel before any peer can see it gone, so its end
- * is there to be seen by the time another rank's complaint arrives. */
+ * is there to be seen by the time another rank's complaint arrives.
+ *
+ * A rank still silent at the root's deadline is late, and the round fails; but it gets the same
+ * grace to say why. Its own waits end TUTTI_INIT_TIMEOUT after its init started, a little after
+ * the root's (the id, and so the root, came first), and its reason (a peer it cannot reach) says
+ * where the fault is, where "stalled" would blame the rank that waited for it. */
 #define BOOTSTRAP_MAX_ROUND ((uint64_t)1 << 30)
 #define ROOT_VERDICT_GRACE_MS 1000
 #define BOOTSTRAP_REASON_BYTES 768 /* of a MSG_ABORT's reason that the root keeps */
@@ -348,12 +353,13 @@ typedef struct round_part { /* one rank's part in a round of requests */
   int state;
   request_t q;
   uint64_t at; /* when its MSG_ABORT came */
+  int late;    /* still waiting at the root's deadline */
   char reason[BOOTSTRAP_REASON_BYTES];
 } round_part_t;
 
 /* Reads rank i's header (and a MSG_ABORT's reason); the rank's state after it. */
-static int root_read_part(root_t *r, int i, round_part_t *part) {
-  if (sock_recv_all(r->fds[i], &part->q, sizeof(part->q), sock_ms_left(r->deadline)) != ncclSuccess)
+static int root_read_part(root_t *r, int i, round_part_t *part, uint64_t until) {
+  if (sock_recv_all(r->fds[i], &part->q, sizeof(part->q), sock_ms_left(until)) != ncclSuccess)
     return PART_GONE;
   if (part->q.type != MSG_ABORT) return PART_READ;
   size_t n = TUTTI_MIN((size_t)part->q.len, sizeof(part->reason) - 1);
@@ -376,21 +382,28 @@ static int root_part_ended(int fd, size_t skip) {
   return k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR);
 }
 
-/* Polls the ranks still to be heard until all are, or the deadline; 1 if one failed. */
+/* Polls the ranks still to be heard until all are, or the deadline (and the late ranks' grace,
+ * see above); 1 if one failed. */
 static int root_poll_parts(root_t *r, round_part_t *parts, struct pollfd *pf, int *idx) {
   uint64_t until = r->deadline;
-  int trouble = 0;
+  int trouble = 0, overtime = 0;
   for (;;) {
     int k = 0;
     for (int i = 0; i < r->nranks; i++)
       if (parts[i].state == PART_WAITING)
         pf[k] = (struct pollfd){r->fds[i], POLLIN, 0}, idx[k++] = i;
-    if (k == 0 || sock_ms_left(until) == 0 || poll(pf, (nfds_t)k, sock_ms_left(until)) <= 0)
-      return trouble;
+    if (k == 0) return trouble;
+    if (sock_ms_left(until) == 0 && !trouble && !overtime) {
+      overtime = 1;
+      for (int j = 0; j < k; j++) parts[idx[j]].late = 1;
+      until = tutti_time_ns() + ROOT_VERDICT_GRACE_MS * 1000000ull;
+    }
+    int ready = sock_ms_left(until) == 0 ? 0 : poll(pf, (nfds_t)k, sock_ms_left(until));
+    if (ready < 0 || (ready == 0 && (trouble || overtime))) return trouble;
     for (int j = 0; j < k; j++) {
       if (!pf[j].revents) continue;
       round_part_t *part = &parts[idx[j]];
-      part->state = root_read_part(r, idx[j], part);
+      part->state = root_read_part(r, idx[j], part, TUTTI_MAX(until, r->deadline));
       if (part->state != PART_READ && !trouble) {
         trouble = 1;
         uint64_t grace = tutti_time_ns() + ROOT_VERDICT_GRACE_MS * 1000000ull;
@@ -423,7 +436,7 @@ static void root_verdict(root_t *r, round_part_t *parts, char *msg, size_t len) 
 static int root_headers_agree(root_t *r, const round_part_t *parts, request_t *first, char *msg,
                               size_t len) {
   for (int i = 0; i < r->nranks; i++) {
-    if (parts[i].state == PART_WAITING) {
+    if (parts[i].state == PART_WAITING || parts[i].late) {
       snprintf(msg, len, "rank %d (host %s, pid %d) stalled during init", i, r->peers[i].hostname,
                r->peers[i].pid);
       return -1;
@@ -590,9 +603,9 @@ static ncclResult_t root_start(int listen_fd, const ncclUniqueId *id) {
 /* A rank's waits during init all end at one deadline, TUTTI_INIT_TIMEOUT after its init started
  * (its connections to the root and to its peers: bootstrap_init_deadline_ns), and its waits for
  * the root's answers a grace later: a little later than the root gives up (TUTTI_INIT_TIMEOUT after
- * its start), so that the root's answer saying why arrives before the rank's own wait ends. So a
- * rank's init never lasts more than TUTTI_INIT_TIMEOUT + 3 s (+ closing), counted from its call,
- * whatever happens to the others. */
+ * its start, then ROOT_VERDICT_GRACE_MS for late ranks' reasons), so that the root's answer saying
+ * why arrives before the rank's own wait ends. So a rank's init never lasts more than
+ * TUTTI_INIT_TIMEOUT + 3 s (+ closing), counted from its call, whatever happens to the others. */
 #define BOOTSTRAP_REPLY_GRACE_MS 3000
 
 static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {

@@ -34,14 +34,14 @@ static void *verdict_late(void *p) {
   return NULL;
 }
 
-int verdict_run(int nranks, const verdict_rank_t *ranks, int delay_ms, char *msg, size_t len,
-                double *took_s) {
+int verdict_run(int nranks, const verdict_rank_t *ranks, int delay_ms, int deadline_ms, char *msg,
+                size_t len, double *took_s) {
   int fds[VERDICT_MAX_RANKS], ends[VERDICT_MAX_RANKS];
   peer_info_t peers[VERDICT_MAX_RANKS];
   if (nranks > VERDICT_MAX_RANKS) return -2;
   memset(peers, 0, sizeof(peers));
   root_t r = {.nranks = nranks, .fds = fds, .peers = peers};
-  r.deadline = tutti_time_ns() + 10000ull * 1000000ull;
+  r.deadline = tutti_time_ns() + (uint64_t)deadline_ms * 1000000ull;
   for (int i = 0; i < nranks; i++) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -2;

@@ -20,10 +20,11 @@ typedef struct verdict_rank {
   const char *reason;
 } verdict_rank_t;
 
-/* Runs one round of root_serve (host of rank i: "h<1 + i/2>", pid 1000 + i); its return (0 the
- * round went through, -1 failed with `msg`); *took_s: how long root_serve took. */
-int verdict_run(int nranks, const verdict_rank_t *ranks, int delay_ms, char *msg, size_t len,
-                double *took_s);
+/* Runs one round of root_serve (host of rank i: "h<1 + i/2>", pid 1000 + i) whose deadline is
+ * deadline_ms after its start; its return (0 the round went through, -1 failed with `msg`);
+ * *took_s: how long root_serve took. */
+int verdict_run(int nranks, const verdict_rank_t *ranks, int delay_ms, int deadline_ms, char *msg,
+                size_t len, double *took_s);
 
 #ifdef __cplusplus
 }
