@@ -1,6 +1,7 @@
 // Multi-host tests on the namespace test bed (scripts/netns-cluster.sh): every collective with
 // exact values on 2 hosts x 2 ranks and 3 hosts x 1 rank, a host killed or cut off in the
-// middle of a 256 MiB all-reduce loop, and strangers connecting to the data ports.
+// middle of a 256 MiB all-reduce loop, data addresses the other host cannot reach, and strangers
+// connecting to the data ports.
 //
 // Each test makes its own test bed (prefix "tmh<pid>-", so runs never collide) and tears it
 // down afterwards, also when the test fails; test beds of test processes that died are removed
@@ -233,6 +234,36 @@ TEST_F(MultiHost, KilledHostIsNamedByEveryRank) {
 TEST_F(MultiHost, CutLinkIsNamedByEveryRank) {
   bed_up(2);
   for (int run = 0; run < failure_runs(); run++) failure_run(true, 10, run);
+}
+
+// Each rank offers only its loopback address (TUTTI_SOCKET_IFNAME=lo), which the other host
+// cannot reach: every rank's init fails within TUTTI_INIT_TIMEOUT (+ 3 s for the root's verdict),
+// naming the peer it could not reach and the address it tried, after the warning at listen time.
+TEST_F(MultiHost, ADataAddressTheOtherHostCannotReachIsNamedAtInit) {
+  bed_up(2);
+  Proc p;
+  double t0 = now_s();
+  launch(p, "h1:1,h2:1", "collectives", {"TUTTI_SOCKET_IFNAME=lo", "TUTTI_INIT_TIMEOUT=5"},
+         {"--keep-going"});
+  int st = p.wait(t0 + 60);
+  double took = now_s() - t0;
+  EXPECT_FALSE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << p.out;
+  EXPECT_LE(took, 5 + 3 + 5.0) << p.out;
+  for (int r = 0; r < 2; r++) {
+    std::string mine = lines_of_rank(p.out, r), other = r == 0 ? "host h2" : "host h1";
+    EXPECT_NE(mine.find("has only a loopback interface (lo) to offer rank " +
+                        std::to_string(1 - r) + " on " + other),
+              std::string::npos)
+        << "rank " << r << "\n"
+        << p.out;
+    EXPECT_NE(mine.find("cannot open a data connection to rank " + std::to_string(1 - r) + " (" +
+                        other + ") at 127.0.0.1:"),
+              std::string::npos)
+        << "rank " << r << "\n"
+        << p.out;
+  }
+  EXPECT_EQ(count(p.out, "FAILED"), 2) << p.out;
+  expect_clean(p.out);
 }
 
 // mpirun started on h1 (it launches on h2 through scripts/netns-rsh, its rsh agent, and keeps its
