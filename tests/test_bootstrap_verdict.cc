@@ -30,6 +30,15 @@ Outcome play(std::initializer_list<verdict_rank_t> ranks, int delay_ms = 0,
 
 const verdict_rank_t kRequest = {VERDICT_ALLGATHER, 0, nullptr};
 
+// A round that failed with `msg` after its deadline: no sooner than min_s, and within 5 s (room
+// for a loaded machine).
+void expect_late_verdict(const Outcome &o, const std::string &msg, double min_s) {
+  EXPECT_EQ(o.rc, -1);
+  EXPECT_EQ(o.msg, msg);
+  EXPECT_GE(o.took_s, min_s);
+  EXPECT_LT(o.took_s, 5.0);
+}
+
 TEST(BootstrapVerdict, AVanishedRankIsNamedBeforeTheRanksThatGaveUpBecauseOfIt) {
   // rank 1 complains first, rank 3 is the one that died
   Outcome o = play({kRequest,
@@ -94,29 +103,22 @@ TEST(BootstrapVerdict, TheFirstRankToHangUpIsNamedThoughLowerRanksWait) {
 // waited for the fault, not the fault (found by test_chaos: a cut host, and the root blamed
 // rank 0, whose data connection to the cut host was still trying).
 TEST(BootstrapVerdict, ARankLateAtTheDeadlineIsNamedWithItsReason) {
-  Outcome o = play(
-      {kRequest, {VERDICT_ABORT, 1, "rank 1: cannot reach rank 2 (host h2)"}, kRequest}, 800, 500);
-  EXPECT_EQ(o.rc, -1);
-  EXPECT_EQ(o.msg, "rank 1 (host h1) gave up: rank 1: cannot reach rank 2 (host h2)");
-  EXPECT_GE(o.took_s, 0.75);
-  EXPECT_LT(o.took_s, 5.0);
+  expect_late_verdict(
+      play({kRequest, {VERDICT_ABORT, 1, "rank 1: cannot reach rank 2 (host h2)"}, kRequest}, 800,
+           500),
+      "rank 1 (host h1) gave up: rank 1: cannot reach rank 2 (host h2)", 0.75);
 }
 
 // A rank silent past the deadline and its grace is named as stalled, a grace after the deadline.
 TEST(BootstrapVerdict, ARankSilentPastTheGraceIsNamedAsStalled) {
-  Outcome o = play({kRequest, {VERDICT_SILENT, 0, nullptr}, kRequest}, 0, 500);
-  EXPECT_EQ(o.rc, -1);
-  EXPECT_EQ(o.msg, "rank 1 (host h1, pid 1001) stalled during init");
-  EXPECT_GE(o.took_s, 1.45);
-  EXPECT_LT(o.took_s, 5.0);
+  expect_late_verdict(play({kRequest, {VERDICT_SILENT, 0, nullptr}, kRequest}, 0, 500),
+                      "rank 1 (host h1, pid 1001) stalled during init", 1.45);
 }
 
 // The late rank's request comes within the grace: the round still missed its deadline.
 TEST(BootstrapVerdict, ARequestAfterTheDeadlineStillFailsTheRound) {
-  Outcome o = play({kRequest, {VERDICT_ALLGATHER, 1, nullptr}, kRequest}, 800, 500);
-  EXPECT_EQ(o.rc, -1);
-  EXPECT_EQ(o.msg, "rank 1 (host h1, pid 1001) stalled during init");
-  EXPECT_LT(o.took_s, 5.0);
+  expect_late_verdict(play({kRequest, {VERDICT_ALLGATHER, 1, nullptr}, kRequest}, 800, 500),
+                      "rank 1 (host h1, pid 1001) stalled during init", 0.75);
 }
 
 }  // namespace
