@@ -266,6 +266,48 @@ TEST_F(MultiHost, ADataAddressTheOtherHostCannotReachIsNamedAtInit) {
   expect_clean(p.out);
 }
 
+// h2's link is cut after the ranks exchanged their data addresses and before they connect
+// (the test hook TUTTI_TEST_CONNECT_DELAY_MS holds them between the two): each rank's connect
+// gets no answer to its SYN. A blocking connect() waited for the kernel's SYN retries (tens of
+// seconds to two minutes; test_chaos once saw 71 s); every rank must fail within its init
+// deadline, TUTTI_INIT_TIMEOUT (+ 3 s for the root's answer) after its start, which came before
+// the cut, naming the other host.
+TEST_F(MultiHost, ALinkCutBeforeTheDataConnectionsIsNamedInTime) {
+  bed_up(2);
+  // Each host knows the other's MAC for good, as a host knows its router: no ARP failure ends a
+  // connect early with "No route to host", only the connect's own deadline can.
+  for (int h = 1; h <= 2; h++) {
+    std::string other = "h" + std::to_string(3 - h), addr = bed("addr " + other),
+                mac = bed("exec " + other + " cat /sys/class/net/eth0/address");
+    addr.erase(addr.find_last_not_of("\n") + 1), mac.erase(mac.find_last_not_of("\n") + 1);
+    ASSERT_EQ(bed("exec h" + std::to_string(h) + " ip neigh replace " + addr + " lladdr " + mac +
+                  " nud permanent dev eth0"),
+              "");
+  }
+  Proc p;
+  launch(p, "h1:1,h2:1", "collectives",
+         {"TUTTI_INIT_TIMEOUT=8", "TUTTI_TEST_CONNECT_DELAY_MS=2000"}, {"--keep-going"});
+  ASSERT_TRUE(p.read_until(
+      [](const std::string &o) { return count(o, "test hook TUTTI_TEST_CONNECT_DELAY_MS") >= 2; },
+      now_s() + 60))
+      << p.out;
+  double t0 = now_s();
+  bed("link h2 down");
+  p.wait(t0 + 60);
+  double took = now_s() - t0;
+  bed("link h2 up");
+  printf("[ cut ] every rank exited %.1f s after the cut\n", took);
+  EXPECT_LE(took, 8 + 3 + 2.0) << p.out;
+  EXPECT_EQ(count(p.out, "FAILED"), 2) << p.out;
+  for (int r = 0; r < 2; r++) {
+    const char *other = r == 0 ? "host h2" : "host h1";
+    EXPECT_NE(lines_of_rank(p.out, r).find(other), std::string::npos)
+        << "rank " << r << " did not name " << other << "\n"
+        << p.out;
+  }
+  expect_clean(p.out);
+}
+
 // mpirun started on h1 (it launches on h2 through scripts/netns-rsh, its rsh agent, and keeps its
 // own traffic on eth0): `np` ranks of this program on `hosts`, with the environment variables
 // `vars` passed on (-x).

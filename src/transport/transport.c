@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "bootstrap.h"
 #include "comm.h"
@@ -51,6 +52,21 @@ static ncclResult_t agree_geometry(ncclComm_t comm) {
   INFO(SUB_INIT, "rank %d: FIFO geometry agreed by all ranks: slots of %llu bytes, chunks of %llu",
        comm->rank, (unsigned long long)slot, (unsigned long long)chunk);
   return ncclSuccess;
+}
+
+/* Test hook: every rank waits this long after the transport's addresses are exchanged and
+ * before it connects to its peers, saying so, so that a test can cut a link in between
+ * (MultiHost.ALinkCutBeforeTheDataConnectionsIsNamedInTime). */
+TUTTI_PARAM(TestConnectDelayMs, "TEST_CONNECT_DELAY_MS", 0)
+
+static void test_connect_delay(ncclComm_t comm, const transport_t *tr, const int *choice, int t) {
+  int64_t ms = tutti_param_TestConnectDelayMs();
+  int peers = 0;
+  for (int p = 0; p < comm->nranks; p++) peers += choice[p] == t;
+  if (ms <= 0 || peers == 0) return;
+  WARN("test hook TUTTI_TEST_CONNECT_DELAY_MS: rank %d waits %lld ms before its %s connections",
+       comm->rank, (long long)ms, tr->name);
+  usleep((useconds_t)TUTTI_MIN(ms, 60000) * 1000);
 }
 
 static int net_forced_ib(void) {
@@ -95,6 +111,7 @@ ncclResult_t transport_connect_all(ncclComm_t comm) {
     memset(blobs, 0, (size_t)n * TRANSPORT_BLOB_BYTES);
     TUTTI_CHECK_GOTO(tr->setup(comm, blobs + (size_t)me * TRANSPORT_BLOB_BYTES), res, out);
     TUTTI_CHECK_GOTO(bootstrap_allgather(comm, blobs, TRANSPORT_BLOB_BYTES), res, out);
+    test_connect_delay(comm, tr, choice, t);
     for (int p = 0; p < n; p++) {
       if (choice[p] != t) continue;
       comm->send_conn[p] = (conn_t){.transport = tr, .peer = p};
