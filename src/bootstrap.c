@@ -291,10 +291,13 @@ static int root_gather_hellos(root_t *r) {
   r->acc = NULL;
   int complete = r->nranks > 0 && g->arrived >= r->nranks, failed = g->failed;
   if (!complete && !failed) {
-    int n = snprintf(r->msg, sizeof(r->msg),
-                     "only %d of %d ranks joined within "
-                     "TUTTI_INIT_TIMEOUT=%llds",
-                     g->joined, r->nranks, (long long)tutti_param_InitTimeout());
+    int n = r->nranks == 0 /* no hello arrived, so the job's size is unknown */
+                ? snprintf(r->msg, sizeof(r->msg), "no rank joined within TUTTI_INIT_TIMEOUT=%llds",
+                           (long long)tutti_param_InitTimeout())
+                : snprintf(r->msg, sizeof(r->msg),
+                           "only %d of %d ranks joined within "
+                           "TUTTI_INIT_TIMEOUT=%llds",
+                           g->joined, r->nranks, (long long)tutti_param_InitTimeout());
     n += root_missing_ranks(r, r->msg + n, sizeof(r->msg) - (size_t)n);
     if (g->dropped && n > 0 && (size_t)n < sizeof(r->msg))
       snprintf(r->msg + n, sizeof(r->msg) - (size_t)n,

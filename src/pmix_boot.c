@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
+
 TUTTI_PARAM(Pmix, "PMIX", 1)
 
 #ifdef TUTTI_HAVE_PMIX_H
@@ -83,12 +85,25 @@ static ncclResult_t pmix_exchange(pmix_api_t *api, const pmix_proc_t *me, int ra
     PMIX_TRY(api, api->put(PMIX_GLOBAL, key, &v), "PMIx_Put");
   }
   PMIX_TRY(api, api->commit(), "PMIx_Commit");
-  pmix_info_t collect;
-  memset(&collect, 0, sizeof(collect));
-  snprintf(collect.key, sizeof(collect.key), "%s", PMIX_COLLECT_DATA);
-  collect.value.type = PMIX_BOOL;
-  collect.value.data.flag = true;
-  PMIX_TRY(api, api->fence(NULL, 0, &collect, 1), "PMIx_Fence");
+  /* the fence waits for every rank: a rank that never comes must not hold the others past
+   * TUTTI_INIT_TIMEOUT (the PMIx server ends the fence with PMIX_ERR_TIMEOUT) */
+  pmix_info_t info[2];
+  memset(info, 0, sizeof(info));
+  snprintf(info[0].key, sizeof(info[0].key), "%s", PMIX_COLLECT_DATA);
+  info[0].value.type = PMIX_BOOL;
+  info[0].value.data.flag = true;
+  snprintf(info[1].key, sizeof(info[1].key), "%s", PMIX_TIMEOUT);
+  info[1].value.type = PMIX_INT;
+  info[1].value.data.integer = (int)TUTTI_MAX(bootstrap_init_timeout_ms() / 1000, 1);
+  pmix_status_t fst = api->fence(NULL, 0, info, 2);
+  if (fst == PMIX_ERR_TIMEOUT) {
+    res = TUTTI_ERR(ncclSystemError,
+                    "PMIx bootstrap: rank %d: not every rank reached the PMIx fence of "
+                    "tuttiCommInitFromEnv within TUTTI_INIT_TIMEOUT=%ds",
+                    rank, info[1].value.data.integer);
+    goto out;
+  }
+  PMIX_TRY(api, fst, "PMIx_Fence");
   if (rank != 0) {
     pmix_proc_t root;
     memset(&root, 0, sizeof(root));

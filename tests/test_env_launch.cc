@@ -195,6 +195,31 @@ TEST(EnvLaunch, UnderMpirun) {
   EXPECT_NE(stat(rdv.c_str(), &st), 0) << rdv << " was left behind";
 }
 
+// Under mpirun the ranks meet at a PMIx fence before ncclCommInitRank. Rank 1 never comes
+// (it sleeps through the whole test): the fence must end at TUTTI_INIT_TIMEOUT with an error
+// saying so; without a timeout the PMIx server held rank 0 there for as long as rank 1 took.
+TEST(EnvLaunch, UnderMpirunARankThatNeverComesEndsThePmixFenceAtTheInitTimeout) {
+  ASSERT_EQ(access(MPIRUN_PATH, X_OK), 0)
+      << MPIRUN_PATH << " is not installed (Open MPI is a test dependency)";
+  double t0 = th::now_s();
+  std::vector<Proc> run = {
+      spawn({MPIRUN_PATH, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x",
+             "TUTTI_INIT_TIMEOUT=4", "/bin/sh", "-c",
+             "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then sleep 120; fi; exec \"$0\" \"$@\"",
+             ENV_ALLREDUCE_PATH, "2"},
+            {})};
+  wait_all(&run, 100);
+  double took = th::now_s() - t0;
+  EXPECT_FALSE(run[0].timed_out);
+  EXPECT_NE(run[0].exit_code, 0) << run[0].out << run[0].err;
+  EXPECT_TRUE(th::contains(run[0].out + run[0].err,
+                           "PMIx bootstrap: rank 0: not every rank reached the PMIx fence of "
+                           "tuttiCommInitFromEnv within TUTTI_INIT_TIMEOUT=4s"))
+      << run[0].out << run[0].err;
+  // 4 s of fence, the start and mpirun's teardown: far below rank 1's 120 s
+  EXPECT_LT(took, 40.0) << run[0].err;
+}
+
 TEST(EnvLaunch, TorchrunStyleEnvironment) {
   const int n = 3;
   int port = free_port();
