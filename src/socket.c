@@ -161,9 +161,9 @@ int sock_ms_left(uint64_t deadline_ns) {
 static int connect_once(int s, const sock_addr_t *addr, uint64_t deadline) {
   if (connect(s, &addr->sa, sock_addr_len(addr)) == 0) return 0;
   if (errno != EINPROGRESS) return errno;
-  for (;;) {
+  for (;;) { /* at least 1 ms: a connection on this host completes within it, even at the end */
     struct pollfd p = {.fd = s, .events = POLLOUT};
-    int rc = poll(&p, 1, sock_ms_left(deadline));
+    int rc = poll(&p, 1, TUTTI_MAX(sock_ms_left(deadline), 1));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return errno;
     if (rc == 0) return ETIMEDOUT;
