@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "in_child.h"
 #include "log_capture.h"
 
 namespace {
@@ -442,15 +442,12 @@ TEST(Direct, OneThreadDrivesEveryRankInAGroup) {
     int fd = mkstemp(log);
     ASSERT_GE(fd, 0);
     close(fd);
-    pid_t pid = fork();
-    if (pid == 0) {
+    int code = exit_code_in_child([&] {
       setenv("TUTTI_ALGO", algo, 1);
-      _exit(one_thread_group(log));
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (signal " << WTERMSIG(status) << ")";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << algo << " 2: init, 3: group failed, 4: wrong values";
+      return one_thread_group(log);
+    });
+    EXPECT_EQ(code, 0) << algo
+                       << " -1: no exit (a signal), 2: init, 3: group failed, 4: wrong values";
     std::ifstream f(log);
     std::string line, want = std::string(algo) + ", the peers' buffers mapped";
     int mapped = 0;
