@@ -14,8 +14,6 @@
 
 #include "agreed.h"
 
-TUTTI_PARAM(InitTimeout, "INIT_TIMEOUT", 120)
-
 #define ID_MAGIC "TUTTIid1"
 #define HELLO_MAGIC 0x74757474692d6869ull
 enum { MSG_ALLGATHER = 1, MSG_DONE = 2, MSG_ABORT = 3 };
@@ -54,13 +52,17 @@ typedef struct root {
   int *fds;           /* [nranks], by rank */
   peer_info_t *peers; /* [nranks] */
   uint64_t deadline;
+  int64_t timeout_s;     /* TUTTI_INIT_TIMEOUT when the root started */
   struct root_gather *g; /* hellos: the acceptor's callbacks and the root thread share it */
   struct sock_acceptor *acc;
   char msg[1024]; /* why init failed, for every rank */
 } root_t;
 
+/* Read at each use, as TUTTI_TIMEOUT is at each init: a program may set it between its
+ * communicators (or between a fork's children), and a process that draws an id may have read it
+ * before. */
 int64_t bootstrap_init_timeout_ms(void) {
-  return tutti_param_InitTimeout() * 1000;
+  return tutti_param_fresh("INIT_TIMEOUT", 120) * 1000;
 }
 
 void bootstrap_make_id(const sock_addr_t *addr, const unsigned char *secret, ncclUniqueId *id) {
@@ -86,22 +88,30 @@ void bootstrap_id_set_root_listened(ncclUniqueId *id) {
 
 /* ---- root ---- */
 
-/* Tells every rank why init failed: the ranks of other processes first, this process's own
- * last (it may exit as soon as it knows, and this thread with it), each connection's sending
- * side ended and what it had sent dropped, so that closing it later sends no reset that would
- * discard the message on its way. */
+/* The rank the root answers at step k of 2 * nranks, -1 for none: the ranks of other processes
+ * first, this process's own last, because a rank of this process may return from init once it
+ * has its answer and exit, ending the root's thread before the others had theirs (the root lives
+ * in rank 0's process; a split's new root in the new rank 0's). */
+static int root_answer_order(const root_t *r, int k) {
+  int i = k % r->nranks, own = k >= r->nranks;
+  return r->fds[i] >= 0 && (r->peers[i].pid == (int32_t)getpid()) == own ? i : -1;
+}
+
+/* Tells every rank why init failed, in root_answer_order, each connection's sending side ended
+ * and what it had sent dropped, so that closing it later sends no reset that would discard the
+ * message on its way. */
 static void root_send_error_all(root_t *r, const char *msg) {
   reply_t rep = {.status = ncclInvalidUsage, .len = (uint32_t)strlen(msg) + 1};
   char sink[4096];
-  for (int own = 0; own < 2; own++)
-    for (int i = 0; i < r->nranks; i++) {
-      if (r->fds[i] < 0 || (r->peers[i].pid == (int32_t)getpid()) != own) continue;
-      if (sock_send_all(r->fds[i], &rep, sizeof(rep), 1000) == ncclSuccess)
-        sock_send_all(r->fds[i], msg, rep.len, 1000);
-      shutdown(r->fds[i], SHUT_WR);
-      for (int k = 0; k < 64 && recv(r->fds[i], sink, sizeof(sink), MSG_DONTWAIT) > 0; k++) {
-      }
+  for (int k = 0; k < 2 * r->nranks; k++) {
+    int i = root_answer_order(r, k);
+    if (i < 0) continue;
+    if (sock_send_all(r->fds[i], &rep, sizeof(rep), 1000) == ncclSuccess)
+      sock_send_all(r->fds[i], msg, rep.len, 1000);
+    shutdown(r->fds[i], SHUT_WR);
+    for (int n = 0; n < 64 && recv(r->fds[i], sink, sizeof(sink), MSG_DONTWAIT) > 0; n++) {
     }
+  }
 }
 
 /* Checks one hello against what the root already has; fills msg on a problem. */
@@ -293,11 +303,11 @@ static int root_gather_hellos(root_t *r) {
   if (!complete && !failed) {
     int n = r->nranks == 0 /* no hello arrived, so the job's size is unknown */
                 ? snprintf(r->msg, sizeof(r->msg), "no rank joined within TUTTI_INIT_TIMEOUT=%llds",
-                           (long long)tutti_param_InitTimeout())
+                           (long long)r->timeout_s)
                 : snprintf(r->msg, sizeof(r->msg),
                            "only %d of %d ranks joined within "
                            "TUTTI_INIT_TIMEOUT=%llds",
-                           g->joined, r->nranks, (long long)tutti_param_InitTimeout());
+                           g->joined, r->nranks, (long long)r->timeout_s);
     n += root_missing_ranks(r, r->msg + n, sizeof(r->msg) - (size_t)n);
     if (g->dropped && n > 0 && (size_t)n < sizeof(r->msg))
       snprintf(r->msg + n, sizeof(r->msg) - (size_t)n,
@@ -314,9 +324,12 @@ static int root_gather_hellos(root_t *r) {
 
 /* Answers every rank; a rank that cannot be answered is named in r->msg (and its connection
  * closed), so that the others learn who left. */
+/* Answers every rank, in root_answer_order. */
 static int root_reply_all(root_t *r, const void *data, uint32_t len) {
   reply_t rep = {.status = 0, .len = len};
-  for (int i = 0; i < r->nranks; i++) {
+  for (int k = 0; k < 2 * r->nranks; k++) {
+    int i = root_answer_order(r, k);
+    if (i < 0) continue;
     if (sock_send_all(r->fds[i], &rep, sizeof(rep), sock_ms_left(r->deadline)) != ncclSuccess ||
         sock_send_all(r->fds[i], data, len, sock_ms_left(r->deadline)) != ncclSuccess) {
       snprintf(r->msg, sizeof(r->msg), "rank %d (host %s, pid %d) disconnected during init", i,
@@ -487,6 +500,12 @@ static int root_serve(root_t *r, char *msg, size_t len) {
     request_t first = {0};
     if (root_read_headers(r, &first, msg, len) != 0) return -1;
     if (first.type == MSG_DONE) { /* answer only now: nobody exits while others still wait */
+      for (int i = 0; i < r->nranks; i++)
+        if (root_part_ended(r->fds[i], 0)) { /* it stopped waiting for this answer */
+          snprintf(msg, len, "rank %d (host %s, pid %d) disconnected during init", i,
+                   r->peers[i].hostname, r->peers[i].pid);
+          return -1;
+        }
       root_reply_all(r, "", 0);
       return 0;
     }
@@ -563,7 +582,7 @@ ncclResult_t bootstrap_root_start(int listen_fd, const ncclUniqueId *id) {
                      "ncclGetUniqueId: %d unique ids of this process are still waiting for their "
                      "ranks (each holds a thread and a port until its ranks join, or for "
                      "TUTTI_INIT_TIMEOUT=%llds): use them, or draw a new id once they are done",
-                     ROOT_MAX_WAITING, (long long)tutti_param_InitTimeout());
+                     ROOT_MAX_WAITING, (long long)(bootstrap_init_timeout_ms() / 1000));
   }
   ncclResult_t res = root_start(listen_fd, id);
   if (res != ncclSuccess) __atomic_sub_fetch(&root_waiting, 1, __ATOMIC_ACQ_REL);
@@ -575,7 +594,8 @@ static ncclResult_t root_start(int listen_fd, const ncclUniqueId *id) {
   if (!r) return TUTTI_ERR(ncclSystemError, "out of memory");
   r->listen_fd = listen_fd;
   memcpy(&r->id, id->internal, sizeof(r->id));
-  r->deadline = tutti_time_ns() + (uint64_t)bootstrap_init_timeout_ms() * 1000000ull;
+  r->timeout_s = bootstrap_init_timeout_ms() / 1000;
+  r->deadline = tutti_time_ns() + (uint64_t)r->timeout_s * 1000000000ull;
   char buf[80];
   INFO(SUB_BOOTSTRAP, "bootstrap root listening on %s",
        sock_addr_str(&r->id.root, buf, sizeof(buf)));
@@ -638,8 +658,8 @@ static ncclResult_t recv_reply(ncclComm_t comm, void *data, size_t expect) {
 /* Sends to the root; when that fails, the root may have said why before it closed (it tells
  * every rank what ended the init): that answer, else the root is named as lost. */
 static ncclResult_t send_to_root(ncclComm_t comm, const void *buf, size_t len) {
-  if (sock_send_all(comm->bootstrap->fd, buf, len, (int)bootstrap_init_timeout_ms()) == ncclSuccess)
-    return ncclSuccess;
+  int tmo = TUTTI_MAX(sock_ms_left(comm->bootstrap->deadline), 1000);
+  if (sock_send_all(comm->bootstrap->fd, buf, len, tmo) == ncclSuccess) return ncclSuccess;
   char none[1];
   struct pollfd pf = {.fd = comm->bootstrap->fd, .events = POLLIN};
   ncclResult_t res = ncclSuccess; /* the root's word, if it is there within a second */
@@ -735,18 +755,16 @@ ncclResult_t bootstrap_abort(ncclComm_t comm, ncclResult_t res) {
   return TUTTI_ERR(res, "%s; rank %d itself saw: %s", verdict, comm->rank, own);
 }
 
-void bootstrap_close(ncclComm_t comm, int ok) {
+ncclResult_t bootstrap_done(ncclComm_t comm) {
+  request_t q = {.type = MSG_DONE, .len = 0};
+  char none;
+  TUTTI_CHECK(send_to_root(comm, &q, sizeof(q)));
+  return recv_reply(comm, &none, 0);
+}
+
+void bootstrap_close(ncclComm_t comm) {
   if (!comm->bootstrap) return;
-  if (comm->bootstrap->fd >= 0) {
-    if (ok) { /* DONE is a round trip: the root answers once every rank sent it */
-      request_t q = {.type = MSG_DONE, .len = 0};
-      if (sock_send_all(comm->bootstrap->fd, &q, sizeof(q), 1000) == ncclSuccess) {
-        char none;
-        recv_reply(comm, &none, 0);
-      }
-    }
-    close(comm->bootstrap->fd);
-  }
+  if (comm->bootstrap->fd >= 0) close(comm->bootstrap->fd);
   free(comm->bootstrap);
   comm->bootstrap = NULL;
 }

@@ -47,7 +47,12 @@ ncclResult_t bootstrap_barrier(ncclComm_t comm);
  * ended the job's init (the root weighs every rank's report, see bootstrap.c) and returns `res`
  * with that verdict as the last error, this rank's own reason appended. Bounded by a few s. */
 ncclResult_t bootstrap_abort(ncclComm_t comm, ncclResult_t res);
-/* Ends the bootstrap (tells the root this rank is done with init; closes the socket). */
-void bootstrap_close(ncclComm_t comm, int ok); /* ok=0: just drop (root tells the others) */
+/* Tells the root this rank is done with init and waits for its answer, which comes once every
+ * rank said so: an error (the root's verdict) where a rank failed or vanished before that, so
+ * that no rank returns from init with a communicator another rank never completed. */
+ncclResult_t bootstrap_done(ncclComm_t comm);
+/* Closes the connection to the root (after bootstrap_done, or on failure: the root tells the
+ * others). */
+void bootstrap_close(ncclComm_t comm);
 
 #endif

@@ -30,6 +30,9 @@ TUTTI_PARAM(CacheBytes, "CACHE_BYTES", 0)
 /* The last-level cache assumed where the kernel does not report one. */
 #define CACHE_BYTES_UNKNOWN ((size_t)32 << 20)
 TUTTI_PARAM_DECL(Timeout);
+/* Test hook: the rank waits this long before it tells the root it is done with init, saying so
+ * (Failure.ARankLateForTheEndOfInitFailsEveryInit). */
+TUTTI_PARAM(TestDoneDelayMs, "TEST_DONE_DELAY_MS", 0)
 
 /* The last-level cache the in-place all-gather's streaming decision compares with: the setting,
  * else what sysfs says for the CPU this thread runs on (after the binding), else 32 MiB. */
@@ -259,7 +262,7 @@ static void comm_free(ncclComm_t c) {
   small_close(c, 0); /* when init failed after small_agree */
   engine_peer_free(c);
   transport_close_all(c);
-  bootstrap_close(c, 0);
+  bootstrap_close(c);
   sched_free(&c->sched_scratch);
   plan_free(c);
   for (int i = 0; c->p2p_lanes && i < 2 * c->nranks; i++) sched_free(&c->p2p_lanes[i]);
@@ -469,7 +472,13 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
     res = TUTTI_ERR(ncclSystemError, "out of memory");
     goto fail;
   }
-  bootstrap_close(c, 1);
+  if (tutti_param_TestDoneDelayMs() > 0) {
+    WARN("test hook TUTTI_TEST_DONE_DELAY_MS: rank %d waits %lld ms before it ends its init", rank,
+         (long long)tutti_param_TestDoneDelayMs());
+    usleep((useconds_t)TUTTI_MIN(tutti_param_TestDoneDelayMs(), 60000) * 1000);
+  }
+  TUTTI_CHECK_GOTO(bootstrap_done(c), res, fail);
+  bootstrap_close(c);
   TUTTI_CHECK_GOTO(registry_add(c), res, fail);
   INFO(SUB_INIT,
        "comm %p rank %d nranks %d local %d/%d host %s pid %d (%d ranks on %d CPUs%s): init done "

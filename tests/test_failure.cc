@@ -1,10 +1,7 @@
-// Failures: a rank killed in the middle of large all-reduces, a rank that never calls, and
-// ncclCommAbort from another thread. Every other rank's call must return an error (never hang)
-// with a message naming the rank, and no shared-memory segment may be left in /dev/shm.
-//
-// Settings are read once per process and forked children inherit the parent's cached values,
-// so TUTTI_TIMEOUT given to the children applies only while this process has not created a
-// communicator itself: the process-mode tests come first and ctest runs each test alone.
+// Failures: a rank killed in the middle of large all-reduces, a rank that never calls, a rank
+// late for the end of init, and ncclCommAbort from another thread. Every other rank's call must
+// return an error (never hang) with a message naming the rank, and no shared-memory segment may
+// be left in /dev/shm.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -205,6 +202,44 @@ TEST(Failure, RankThatNeverCallsTimesOutTwoRanksLarge) {
 }
 TEST(Failure, RankThatNeverCallsTimesOutThreeRanksSmall) {
   never_calls(3, 1024);
+}
+
+// ---------------------------------------------------------------- a rank is late for the end of
+// init
+
+// Init ends with a round in which every rank tells the root it is done; the root answers once
+// all did, or with its verdict. Rank 2 of 3 is held before that round (the test hook
+// TUTTI_TEST_DONE_DELAY_MS) past TUTTI_INIT_TIMEOUT=3: the root names it ("stalled during
+// init") and no rank may return a communicator, since rank 2 never completed its part. Ranks 0
+// and 1 ignored that answer and returned success (found by test_chaos: a rank killed at that
+// moment, and its peers failed only in their first collective, naming someone else).
+TEST(Failure, ARankLateForTheEndOfInitFailsEveryInit) {
+  setenv("TUTTI_INIT_TIMEOUT", "3", 1);  // the root, a thread of this process, reads it too
+  th::Options opt;
+  opt.init = false;
+  opt.before_init = [](int rank) {
+    if (rank == 2) setenv("TUTTI_TEST_DONE_DELAY_MS", "6000", 1);
+  };
+  opt.timeout_s = 60;
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [](RankCtx &ctx) {
+        ncclComm_t comm = nullptr;
+        double t0 = th::now_s();
+        ncclResult_t rc = ncclCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank);
+        double took = th::now_s() - t0;
+        std::string msg = ncclGetLastError(nullptr);
+        RCHECK(ctx, rc != ncclSuccess && comm == nullptr,
+               "init returned a communicator though rank 2 never ended its init (%.1f s)", took);
+        if (ctx.rank < 2)
+          RCHECK(ctx,
+                 th::contains(msg, "rank 2 (host ") && th::contains(msg, "stalled during init"),
+                 "the error does not name rank 2: %s", msg.c_str());
+        RCHECK(ctx, took < 3 + 3 + 6 + 2.0, "init took %.1f s", took);
+        if (comm) ncclCommDestroy(comm);
+      },
+      opt, "a rank late for the end of init");
+  unsetenv("TUTTI_INIT_TIMEOUT");
 }
 
 // ---------------------------------------------------------------- a rank is stopped

@@ -13,7 +13,6 @@
 extern "C" {
 int64_t bootstrap_init_timeout_ms(void);
 TUTTI_PARAM_DECL(Timeout);
-TUTTI_PARAM_DECL(InitTimeout);
 TUTTI_PARAM_DECL(OneshotMaxBytes);
 TUTTI_PARAM_DECL(ShmSlotBytes);
 }
@@ -46,7 +45,7 @@ TEST(Settings, InitTimeoutThatOverflowsMillisecondsIsRefused) {
 }
 
 TEST(Settings, InitTimeoutZeroIsRefused) {
-  EXPECT_EQ(read_in_child("TUTTI_INIT_TIMEOUT", "0", tutti_param_InitTimeout), 120);
+  EXPECT_EQ(read_in_child("TUTTI_INIT_TIMEOUT", "0", bootstrap_init_timeout_ms), 120 * 1000);
 }
 
 TEST(Settings, InitTimeoutAtTheLimitIsKept) {
