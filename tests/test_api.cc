@@ -209,9 +209,8 @@ TEST(Api, VersionMismatchFailsEveryRank) {
 }
 
 // The same with a third rank that joins after the root has seen the mismatch: it must get the
-// same answer, not wait out TUTTI_INIT_TIMEOUT for a root that went away. (Settings are read
-// once per process and the children inherit the parent's, so the 5 s limit is set here, before
-// this process draws its first id; run alone, as ctest does, it applies.)
+// same answer, not wait out TUTTI_INIT_TIMEOUT for a root that went away. (The 5 s limit is set
+// in this process: its root reads it when the id is drawn, and the children inherit it.)
 TEST(Api, VersionMismatchReachesRanksThatJoinLate) {
   setenv("TUTTI_INIT_TIMEOUT", "5", 1);
   th::Options opt;

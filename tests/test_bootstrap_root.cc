@@ -122,7 +122,7 @@ TEST(BootstrapRoot, ConnectEndsAtItsTimeoutWhenNoAnswerComes) {
 }
 
 TEST(BootstrapRoot, IdleAndTricklingConnectionsDoNotStallInit) {
-  setenv("TUTTI_INIT_TIMEOUT", "30", 1);  // read once per process: before the first id
+  setenv("TUTTI_INIT_TIMEOUT", "30", 1);  // read when the id is drawn
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   id_layout b;
@@ -217,7 +217,7 @@ int entries(const char *dir) {  // of /proc/self/task or /proc/self/fd
 // passes, also an id that is never used: 500 calls made 1001 threads. At most 64 wait at once;
 // the 65th call is refused by name, and once the timeout passed the threads and fds are gone.
 TEST(BootstrapRoot, UnusedIdsAreBoundedAndGoAway) {
-  // read once per process (ctest runs this test alone); long enough for 200 calls under TSan
+  // read when each id is drawn; long enough for 200 calls under TSan
   setenv("TUTTI_INIT_TIMEOUT", "8", 1);
   ncclUniqueId first;
   ASSERT_EQ(ncclGetUniqueId(&first), ncclSuccess);
