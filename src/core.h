@@ -178,6 +178,9 @@ int tutti_self_pid(void);
 int tutti_pid_gone(int pid);
 /* 1 when process pid is stopped (SIGSTOP, job control, or a debugger's stop). */
 int tutti_pid_stopped(int pid);
+/* Test hooks that hold a rank at a point of its init (TUTTI_TEST_*_DELAY_MS): says so (WARN,
+ * naming the setting, so that one set by accident shows), then sleeps ms, at most 60 s. */
+void tutti_test_hold(const char *setting, int64_t ms, int rank, const char *before);
 /* /proc/<pid>/stat read into buf: the fields after the command name (the state first), or NULL
  * when the process is gone or the line cannot be read. */
 const char *tutti_proc_stat(int pid, char *buf, size_t len);

@@ -235,6 +235,12 @@ int tutti_pid_gone(int pid) {
   return state && (*state == 'Z' || *state == 'X');
 }
 
+void tutti_test_hold(const char *setting, int64_t ms, int rank, const char *before) {
+  if (ms <= 0) return;
+  WARN("test hook %s: rank %d waits %lld ms %s", setting, rank, (long long)ms, before);
+  usleep((useconds_t)TUTTI_MIN(ms, 60000) * 1000);
+}
+
 int tutti_pid_stopped(int pid) {
   char buf[256];
   const char *state = tutti_proc_stat(pid, buf, sizeof(buf));

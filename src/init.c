@@ -472,11 +472,8 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
     res = TUTTI_ERR(ncclSystemError, "out of memory");
     goto fail;
   }
-  if (tutti_param_TestDoneDelayMs() > 0) {
-    WARN("test hook TUTTI_TEST_DONE_DELAY_MS: rank %d waits %lld ms before it ends its init", rank,
-         (long long)tutti_param_TestDoneDelayMs());
-    usleep((useconds_t)TUTTI_MIN(tutti_param_TestDoneDelayMs(), 60000) * 1000);
-  }
+  tutti_test_hold("TUTTI_TEST_DONE_DELAY_MS", tutti_param_TestDoneDelayMs(), rank,
+                  "before it ends its init");
   TUTTI_CHECK_GOTO(bootstrap_done(c), res, fail);
   bootstrap_close(c);
   TUTTI_CHECK_GOTO(registry_add(c), res, fail);

@@ -7,10 +7,10 @@
  * (smallest slot, largest safe chunk) is agreed by all ranks: schedules are cut into rounds of
  * `chunk`, and a rank whose peers are all remote must cut them exactly as a rank with local peers
  * does. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "bootstrap.h"
 #include "comm.h"
@@ -60,13 +60,13 @@ static ncclResult_t agree_geometry(ncclComm_t comm) {
 TUTTI_PARAM(TestConnectDelayMs, "TEST_CONNECT_DELAY_MS", 0)
 
 static void test_connect_delay(ncclComm_t comm, const transport_t *tr, const int *choice, int t) {
-  int64_t ms = tutti_param_TestConnectDelayMs();
   int peers = 0;
   for (int p = 0; p < comm->nranks; p++) peers += choice[p] == t;
-  if (ms <= 0 || peers == 0) return;
-  WARN("test hook TUTTI_TEST_CONNECT_DELAY_MS: rank %d waits %lld ms before its %s connections",
-       comm->rank, (long long)ms, tr->name);
-  usleep((useconds_t)TUTTI_MIN(ms, 60000) * 1000);
+  if (peers == 0) return;
+  char before[64];
+  snprintf(before, sizeof(before), "before its %s connections", tr->name);
+  tutti_test_hold("TUTTI_TEST_CONNECT_DELAY_MS", tutti_param_TestConnectDelayMs(), comm->rank,
+                  before);
 }
 
 static int net_forced_ib(void) {
