@@ -196,13 +196,14 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
                                       ncclScalarResidence_t residence, ncclComm_t comm);
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 
-/* Memory other ranks of the host can read in place (NCCL 2.19's API). ncclMemAlloc returns
- * shared host memory: an all-reduce, reduce-scatter or all-gather whose send and receive
- * buffers come from it on every rank of a single-host communicator reads the peers' buffers
- * directly instead of copying through the FIFOs (TUTTI_DIRECT=0 turns that off). Being shared
- * memory, it stays shared with children forked after the allocation (no copy-on-write).
- * ncclCommRegister/ncclCommDeregister are accepted and checked for NCCL programs; on host
- * memory they change nothing else. */
+/* Memory other ranks of the host can read in place (NCCL 2.19's API). On a thread with a
+ * current CUDA context ncclMemAlloc returns device memory of that context's GPU, as NCCL's does;
+ * elsewhere (or with TUTTI_MEM_ALLOC=shared or private) it returns shared host memory: an
+ * all-reduce, reduce-scatter or all-gather whose send and receive buffers come from it on every
+ * rank of a single-host communicator reads the peers' buffers directly instead of copying through
+ * the FIFOs (TUTTI_DIRECT=0 turns that off). Being shared memory, it stays shared with children
+ * forked after the allocation (no copy-on-write). ncclCommRegister/ncclCommDeregister are accepted
+ * and checked for NCCL programs; on host memory they change nothing else. */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);

@@ -109,6 +109,10 @@ typedef struct device_ops {
 /* The device in use: the emulation when TUTTI_DEVICE_EMULATION=1, else the CUDA driver when it
  * is usable (libcuda loads, cuInit succeeds, the entry points exist), else NULL (host only). */
 const device_ops_t *device_get(void);
+/* The device in use when the calling thread has a current device context (CUDA: a context
+ * current on the thread, as cudaSetDevice or any CUDA runtime call makes one), else NULL. Loads
+ * no driver the process has not loaded already. */
+const device_ops_t *device_current(void);
 /* What the device says `p` is; host memory when there is no device. */
 mem_kind_t device_mem_kind(const void *p);
 
@@ -128,6 +132,9 @@ void *device_emu_alloc(size_t bytes);
 void device_emu_free(void *p);
 /* The host bytes behind emulated device memory p (p inside an allocation), or NULL. */
 void *device_emu_view(const void *p);
+/* Gives the calling thread a current device context (on = 1) or none (0, the default), as
+ * cudaSetDevice would: current_ctx answers accordingly. */
+void device_emu_set_context(int on);
 /* Streams: a thread each, running what is queued on it in order. */
 void *device_emu_stream_create(void);
 void device_emu_stream_destroy(void *stream);

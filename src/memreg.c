@@ -10,12 +10,14 @@
  * with the shared heap (libtutti-heap.so, which tutti-run preloads): then its large malloc
  * blocks lie in one memfd arena, which memreg_find reports as region 0 and peers map lazily.
  *
- * TUTTI_MEM_ALLOC chooses the backing: "shared" (the default; "auto" names it too), the memfd
- * above, which the peers map and the push all-reduce (push.c) reads and writes in place -- a
- * block of the shared heap's arena while that serves (tutti_heap_alloc: one memfd a peer maps
- * once for every buffer, where a memfd per buffer costs a mapping each and measured slower
- * (docs/perf-issue20.md)), else a memfd of the region's own; or
- * "private", anonymous memory with huge pages asked for, which the peers read by copy (cma)
+ * TUTTI_MEM_ALLOC chooses the backing: "auto" (the default) is device memory where the calling
+ * thread has a current device context, as NCCL's ncclMemAlloc allocates on the current GPU
+ * (cuMemAlloc through device.h: collectives on it take the device path, peers open it through
+ * CUDA IPC), else "shared". "shared" is the memfd above, which the peers map and the push
+ * all-reduce (push.c) reads and writes in place -- a block of the shared heap's arena while that
+ * serves (tutti_heap_alloc: one memfd a peer maps once for every buffer, where a memfd per buffer
+ * costs a mapping each and measured slower (docs/perf-issue20.md)), else a memfd of the region's
+ * own; or "private", anonymous memory with huge pages asked for, which the peers read by copy (cma)
  * like any heap buffer. Where shared memory gets no transparent huge pages (Debian's default),
  * a pass over shared pages pays TLB misses that private ones with huge pages avoid, but reading
  * by copy pays a system call and page pinning per piece on top, and the push all-reduce on
@@ -45,17 +47,20 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "device.h"
 #include "heap/heap_abi.h"
 
 #define PEER_MAP_CACHE 32
 #define REGION_PRIVATE (-1)
 #define REGION_IN_HEAP (-2)
+#define REGION_DEVICE (-3)
 
 typedef struct region {
   char *base;
   size_t bytes;
   int fd; /* the memfd; REGION_PRIVATE: private memory (TUTTI_MEM_ALLOC); REGION_IN_HEAP: a block
-           * of the shared heap's arena, which memreg_find reports as the arena */
+           * of the shared heap's arena, which memreg_find reports as the arena; REGION_DEVICE:
+           * device memory, never reported (it is no host memory) */
   uint64_t id;
 } region_t;
 
@@ -75,6 +80,7 @@ static int region_lookup(const void *ptr, size_t bytes, memreg_ref_t *ref, int s
   if (shared_only && __atomic_load_n(&nshared_regions, __ATOMIC_ACQUIRE) == 0) return 0;
   pthread_mutex_lock(&regions_lock);
   for (int i = 0; i < nregions && !found; i++) {
+    if (regions[i].fd == REGION_DEVICE) continue;
     if (shared_only && regions[i].fd < 0) continue; /* private, or found as the arena */
     uintptr_t b = (uintptr_t)regions[i].base;
     if (p >= b && p - b <= regions[i].bytes && bytes <= regions[i].bytes - (p - b)) {
@@ -117,11 +123,13 @@ int memreg_find_region(const void *ptr, size_t bytes, memreg_ref_t *ref) {
   return region_lookup(ptr, bytes, ref, 0);
 }
 
-/* 1: shared (memfd), 0: private, -1: TUTTI_MEM_ALLOC is not a known value. */
-static int alloc_shared(void) {
+typedef enum { ALLOC_AUTO, ALLOC_SHARED, ALLOC_PRIVATE, ALLOC_UNKNOWN } alloc_mode_t;
+
+static alloc_mode_t alloc_mode(void) {
   const char *v = tutti_getenv("MEM_ALLOC");
-  if (!v || strcmp(v, "shared") == 0 || strcmp(v, "auto") == 0) return 1;
-  return strcmp(v, "private") == 0 ? 0 : -1;
+  if (!v || strcmp(v, "auto") == 0) return ALLOC_AUTO;
+  if (strcmp(v, "shared") == 0) return ALLOC_SHARED;
+  return strcmp(v, "private") == 0 ? ALLOC_PRIVATE : ALLOC_UNKNOWN;
 }
 
 /* Gives [p, p + bytes) its pages now, as MAP_POPULATE does for a memfd region. */
@@ -154,6 +162,11 @@ static void region_release(void *p, size_t bytes, int fd) {
     free(p);
     return;
   }
+  if (fd == REGION_DEVICE) {
+    const device_ops_t *d = device_get();
+    if (d) d->dev_free(p); /* waits for the device, as cuMemFree does */
+    return;
+  }
   munmap(p, bytes);
   if (fd >= 0) close(fd);
 }
@@ -179,15 +192,32 @@ API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   if (!ptr) return TUTTI_ERR(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
   if (size == 0) return TUTTI_ERR(ncclInvalidArgument, "ncclMemAlloc: size is 0");
   size_t bytes = TUTTI_ALIGN_UP(size, 4096);
-  int shared = alloc_shared();
-  if (shared < 0)
+  alloc_mode_t mode = alloc_mode();
+  if (mode == ALLOC_UNKNOWN)
     return TUTTI_ERR(ncclInvalidArgument,
                      "ncclMemAlloc: TUTTI_MEM_ALLOC=%s is not auto, shared or private",
                      tutti_getenv("MEM_ALLOC"));
   pthread_mutex_lock(&regions_lock);
   uint64_t id = next_region_id++;
   pthread_mutex_unlock(&regions_lock);
-  if (!shared) {
+  const device_ops_t *dev = mode == ALLOC_AUTO ? device_current() : NULL;
+  if (dev) {
+    void *p = NULL;
+    int rc = dev->dev_alloc(&p, bytes);
+    if (rc != 0)
+      return TUTTI_ERR(ncclUnhandledCudaError,
+                       "ncclMemAlloc: %zu bytes of device memory on the calling thread's device: "
+                       "%s (TUTTI_MEM_ALLOC=shared gives host memory)",
+                       bytes, dev->error_string(rc));
+    TUTTI_CHECK(region_add(p, bytes, REGION_DEVICE, id));
+    INFO(SUB_SHM,
+         "ncclMemAlloc: %zu bytes at %p (region %llu, device memory: the calling "
+         "thread has a current %s context)",
+         bytes, p, (unsigned long long)id, dev->name);
+    *ptr = p;
+    return ncclSuccess;
+  }
+  if (mode == ALLOC_PRIVATE) {
     void *p = alloc_private(bytes);
     if (!p)
       return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes,

@@ -131,6 +131,60 @@ TEST(CudaP2pProtocol, ForkedRanksReadEachOthersDeviceBuffers) {
   }
 }
 
+// ncclMemAlloc allocates device memory where the calling thread has a current device context,
+// as NCCL's allocates on the current GPU, and host memory where it has none or TUTTI_MEM_ALLOC
+// names a host backing; ncclMemFree frees either. Forked ranks with a context then run an
+// all-reduce on ncclMemAlloc buffers through the peer path, exact, nothing staged.
+TEST(CudaP2pProtocol, NcclMemAllocGivesDeviceMemoryWhereTheThreadHasAContext) {
+  void *h = nullptr, *d = nullptr, *s = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&h, 4000), ncclSuccess);  // no context: host memory, as before
+  EXPECT_EQ(device_mem_kind(h), MEM_KIND_HOST);
+  EXPECT_EQ(device_emu_view(h), nullptr);
+  memset(h, 7, 4000);
+  device_emu_set_context(1);
+  ASSERT_EQ(ncclMemAlloc(&d, 4000), ncclSuccess);
+  EXPECT_EQ(device_mem_kind(d), MEM_KIND_DEVICE);
+  ASSERT_NE(device_emu_view(d), nullptr);  // emulated device memory: the host cannot touch d
+  setenv("TUTTI_MEM_ALLOC", "shared", 1);
+  ASSERT_EQ(ncclMemAlloc(&s, 4000), ncclSuccess);
+  unsetenv("TUTTI_MEM_ALLOC");
+  EXPECT_EQ(device_mem_kind(s), MEM_KIND_HOST) << "TUTTI_MEM_ALLOC=shared asks for host memory";
+  device_emu_set_context(0);
+  EXPECT_EQ(ncclMemFree(d), ncclSuccess);
+  EXPECT_EQ(device_emu_view(d), nullptr) << "the device memory was not freed";
+  EXPECT_EQ(ncclMemFree(d), ncclInvalidArgument);
+  EXPECT_EQ(ncclMemFree(s), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(h), ncclSuccess);
+
+  const int n = 2;
+  const size_t k = 3001;
+  auto codes = forked(
+      n, [](int) { device_emu_set_context(1); },
+      [](int rank, ncclComm_t comm) {
+        void *sd = nullptr, *rd = nullptr;
+        CHILD_CHECK(ncclMemAlloc(&sd, k * 4) == ncclSuccess, 60, "ncclMemAlloc send");
+        CHILD_CHECK(ncclMemAlloc(&rd, k * 4) == ncclSuccess, 60, "ncclMemAlloc recv");
+        auto *sh = static_cast<int32_t *>(device_emu_view(sd));
+        auto *rh = static_cast<int32_t *>(device_emu_view(rd));
+        CHILD_CHECK(sh && rh, 61, "ncclMemAlloc gave host memory to a thread with a context");
+        for (size_t j = 0; j < k; j++) sh[j] = in(rank, j);
+        void *st = device_emu_stream_create();
+        device_emu_counts_t c0 = device_emu_counts();
+        CHILD_CHECK(
+            ncclAllReduce(sd, rd, k, ncclInt32, ncclSum, comm, (cudaStream_t)st) == ncclSuccess &&
+                device_emu_stream_sync(st, 60000) == 0,
+            62, "allreduce");
+        for (size_t j = 0; j < k; j++) CHILD_CHECK(rh[j] == sum(n, j), 63, "allreduce at %zu", j);
+        device_emu_counts_t c = device_emu_counts();
+        CHILD_CHECK(c.ipc_opens > c0.ipc_opens, 64, "no handle opened");
+        CHILD_CHECK(c.staging_copies == c0.staging_copies, 65, "staged");
+        device_emu_stream_destroy(st);
+        CHILD_CHECK(ncclMemFree(sd) == ncclSuccess && ncclMemFree(rd) == ncclSuccess, 66, "free");
+        return 0;
+      });
+  for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 // One rank that cannot take part turns the peer path off on every rank (agreed at setup):
 // TUTTI_P2P_DISABLE on one rank, or one rank on a device the others cannot reach. Every rank
 // then stages (no handle opened, no device reduction) and the results are still exact.

@@ -2,7 +2,8 @@
 //
 //   tutti-run -n N -- gpu_coll check    every collective x datatype x size with exact values,
 //                                       stream ordering (kernels before and after), device
-//                                       PreMulSum scalar, graph capture refused, abort in flight
+//                                       PreMulSum scalar, ncclMemAlloc's device memory, graph
+//                                       capture refused, abort in flight
 //   tutti-run -n N -- gpu_coll bench    all-reduce busbw at 256 MiB and 8 B latency (rank 0
 //                                       prints "RESULT name value")
 //   gpu_coll threads N                  N ranks as threads of one process (ncclCommInitAll)
@@ -252,6 +253,37 @@ void check_stream_order(Rank &R) {
   cudaFree(send), cudaFree(recv), cudaFree(after);
 }
 
+// ncclMemAlloc on a thread with a current context gives device memory (as NCCL's does), which an
+// all-reduce on it uses as any device buffer (in place, through CUDA IPC between processes).
+void check_mem_alloc(Rank &R) {
+  const size_t k = (1 << 20) + 5;
+  int *buf = nullptr;
+  NCCL_OK(R.comm, ncclMemAlloc((void **)&buf, k * 4));
+  if (!buf) return;
+  cudaPointerAttributes a;
+  CUDA_OK(cudaPointerGetAttributes(&a, buf));
+  if (a.type != cudaMemoryTypeDevice) {
+    FAIL("ncclMemAlloc: memory type %d, not device memory", (int)a.type);
+  } else {
+    fill_kernel<<<256, 256, 0, R.stream>>>(buf, k, R.rank);
+    NCCL_OK(R.comm, ncclAllReduce(buf, buf, k, ncclInt32, ncclSum, R.comm, R.stream));
+    CUDA_OK(cudaStreamSynchronize(R.stream));
+    std::vector<int> h(k);
+    CUDA_OK(cudaMemcpy(h.data(), buf, k * 4, cudaMemcpyDeviceToHost));
+    for (size_t j = 0; j < k; j++) {
+      long want = 0;
+      for (int q = 0; q < R.n; q++) want += in(q, j);
+      if (h[j] != want) {
+        FAIL("ncclMemAlloc buffer: element %zu is %d, expected %ld", j, h[j], want);
+        break;
+      }
+    }
+  }
+  NCCL_OK(R.comm, ncclMemFree(buf));
+  printf("rank %d: ncclMemAlloc gives device memory: %s\n", R.rank,
+         a.type == cudaMemoryTypeDevice ? "ok" : "no");
+}
+
 // PreMulSum with the scalar in device memory, written by a kernel queued before the call.
 void check_device_scalar(Rank &R) {
   const size_t k = 1000;
@@ -411,6 +443,7 @@ int run_process_mode(const std::string &mode) {
   } else {
     check_all_types(R);
     announce(R, "stream order"), check_stream_order(R);
+    announce(R, "ncclMemAlloc"), check_mem_alloc(R);
     announce(R, "device scalar"), check_device_scalar(R);
     announce(R, "capture refused"), check_capture_refused(R);
     announce(R, "abort in flight"), check_abort_in_flight(R);  // last: the comm is gone after it
