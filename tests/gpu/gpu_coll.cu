@@ -220,6 +220,21 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Compares k ints of device memory with the all-reduce (sum) of every rank's inputs; FAIL names
+// the first element that differs.
+void expect_sums(Rank &R, const int *dev, size_t k, const char *what) {
+  std::vector<int> h(k);
+  CUDA_OK(cudaMemcpy(h.data(), dev, k * 4, cudaMemcpyDeviceToHost));
+  for (size_t j = 0; j < k; j++) {
+    long want = 0;
+    for (int q = 0; q < R.n; q++) want += in(q, j);
+    if (h[j] != want) {
+      FAIL("%s: element %zu is %d, expected %ld", what, j, h[j], want);
+      return;
+    }
+  }
+}
+
 // A kernel fills sendbuff after 300 ms; the all-reduce must return before that and read what it
 // wrote; a kernel after it copies recvbuff and must see the result.
 void check_stream_order(Rank &R) {
@@ -239,16 +254,7 @@ void check_stream_order(Rank &R) {
   CUDA_OK(cudaStreamSynchronize(R.stream));
   if (call_ms > 100)
     FAIL("stream order: ncclAllReduce took %.1f ms: it waited for the stream", call_ms);
-  std::vector<int> h(k);
-  CUDA_OK(cudaMemcpy(h.data(), after, k * 4, cudaMemcpyDeviceToHost));
-  for (size_t j = 0; j < k; j++) {
-    long want = 0;
-    for (int q = 0; q < R.n; q++) want += in(q, j);
-    if (h[j] != want) {
-      FAIL("stream order: element %zu after the call is %d, expected %ld", j, h[j], want);
-      break;
-    }
-  }
+  expect_sums(R, after, k, "stream order: after the call");
   printf("rank %d: stream order ok (call returned in %.2f ms)\n", R.rank, call_ms);
   cudaFree(send), cudaFree(recv), cudaFree(after);
 }
@@ -268,16 +274,7 @@ void check_mem_alloc(Rank &R) {
     fill_kernel<<<256, 256, 0, R.stream>>>(buf, k, R.rank);
     NCCL_OK(R.comm, ncclAllReduce(buf, buf, k, ncclInt32, ncclSum, R.comm, R.stream));
     CUDA_OK(cudaStreamSynchronize(R.stream));
-    std::vector<int> h(k);
-    CUDA_OK(cudaMemcpy(h.data(), buf, k * 4, cudaMemcpyDeviceToHost));
-    for (size_t j = 0; j < k; j++) {
-      long want = 0;
-      for (int q = 0; q < R.n; q++) want += in(q, j);
-      if (h[j] != want) {
-        FAIL("ncclMemAlloc buffer: element %zu is %d, expected %ld", j, h[j], want);
-        break;
-      }
-    }
+    expect_sums(R, buf, k, "ncclMemAlloc buffer");
   }
   NCCL_OK(R.comm, ncclMemFree(buf));
   printf("rank %d: ncclMemAlloc gives device memory: %s\n", R.rank,
