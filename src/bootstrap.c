@@ -322,9 +322,8 @@ static int root_gather_hellos(root_t *r) {
   return complete && !failed ? 0 : -1;
 }
 
-/* Answers every rank; a rank that cannot be answered is named in r->msg (and its connection
- * closed), so that the others learn who left. */
-/* Answers every rank, in root_answer_order. */
+/* Answers every rank, in root_answer_order; a rank that cannot be answered is named in r->msg
+ * (and its connection closed), so that the others learn who left. */
 static int root_reply_all(root_t *r, const void *data, uint32_t len) {
   reply_t rep = {.status = 0, .len = len};
   for (int k = 0; k < 2 * r->nranks; k++) {
