@@ -29,7 +29,16 @@
 #define TUTTI_VERSION_STRING "0.1.0"
 
 #if defined(TUTTI_HAVE_CUDA_HEADERS) || defined(__CUDA_RUNTIME_H__) || defined(__CUDACC__)
+/* With CUDA's headers, what NCCL's nccl.h brings in too: programs written for NCCL use half,
+ * __nv_bfloat16 and the fp8 types without including their headers (nccl-tests does). */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
+#if defined(__cplusplus) && CUDART_VERSION >= 11080
+#include <cuda_fp8.h>
+#endif
 #else
 /* Same opaque pointer type as CUDA's, so code written for NCCL compiles without CUDA. */
 typedef struct CUstream_st *cudaStream_t;

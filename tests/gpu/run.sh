@@ -350,7 +350,13 @@ fi
 
 # ---- nccl-tests built unchanged against tutti's nccl.h and libnccl.so.2, where its sources are ----
 nt=${NCCL_TESTS_DIR:-$root/../nccl-tests}
-if [ -f "$nt/src/all_reduce.cu" ]; then
+nt_version=$(sed -n 's/^#define NCCL_TESTS_VERSION "\(.*\)"/\1/p' "$nt/src/common.h" 2>/dev/null)
+if [ -f "$nt/src/all_reduce.cu" ] && grep -q 'nccl_device.h' "$nt/src/common.h"; then
+  # From 2.17 (NCCL 2.28's release) nccl-tests compiles device-API kernels (ncclDevComm, LSA
+  # windows, multimem) from nccl_device.h, which tutti does not provide.
+  log "NOT RUN nccl_tests: the sources at $nt (nccl-tests ${nt_version:-?}) need NCCL's device API (nccl_device.h), which tutti does not provide: use nccl-tests v2.16.9 or older"
+elif [ -f "$nt/src/all_reduce.cu" ]; then
+  log "nccl-tests: $nt, version ${nt_version:-before 2.17 (no NCCL_TESTS_VERSION)}"
   mkdir -p "$build/nccl-home" && ln -sfn "$root/include" "$build/nccl-home/include" &&
     ln -sfn "$build/lib" "$build/nccl-home/lib"
   # Two ranks need nccl-tests' MPI build (without MPI each process is a job of its own) and
@@ -364,12 +370,12 @@ if [ -f "$nt/src/all_reduce.cu" ]; then
   if [ -x "$build/nccl-tests/all_reduce_perf" ] || ((dry)); then
     if [ -n "$mpi_home" ]; then
       step nccl_tests_allreduce_2ranks 120 env LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        NCCL_TESTS_DEVICE=0 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
-        -x LD_LIBRARY_PATH -x NCCL_TESTS_DEVICE "$build/nccl-tests/all_reduce_perf" -b 8 -e 256M -f 4 -c 1
+        NCCL_TESTS_DEVICE=0 TUTTI_DEBUG=VERSION mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+        -x LD_LIBRARY_PATH -x NCCL_TESTS_DEVICE -x TUTTI_DEBUG "$build/nccl-tests/all_reduce_perf" -b 8 -e 256M -f 4 -c 1
     else
       log "nccl_tests: no MPI (mpicc, mpi.h, mpirun): nccl-tests runs 1 rank"
       step nccl_tests_allreduce_1rank 120 env LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        "$build/nccl-tests/all_reduce_perf" -b 8 -e 256M -f 4 -c 1
+        TUTTI_DEBUG=VERSION "$build/nccl-tests/all_reduce_perf" -b 8 -e 256M -f 4 -c 1
     fi
   fi
 else
