@@ -37,6 +37,12 @@ typedef struct device_ops {
    * with bind; NULL when the caller has none. */
   void *(*current_ctx)(void);
   int (*bind)(void *ctx);
+  /* The ordinal of the calling thread's current device (CUDA: cuCtxGetDevice), -1 when the
+   * thread has no context. */
+  int (*ordinal)(void);
+  /* A context of device `ordinal` for bind (CUDA: its primary context, as cudaSetDevice makes
+   * current, retained for the life of the process); NULL when there is no such device. */
+  void *(*device_ctx)(int ordinal);
   /* Pinned host memory, zeroed, that the device may read and write (flags, staging). */
   int (*host_alloc)(void **p, size_t bytes);
   void (*host_free)(void *p);
@@ -133,7 +139,9 @@ void device_emu_free(void *p);
 /* The host bytes behind emulated device memory p (p inside an allocation), or NULL. */
 void *device_emu_view(const void *p);
 /* Gives the calling thread a current device context (on = 1) or none (0, the default), as
- * cudaSetDevice would: current_ctx answers accordingly. */
+ * cudaSetDevice would: current_ctx answers accordingly. With TUTTI_DEVICE_EMULATION_CONTEXT=1
+ * the device's identity (device_id) needs a current context too, as cuCtxGetDevice does; by
+ * default the emulation answers it on any thread. */
 void device_emu_set_context(int on);
 /* Streams: a thread each, running what is queued on it in order. */
 void *device_emu_stream_create(void);

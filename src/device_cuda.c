@@ -13,6 +13,7 @@
  *   cuStreamSynchronize(CUstream)                 cuGetErrorString(CUresult, const char **)
  * and for peer memory between processes of one host (transport/cuda_p2p.c):
  *   cuCtxGetDevice(CUdevice *)                    cuDeviceGetUuid_v2(CUuuid *, CUdevice)
+ *   cuDevicePrimaryCtxRetain(CUcontext *, CUdevice)  (ranks that ncclCommInitAll makes)
  *   cuDeviceGetCount(int *)                       cuDeviceGet(CUdevice *, int)
  *   cuDeviceCanAccessPeer(int *, CUdevice, CUdevice)
  *   cuMemGetAddressRange_v2(CUdeviceptr *, size_t *, CUdeviceptr)
@@ -89,6 +90,7 @@ static struct {
   int (*mem_free)(cu_ptr_t);
   int (*host_register)(void *, size_t, unsigned);
   int (*host_unregister)(void *);
+  int (*primary_retain)(void **, int);
 } cu;
 
 #define CU_SYM(field, name) \
@@ -124,6 +126,7 @@ static const struct {
     CU_SYM(mem_free, "cuMemFree_v2"),
     CU_SYM(host_register, "cuMemHostRegister_v2"),
     CU_SYM(host_unregister, "cuMemHostUnregister"),
+    CU_SYM(primary_retain, "cuDevicePrimaryCtxRetain"),
 };
 
 const char *device_cuda_symbol(size_t i) {
@@ -153,6 +156,18 @@ static void *cuda_current_ctx(void) {
 
 static int cuda_bind(void *ctx) {
   return ctx ? cu.ctx_set(ctx) : 0;
+}
+
+static int cuda_ordinal(void) {
+  int dev = -1;
+  return cu.ctx_device(&dev) == 0 ? dev : -1;
+}
+
+static void *cuda_device_ctx(int ordinal) {
+  int dev = 0;
+  void *ctx = NULL;
+  if (cu.device_get(&dev, ordinal) != 0 || cu.primary_retain(&ctx, dev) != 0) return NULL;
+  return ctx;
 }
 
 static int cuda_host_alloc(void **p, size_t bytes) {
@@ -387,6 +402,8 @@ const device_ops_t device_cuda_ops = {
     .mem_kind = cuda_driver_mem_kind,
     .current_ctx = cuda_current_ctx,
     .bind = cuda_bind,
+    .ordinal = cuda_ordinal,
+    .device_ctx = cuda_device_ctx,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .stream_write = cuda_stream_write,

@@ -360,8 +360,14 @@ static void *emu_current_ctx(void) {
   return emu_has_context ? &emu_context : NULL;
 }
 static int emu_bind(void *ctx) {
-  (void)ctx;
+  emu_has_context = ctx != NULL;
   return 0;
+}
+static int emu_ordinal(void) {
+  return emu_has_context ? 0 : -1;
+}
+static void *emu_device_ctx(int ordinal) {
+  return ordinal == 0 ? &emu_context : NULL;
 }
 static int emu_host_alloc(void **p, size_t bytes) {
   *p = calloc(1, bytes ? bytes : 1);
@@ -427,6 +433,9 @@ _Static_assert(sizeof(emu_ipc_t) <= DEVICE_IPC_BYTES, "emulated handle must fit"
  * number) gives a process another device, which no other device reaches (for tests of the
  * fallback between devices without peer access). */
 static int emu_device_id(unsigned char id[DEVICE_ID_BYTES]) {
+  const char *strict = tutti_getenv("DEVICE_EMULATION_CONTEXT");
+  if (strict && strcmp(strict, "0") != 0 && !emu_has_context)
+    return 201; /* CUDA_ERROR_INVALID_CONTEXT: no current context on this thread */
   const char *which = tutti_getenv("DEVICE_EMULATION_ID");
   memset(id, 0, DEVICE_ID_BYTES);
   snprintf((char *)id, DEVICE_ID_BYTES, "emu-%s", which ? which : "0");
@@ -608,6 +617,8 @@ const device_ops_t device_emu_ops = {
     .mem_kind = emu_mem_kind,
     .current_ctx = emu_current_ctx,
     .bind = emu_bind,
+    .ordinal = emu_ordinal,
+    .device_ctx = emu_device_ctx,
     .host_alloc = emu_host_alloc,
     .host_free = emu_host_free,
     .stream_write = emu_stream_write,

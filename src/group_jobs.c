@@ -3,12 +3,15 @@
  * the same time (one thread each, or in the caller when there is one), so that a thread that
  * creates several ranks of one communicator in a group (NCCL's one-thread, many-devices init)
  * does not wait in the first for ranks it has not created yet. The list is per thread, as the
- * group is.
+ * group is. A job runs with the device context that was current in the caller when it was
+ * deferred (NCCL's communicator takes the current device of its ncclCommInitRank), so that the
+ * rank's device is known to its init (cuda_p2p, the small-call path) in whatever thread runs it.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "device.h"
 #include "group.h"
 
 typedef struct group_job {
@@ -17,6 +20,8 @@ typedef struct group_job {
   void *arg;
   ncclResult_t res;
   char err[512];
+  const device_ops_t *dev; /* the caller had a device context when it deferred the job: */
+  void *ctx;               /* that context */
 } group_job_t;
 
 static TUTTI_TLS group_job_t *jobs;
@@ -32,14 +37,19 @@ ncclResult_t group_defer(ncclResult_t (*run)(void *), void (*drop)(void *), void
     }
     jobs = p, jobs_cap = cap;
   }
-  jobs[njobs++] = (group_job_t){.run = run, .drop = drop, .arg = arg};
+  const device_ops_t *dev = device_current();
+  jobs[njobs++] = (group_job_t){
+      .run = run, .drop = drop, .arg = arg, .dev = dev, .ctx = dev ? dev->current_ctx() : NULL};
   return ncclSuccess;
 }
 
 static void *group_job_thread(void *p) {
   group_job_t *j = p;
   tutti_clear_error();
+  void *saved = j->dev ? j->dev->current_ctx() : NULL; /* the caller's, for the last job */
+  if (j->dev && j->ctx != saved) j->dev->bind(j->ctx);
   j->res = j->run(j->arg);
+  if (j->dev && saved && j->ctx != saved) j->dev->bind(saved);
   if (j->res != ncclSuccess) snprintf(j->err, sizeof(j->err), "%s", tutti_last_error());
   return NULL;
 }

@@ -238,7 +238,8 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   }
   c->magic = COMM_MAGIC;
   c->serial = __atomic_add_fetch(&comm_serials, 1, __ATOMIC_RELAXED);
-  c->rank = rank, c->nranks = nranks, c->cuda_dev = -1;
+  const device_ops_t *dev = device_current(); /* NCCL's communicator is on the current device */
+  c->rank = rank, c->nranks = nranks, c->cuda_dev = dev ? dev->ordinal() : -1;
   pthread_mutex_init(&c->lock, NULL);
   peer_info_t *me = &c->peers[rank];
   me->rank = rank;
@@ -250,7 +251,7 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   const char *fake = tutti_getenv("TEST_FAKE_VERSION"); /* test hook for the mismatch check */
   snprintf(me->version, sizeof(me->version), "%s", fake ? fake : TUTTI_VERSION_STRING);
   snprintf(me->build, sizeof(me->build), "%s", tutti_build_options());
-  me->cuda_dev = -1;
+  me->cuda_dev = c->cuda_dev;
   const topo_t *t = NULL;
   me->numa = topo_get_process(&t) == ncclSuccess ? topo_current_numa(t) : -1;
   tutti_clear_error();
@@ -550,12 +551,15 @@ typedef struct init_all_arg {
   ncclComm_t *slot;
   int nranks, rank;
   ncclUniqueId id;
+  const device_ops_t *dev; /* with the context to bind, where the caller has a device */
+  void *ctx;
   ncclResult_t res;
   char err[512];
 } init_all_arg_t;
 
 static void *init_all_thread(void *p) {
   init_all_arg_t *a = p;
+  if (a->dev) a->dev->bind(a->ctx);
   a->res = comm_init(a->slot, a->nranks, &a->id, a->rank);
   if (a->res != ncclSuccess) snprintf(a->err, sizeof(a->err), "%s", tutti_last_error());
   return NULL;
@@ -576,9 +580,24 @@ API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist
   }
   ncclResult_t res = ncclSuccess;
   int started = 0;
-  for (int i = 0; i < ndev; i++) {
-    args[i] = (init_all_arg_t){.slot = &comms[i], .nranks = ndev, .rank = i, .id = id};
-    comms[i] = NULL;
+  /* Where the caller has a device context, rank i is on device devlist[i] (i without a devlist),
+   * as in NCCL: its thread binds the caller's context when that is the device, else the device's
+   * primary context. Several ranks may name one device. Without a context: host ranks. */
+  for (int i = 0; i < ndev; i++) comms[i] = NULL;
+  const device_ops_t *dev = device_current();
+  void *own = dev ? dev->current_ctx() : NULL;
+  int own_ordinal = dev ? dev->ordinal() : -1;
+  for (int i = 0; i < ndev && res == ncclSuccess; i++) {
+    args[i] = (init_all_arg_t){.slot = &comms[i], .nranks = ndev, .rank = i, .id = id, .dev = dev};
+    int want = devlist ? devlist[i] : i;
+    if (dev) args[i].ctx = want == own_ordinal ? own : dev->device_ctx(want);
+    if (dev && !args[i].ctx)
+      res = TUTTI_ERR(ncclInvalidArgument,
+                      "ncclCommInitAll: rank %d is to be on device %d%s, which this process "
+                      "cannot use",
+                      i, want, devlist ? " (devlist)" : " (no devlist: rank i on device i)");
+  }
+  for (int i = 0; i < ndev && res == ncclSuccess; i++) {
     if (pthread_create(&threads[i], NULL, init_all_thread, &args[i]) != 0) {
       res = TUTTI_ERR(ncclSystemError, "ncclCommInitAll: cannot start thread %d", i);
       break;

@@ -245,6 +245,79 @@ TEST(CudaP2pProtocol, ThreadRanksUseAddressesAsTheyAre) {
   }
 }
 
+// Ranks that one thread creates run their init in threads of their own (ncclCommInitAll, and
+// ncclCommInitRank in a group). With TUTTI_DEVICE_EMULATION_CONTEXT=1 the emulation, like CUDA,
+// knows a thread's device only through its current context: those threads must take the
+// caller's (or their device's), else no rank has a device and every call is staged. Without a
+// context in the caller the ranks are host ranks: staged, still exact.
+TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
+  const int n = 3;
+  const size_t k = 777;
+  setenv("TUTTI_DEVICE_EMULATION_CONTEXT", "1", 1);
+  auto run = [&](const char *how, bool context) {
+    device_emu_set_context(context);
+    std::vector<ncclComm_t> comms(n);
+    if (std::string(how) == "InitAll") {
+      std::vector<int> devs(n, 0);  // every rank on the one emulated device
+      ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs.data()), ncclSuccess);
+    } else {
+      ncclUniqueId id;
+      ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      for (int i = 0; i < n; i++) ASSERT_EQ(ncclCommInitRank(&comms[i], n, id, i), ncclSuccess);
+      ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    }
+    EXPECT_EQ(device_emu_counts().ipc_opens, 0u);
+    std::vector<void *> st(n);
+    std::vector<DevBuf *> s, r;
+    for (int i = 0; i < n; i++) {
+      int dev = -2;
+      ASSERT_EQ(ncclCommCuDevice(comms[i], &dev), ncclSuccess);
+      EXPECT_EQ(dev, context || std::string(how) == "InitAll" ? 0 : -1) << how << " rank " << i;
+      st[i] = device_emu_stream_create();
+      s.push_back(new DevBuf(k * 4)), r.push_back(new DevBuf(k * 4));
+      for (size_t j = 0; j < k; j++) s[i]->h()[j] = in(i, j);
+    }
+    device_emu_counts_t c0 = device_emu_counts();
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int i = 0; i < n; i++)
+      ASSERT_EQ(
+          ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ncclSum, comms[i], (cudaStream_t)st[i]),
+          ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    for (int i = 0; i < n; i++) ASSERT_EQ(device_emu_stream_sync(st[i], 60000), 0);
+    for (int i = 0; i < n; i++)
+      for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->h()[j], sum(n, j)) << how << " rank " << i;
+    device_emu_counts_t c = device_emu_counts();
+    if (context) {
+      EXPECT_EQ(c.staging_copies, c0.staging_copies) << how << ": staged, no rank had a device";
+      EXPECT_GE(c.dev_reduces - c0.dev_reduces, (uint64_t)n) << how;
+    } else {
+      EXPECT_GT(c.staging_copies, c0.staging_copies) << how << ": the context check is not on";
+      EXPECT_EQ(c.dev_reduces, c0.dev_reduces) << how;
+    }
+    for (int i = 0; i < n; i++) {
+      ncclCommDestroy(comms[i]);
+      device_emu_stream_destroy(st[i]);
+      delete s[i], delete r[i];
+    }
+  };
+  for (const char *how : {"InitAll", "group"})
+    for (bool context : {true, false}) run(how, context);
+  device_emu_set_context(0);
+  unsetenv("TUTTI_DEVICE_EMULATION_CONTEXT");
+  // A device the process does not have: the rank cannot be made, and the call says which.
+  device_emu_set_context(1);
+  std::vector<ncclComm_t> comms(2);
+  std::vector<int> devs = {0, 3};
+  EXPECT_EQ(ncclCommInitAll(comms.data(), 2, devs.data()), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("rank 1 is to be on device 3"),
+            std::string::npos)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(comms[0], nullptr);
+  device_emu_set_context(0);
+}
+
 // A rank that dies while its peer waits in a call on device buffers: the survivor's operation
 // fails naming the dead rank (ncclCommGetAsyncError), its stream is released, nothing hangs.
 TEST(CudaP2pProtocol, RankDyingDuringACallIsReported) {
