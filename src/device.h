@@ -139,9 +139,9 @@ void device_emu_free(void *p);
 /* The host bytes behind emulated device memory p (p inside an allocation), or NULL. */
 void *device_emu_view(const void *p);
 /* Gives the calling thread a current device context (on = 1) or none (0, the default), as
- * cudaSetDevice would: current_ctx answers accordingly. With TUTTI_DEVICE_EMULATION_CONTEXT=1
- * the device's identity (device_id) needs a current context too, as cuCtxGetDevice does; by
- * default the emulation answers it on any thread. */
+ * cudaSetDevice would: current_ctx answers accordingly, and the device's identity (device_id)
+ * is known only on a thread with a context, as cuCtxGetDevice's (TUTTI_DEVICE_EMULATION_CONTEXT=0
+ * answers it on any thread). */
 void device_emu_set_context(int on);
 /* Streams: a thread each, running what is queued on it in order. */
 void *device_emu_stream_create(void);

@@ -433,8 +433,8 @@ _Static_assert(sizeof(emu_ipc_t) <= DEVICE_IPC_BYTES, "emulated handle must fit"
  * number) gives a process another device, which no other device reaches (for tests of the
  * fallback between devices without peer access). */
 static int emu_device_id(unsigned char id[DEVICE_ID_BYTES]) {
-  const char *strict = tutti_getenv("DEVICE_EMULATION_CONTEXT");
-  if (strict && strcmp(strict, "0") != 0 && !emu_has_context)
+  const char *lax = tutti_getenv("DEVICE_EMULATION_CONTEXT");
+  if (!emu_has_context && !(lax && strcmp(lax, "0") == 0))
     return 201; /* CUDA_ERROR_INVALID_CONTEXT: no current context on this thread */
   const char *which = tutti_getenv("DEVICE_EMULATION_ID");
   memset(id, 0, DEVICE_ID_BYTES);

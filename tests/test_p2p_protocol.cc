@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "device.h"
+#include "emu_context.h"
 #include "forked_ranks.h"
 #include "nccl.h"
 
@@ -106,7 +107,8 @@ TEST(CudaP2pProtocol, ForkedRanksReadEachOthersDeviceBuffers) {
     for (int n : {2, 3, 5}) {
       auto codes = forked(
           n,
-          [engine](int) {
+          [engine](int rank) {
+            on_device(rank);
             setenv("TUTTI_P2P_PIECE_BYTES", "4096", 1);
             if (engine) setenv("TUTTI_P2P_LDST_BYTES", "0", 1);
           },
@@ -158,30 +160,28 @@ TEST(CudaP2pProtocol, NcclMemAllocGivesDeviceMemoryWhereTheThreadHasAContext) {
 
   const int n = 2;
   const size_t k = 3001;
-  auto codes = forked(
-      n, [](int) { device_emu_set_context(1); },
-      [](int rank, ncclComm_t comm) {
-        void *sd = nullptr, *rd = nullptr;
-        CHILD_CHECK(ncclMemAlloc(&sd, k * 4) == ncclSuccess, 60, "ncclMemAlloc send");
-        CHILD_CHECK(ncclMemAlloc(&rd, k * 4) == ncclSuccess, 60, "ncclMemAlloc recv");
-        auto *sh = static_cast<int32_t *>(device_emu_view(sd));
-        auto *rh = static_cast<int32_t *>(device_emu_view(rd));
-        CHILD_CHECK(sh && rh, 61, "ncclMemAlloc gave host memory to a thread with a context");
-        for (size_t j = 0; j < k; j++) sh[j] = in(rank, j);
-        void *st = device_emu_stream_create();
-        device_emu_counts_t c0 = device_emu_counts();
-        CHILD_CHECK(
-            ncclAllReduce(sd, rd, k, ncclInt32, ncclSum, comm, (cudaStream_t)st) == ncclSuccess &&
-                device_emu_stream_sync(st, 60000) == 0,
-            62, "allreduce");
-        for (size_t j = 0; j < k; j++) CHILD_CHECK(rh[j] == sum(n, j), 63, "allreduce at %zu", j);
-        device_emu_counts_t c = device_emu_counts();
-        CHILD_CHECK(c.ipc_opens > c0.ipc_opens, 64, "no handle opened");
-        CHILD_CHECK(c.staging_copies == c0.staging_copies, 65, "staged");
-        device_emu_stream_destroy(st);
-        CHILD_CHECK(ncclMemFree(sd) == ncclSuccess && ncclMemFree(rd) == ncclSuccess, 66, "free");
-        return 0;
-      });
+  auto codes = forked(n, on_device, [](int rank, ncclComm_t comm) {
+    void *sd = nullptr, *rd = nullptr;
+    CHILD_CHECK(ncclMemAlloc(&sd, k * 4) == ncclSuccess, 60, "ncclMemAlloc send");
+    CHILD_CHECK(ncclMemAlloc(&rd, k * 4) == ncclSuccess, 60, "ncclMemAlloc recv");
+    auto *sh = static_cast<int32_t *>(device_emu_view(sd));
+    auto *rh = static_cast<int32_t *>(device_emu_view(rd));
+    CHILD_CHECK(sh && rh, 61, "ncclMemAlloc gave host memory to a thread with a context");
+    for (size_t j = 0; j < k; j++) sh[j] = in(rank, j);
+    void *st = device_emu_stream_create();
+    device_emu_counts_t c0 = device_emu_counts();
+    CHILD_CHECK(
+        ncclAllReduce(sd, rd, k, ncclInt32, ncclSum, comm, (cudaStream_t)st) == ncclSuccess &&
+            device_emu_stream_sync(st, 60000) == 0,
+        62, "allreduce");
+    for (size_t j = 0; j < k; j++) CHILD_CHECK(rh[j] == sum(n, j), 63, "allreduce at %zu", j);
+    device_emu_counts_t c = device_emu_counts();
+    CHILD_CHECK(c.ipc_opens > c0.ipc_opens, 64, "no handle opened");
+    CHILD_CHECK(c.staging_copies == c0.staging_copies, 65, "staged");
+    device_emu_stream_destroy(st);
+    CHILD_CHECK(ncclMemFree(sd) == ncclSuccess && ncclMemFree(rd) == ncclSuccess, 66, "free");
+    return 0;
+  });
   for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
@@ -195,6 +195,7 @@ TEST(CudaP2pProtocol, OneRankOutStagesOnEveryRank) {
     auto codes = forked(
         n,
         [var](int rank) {
+          on_device(rank);
           if (rank == 1) setenv(var, "1", 1);
         },
         [](int rank, ncclComm_t comm) {
@@ -212,48 +213,14 @@ TEST(CudaP2pProtocol, OneRankOutStagesOnEveryRank) {
 }
 
 // Ranks as threads of one process use each other's device addresses as they are (no handle
-// opened), still through device reductions and copies only.
-TEST(CudaP2pProtocol, ThreadRanksUseAddressesAsTheyAre) {
-  const int n = 3;
-  const size_t k = 777;
-  std::vector<ncclComm_t> comms(n);
-  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
-  std::vector<void *> st(n);
-  std::vector<DevBuf *> s, r;
-  for (int i = 0; i < n; i++) {
-    st[i] = device_emu_stream_create();
-    s.push_back(new DevBuf(k * 4)), r.push_back(new DevBuf(k * 4));
-    for (size_t j = 0; j < k; j++) s[i]->h()[j] = in(i, j);
-  }
-  device_emu_counts_t c0 = device_emu_counts();
-  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  for (int i = 0; i < n; i++)
-    ASSERT_EQ(ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ncclSum, comms[i], (cudaStream_t)st[i]),
-              ncclSuccess);
-  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
-  for (int i = 0; i < n; i++) ASSERT_EQ(device_emu_stream_sync(st[i], 60000), 0);
-  for (int i = 0; i < n; i++)
-    for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->h()[j], sum(n, j)) << "rank " << i;
-  device_emu_counts_t c = device_emu_counts();
-  EXPECT_EQ(c.ipc_opens, c0.ipc_opens);
-  EXPECT_EQ(c.staging_copies, c0.staging_copies);
-  EXPECT_GE(c.dev_reduces - c0.dev_reduces, (uint64_t)n) << "one reduction per rank at least";
-  for (int i = 0; i < n; i++) {
-    ncclCommDestroy(comms[i]);
-    device_emu_stream_destroy(st[i]);
-    delete s[i], delete r[i];
-  }
-}
-
-// Ranks that one thread creates run their init in threads of their own (ncclCommInitAll, and
-// ncclCommInitRank in a group). With TUTTI_DEVICE_EMULATION_CONTEXT=1 the emulation, like CUDA,
-// knows a thread's device only through its current context: those threads must take the
-// caller's (or their device's), else no rank has a device and every call is staged. Without a
-// context in the caller the ranks are host ranks: staged, still exact.
+// opened), through device reductions and copies only. One thread creates them, and their init
+// runs in threads of their own (ncclCommInitAll, and ncclCommInitRank in a group). The
+// emulation, like CUDA, knows a thread's device only through its current context: those threads
+// must take the caller's (or their device's), else no rank has a device and every call is
+// staged. Without a context in the caller the ranks are host ranks: staged, still exact.
 TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
   const int n = 3;
   const size_t k = 777;
-  setenv("TUTTI_DEVICE_EMULATION_CONTEXT", "1", 1);
   auto run = [&](const char *how, bool context) {
     device_emu_set_context(context);
     std::vector<ncclComm_t> comms(n);
@@ -267,7 +234,6 @@ TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
       for (int i = 0; i < n; i++) ASSERT_EQ(ncclCommInitRank(&comms[i], n, id, i), ncclSuccess);
       ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
     }
-    EXPECT_EQ(device_emu_counts().ipc_opens, 0u);
     std::vector<void *> st(n);
     std::vector<DevBuf *> s, r;
     for (int i = 0; i < n; i++) {
@@ -289,6 +255,7 @@ TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
     for (int i = 0; i < n; i++)
       for (size_t j = 0; j < k; j++) ASSERT_EQ(r[i]->h()[j], sum(n, j)) << how << " rank " << i;
     device_emu_counts_t c = device_emu_counts();
+    EXPECT_EQ(c.ipc_opens, c0.ipc_opens) << how << ": a handle opened in one process";
     if (context) {
       EXPECT_EQ(c.staging_copies, c0.staging_copies) << how << ": staged, no rank had a device";
       EXPECT_GE(c.dev_reduces - c0.dev_reduces, (uint64_t)n) << how;
@@ -305,7 +272,6 @@ TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
   for (const char *how : {"InitAll", "group"})
     for (bool context : {true, false}) run(how, context);
   device_emu_set_context(0);
-  unsetenv("TUTTI_DEVICE_EMULATION_CONTEXT");
   // A device the process does not have: the rank cannot be made, and the call says which.
   device_emu_set_context(1);
   std::vector<ncclComm_t> comms(2);
@@ -323,7 +289,11 @@ TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
 TEST(CudaP2pProtocol, RankDyingDuringACallIsReported) {
   const int n = 2;
   auto codes = forked(
-      n, [](int) { setenv("TUTTI_TIMEOUT", "30", 1); },
+      n,
+      [](int rank) {
+        on_device(rank);
+        setenv("TUTTI_TIMEOUT", "30", 1);
+      },
       [](int rank, ncclComm_t comm) {
         const size_t k = 4096;
         DevBuf s(k * 4), r(k * 4);
@@ -362,28 +332,26 @@ TEST(CudaP2pProtocol, RankDyingDuringACallIsReported) {
 // what it had (the peer never published anything for it to copy).
 TEST(CudaP2pProtocol, AbortWhileAPeerNeverArrives) {
   const int n = 2;
-  auto codes = forked(
-      n, [](int) {},
-      [](int rank, ncclComm_t comm) {
-        const size_t k = 4096;
-        DevBuf s(k * 4), r(k * 4);
-        if (rank == 1) {  // never calls; waits to be told to go
-          sleep(3);
-          ncclCommAbort(comm);
-          _exit(0);
-        }
-        void *st = device_emu_stream_create();
-        ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        auto t0 = std::chrono::steady_clock::now();
-        CHILD_CHECK(ncclCommAbort(comm) == ncclSuccess, 50, "abort");
-        CHILD_CHECK(device_emu_stream_sync(st, 10000) == 0, 51, "stream not released");
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        CHILD_CHECK(secs < 5, 52, "abort took %.1f s", secs);
-        for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == 0, 53, "written at %zu", j);
-        device_emu_stream_destroy(st);
-        _exit(0);
-      });
+  auto codes = forked(n, on_device, [](int rank, ncclComm_t comm) {
+    const size_t k = 4096;
+    DevBuf s(k * 4), r(k * 4);
+    if (rank == 1) {  // never calls; waits to be told to go
+      sleep(3);
+      ncclCommAbort(comm);
+      _exit(0);
+    }
+    void *st = device_emu_stream_create();
+    ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto t0 = std::chrono::steady_clock::now();
+    CHILD_CHECK(ncclCommAbort(comm) == ncclSuccess, 50, "abort");
+    CHILD_CHECK(device_emu_stream_sync(st, 10000) == 0, 51, "stream not released");
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHILD_CHECK(secs < 5, 52, "abort took %.1f s", secs);
+    for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == 0, 53, "written at %zu", j);
+    device_emu_stream_destroy(st);
+    _exit(0);
+  });
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "device.h"
+#include "emu_context.h"
 #include "forked_ranks.h"
 #include "nccl.h"
 
@@ -152,13 +153,11 @@ TEST(SmallPath, ForkedRanksExactCallAfterCall) {
   for (int n : {2, 3, 5, 8}) {
     for (size_t k : {(size_t)1, (size_t)1003, (size_t)16384}) {
       if (n == 8 && k != 1003) continue;  // 8 ranks on 2 CPUs: one size is enough
-      auto codes = forked(
-          n, [](int) {},
-          [n, k](int rank, ncclComm_t comm) {
-            device_emu_counts_t c0 = device_emu_counts();
-            int rc = run_calls(rank, comm, n, k, 60);
-            return rc ? rc : small_path_ran(rank, c0, 60);
-          });
+      auto codes = forked(n, on_device, [n, k](int rank, ncclComm_t comm) {
+        device_emu_counts_t c0 = device_emu_counts();
+        int rc = run_calls(rank, comm, n, k, 60);
+        return rc ? rc : small_path_ran(rank, c0, 60);
+      });
       for (int r = 0; r < n; r++)
         EXPECT_EQ(codes[r], 0) << n << " ranks, k " << k << ", rank " << r;
     }
@@ -179,6 +178,7 @@ TEST(SmallPath, LimitsSendCallsToTheProxy) {
     auto codes = forked(
         n,
         [&cs](int rank) {
+          on_device(rank);
           if (cs.var && (rank == 1 || strcmp(cs.var, "TUTTI_ALGO") == 0))
             setenv(cs.var, cs.value, 1);
         },
@@ -203,8 +203,10 @@ TEST(SmallPath, LimitsSendCallsToTheProxy) {
 TEST(SmallPath, ThreadRanksSharingAStreamInGroups) {
   const int n = 3;
   const size_t k = 777;
+  OnDevice on;
   std::vector<ncclComm_t> comms(n);
-  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  std::vector<int> devs(n, 0);  // every rank on the one emulated device
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs.data()), ncclSuccess);
   void *st = device_emu_stream_create();
   std::vector<DevBuf *> s, r, r2;
   for (int i = 0; i < n; i++)
@@ -243,34 +245,31 @@ TEST(SmallPath, ThreadRanksSharingAStreamInGroups) {
 // seconds, the stream is released, and the receive buffer is not written (the reduction is
 // skipped).
 TEST(SmallPath, AbortWhileAPeerNeverArrives) {
-  auto codes = forked(
-      2, [](int) {},
-      [](int rank, ncclComm_t comm) {
-        const size_t k = 256;
-        DevBuf s(k * 4), r(k * 4);
-        if (rank == 1) {  // never calls
-          sleep(3);
-          ncclCommAbort(comm);
-          _exit(0);
-        }
-        for (size_t j = 0; j < k; j++) s.h<int32_t>()[j] = 5, r.h<int32_t>()[j] = -1;
-        void *st = device_emu_stream_create();
-        device_emu_counts_t c0 = device_emu_counts();
-        ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st);
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        CHILD_CHECK(device_emu_stream_sync(st, 0) != 0, 50, "the call did not wait for rank 1");
-        auto t0 = std::chrono::steady_clock::now();
-        CHILD_CHECK(ncclCommAbort(comm) == ncclSuccess, 51, "abort");
-        CHILD_CHECK(device_emu_stream_sync(st, 10000) == 0, 52, "stream not released");
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        CHILD_CHECK(secs < 5, 53, "abort took %.1f s", secs);
-        CHILD_CHECK(device_emu_counts().stream_copies == c0.stream_copies + 1, 54,
-                    "not the small path");
-        for (size_t j = 0; j < k; j++)
-          CHILD_CHECK(r.h<int32_t>()[j] == -1, 55, "written at %zu", j);
-        device_emu_stream_destroy(st);
-        _exit(0);
-      });
+  auto codes = forked(2, on_device, [](int rank, ncclComm_t comm) {
+    const size_t k = 256;
+    DevBuf s(k * 4), r(k * 4);
+    if (rank == 1) {  // never calls
+      sleep(3);
+      ncclCommAbort(comm);
+      _exit(0);
+    }
+    for (size_t j = 0; j < k; j++) s.h<int32_t>()[j] = 5, r.h<int32_t>()[j] = -1;
+    void *st = device_emu_stream_create();
+    device_emu_counts_t c0 = device_emu_counts();
+    ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHILD_CHECK(device_emu_stream_sync(st, 0) != 0, 50, "the call did not wait for rank 1");
+    auto t0 = std::chrono::steady_clock::now();
+    CHILD_CHECK(ncclCommAbort(comm) == ncclSuccess, 51, "abort");
+    CHILD_CHECK(device_emu_stream_sync(st, 10000) == 0, 52, "stream not released");
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHILD_CHECK(secs < 5, 53, "abort took %.1f s", secs);
+    CHILD_CHECK(device_emu_counts().stream_copies == c0.stream_copies + 1, 54,
+                "not the small path");
+    for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h<int32_t>()[j] == -1, 55, "written at %zu", j);
+    device_emu_stream_destroy(st);
+    _exit(0);
+  });
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
 }
@@ -278,34 +277,31 @@ TEST(SmallPath, AbortWhileAPeerNeverArrives) {
 // A peer that dies while this rank's small call waits for it: ncclCommGetAsyncError names it,
 // the stream is released, the receive buffer is not written.
 TEST(SmallPath, PeerDyingWhileACallWaitsIsReported) {
-  auto codes = forked(
-      2, [](int) {},
-      [](int rank, ncclComm_t comm) {
-        const size_t k = 256;
-        DevBuf s(k * 4), r(k * 4);
-        void *st = device_emu_stream_create();
-        cudaStream_t cs = (cudaStream_t)st;
-        CHILD_CHECK(ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs) == ncclSuccess, 60,
-                    "first call");
-        CHILD_CHECK(device_emu_stream_sync(st, 60000) == 0, 61, "first call stuck");
-        if (rank == 1) kill(getpid(), SIGKILL);
-        for (size_t j = 0; j < k; j++) r.h<int32_t>()[j] = -1;
-        ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs);  // rank 1 is gone
-        ncclResult_t async = ncclSuccess;
-        for (int i = 0; i < 200 && async == ncclSuccess; i++) {  // a watchdog's polling
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          ncclCommGetAsyncError(comm, &async);
-        }
-        CHILD_CHECK(async == ncclRemoteError, 62, "async error %d", (int)async);
-        std::string msg = ncclGetLastError(comm);
-        CHILD_CHECK(msg.find("rank 1") != std::string::npos, 63, "names no rank: %s", msg.c_str());
-        CHILD_CHECK(device_emu_stream_sync(st, 10000) == 0, 64, "stream not released");
-        for (size_t j = 0; j < k; j++)
-          CHILD_CHECK(r.h<int32_t>()[j] == -1, 65, "written at %zu", j);
-        ncclCommAbort(comm);
-        device_emu_stream_destroy(st);
-        _exit(0);
-      });
+  auto codes = forked(2, on_device, [](int rank, ncclComm_t comm) {
+    const size_t k = 256;
+    DevBuf s(k * 4), r(k * 4);
+    void *st = device_emu_stream_create();
+    cudaStream_t cs = (cudaStream_t)st;
+    CHILD_CHECK(ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs) == ncclSuccess, 60,
+                "first call");
+    CHILD_CHECK(device_emu_stream_sync(st, 60000) == 0, 61, "first call stuck");
+    if (rank == 1) kill(getpid(), SIGKILL);
+    for (size_t j = 0; j < k; j++) r.h<int32_t>()[j] = -1;
+    ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, cs);  // rank 1 is gone
+    ncclResult_t async = ncclSuccess;
+    for (int i = 0; i < 200 && async == ncclSuccess; i++) {  // a watchdog's polling
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ncclCommGetAsyncError(comm, &async);
+    }
+    CHILD_CHECK(async == ncclRemoteError, 62, "async error %d", (int)async);
+    std::string msg = ncclGetLastError(comm);
+    CHILD_CHECK(msg.find("rank 1") != std::string::npos, 63, "names no rank: %s", msg.c_str());
+    CHILD_CHECK(device_emu_stream_sync(st, 10000) == 0, 64, "stream not released");
+    for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h<int32_t>()[j] == -1, 65, "written at %zu", j);
+    ncclCommAbort(comm);
+    device_emu_stream_destroy(st);
+    _exit(0);
+  });
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 128 + SIGKILL);
 }
