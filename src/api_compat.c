@@ -136,7 +136,7 @@ API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excl
   if (res == ncclSuccess)
     res = ncclCommInitRankConfig(newcomm, comm->nranks - excludeRanksCount, id, newrank, config);
   if (res == ncclSuccess) {
-    (*newcomm)->cuda_dev = comm->cuda_dev;
+    (*newcomm)->cuda_dev = comm->cuda_dev, (*newcomm)->dev_ctx = comm->dev_ctx;
     INFO(SUB_INIT, "shrink: parent rank %d -> rank %d of %d", comm->rank, newrank,
          comm->nranks - excludeRanksCount);
   }

@@ -60,6 +60,7 @@ struct ncclComm {
   int max_local_size, tuner_machine_ranks, tuner_ncpu;
   int oversubscribed; /* more ranks on this machine than CPUs: poll politely */
   int cuda_dev;
+  void *dev_ctx;    /* the device context current where the rank was made (NULL: a host rank) */
   uint64_t id_hash; /* names this communicator's shared resources */
   unsigned char secret[16];
   peer_info_t *peers;          /* [nranks] */

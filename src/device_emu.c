@@ -359,6 +359,14 @@ void device_emu_set_context(int on) {
 static void *emu_current_ctx(void) {
   return emu_has_context ? &emu_context : NULL;
 }
+/* 1 where CUDA would fail for want of a current context (CUDA_ERROR_INVALID_CONTEXT): the
+ * device's identity and the proxy's copy queue need one (TUTTI_DEVICE_EMULATION_CONTEXT=0 lifts
+ * the check). */
+#define EMU_INVALID_CONTEXT 201
+static int emu_context_missing(void) {
+  const char *lax = tutti_getenv("DEVICE_EMULATION_CONTEXT");
+  return !emu_has_context && !(lax && strcmp(lax, "0") == 0);
+}
 static int emu_bind(void *ctx) {
   emu_has_context = ctx != NULL;
   return 0;
@@ -387,7 +395,7 @@ void device_emu_stream_set_capturing(void *stream, int on) {
 }
 static int emu_copy_queue_create(void **q) {
   *q = NULL;
-  return 0;
+  return emu_context_missing() ? EMU_INVALID_CONTEXT : 0;
 }
 static void emu_copy_queue_destroy(void *q) {
   (void)q;
@@ -433,9 +441,7 @@ _Static_assert(sizeof(emu_ipc_t) <= DEVICE_IPC_BYTES, "emulated handle must fit"
  * number) gives a process another device, which no other device reaches (for tests of the
  * fallback between devices without peer access). */
 static int emu_device_id(unsigned char id[DEVICE_ID_BYTES]) {
-  const char *lax = tutti_getenv("DEVICE_EMULATION_CONTEXT");
-  if (!emu_has_context && !(lax && strcmp(lax, "0") == 0))
-    return 201; /* CUDA_ERROR_INVALID_CONTEXT: no current context on this thread */
+  if (emu_context_missing()) return EMU_INVALID_CONTEXT;
   const char *which = tutti_getenv("DEVICE_EMULATION_ID");
   memset(id, 0, DEVICE_ID_BYTES);
   snprintf((char *)id, DEVICE_ID_BYTES, "emu-%s", which ? which : "0");
@@ -604,12 +610,13 @@ static int emu_stream_reduce_n(void *stream, void *dst, const void *const *in, i
 }
 
 static const char *emu_error_string(int rc) {
-  return rc == 1   ? "range outside an emulated device allocation"
-         : rc == 2 ? "out of memory"
-         : rc == 3 ? "not an emulated device allocation of this process"
-         : rc == 4 ? "not an emulated IPC handle"
-         : rc == 5 ? "cannot open the exporting process's memory (process gone?)"
-                   : "unknown emulation error";
+  return rc == 1                     ? "range outside an emulated device allocation"
+         : rc == 2                   ? "out of memory"
+         : rc == 3                   ? "not an emulated device allocation of this process"
+         : rc == 4                   ? "not an emulated IPC handle"
+         : rc == 5                   ? "cannot open the exporting process's memory (process gone?)"
+         : rc == EMU_INVALID_CONTEXT ? "no current device context on this thread"
+                                     : "unknown emulation error";
 }
 
 const device_ops_t device_emu_ops = {

@@ -240,6 +240,7 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   c->serial = __atomic_add_fetch(&comm_serials, 1, __ATOMIC_RELAXED);
   const device_ops_t *dev = device_current(); /* NCCL's communicator is on the current device */
   c->rank = rank, c->nranks = nranks, c->cuda_dev = dev ? dev->ordinal() : -1;
+  c->dev_ctx = dev ? dev->current_ctx() : NULL;
   pthread_mutex_init(&c->lock, NULL);
   peer_info_t *me = &c->peers[rank];
   me->rank = rank;

@@ -387,7 +387,9 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
   const device_ops_t *dev = device_get();
   struct proxy *px = calloc(1, sizeof(*px));
   if (!px) return TUTTI_ERR(ncclSystemError, "out of memory");
-  *px = (struct proxy){.comm = comm, .dev = dev, .ctx = dev->current_ctx()};
+  /* The rank's own context (its device), whichever thread makes the first call. */
+  *px = (struct proxy){
+      .comm = comm, .dev = dev, .ctx = comm->dev_ctx ? comm->dev_ctx : dev->current_ctx()};
   int rc = proxy_flags_get(dev, &px->flags);
   if (rc) {
     free(px);

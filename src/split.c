@@ -44,7 +44,7 @@ static ncclResult_t split_run(ncclComm_t comm, int color, int key, ncclComm_t *n
   if (newrank < 0) goto out; /* NCCL_SPLIT_NOCOLOR */
   TUTTI_CHECK_GOTO(ncclCommInitRankConfig(newcomm, count, ids[mine[0].rank], newrank, config), res,
                    out);
-  (*newcomm)->cuda_dev = comm->cuda_dev;
+  (*newcomm)->cuda_dev = comm->cuda_dev, (*newcomm)->dev_ctx = comm->dev_ctx;
   INFO(SUB_INIT, "split: parent rank %d color %d key %d -> rank %d of %d", comm->rank, color, key,
        newrank, count);
 out:

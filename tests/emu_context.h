@@ -4,7 +4,10 @@
 #ifndef TUTTI_TESTS_EMU_CONTEXT_H
 #define TUTTI_TESTS_EMU_CONTEXT_H
 
+#include <vector>
+
 #include "device.h"
+#include "nccl.h"
 
 // The calling thread has a context while this lives (ranks as threads of the test's process).
 struct OnDevice {
@@ -15,6 +18,14 @@ struct OnDevice {
 // For forked(): the rank's process gets a context before its init.
 inline void on_device(int) {
   device_emu_set_context(1);
+}
+
+// ncclCommInitAll with every rank on the one emulated device, made while the caller has a
+// context: each rank keeps that context, and its proxy binds it whichever thread calls.
+inline ncclResult_t init_all_on_device(ncclComm_t *comms, int n) {
+  OnDevice on;
+  std::vector<int> devs(n, 0);
+  return ncclCommInitAll(comms, n, devs.data());
 }
 
 #endif

@@ -222,7 +222,7 @@ TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
   const int n = 3;
   const size_t k = 777;
   auto run = [&](const char *how, bool context) {
-    device_emu_set_context(context);
+    device_emu_set_context(context);  // where the ranks are made
     std::vector<ncclComm_t> comms(n);
     if (std::string(how) == "InitAll") {
       std::vector<int> devs(n, 0);  // every rank on the one emulated device
@@ -234,6 +234,7 @@ TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
       for (int i = 0; i < n; i++) ASSERT_EQ(ncclCommInitRank(&comms[i], n, id, i), ncclSuccess);
       ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
     }
+    device_emu_set_context(1);  // the calls: host ranks stage device buffers through the proxy
     std::vector<void *> st(n);
     std::vector<DevBuf *> s, r;
     for (int i = 0; i < n; i++) {

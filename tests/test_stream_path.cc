@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "device.h"
+#include "emu_context.h"
 #include "forked_ranks.h"
 #include "nccl.h"
 
@@ -58,7 +59,7 @@ struct Ranks {
   explicit Ranks(int nranks) : n(nranks), comms(nranks), streams(nranks) {
     EXPECT_EQ(emulation_on, 0);
     EXPECT_EQ(small_off, 0);
-    EXPECT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+    EXPECT_EQ(init_all_on_device(comms.data(), n), ncclSuccess);
     for (auto &s : streams) s = device_emu_stream_create();
   }
   ~Ranks() {
@@ -315,7 +316,7 @@ struct GatedPair {
       if (x) device_emu_stream_destroy(x);
   }
   void launch() {
-    ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+    ASSERT_EQ(init_all_on_device(comms.data(), n), ncclSuccess);
     for (auto &x : streams) x = device_emu_stream_create();
     for (int i = 0; i < n; i++)
       fill(*s[i], i, k), device_emu_stream_call(streams[i], Gate::wait, &gate);
@@ -350,7 +351,7 @@ TEST(StreamPathProtocol, PeerAbortBecomesAnAsyncError) {
   const size_t k = 1000;
   setenv("TUTTI_TIMEOUT", "20", 1);
   std::vector<ncclComm_t> comms(n);
-  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  ASSERT_EQ(init_all_on_device(comms.data(), n), ncclSuccess);
   unsetenv("TUTTI_TIMEOUT");
   void *st = device_emu_stream_create();
   DevBuf s1(k * 4), r1(k * 4);
@@ -518,22 +519,20 @@ TEST(StreamPathProtocol, DestroyRunsQueuedOperationsFirst) {
 TEST(StreamPathProtocol, ForkedRanksOverShm) {
   const int n = 2;
   const size_t k = 100003;
-  auto codes = forked(
-      n, [](int) {},
-      [&](int rank, ncclComm_t comm) {
-        void *st = device_emu_stream_create();
-        DevBuf s(k * 4), r(k * n * 4);
-        fill(s, rank, k);
-        int bad = ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st) != 0;
-        bad |= device_emu_stream_sync(st, 60000) != 0;
-        for (size_t j = 0; j < k && !bad; j++) bad |= r.host<int32_t>()[j] != in(0, j) + in(1, j);
-        bad |= ncclAllGather(s.d, r.d, k, ncclInt32, comm, (cudaStream_t)st) != 0;
-        bad |= device_emu_stream_sync(st, 60000) != 0;
-        for (int q = 0; q < n; q++)
-          for (size_t j = 0; j < k && !bad; j++) bad |= r.host<int32_t>()[q * k + j] != in(q, j);
-        device_emu_stream_destroy(st);
-        return bad ? 1 : 0;
-      });
+  auto codes = forked(n, on_device, [&](int rank, ncclComm_t comm) {
+    void *st = device_emu_stream_create();
+    DevBuf s(k * 4), r(k * n * 4);
+    fill(s, rank, k);
+    int bad = ncclAllReduce(s.d, r.d, k, ncclInt32, ncclSum, comm, (cudaStream_t)st) != 0;
+    bad |= device_emu_stream_sync(st, 60000) != 0;
+    for (size_t j = 0; j < k && !bad; j++) bad |= r.host<int32_t>()[j] != in(0, j) + in(1, j);
+    bad |= ncclAllGather(s.d, r.d, k, ncclInt32, comm, (cudaStream_t)st) != 0;
+    bad |= device_emu_stream_sync(st, 60000) != 0;
+    for (int q = 0; q < n; q++)
+      for (size_t j = 0; j < k && !bad; j++) bad |= r.host<int32_t>()[q * k + j] != in(q, j);
+    device_emu_stream_destroy(st);
+    return bad ? 1 : 0;
+  });
   for (int code : codes) EXPECT_EQ(code, 0) << "1: wrong values, 90: init failed, 91: destroy";
 }
 
