@@ -34,7 +34,7 @@ typedef struct device_ops {
   const char *name;
   mem_kind_t (*mem_kind)(const void *p);
   /* The calling thread's device context (CUcontext), to be made current in the proxy thread
-   * with bind; NULL when the caller has none. */
+   * with bind; NULL when the caller has none. bind(NULL) leaves the thread without one. */
   void *(*current_ctx)(void);
   int (*bind)(void *ctx);
   /* The ordinal of the calling thread's current device (CUDA: cuCtxGetDevice), -1 when the

@@ -155,7 +155,7 @@ static void *cuda_current_ctx(void) {
 }
 
 static int cuda_bind(void *ctx) {
-  return ctx ? cu.ctx_set(ctx) : 0;
+  return cu.ctx_set(ctx); /* NULL: no context current on this thread */
 }
 
 static int cuda_ordinal(void) {

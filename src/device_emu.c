@@ -360,8 +360,8 @@ static void *emu_current_ctx(void) {
   return emu_has_context ? &emu_context : NULL;
 }
 /* 1 where CUDA would fail for want of a current context (CUDA_ERROR_INVALID_CONTEXT): the
- * device's identity and the proxy's copy queue need one (TUTTI_DEVICE_EMULATION_CONTEXT=0 lifts
- * the check). */
+ * device's identity, device memory and the proxy's copy queue need one
+ * (TUTTI_DEVICE_EMULATION_CONTEXT=0 lifts the check). */
 #define EMU_INVALID_CONTEXT 201
 static int emu_context_missing(void) {
   const char *lax = tutti_getenv("DEVICE_EMULATION_CONTEXT");
@@ -499,6 +499,8 @@ static void emu_ipc_close(void *base) {
 }
 
 static int emu_dev_alloc(void **p, size_t bytes) {
+  *p = NULL;
+  if (emu_context_missing()) return EMU_INVALID_CONTEXT; /* cuMemAlloc: in the current context */
   *p = device_emu_alloc(bytes);
   return *p ? 0 : 2;
 }

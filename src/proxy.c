@@ -398,9 +398,15 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
   }
   /* Device scratch for partial sums (engine_peer.c, more than 2 ranks), taken here, in the
    * calling thread before any stream waits for this proxy, and never while one does: CUDA's
-   * allocation calls may wait for the device. */
-  if (comm->dev_peer && comm->nranks > 2 &&
-      (rc = dev->dev_alloc(&px->dev_scratch, proxy_scratch_bytes())) != 0) {
+   * allocation calls may wait for the device. On the rank's device: in its context, the
+   * caller's own given back after. */
+  void *caller = dev->current_ctx();
+  int switched = comm->dev_peer && comm->nranks > 2 && px->ctx && px->ctx != caller;
+  if (switched) dev->bind(px->ctx);
+  if (comm->dev_peer && comm->nranks > 2)
+    rc = dev->dev_alloc(&px->dev_scratch, proxy_scratch_bytes());
+  if (switched) dev->bind(caller);
+  if (rc) {
     proxy_flags_put(px->flags);
     free(px);
     return TUTTI_ERR(ncclUnhandledCudaError, "rank %d: %zu bytes of device scratch: %s (%d)",

@@ -234,7 +234,10 @@ TEST(CudaP2pProtocol, RanksMadeInThreadsTakeTheCallersDevice) {
       for (int i = 0; i < n; i++) ASSERT_EQ(ncclCommInitRank(&comms[i], n, id, i), ncclSuccess);
       ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
     }
-    device_emu_set_context(1);  // the calls: host ranks stage device buffers through the proxy
+    // The calls: ranks made with a context run on it whichever thread calls (here one without:
+    // the proxies bind the ranks' context, in which the 3 ranks' device scratch is taken); host
+    // ranks stage device buffers through a proxy on the caller's context.
+    device_emu_set_context(!context);
     std::vector<void *> st(n);
     std::vector<DevBuf *> s, r;
     for (int i = 0; i < n; i++) {
