@@ -360,7 +360,7 @@ static void *emu_current_ctx(void) {
   return emu_has_context ? &emu_context : NULL;
 }
 /* 1 where CUDA would fail for want of a current context (CUDA_ERROR_INVALID_CONTEXT): the
- * device's identity, device memory and the proxy's copy queue need one
+ * device's identity, device and pinned memory and the proxy's copy queue need one
  * (TUTTI_DEVICE_EMULATION_CONTEXT=0 lifts the check). */
 #define EMU_INVALID_CONTEXT 201
 static int emu_context_missing(void) {
@@ -378,6 +378,8 @@ static void *emu_device_ctx(int ordinal) {
   return ordinal == 0 ? &emu_context : NULL;
 }
 static int emu_host_alloc(void **p, size_t bytes) {
+  *p = NULL;
+  if (emu_context_missing()) return EMU_INVALID_CONTEXT; /* cuMemHostAlloc: a context's */
   *p = calloc(1, bytes ? bytes : 1);
   return *p ? 0 : 2;
 }

@@ -387,22 +387,22 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
   const device_ops_t *dev = device_get();
   struct proxy *px = calloc(1, sizeof(*px));
   if (!px) return TUTTI_ERR(ncclSystemError, "out of memory");
-  /* The rank's own context (its device), whichever thread makes the first call. */
-  *px = (struct proxy){
-      .comm = comm, .dev = dev, .ctx = comm->dev_ctx ? comm->dev_ctx : dev->current_ctx()};
+  /* The rank's own context (its device), whichever thread makes the first call. The device
+   * memory below is taken in it, the caller's own context given back after. */
+  void *caller = dev->current_ctx();
+  *px = (struct proxy){.comm = comm, .dev = dev, .ctx = comm->dev_ctx ? comm->dev_ctx : caller};
+  int switched = px->ctx != caller;
+  if (switched) dev->bind(px->ctx);
   int rc = proxy_flags_get(dev, &px->flags);
   if (rc) {
+    if (switched) dev->bind(caller);
     free(px);
     return TUTTI_ERR(ncclUnhandledCudaError, "rank %d: pinned flag memory: %s (%d)", comm->rank,
                      dev->error_string(rc), rc);
   }
   /* Device scratch for partial sums (engine_peer.c, more than 2 ranks), taken here, in the
    * calling thread before any stream waits for this proxy, and never while one does: CUDA's
-   * allocation calls may wait for the device. On the rank's device: in its context, the
-   * caller's own given back after. */
-  void *caller = dev->current_ctx();
-  int switched = comm->dev_peer && comm->nranks > 2 && px->ctx && px->ctx != caller;
-  if (switched) dev->bind(px->ctx);
+   * allocation calls may wait for the device. */
   if (comm->dev_peer && comm->nranks > 2)
     rc = dev->dev_alloc(&px->dev_scratch, proxy_scratch_bytes());
   if (switched) dev->bind(caller);
