@@ -47,9 +47,10 @@ static void *group_job_thread(void *p) {
   group_job_t *j = p;
   tutti_clear_error();
   void *saved = j->dev ? j->dev->current_ctx() : NULL; /* the caller's, for the last job */
-  if (j->dev && j->ctx != saved) j->dev->bind(j->ctx);
+  int switched = j->dev && j->ctx != saved;
+  if (switched) j->dev->bind(j->ctx);
   j->res = j->run(j->arg);
-  if (j->dev && saved && j->ctx != saved) j->dev->bind(saved);
+  if (switched) j->dev->bind(saved);
   if (j->res != ncclSuccess) snprintf(j->err, sizeof(j->err), "%s", tutti_last_error());
   return NULL;
 }
