@@ -203,10 +203,8 @@ TEST(SmallPath, LimitsSendCallsToTheProxy) {
 TEST(SmallPath, ThreadRanksSharingAStreamInGroups) {
   const int n = 3;
   const size_t k = 777;
-  OnDevice on;
   std::vector<ncclComm_t> comms(n);
-  std::vector<int> devs(n, 0);  // every rank on the one emulated device
-  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs.data()), ncclSuccess);
+  ASSERT_EQ(init_all_on_device(comms.data(), n), ncclSuccess);
   void *st = device_emu_stream_create();
   std::vector<DevBuf *> s, r, r2;
   for (int i = 0; i < n; i++)
