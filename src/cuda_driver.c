@@ -32,9 +32,14 @@ static struct {
   char state[256];
 } drv = {.once = PTHREAD_ONCE_INIT};
 
-static void drv_load(void) {
+/* The driver library: TUTTI_CUDA_DRIVER_LIB, else libcuda.so.1. */
+static const char *drv_name(void) {
   const char *name = tutti_getenv("CUDA_DRIVER_LIB");
-  if (!name) name = "libcuda.so.1";
+  return name ? name : "libcuda.so.1";
+}
+
+static void drv_load(void) {
+  const char *name = drv_name();
   void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     snprintf(drv.state, sizeof drv.state, "%s not loadable: %s", name, dlerror());
@@ -83,4 +88,10 @@ mem_kind_t cuda_driver_mem_kind(const void *p) {
 void *cuda_driver_symbol(const char *name) {
   pthread_once(&drv.once, drv_load);
   return drv.lib ? dlsym(drv.lib, name) : NULL;
+}
+
+int cuda_driver_in_process(void) {
+  void *lib = dlopen(drv_name(), RTLD_LAZY | RTLD_NOLOAD);
+  if (lib) dlclose(lib);
+  return lib != NULL;
 }

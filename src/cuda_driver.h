@@ -26,6 +26,8 @@ const char *cuda_driver_state(void);
 /* An entry point of the loaded driver (dlsym), NULL when there is no usable driver or no such
  * symbol; for device_cuda.c. */
 void *cuda_driver_symbol(const char *name);
+/* 1 when the process has the driver library loaded already (nothing is loaded to find out). */
+int cuda_driver_in_process(void);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,6 @@
 /* Which device implementation the stream path uses (device.h), chosen once per process. */
 #include "device.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include "core.h"
@@ -38,14 +37,16 @@ mem_kind_t device_mem_kind(const void *p) {
 }
 
 const device_ops_t *device_current(void) {
-  if (!tutti_param_DeviceEmulation()) {
-    /* A thread with a current context has the driver loaded; where it is not, stay out of it
-     * (loading it and cuInit would cost every host-only process on a GPU machine). */
-    const char *name = tutti_getenv("CUDA_DRIVER_LIB");
-    void *lib = dlopen(name ? name : "libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    if (!lib) return NULL;
-    dlclose(lib);
-  }
+  /* A thread with a current context has the driver loaded; where it is not, stay out of it
+   * (loading it and cuInit would cost every host-only process on a GPU machine). */
+  if (!tutti_param_DeviceEmulation() && !cuda_driver_in_process()) return NULL;
   const device_ops_t *d = device_get();
   return d && d->current_ctx() ? d : NULL;
+}
+
+void *device_switch(const device_ops_t *d, void *ctx, int *switched) {
+  void *was = d ? d->current_ctx() : NULL;
+  *switched = d && ctx != was;
+  if (*switched) d->bind(ctx);
+  return was;
 }

@@ -119,6 +119,9 @@ const device_ops_t *device_get(void);
  * current on the thread, as cudaSetDevice or any CUDA runtime call makes one), else NULL. Loads
  * no driver the process has not loaded already. */
 const device_ops_t *device_current(void);
+/* Makes ctx the calling thread's context where d is a device and it is not already; returns
+ * the context the thread had, to give back with d->bind once *switched says it changed. */
+void *device_switch(const device_ops_t *d, void *ctx, int *switched);
 /* What the device says `p` is; host memory when there is no device. */
 mem_kind_t device_mem_kind(const void *p);
 

@@ -46,9 +46,8 @@ ncclResult_t group_defer(ncclResult_t (*run)(void *), void (*drop)(void *), void
 static void *group_job_thread(void *p) {
   group_job_t *j = p;
   tutti_clear_error();
-  void *saved = j->dev ? j->dev->current_ctx() : NULL; /* the caller's, for the last job */
-  int switched = j->dev && j->ctx != saved;
-  if (switched) j->dev->bind(j->ctx);
+  int switched;
+  void *saved = device_switch(j->dev, j->ctx, &switched); /* the caller's, for the last job */
   j->res = j->run(j->arg);
   if (switched) j->dev->bind(saved);
   if (j->res != ncclSuccess) snprintf(j->err, sizeof(j->err), "%s", tutti_last_error());

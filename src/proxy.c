@@ -389,10 +389,9 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
   if (!px) return TUTTI_ERR(ncclSystemError, "out of memory");
   /* The rank's own context (its device), whichever thread makes the first call. The device
    * memory below is taken in it, the caller's own context given back after. */
-  void *caller = dev->current_ctx();
+  int switched = 0;
+  void *caller = comm->dev_ctx ? device_switch(dev, comm->dev_ctx, &switched) : dev->current_ctx();
   *px = (struct proxy){.comm = comm, .dev = dev, .ctx = comm->dev_ctx ? comm->dev_ctx : caller};
-  int switched = px->ctx != caller;
-  if (switched) dev->bind(px->ctx);
   int rc = proxy_flags_get(dev, &px->flags);
   if (rc) {
     if (switched) dev->bind(caller);
