@@ -360,12 +360,23 @@ static void *emu_current_ctx(void) {
   return emu_has_context ? &emu_context : NULL;
 }
 /* 1 where CUDA would fail for want of a current context (CUDA_ERROR_INVALID_CONTEXT): the
- * device's identity, device and pinned memory and the proxy's copy queue need one
- * (TUTTI_DEVICE_EMULATION_CONTEXT=0 lifts the check). */
+ * device's identity, device and pinned memory (taking, registering and giving it back), IPC
+ * mappings' release and the proxy's copy queue need one (TUTTI_DEVICE_EMULATION_CONTEXT=0
+ * lifts the check). */
 #define EMU_INVALID_CONTEXT 201
 static int emu_context_missing(void) {
   const char *lax = tutti_getenv("DEVICE_EMULATION_CONTEXT");
   return !emu_has_context && !(lax && strcmp(lax, "0") == 0);
+}
+/* A free or unmap CUDA would refuse for want of a context (the memory would stay taken on a
+ * GPU): in the emulation a bug of the library that stops the process, naming the call. */
+static void emu_release_needs_context(const char *call) {
+  if (!emu_context_missing()) return;
+  fprintf(stderr,
+          "tutti device emulation: %s without a current device context: CUDA refuses it "
+          "(CUDA_ERROR_INVALID_CONTEXT) and the memory stays allocated\n",
+          call);
+  abort();
 }
 static int emu_bind(void *ctx) {
   emu_has_context = ctx != NULL;
@@ -385,6 +396,7 @@ static int emu_host_alloc(void **p, size_t bytes) {
 }
 static void emu_host_free(void *p) {
   if (!p) return;
+  emu_release_needs_context("cuMemFreeHost");
   emu_device_idle("freeing pinned memory (cuMemFreeHost)");
   free(p);
 }
@@ -497,6 +509,7 @@ static int emu_ipc_open(const unsigned char h[DEVICE_IPC_BYTES], void **base) {
 }
 
 static void emu_ipc_close(void *base) {
+  emu_release_needs_context("cuIpcCloseMemHandle");
   emu_block_remove(base, 1);
 }
 
@@ -509,6 +522,7 @@ static int emu_dev_alloc(void **p, size_t bytes) {
 
 static void emu_dev_free(void *p) {
   if (!p) return;
+  emu_release_needs_context("cuMemFree");
   emu_device_idle("freeing device memory (cuMemFree)");
   device_emu_free(p);
 }
@@ -534,12 +548,14 @@ static int emu_reduce(void *q, void *dst, const void *a, const void *b, size_t c
 
 static int emu_host_register(void *p, size_t bytes, void **dev) {
   (void)bytes;
+  *dev = NULL;
+  if (emu_context_missing()) return EMU_INVALID_CONTEXT; /* cuMemHostRegister: a context's */
   *dev = p; /* host memory is what the emulated device reaches */
   return 0;
 }
 
 static void emu_host_unregister(void *p) {
-  (void)p;
+  if (p) emu_release_needs_context("cuMemHostUnregister");
 }
 
 /* Host bytes behind a device-reachable address: emulated device memory or host memory. */

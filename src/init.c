@@ -648,11 +648,17 @@ static ncclResult_t comm_end(ncclComm_t comm, int abort, const char *fn) {
                      "group first%s",
                      fn, comm->rank, queued,
                      abort ? " (the communicator is aborted: the group will fail)" : "");
+  /* The rank's device memory, registrations and mappings go back in its own context, whichever
+   * thread ends it (CUDA refuses them without one); the caller's context is given back. */
+  const device_ops_t *dev = comm->dev_ctx ? device_get() : NULL;
+  int switched = 0;
+  void *caller = device_switch(dev, comm->dev_ctx, &switched);
   proxy_stop(comm);         /* runs what the streams queued (aborted: fails it, releasing them) */
   small_close(comm, abort); /* aborted: releases the streams' small calls */
   pthread_mutex_lock(&comm->lock); /* waits for an operation running in another thread */
   pthread_mutex_unlock(&comm->lock);
   comm_free(comm);
+  if (switched) dev->bind(caller);
   return ncclSuccess;
 }
 

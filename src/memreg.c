@@ -62,6 +62,7 @@ typedef struct region {
            * of the shared heap's arena, which memreg_find reports as the arena; REGION_DEVICE:
            * device memory, never reported (it is no host memory) */
   uint64_t id;
+  void *ctx; /* REGION_DEVICE: the device context it was taken in, which frees it */
 } region_t;
 
 static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -157,21 +158,24 @@ static void *alloc_in_heap(size_t bytes) {
   return p;
 }
 
-static void region_release(void *p, size_t bytes, int fd) {
-  if (fd == REGION_IN_HEAP) {
-    free(p);
+static void region_release(const region_t *r) {
+  if (r->fd == REGION_IN_HEAP) {
+    free(r->base);
     return;
   }
-  if (fd == REGION_DEVICE) {
+  if (r->fd == REGION_DEVICE) { /* in its own context, whichever thread frees it */
     const device_ops_t *d = device_get();
-    if (d) d->dev_free(p); /* waits for the device, as cuMemFree does */
+    int switched = 0;
+    void *was = device_switch(d, r->ctx, &switched);
+    if (d) d->dev_free(r->base); /* waits for the device, as cuMemFree does */
+    if (switched) d->bind(was);
     return;
   }
-  munmap(p, bytes);
-  if (fd >= 0) close(fd);
+  munmap(r->base, r->bytes);
+  if (r->fd >= 0) close(r->fd);
 }
 
-static ncclResult_t region_add(void *p, size_t bytes, int fd, uint64_t id) {
+static ncclResult_t region_add(void *p, size_t bytes, int fd, uint64_t id, void *ctx) {
   pthread_mutex_lock(&regions_lock);
   if (nregions == regions_cap) {
     int cap = regions_cap ? 2 * regions_cap : 16;
@@ -179,11 +183,12 @@ static ncclResult_t region_add(void *p, size_t bytes, int fd, uint64_t id) {
     if (r) regions = r, regions_cap = cap;
   }
   int ok = nregions < regions_cap;
-  if (ok) regions[nregions++] = (region_t){.base = p, .bytes = bytes, .fd = fd, .id = id};
+  region_t r = {.base = p, .bytes = bytes, .fd = fd, .id = id, .ctx = ctx};
+  if (ok) regions[nregions++] = r;
   if (ok && fd >= 0) __atomic_add_fetch(&nshared_regions, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&regions_lock);
   if (ok) return ncclSuccess;
-  region_release(p, bytes, fd);
+  region_release(&r);
   return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: out of memory for the region table");
 }
 
@@ -209,7 +214,7 @@ API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
                        "ncclMemAlloc: %zu bytes of device memory on the calling thread's device: "
                        "%s (TUTTI_MEM_ALLOC=shared gives host memory)",
                        bytes, dev->error_string(rc));
-    TUTTI_CHECK(region_add(p, bytes, REGION_DEVICE, id));
+    TUTTI_CHECK(region_add(p, bytes, REGION_DEVICE, id, dev->current_ctx()));
     INFO(SUB_SHM,
          "ncclMemAlloc: %zu bytes at %p (region %llu, device memory: the calling "
          "thread has a current %s context)",
@@ -222,7 +227,7 @@ API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
     if (!p)
       return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes,
                        strerror(errno));
-    TUTTI_CHECK(region_add(p, bytes, REGION_PRIVATE, id));
+    TUTTI_CHECK(region_add(p, bytes, REGION_PRIVATE, id, NULL));
     INFO(SUB_SHM, "ncclMemAlloc: %zu bytes at %p (region %llu, private: peers read it by copy)",
          bytes, p, (unsigned long long)id);
     *ptr = p;
@@ -230,7 +235,7 @@ API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   }
   void *hp = alloc_in_heap(bytes);
   if (hp) {
-    TUTTI_CHECK(region_add(hp, bytes, REGION_IN_HEAP, id));
+    TUTTI_CHECK(region_add(hp, bytes, REGION_IN_HEAP, id, NULL));
     INFO(SUB_SHM, "ncclMemAlloc: %zu bytes at %p (region %llu, in the shared heap's arena)", bytes,
          hp, (unsigned long long)id);
     *ptr = hp;
@@ -254,7 +259,7 @@ API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
     return TUTTI_ERR(ncclSystemError, "ncclMemAlloc: mmap of %zu bytes failed: %s", bytes,
                      strerror(err));
   }
-  TUTTI_CHECK(region_add(p, bytes, fd, id));
+  TUTTI_CHECK(region_add(p, bytes, fd, id, NULL));
   INFO(SUB_SHM, "ncclMemAlloc: %zu bytes at %p (region %llu, memfd %d)", bytes, p,
        (unsigned long long)id, fd);
   *ptr = p;
@@ -279,7 +284,7 @@ API ncclResult_t ncclMemFree(void *ptr) {
                      "ncclMemFree: ptr %p was not returned by ncclMemAlloc "
                      "(or was freed already)",
                      ptr);
-  region_release(r.base, r.bytes, r.fd);
+  region_release(&r);
   return ncclSuccess;
 }
 

@@ -415,7 +415,11 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
   pthread_mutex_init(&px->lock, NULL);
   pthread_cond_init(&px->cond, NULL);
   if (pthread_create(&px->thread, NULL, proxy_main, px) != 0) {
-    if (px->dev_scratch) dev->dev_free(px->dev_scratch);
+    if (px->dev_scratch) { /* in the context it was taken in */
+      device_switch(dev, px->ctx, &switched);
+      dev->dev_free(px->dev_scratch);
+      if (switched) dev->bind(caller);
+    }
     proxy_flags_put(px->flags);
     free(px);
     return TUTTI_ERR(ncclSystemError, "rank %d: cannot start the proxy thread", comm->rank);

@@ -135,8 +135,9 @@ TEST(CudaP2pProtocol, ForkedRanksReadEachOthersDeviceBuffers) {
 
 // ncclMemAlloc allocates device memory where the calling thread has a current device context,
 // as NCCL's allocates on the current GPU, and host memory where it has none or TUTTI_MEM_ALLOC
-// names a host backing; ncclMemFree frees either. Forked ranks with a context then run an
-// all-reduce on ncclMemAlloc buffers through the peer path, exact, nothing staged.
+// names a host backing; ncclMemFree frees either, device memory in the context it was taken in
+// (here from a thread without one). Forked ranks with a context then run an all-reduce on
+// ncclMemAlloc buffers through the peer path, exact, nothing staged.
 TEST(CudaP2pProtocol, NcclMemAllocGivesDeviceMemoryWhereTheThreadHasAContext) {
   void *h = nullptr, *d = nullptr, *s = nullptr;
   ASSERT_EQ(ncclMemAlloc(&h, 4000), ncclSuccess);  // no context: host memory, as before
@@ -180,6 +181,9 @@ TEST(CudaP2pProtocol, NcclMemAllocGivesDeviceMemoryWhereTheThreadHasAContext) {
     CHILD_CHECK(c.staging_copies == c0.staging_copies, 65, "staged");
     device_emu_stream_destroy(st);
     CHILD_CHECK(ncclMemFree(sd) == ncclSuccess && ncclMemFree(rd) == ncclSuccess, 66, "free");
+    // The destroy that follows runs in a thread without a context: the peer's opened buffer is
+    // closed in the context it was opened in (the emulation stops a process that does not).
+    device_emu_set_context(0);
     return 0;
   });
   for (int r = 0; r < n; r++) EXPECT_EQ(codes[r], 0) << "rank " << r;

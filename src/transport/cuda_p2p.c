@@ -47,6 +47,7 @@ _Static_assert(sizeof(p2p_handle_t) <= PEER_HANDLE_BYTES, "device handle must fi
 typedef struct p2p_open { /* an allocation of another process, opened here */
   unsigned char ipc[DEVICE_IPC_BYTES];
   void *base;
+  void *ctx; /* the device context it was opened in, which closes it */
   int refs;
   struct p2p_open *next;
 } p2p_open_t;
@@ -200,7 +201,7 @@ static ncclResult_t p2p_open(ncclComm_t comm, int peer, const unsigned char *ipc
       goto out;
     }
     memcpy(o->ipc, ipc, DEVICE_IPC_BYTES);
-    o->base = b;
+    o->base = b, o->ctx = dev->current_ctx();
     o->next = p2p_opened, p2p_opened = o;
   }
   res = p2p_hold(comm, o);
@@ -235,7 +236,11 @@ void cuda_p2p_close(ncclComm_t comm) {
         *pp = o->next;
         break;
       }
-    device_get()->ipc_close(o->base);
+    const device_ops_t *dev = device_get();
+    int switched = 0;
+    void *was = device_switch(dev, o->ctx, &switched); /* the caller may have another, or none */
+    dev->ipc_close(o->base);
+    if (switched) dev->bind(was);
     free(o);
   }
   pthread_mutex_unlock(&p2p_lock);
