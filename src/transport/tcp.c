@@ -78,6 +78,8 @@ TUTTI_PARAM(NetDrainMs, "NET_DRAIN_MS", 5000) /* close: how long a goodbye may w
  * verdict_probe reads both for at most TCP_VERDICT_MS; a peer that was killed ends them at once
  * (its kernel closed every socket) and is named as before. */
 #define TCP_VERDICT_MS 1000
+/* How long the receive path waits for the rest of an abort notice whose header has come. */
+#define REASON_WAIT_NS (1000ull * 1000 * 1000)
 
 typedef struct verdict_chan {
   tcp_conn_t *stream; /* the peer's receive stream, pieces in order over its sockets; or NULL: */
@@ -100,19 +102,30 @@ static ssize_t chan_recv(verdict_chan_t *v, void *p, size_t n) {
   return -1;
 }
 
-/* The abort notice's reason after its header (sent in one write with it): 1 with the text in
- * why, -1 when it did not come whole by the deadline. */
-static int chan_reason(verdict_chan_t *v, char *why, size_t n, uint64_t deadline) {
-  size_t want = TUTTI_MIN((size_t)v->hdr.bytes, n - 1), got = 0;
+/* Reads up to want bytes from fd into p, waiting in poll() for the rest until the deadline; the
+ * count it got (short at EOF, an error or the deadline). For an abort notice's reason, which
+ * its sender writes in one go with the header: a peer that stops mid-notice cannot hang us. */
+static size_t recv_until(int fd, char *p, size_t want, uint64_t deadline) {
+  size_t got = 0;
   while (got < want) {
-    ssize_t k = chan_recv(v, why + got, want - got);
-    if (k < 0 || (k == 0 && tutti_time_ns() > deadline)) break;
-    if (k == 0) {
-      struct pollfd pf = {.fd = chan_fd(v), .events = POLLIN};
-      poll(&pf, 1, 10);
+    ssize_t k = recv(fd, p + got, want - got, MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+    if (k > 0) {
+      got += (size_t)k;
+      continue;
     }
-    got += k > 0 ? (size_t)k : 0;
+    if (tutti_time_ns() > deadline) break;
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    poll(&pf, 1, 10);
   }
+  return got;
+}
+
+/* The abort notice's reason after its header: 1 with the text in why, -1 when it did not come
+ * whole by the deadline. */
+static int chan_reason(verdict_chan_t *v, char *why, size_t n, uint64_t deadline) {
+  size_t want = TUTTI_MIN((size_t)v->hdr.bytes, n - 1);
+  size_t got = recv_until(chan_fd(v), why, want, deadline);
   why[got] = '\0';
   return got > 0 || want == 0 ? 1 : -1;
 }
@@ -237,9 +250,10 @@ static void conn_fail(tcp_conn_t *c, int err, const char *detail) {
              "rank %d: connection to rank %d on host %s timed out while %s it (no answer "
              "from that host for TUTTI_TIMEOUT/2 = %llds: host down or link cut?)",
              me, p, h, dir, (long long)(st->comm->timeout_ms / 2000));
-  else if (err == -2)
-    snprintf(r, n, "rank %d: rank %d on host %s aborted: %s", me, p, h, detail);
-  else if (err < 0)
+  else if (err == -2) {
+    if (snprintf(r, n, "rank %d: rank %d on host %s aborted: %s", me, p, h, detail) >= (int)n)
+      memcpy(r + n - 4, "...", 4); /* the peer's reason did not fit whole: say so */
+  } else if (err < 0)
     snprintf(r, n, "rank %d: %s from rank %d on host %s", me, detail, p, h);
   else
     snprintf(r, n, "rank %d: socket error %s rank %d on host %s: %s", me, dir, p, h, strerror(err));
@@ -325,9 +339,10 @@ static void rx_not_data(tcp_conn_t *c, const tcp_hdr_t *h) {
   if (h->kind == HDR_BYE) {
     __atomic_store_n(&c->byes, 1, __ATOMIC_RELEASE);
   } else if (h->kind == HDR_ABORT && h->bytes < TCP_REASON_MAX) {
-    char why[TCP_REASON_MAX] = "";
-    ssize_t k = recv(c->rx_fd, why, h->bytes, MSG_WAITALL); /* sent with the header */
-    why[k > 0 ? k : 0] = '\0'; /* a cut-off reason is still worth showing */
+    char why[sizeof(c->reason)] = ""; /* what the connection's reason can hold of it */
+    size_t want = TUTTI_MIN((size_t)h->bytes, sizeof(why) - 1);
+    size_t got = recv_until(c->rx_fd, why, want, tutti_time_ns() + REASON_WAIT_NS);
+    why[got] = '\0'; /* a cut-off reason is still worth showing */
     conn_fail(c, -2, why[0] ? why : "(no reason given)");
   } else {
     char what[96];

@@ -4,7 +4,7 @@
  *   0  the data port's hellos (port_hello): records of sizeof(tcp_hello_t), as the acceptor
  *      hands them over (job secret, communicator hash, ranks, socket index)
  *   1  a receive connection's pieces into the staging slot (recv_slot): [u8 nsocks-1, bit 2:
- *      TUTTI_CHECKSUM]
+ *      TUTTI_CHECKSUM, bit 3: the sender stays (its sockets are not shut down: no EOF)]
  *      [u16 slot bytes], then per socket [u16 length][bytes]: headers (data, goodbye, abort
  *      with its reason) and payloads, then EOF
  *   2  the same read straight into a buffer of a given size (recv_into), as the engine does
@@ -80,6 +80,7 @@ static void fuzz_pieces(fuzz_in_t *in, int into) {
   fuzz_comm_init(&f);
   uint32_t geometry = fuzz_take(in, 1);
   int nsocks = 1 + (int)(geometry % 4), checksum = (int)(geometry >> 2) & 1;
+  int stays = (int)(geometry >> 3) & 1;
   size_t slot = 1 + fuzz_take(in, 2) % 8192;
   tcp_conn_t *c = calloc(1, sizeof(*c));
   *c = (tcp_conn_t){
@@ -94,7 +95,7 @@ static void fuzz_pieces(fuzz_in_t *in, int into) {
     size_t want = fuzz_take(in, 2), n = TUTTI_MIN(want, in->left); /* TUTTI_MIN evaluates twice */
     if (n && sv[1] >= 0 && write(sv[1], in->p, n) < 0) n = 0;
     in->p += n, in->left -= n;
-    if (sv[1] >= 0) shutdown(sv[1], SHUT_WR);
+    if (sv[1] >= 0 && !stays) shutdown(sv[1], SHUT_WR);
   }
   conn_t conn = {.peer = 1, .slot_bytes = slot, .priv = c};
   read_pieces(&conn, c, into, slot);
@@ -173,4 +174,14 @@ void fuzz_seeds(fuzz_put_fn put, void *arg) {
   memcpy(p, &slot, 2), p += 2;
   p = put_stream(p, s, (size_t)(q - s));
   put(arg, "abort-notice", buf, (size_t)(p - buf));
+  /* The notice cut short by a sender that is still there (stopped, not dead): its header
+   * promises more reason than comes and no EOF ends the wait. The reader gives up after
+   * REASON_WAIT_NS with what came; a blocking read of the rest would hang here. */
+  ab.bytes = 200;
+  memcpy(s, &ab, sizeof(ab));
+  p = buf;
+  *p++ = 1, *p++ = 1 << 3;
+  memcpy(p, &slot, 2), p += 2;
+  p = put_stream(p, s, sizeof(ab) + 20);
+  put(arg, "abort-notice-cut", buf, (size_t)(p - buf));
 }
