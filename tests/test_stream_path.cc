@@ -43,12 +43,25 @@ struct DevBuf {  // emulated device memory, reached through its host view
   }
 };
 
-// A stream "kernel" that blocks until the test opens the gate.
+// A stream "kernel" that blocks until the test opens the gate. A test that stops early (a
+// failed assertion) with the gate closed still ends: the gate opens as it goes out of scope and
+// waits (at most a minute) until every stream it held got past it, so that the communicators'
+// destruction behind it does not wait for a gate nobody opens.
 struct Gate {
-  std::atomic<int> open{0};
+  std::atomic<int> open{0}, held{0}, passed{0};
+  void hold(void *stream) {
+    held++;
+    device_emu_stream_call(stream, wait, this);
+  }
   static void wait(void *arg) {
     auto *g = static_cast<Gate *>(arg);
     while (!g->open.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    g->passed++;
+  }
+  ~Gate() {
+    open = 1;
+    for (int i = 0; i < 60000 && passed.load() < held.load(); i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 };
 
@@ -175,7 +188,7 @@ TEST(StreamPathProtocol, SingleRankCallsAreCopiesOnTheStream) {
   fill(s, 0, k), fill(inplace, 0, k);
   device_emu_counts_t before = device_emu_counts();
   Gate gate;
-  device_emu_stream_call(R.streams[0], Gate::wait, &gate);
+  gate.hold(R.streams[0]);
   ASSERT_EQ(ncclAllReduce(s.d, r[0]->d, k, ncclInt32, ncclSum, c, st), ncclSuccess);
   ASSERT_EQ(ncclBroadcast(s.d, r[1]->d, k, ncclInt32, 0, c, st), ncclSuccess);
   ASSERT_EQ(ncclReduce(s.d, r[2]->d, k, ncclInt32, ncclMax, 0, c, st), ncclSuccess);
@@ -222,7 +235,7 @@ TEST(StreamPathProtocol, OrderedOnTheStreamAndReturnsAtOnce) {
     std::vector<int32_t> seen;
   } rd[] = {{&r0, {}}, {&r1, {}}};
   for (int i = 0; i < n; i++) {
-    device_emu_stream_call(R.streams[i], Gate::wait, &gate);
+    gate.hold(R.streams[i]);
     device_emu_stream_call(
         R.streams[i],
         [](void *a) {
@@ -276,7 +289,7 @@ TEST(StreamPathProtocol, GroupOverTwoStreamsLaunchesTogether) {
   for (int i = 0; i < n; i++) s.push_back(new DevBuf(k * 4)), r.push_back(new DevBuf(k * 4));
   for (int i = 0; i < n; i++) fill(*s[i], i, k);
   Gate gate;
-  for (int i = 0; i < n; i++) device_emu_stream_call(recv_streams[i], Gate::wait, &gate);
+  for (int i = 0; i < n; i++) gate.hold(recv_streams[i]);
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++) {
     ASSERT_EQ(ncclSend(s[i]->d, k, ncclInt32, (i + 1) % n, R.comms[i], R.st(i)), ncclSuccess);
@@ -312,14 +325,14 @@ struct GatedPair {
   explicit GatedPair(size_t count)
       : k(count), s0(count * 4), s1(count * 4), r0(count * 4), r1(count * 4) {}
   ~GatedPair() {
+    gate.open = 1;  // a test that stopped early: the streams' threads end behind it
     for (auto x : streams)
       if (x) device_emu_stream_destroy(x);
   }
   void launch() {
     ASSERT_EQ(init_all_on_device(comms.data(), n), ncclSuccess);
     for (auto &x : streams) x = device_emu_stream_create();
-    for (int i = 0; i < n; i++)
-      fill(*s[i], i, k), device_emu_stream_call(streams[i], Gate::wait, &gate);
+    for (int i = 0; i < n; i++) fill(*s[i], i, k), gate.hold(streams[i]);
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
     for (int i = 0; i < n; i++)
       ASSERT_EQ(ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ncclSum, comms[i],
@@ -384,8 +397,7 @@ TEST(StreamPathProtocol, SynchronousCallWaitsForQueuedStreamWork) {
   DevBuf s0(k * 4), s1(k * 4), r0(k * 4), r1(k * 4);
   DevBuf *s[] = {&s0, &s1}, *r[] = {&r0, &r1};
   Gate gate;
-  for (int i = 0; i < n; i++)
-    fill(*s[i], i, k), device_emu_stream_call(R.streams[i], Gate::wait, &gate);
+  for (int i = 0; i < n; i++) fill(*s[i], i, k), gate.hold(R.streams[i]);
   std::vector<std::vector<int32_t>> hs(n, std::vector<int32_t>(k)), hr(n, std::vector<int32_t>(k));
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++) {
@@ -411,7 +423,7 @@ TEST(StreamPathProtocol, SynchronousCallWaitsForQueuedStreamWork) {
   opener.join();
   // Host buffers on a stream: ordered on it, like device buffers.
   Gate gate2;
-  for (int i = 0; i < n; i++) device_emu_stream_call(R.streams[i], Gate::wait, &gate2);
+  for (int i = 0; i < n; i++) gate2.hold(R.streams[i]);
   for (auto &v : hr) std::fill(v.begin(), v.end(), 0);
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++)
@@ -442,7 +454,7 @@ TEST(StreamPathProtocol, DeviceScalarReadWhenTheOperationRuns) {
               ncclSuccess);
   }
   Gate gate;
-  device_emu_stream_call(nullptr, Gate::wait, &gate);
+  gate.hold(nullptr);
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++)
     ASSERT_EQ(ncclAllReduce(s[i]->d, r[i]->d, k, ncclInt32, ops[i], R.comms[i], nullptr),
