@@ -361,15 +361,31 @@ API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
 
 /* ---- mapping the other processes' regions ---- */
 
+/* Page ranges of a lazily mapped region (the heap's arena) made ready in this process. The first
+ * access to a page of another process's memory through our mapping costs 5-13 us on the virtual
+ * machines this runs on (a fault, and the hypervisor's own bookkeeping on top:
+ * docs/perf-issue20.md), so a buffer of the arena is made ready whole the first time a call uses
+ * it: its page-table entries filled in one madvise(MADV_POPULATE_WRITE) (0.3-0.7 us per page
+ * instead of a write fault's 11-13), then each page read once (the hypervisor's share, about 6
+ * us, paid now for every page, where the call would touch only the part its algorithm gives this
+ * rank: the next call on a part of the same buffer, another size of a sweep, pays nothing). */
+#define PEER_MAP_SPANS 16
+typedef struct span {
+  size_t lo, hi;
+  uint64_t last_use;
+} span_t;
+
 typedef struct peer_map {
   int pid;
   uint64_t id;
   char *base;
   size_t bytes;
   uint64_t last_use;
+  span_t spans[PEER_MAP_SPANS]; /* sparse regions: pages filled (hi == 0: unused) */
 } peer_map_t;
 
 struct memreg_cache {
+  peer_map_t own; /* this process's own arena: its pages the peers wrote lack our entries */
   peer_map_t maps[PEER_MAP_CACHE];
   uint64_t clock;
   int last; /* the slot of the last hit or mapping: a collective's buffers mostly share one */
@@ -379,8 +395,58 @@ static int map_is(const peer_map_t *m, int pid, const memreg_ref_t *ref) {
   return m->base && m->pid == pid && m->id == ref->id && m->bytes == ref->bytes;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Makes [off, off + len) of a lazily mapped region ready once (above; touch: also read each
+ * page): a range the spans cover costs a few comparisons; a new one is recorded as a span
+ * (merged with those it overlaps or touches; the least recently used one gives way when all are
+ * taken). Where the kernel has no MADV_POPULATE_WRITE the pages fault in as they are touched. */
+static void map_populate(struct memreg_cache *c, peer_map_t *m, size_t off, size_t len, int touch) {
+  static int unsupported;
+  size_t lo = off & ~(size_t)4095, hi = TUTTI_MIN(TUTTI_ALIGN_UP(off + len, 4096), m->bytes);
+  if (len == 0 || lo >= hi || __atomic_load_n(&unsupported, __ATOMIC_RELAXED)) return;
+  span_t *victim = &m->spans[0];
+  for (int i = 0; i < PEER_MAP_SPANS; i++) {
+    span_t *sp = &m->spans[i];
+    if (sp->lo <= lo && hi <= sp->hi) {
+      sp->last_use = c->clock;
+      return;
+    }
+    if (sp->last_use < victim->last_use) victim = sp;
+  }
+  if (madvise(m->base + lo, hi - lo, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) {
+    __atomic_store_n(&unsupported, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (size_t at = lo; touch && at < hi; at += 4096) (void)*(volatile const char *)(m->base + at);
+  for (int i = 0; i < PEER_MAP_SPANS; i++) { /* the spans it meets join it */
+    span_t *sp = &m->spans[i];
+    if (sp->hi == 0 || sp->hi < lo || hi < sp->lo) continue;
+    lo = TUTTI_MIN(lo, sp->lo), hi = TUTTI_MAX(hi, sp->hi);
+    *sp = (span_t){0};
+    victim = sp;
+  }
+  *victim = (span_t){.lo = lo, .hi = hi, .last_use = c->clock};
+}
+
+ncclResult_t memreg_populate_own(ncclComm_t comm, const void *buf, size_t bytes,
+                                 const memreg_ref_t *ref) {
+  if (!ref->sparse) return ncclSuccess; /* an ncclMemAlloc region: touched whole at its start */
+  if (!comm->memreg && !(comm->memreg = calloc(1, sizeof(struct memreg_cache))))
+    return TUTTI_ERR(ncclSystemError, "out of memory");
+  struct memreg_cache *c = comm->memreg;
+  char *base = (char *)buf - ref->offset;
+  if (c->own.base != base || c->own.bytes != ref->bytes)
+    c->own = (peer_map_t){.base = base, .bytes = ref->bytes};
+  c->clock++;
+  map_populate(c, &c->own, ref->offset, bytes, 0);
+  return ncclSuccess;
+}
+
 ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref,
-                             const char **base) {
+                             size_t bytes, const char **base) {
   if (!comm->memreg && !(comm->memreg = calloc(1, sizeof(struct memreg_cache))))
     return TUTTI_ERR(ncclSystemError, "out of memory");
   struct memreg_cache *c = comm->memreg;
@@ -390,6 +456,7 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
     if (map_is(m, pid, ref)) {
       m->last_use = ++c->clock;
       c->last = (int)(m - c->maps);
+      if (ref->sparse) map_populate(c, m, ref->offset, bytes, 1);
       *base = m->base;
       return ncclSuccess;
     }
@@ -409,7 +476,7 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
     return TUTTI_ERR(ncclSystemError, "rank %d cannot open rank %d's region %s: %s", comm->rank,
                      peer, path, strerror(errno));
   /* An ncclMemAlloc region is mapped whole at once; the heap's arena is mostly holes, and its
-   * pages are mapped as the collectives touch them. */
+   * pages are mapped range by range as the collectives use them (map_populate). */
   int flags = ref->sparse ? MAP_SHARED | MAP_NORESERVE : MAP_SHARED | MAP_POPULATE;
   void *p = mmap(NULL, ref->bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
   int err = errno;
@@ -424,6 +491,7 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
   c->last = (int)(slot - c->maps);
   INFO(SUB_SHM, "mapped rank %d's region %llu (%zu bytes)", peer, (unsigned long long)ref->id,
        (size_t)ref->bytes);
+  if (ref->sparse) map_populate(c, slot, ref->offset, bytes, 1);
   *base = p;
   return ncclSuccess;
 }

@@ -23,9 +23,15 @@ int memreg_find(const void *ptr, size_t bytes, memreg_ref_t *ref);
 /* The same for any ncclMemAlloc region, private ones included (ref->fd is then -1): memory
  * that stays allocated until ncclMemFree, named by an id never reused (ib's registrations). */
 int memreg_find_region(const void *ptr, size_t bytes, memreg_ref_t *ref);
-/* Maps (read-write, cached) region ref of process pid, rank `peer`; *base = its start. */
+/* Maps (read-write, cached) region ref of process pid, rank `peer`; *base = its start. The
+ * buffer at ref->offset, `bytes` long, is about to be used: where the region is mapped lazily
+ * its pages are mapped now, in one go. */
 ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_ref_t *ref,
-                             const char **base);
+                             size_t bytes, const char **base);
+/* The same for this process's own buffer buf (found in ref by memreg_find): in the lazily
+ * mapped arena, the pages a peer wrote first have no entries in this process yet. */
+ncclResult_t memreg_populate_own(ncclComm_t comm, const void *buf, size_t bytes,
+                                 const memreg_ref_t *ref);
 /* Unmaps every cached peer region of comm. */
 void memreg_comm_free(ncclComm_t comm);
 

@@ -561,6 +561,7 @@ typedef struct shm_handle { /* a peer_handle_t's bytes */
   int32_t pid;
   int32_t shared; /* 1: ref names an ncclMemAlloc region (never CUDA_P2P_HANDLE_KIND) */
   uint64_t addr;  /* the buffer's address in process pid */
+  uint64_t bytes; /* the buffer's length */
   memreg_ref_t ref;
 } shm_handle_t;
 _Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a peer handle");
@@ -570,8 +571,11 @@ _Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a
  * copy where every rank agreed it can (comm->peer_read). */
 static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
   if (comm->device_possible && cuda_p2p_is_device(buf)) return cuda_p2p_expose(comm, buf, bytes, h);
-  shm_handle_t sh = {.pid = (int32_t)tutti_self_pid(), .addr = (uint64_t)(uintptr_t)buf};
+  shm_handle_t sh = {
+      .pid = (int32_t)tutti_self_pid(), .addr = (uint64_t)(uintptr_t)buf, .bytes = bytes};
   sh.shared = memreg_find(buf, bytes, &sh.ref);
+  if (sh.shared && memreg_populate_own(comm, buf, bytes, &sh.ref) != ncclSuccess)
+    return PEER_EXPOSE_NONE;
   memset(h, 0, sizeof(*h));
   memcpy(h->bytes, &sh, sizeof(sh));
   if (sh.shared) return PEER_EXPOSE_MAP;
@@ -625,7 +629,7 @@ static ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_hand
     return ncclSuccess;
   }
   const char *base;
-  TUTTI_CHECK(memreg_map_peer(comm, peer, sh.pid, &sh.ref, &base));
+  TUTTI_CHECK(memreg_map_peer(comm, peer, sh.pid, &sh.ref, (size_t)sh.bytes, &base));
   *addr = base + sh.ref.offset;
   return ncclSuccess;
 }
