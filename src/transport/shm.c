@@ -213,6 +213,10 @@ static ncclResult_t shm_reserve_error(const char *name, size_t bytes, int err) {
                    strerror(err));
 }
 
+static void touch_pages(const char *p, size_t bytes) {
+  for (size_t at = 0; at < bytes; at += 4096) (void)*(volatile const char *)(p + at);
+}
+
 /* Opens (create: makes) the segment and maps it with its pages faulted in. The creator sizes it
  * with ftruncate and lets mmap's MAP_POPULATE allocate the pages, then reserves with
  * posix_fallocate whatever the populate could not allocate: a sparse segment on a full /dev/shm
@@ -396,6 +400,11 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
   send->priv = se;
   recv->priv = re;
   send->slot_bytes = recv->slot_bytes = mh->slot_bytes;
+  /* Both rings' pages read once now, at init: MAP_POPULATE filled their page-table entries, but
+   * on some virtual machines the first access to each page through a mapping still costs ~6 us
+   * (docs/perf-issue20-2.md), which the first calls of each message size would pay. */
+  touch_pages(se->ring, ring_bytes);
+  touch_pages(re->ring, ring_bytes);
   return ncclSuccess;
 }
 
