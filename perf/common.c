@@ -338,7 +338,8 @@ static void perf_set_size(const perf_state_t *st, perf_case_t *c, size_t bytes) 
 }
 
 /* Fills both buffers once (sane values even without -c), then runs -w iterations at the
- * largest and at the smallest size so that lazily built resources are not timed. */
+ * largest size, out of place and in place (which reaches the buffers differently), and at the
+ * smallest, so that lazily built resources and first touches of the buffers are not timed. */
 static void perf_warmup(perf_state_t *st, perf_case_t *c) {
   c->in_place = 0;
   perf_set_size(st, c, st->opts.max_bytes);
@@ -346,6 +347,10 @@ static void perf_warmup(perf_state_t *st, perf_case_t *c) {
   st->coll->fill_input(c, st->send, 0, c->counts.send_count);
   st->coll->fill_input(c, st->recv, 0, c->counts.send_count);
   perf_run_iters(st, c, st->opts.warmup);
+  c->in_place = 1;
+  perf_describe(st, c);
+  perf_run_iters(st, c, st->opts.warmup);
+  c->in_place = 0;
   perf_set_size(st, c, st->opts.min_bytes);
   perf_describe(st, c);
   perf_run_iters(st, c, st->opts.warmup);

@@ -384,12 +384,13 @@ static void mpi_alloc(mpi_perf_t *p) {
   p->recv = bench_alloc_at(p->recv_bytes, p->opts.buffer_offset, p->opts.alloc_mmap);
 }
 
-/* Warm-up like the tutti programs: sane inputs, then -w iterations at the largest and smallest
- * size. */
+/* Warm-up like the tutti programs: sane inputs, then -w iterations at the largest size (out of
+ * place and in place) and at the smallest. */
 static void mpi_warmup(mpi_perf_t *p) {
   mpi_set_size(p, p->opts.max_bytes);
   for (size_t e = 0; e < p->send_count; e++) p->send[e] = p->recv[e] = p->coll->input(p, e);
   mpi_run_iters(p, 0, p->opts.warmup);
+  mpi_run_iters(p, 1, p->opts.warmup); /* in place too, as the tutti programs warm up */
   mpi_set_size(p, p->opts.min_bytes);
   mpi_run_iters(p, 0, p->opts.warmup);
 }
