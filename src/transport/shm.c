@@ -400,9 +400,15 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
   send->priv = se;
   recv->priv = re;
   send->slot_bytes = recv->slot_bytes = mh->slot_bytes;
-  /* Both rings' pages read once now, at init: MAP_POPULATE filled their page-table entries, but
-   * on some virtual machines the first access to each page through a mapping still costs ~6 us
-   * (docs/perf-issue20-2.md), which the first calls of each message size would pay. */
+  /* Both ends' headers, hot places and rings read once per page now, at init: MAP_POPULATE filled
+   * their page-table entries, but on some virtual machines the first access to each page through a
+   * mapping still costs ~6 us (docs/perf-issue20-2.md), which the first calls of each message
+   * size would pay (the first 241-byte message in each header's hot place, the first long ones
+   * in the ring). */
+  touch_pages((const char *)se->ctrl, SHM_CTRL_BYTES);
+  touch_pages((const char *)re->ctrl, SHM_CTRL_BYTES);
+  touch_pages(se->hot, (size_t)mh->nslots * SHM_PAGE);
+  touch_pages(re->hot, (size_t)mh->nslots * SHM_PAGE);
   touch_pages(se->ring, ring_bytes);
   touch_pages(re->ring, ring_bytes);
   return ncclSuccess;
