@@ -364,7 +364,7 @@ API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
 /* Page ranges of a lazily mapped region (the heap's arena) made ready in this process. The first
  * access to a page of another process's memory through our mapping costs 5-13 us on the virtual
  * machines this runs on (a fault, and the hypervisor's own bookkeeping on top:
- * docs/perf-issue20.md), so a buffer of the arena is made ready whole the first time a call uses
+ * docs/perf-issue20-2.md), so a buffer of the arena is made ready whole the first time a call uses
  * it: its page-table entries filled in one madvise(MADV_POPULATE_WRITE) (0.3-0.7 us per page
  * instead of a write fault's 11-13), then each page read once (the hypervisor's share, about 6
  * us, paid now for every page, where the call would touch only the part its algorithm gives this
