@@ -50,6 +50,10 @@
 #include "device.h"
 #include "heap/heap_abi.h"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
 #define PEER_MAP_CACHE 32
 #define REGION_PRIVATE (-1)
 #define REGION_IN_HEAP (-2)
@@ -135,9 +139,7 @@ static alloc_mode_t alloc_mode(void) {
 
 /* Gives [p, p + bytes) its pages now, as MAP_POPULATE does for a memfd region. */
 static void populate(void *p, size_t bytes) {
-#ifdef MADV_POPULATE_WRITE
   if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
-#endif
   for (size_t off = 0; off < bytes; off += 4096) ((volatile char *)p)[off] = 0;
 }
 
@@ -395,10 +397,6 @@ static int map_is(const peer_map_t *m, int pid, const memreg_ref_t *ref) {
   return m->base && m->pid == pid && m->id == ref->id && m->bytes == ref->bytes;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-
 /* Makes [off, off + len) of a lazily mapped region ready once (above; touch: also read each
  * page): a range the spans cover costs a few comparisons; a new one is recorded as a span
  * (merged with those it overlaps or touches; the least recently used one gives way when all are
@@ -420,7 +418,7 @@ static void map_populate(struct memreg_cache *c, peer_map_t *m, size_t off, size
     __atomic_store_n(&unsupported, 1, __ATOMIC_RELAXED);
     return;
   }
-  for (size_t at = lo; touch && at < hi; at += 4096) (void)*(volatile const char *)(m->base + at);
+  if (touch) memreg_touch(m->base + lo, hi - lo);
   for (int i = 0; i < PEER_MAP_SPANS; i++) { /* the spans it meets join it */
     span_t *sp = &m->spans[i];
     if (sp->hi == 0 || sp->hi < lo || hi < sp->lo) continue;
@@ -429,6 +427,10 @@ static void map_populate(struct memreg_cache *c, peer_map_t *m, size_t off, size
     victim = sp;
   }
   *victim = (span_t){.lo = lo, .hi = hi, .last_use = c->clock};
+}
+
+void memreg_touch(const void *p, size_t bytes) {
+  for (size_t at = 0; at < bytes; at += 4096) (void)((volatile const char *)p)[at];
 }
 
 ncclResult_t memreg_populate_own(ncclComm_t comm, const void *buf, size_t bytes,

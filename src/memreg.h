@@ -32,6 +32,10 @@ ncclResult_t memreg_map_peer(ncclComm_t comm, int peer, int pid, const memreg_re
  * mapped arena, the pages a peer wrote first have no entries in this process yet. */
 ncclResult_t memreg_populate_own(ncclComm_t comm, const void *buf, size_t bytes,
                                  const memreg_ref_t *ref);
+/* Reads one byte of every 4 KiB page of [p, p + bytes): the first access to a page through a
+ * mapping, which some virtual machines charge microseconds for even when its page-table entry is
+ * filled, paid now (docs/perf-issue20-2.md). */
+void memreg_touch(const void *p, size_t bytes);
 /* Unmaps every cached peer region of comm. */
 void memreg_comm_free(ncclComm_t comm);
 

@@ -213,10 +213,6 @@ static ncclResult_t shm_reserve_error(const char *name, size_t bytes, int err) {
                    strerror(err));
 }
 
-static void touch_pages(const char *p, size_t bytes) {
-  for (size_t at = 0; at < bytes; at += 4096) (void)*(volatile const char *)(p + at);
-}
-
 /* Opens (create: makes) the segment and maps it with its pages faulted in. The creator sizes it
  * with ftruncate and lets mmap's MAP_POPULATE allocate the pages, then reserves with
  * posix_fallocate whatever the populate could not allocate: a sparse segment on a full /dev/shm
@@ -405,12 +401,12 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
    * mapping still costs ~6 us (docs/perf-issue20-2.md), which the first calls of each message
    * size would pay (the first 241-byte message in each header's hot place, the first long ones
    * in the ring). */
-  touch_pages((const char *)se->ctrl, SHM_CTRL_BYTES);
-  touch_pages((const char *)re->ctrl, SHM_CTRL_BYTES);
-  touch_pages(se->hot, (size_t)mh->nslots * SHM_PAGE);
-  touch_pages(re->hot, (size_t)mh->nslots * SHM_PAGE);
-  touch_pages(se->ring, ring_bytes);
-  touch_pages(re->ring, ring_bytes);
+  memreg_touch(se->ctrl, SHM_CTRL_BYTES);
+  memreg_touch(re->ctrl, SHM_CTRL_BYTES);
+  memreg_touch(se->hot, (size_t)mh->nslots * SHM_PAGE);
+  memreg_touch(re->hot, (size_t)mh->nslots * SHM_PAGE);
+  memreg_touch(se->ring, ring_bytes);
+  memreg_touch(re->ring, ring_bytes);
   return ncclSuccess;
 }
 
