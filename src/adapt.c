@@ -1,4 +1,4 @@
-/* Measured choice between the FIFOs and cma (adapt.h). */
+/* Measured choice between the FIFOs and cma, or direct and push (adapt.h). */
 #include "adapt.h"
 
 #include <stdint.h>
@@ -21,13 +21,18 @@ TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
 
 enum { PH_FRESH = 0, PH_WARM, PH_STEADY, PH_PROBE, PH_PROBE2, PH_DECIDE };
 
+/* The two candidates of each kind of buffers: what adapt_plan returns for candidate 0 and 1. */
+static const int8_t run_of[2][2] = {{ADAPT_FIFO, ADAPT_CMA}, {ADAPT_DIRECT, ADAPT_PUSH}};
+
 struct adapt_bucket { /* one collective and size; all but `mine` the same on every rank */
-  uint8_t off;        /* 1: left to the model (mappable or unreadable buffers) */
-  uint8_t pick;       /* ADAPT_FIFO or ADAPT_CMA */
+  uint8_t off;        /* 1: left to the model (unreadable buffers, or no pair to choose from) */
+  uint8_t mapped;     /* the last handshake mapped the buffers: direct against push */
+  uint8_t pick;       /* 1 + the candidate kept (0 and 1 of run_of[mapped]) */
   uint8_t phase;
+  uint8_t pairs;         /* ADAPT_PAIR_* the call qualified for (adapt_qualifies) */
   uint16_t left, period; /* calls before the next probe; steady calls between probes */
   uint32_t decided_at;   /* comm->adapt_calls at the last decision (0: none yet) */
-  float mine[2][2];      /* this rank's last two times of the FIFOs [0] and of cma [1], us */
+  float mine[2][2];      /* this rank's last two times of candidate 0 [0] and 1 [1], us */
 };
 
 static int coll_slot(coll_t c) {
@@ -54,14 +59,21 @@ size_t adapt_min_bytes(void) {
   return tutti_param_Adapt() ? (size_t)(min > 1 ? min : 1) : SIZE_MAX;
 }
 
-int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read) {
+int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read,
+                    int peer_map) {
   if (coll_slot(a->coll) < 0 || call_bytes(comm, o, a) < adapt_min_bytes()) return 0;
-  if (comm->nhosts != 1 || comm->nranks < 2 || o->dev || o->rop.premul || !peer_read) return 0;
+  if (comm->nhosts != 1 || comm->nranks < 2 || o->dev || o->rop.premul) return 0;
   if (!same_bits(comm, o, a)) return 0;
-  /* TUTTI_ALGO allows cma and some algorithm without peer steps */
   uint32_t mask = comm->algo_mask[a->coll];
   uint32_t fifo = algos_building(a->coll) & ~algos_needing(ALGO_PEER_STEPS);
-  return (mask & (1u << ALGO_CMA)) && (mask & fifo);
+  int pairs = 0;
+  /* TUTTI_ALGO allows cma and some algorithm without peer steps */
+  if (peer_read && (mask & (1u << ALGO_CMA)) && (mask & fifo)) pairs |= ADAPT_PAIR_HEAP;
+  /* the all-gather on mapped buffers, both allowed (push's all-reduce is the faster by 3-5x,
+   * docs/perf-issue20-2.md: nothing to measure) */
+  uint32_t both = (1u << ALGO_DIRECT) | (1u << ALGO_PUSH);
+  if (a->coll == COLL_ALLGATHER && peer_map && (mask & both) == both) pairs |= ADAPT_PAIR_MAP;
+  return pairs;
 }
 
 static struct adapt_bucket *bucket(ncclComm_t comm, const sched_args_t *a, size_t bytes, int *idx) {
@@ -83,85 +95,129 @@ static float best_of_two(const float t[2]) {
  * (adapt.h) alike at neighbouring sizes, and a large call is seldom repeated often enough to
  * be measured before it is timed. */
 static uint8_t neighbour_pick(ncclComm_t comm, int idx) {
-  int lg = idx % ADAPT_SIZES, row = idx - lg;
+  int lg = idx % ADAPT_SIZES, row = idx - lg, mapped = comm->adapt[idx].mapped;
   for (int d = 1; d <= ADAPT_BORROW_SIZES; d++)
     for (int s = -1; s <= 1; s += 2) {
       int k = lg + s * d;
       if (k < 0 || k >= ADAPT_SIZES) continue;
       const struct adapt_bucket *n = &comm->adapt[row + k];
-      if (!n->off && n->decided_at && comm->adapt_calls - n->decided_at <= ADAPT_BORROW_CALLS)
+      if (!n->off && n->mapped == mapped && n->decided_at &&
+          comm->adapt_calls - n->decided_at <= ADAPT_BORROW_CALLS)
         return n->pick;
     }
   return 0;
 }
 
-int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cma) {
+/* Which candidate of the bucket's pair algorithm a is (0 or 1), or -1: neither. On buffers read
+ * by copy, direct (the model's guess before a handshake said otherwise) counts as cma, whose
+ * place the planner gives it after the handshake (plan.c, peer_outcome). */
+static int candidate(const struct adapt_bucket *b, algo_t a) {
+  if (b->mapped) return a == ALGO_DIRECT ? 0 : a == ALGO_PUSH ? 1 : -1;
+  return (algo_get(a)->needs & ALGO_PEER_STEPS) ? 1 : 0;
+}
+
+int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, algo_t model) {
   int idx;
   struct adapt_bucket *b = bucket(comm, a, call_bytes(comm, o, a), &idx);
   if (!b) return ADAPT_NOMEM; /* an error: a rank whose state stood still would choose apart */
   comm->adapt_calls++;
+  b->pairs = (uint8_t)pairs;
   if (b->off) return ADAPT_MODEL;
-  o->adapt = idx;
+  o->adapt = idx; /* the handshake's answer may still switch the pair (adapt_agreed) */
+  /* a size not measured yet whose model expects mapped buffers starts on direct against push
+   * (and may borrow a neighbour's pick there); a handshake that cannot map switches it back */
+  if (b->phase == PH_FRESH && !b->mapped && (pairs & ADAPT_PAIR_MAP) &&
+      (algo_get(model)->needs & ALGO_NEEDS_PEER_MEMORY))
+    b->mapped = 1;
+  int m = candidate(b, model);
+  if (m < 0 || !(pairs & (b->mapped ? ADAPT_PAIR_MAP : ADAPT_PAIR_HEAP))) return ADAPT_MODEL;
+  const int8_t *run = run_of[b->mapped];
   switch (b->phase) {
     case PH_FRESH:
       if ((b->pick = neighbour_pick(comm, idx)) != 0) { /* the neighbour's, as if decided here */
         b->period = b->left = ADAPT_PERIOD_MIN, b->phase = PH_STEADY;
-        return b->pick;
+        return run[b->pick - 1];
       }
       b->phase = PH_WARM, b->left = ADAPT_WARM;
       /* fall through */
     case PH_WARM:
       if (--b->left == 0)
-        b->pick = model_cma ? ADAPT_CMA : ADAPT_FIFO, b->period = ADAPT_PERIOD_MIN / 2,
-        b->phase = PH_PROBE;
+        b->pick = (uint8_t)(1 + m), b->period = ADAPT_PERIOD_MIN / 2, b->phase = PH_PROBE;
       return ADAPT_MODEL;
     case PH_STEADY:
       if (--b->left == 0) b->phase = PH_PROBE;
-      return b->pick;
+      return run[b->pick - 1];
     case PH_PROBE: /* the other candidate twice: the first call after a switch runs slower
                       (caches, pages), the faster of the two counts */
     case PH_PROBE2:
       b->phase = b->phase == PH_PROBE ? PH_PROBE2 : PH_DECIDE;
-      return b->pick == ADAPT_CMA ? ADAPT_FIFO : ADAPT_CMA;
-    default: /* PH_DECIDE: cma, whose handshake carries every rank's times */
+      return run[2 - b->pick];
+    default: /* PH_DECIDE: a call with a peer-memory handshake, which carries every rank's
+                times: cma, or on mapped buffers the kept candidate (both have one) */
       o->adapt_decide = 1;
       o->adapt_t[0] = best_of_two(b->mine[0]), o->adapt_t[1] = best_of_two(b->mine[1]);
-      return ADAPT_CMA;
+      return b->mapped ? run[b->pick - 1] : ADAPT_CMA;
   }
+}
+
+/* The bucket starts over on the pair of the buffers the handshake found (adapt.h). */
+static void switch_pair(struct adapt_bucket *b, const sched_args_t *a, size_t bytes, int mapped) {
+  if (!(b->pairs & (mapped ? ADAPT_PAIR_MAP : ADAPT_PAIR_HEAP))) {
+    INFO(SUB_COLL | SUB_TUNING,
+         "nccl%s of %zu bytes: the peers' buffers can %s: the model chooses for this size "
+         "from now on",
+         coll_name(a->coll), bytes, mapped ? "be mapped" : "be read by copy only");
+    b->off = 1;
+    return;
+  }
+  INFO(SUB_COLL | SUB_TUNING, "nccl%s of %zu bytes: the peers' buffers can %s: measuring %s",
+       coll_name(a->coll), bytes, mapped ? "be mapped" : "be read by copy only",
+       mapped ? "direct against push" : "the FIFOs against cma");
+  *b = (struct adapt_bucket){.mapped = (uint8_t)mapped, .pairs = b->pairs};
 }
 
 void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agreed) {
   if (o->adapt < 0) return;
   struct adapt_bucket *b = &comm->adapt[o->adapt];
-  if (agreed != PEER_AGREE_READ) {
+  size_t bytes = call_bytes(comm, o, a);
+  if (agreed == PEER_AGREE_NONE) {
     if (!b->off)
       INFO(SUB_COLL | SUB_TUNING,
-           "nccl%s of %zu bytes: the peers' buffers can %s: the model chooses for this size "
-           "from now on",
-           coll_name(a->coll), call_bytes(comm, o, a),
-           agreed == PEER_AGREE_MAP ? "be mapped" : "not be read");
+           "nccl%s of %zu bytes: the peers' buffers can not be read: the model chooses for this "
+           "size from now on",
+           coll_name(a->coll), bytes);
     b->off = 1, o->adapt = -1;
     return;
   }
+  int mapped = agreed == PEER_AGREE_MAP;
+  if (mapped != b->mapped) {
+    switch_pair(b, a, bytes, mapped);
+    if (b->off) o->adapt = -1;
+    o->adapt_decide = 0; /* the times were of the other pair */
+    return;
+  }
   if (!o->adapt_decide) return;
-  float fifo = o->adapt_t[0], cma = o->adapt_t[1]; /* the slowest rank's */
-  int pick = fifo > 0 && cma > 0 ? (cma < fifo ? ADAPT_CMA : ADAPT_FIFO) : b->pick;
+  float t0 = o->adapt_t[0], t1 = o->adapt_t[1]; /* the slowest rank's */
+  int pick = t0 > 0 && t1 > 0 ? (t1 < t0 ? 2 : 1) : b->pick;
   unsigned period = pick == b->pick ? 4u * b->period : ADAPT_PERIOD_MIN;
   b->period = (uint16_t)(period > ADAPT_PERIOD_MAX ? ADAPT_PERIOD_MAX : period);
   b->pick = (uint8_t)pick, b->left = b->period, b->phase = PH_STEADY;
   b->decided_at = comm->adapt_calls;
   INFO(SUB_COLL | SUB_TUNING,
-       "nccl%s of %zu bytes, measured (slowest rank): FIFOs %.1f us, cma %.1f us: %s for the "
+       "nccl%s of %zu bytes, measured (slowest rank): %s %.1f us, %s %.1f us: %s for the "
        "next %u calls",
-       coll_name(a->coll), call_bytes(comm, o, a), fifo, cma,
-       pick == ADAPT_CMA ? "cma" : "the FIFOs", b->period);
+       coll_name(a->coll), bytes, b->mapped ? "direct" : "FIFOs", t0, b->mapped ? "push" : "cma",
+       t1, b->mapped ? (pick == 2 ? "push" : "direct") : (pick == 2 ? "cma" : "the FIFOs"),
+       b->period);
 }
 
 void adapt_record(ncclComm_t comm, const op_ctx_t *o, uint64_t ns) {
   if (o->adapt < 0 || !comm->adapt) return;
-  unsigned needs = algo_get(o->algo)->needs;
-  if (needs & ALGO_NEEDS_PEER_MEMORY) return; /* direct: the bucket is the model's now */
-  float *t = comm->adapt[o->adapt].mine[(needs & ALGO_NEEDS_PEER_READ) ? 1 : 0];
+  struct adapt_bucket *b = &comm->adapt[o->adapt];
+  if (b->off || (!b->mapped && (algo_get(o->algo)->needs & ALGO_NEEDS_PEER_MEMORY))) return;
+  int k = candidate(b, o->algo); /* what ran: a candidate of the bucket's pair, or not */
+  if (k < 0) return;
+  float *t = b->mine[k];
   t[1] = t[0], t[0] = (float)ns / 1000.0f;
 }
 

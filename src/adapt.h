@@ -1,35 +1,44 @@
-/* Measured choice between the FIFOs and reading by copy (cma) for heap calls on one host.
+/* Measured choices for heap calls on one host: the FIFOs against reading by copy (cma), and for
+ * all-gathers on buffers the peers map, direct (each rank reads the peers' blocks) against push
+ * (each rank writes its block into the peers' buffers).
  *
  * Which of the two is faster is not a property of the machine's model: on a virtual machine
  * whose two vCPUs the host sometimes places close together and sometimes far apart, the FIFO
  * ring (copies in user space through shared pages) is 1.5-2x faster than cma (the kernel's copy)
  * in one placement and 2-3x slower in the other, and the placement changes within seconds
- * (docs/perf-baseline.md). So for a call that is repeated, where the cost model says cma or
- * the FIFOs, the planner measures both and keeps the faster, per collective, placement (in place or
- * not) and size (the power of two below the call's bytes), and measures again from time to time:
+ * (docs/perf-baseline.md); and on two AMD EPYC guests with AVX-512 the push all-gather of 1-4
+ * MiB was 0.92-0.96x direct on one and 1.3-1.45x on the other (docs/perf-issue20-2.md). So for
+ * a call that is repeated, where the cost model says one of a pair, the planner measures both
+ * and keeps the faster, per collective, placement (in place or not) and size (the power of two
+ * below the call's bytes), and measures again from time to time:
  *
  *   warm-up   the model's choice, ADAPT_WARM calls (a call made once or twice keeps it); but a
- *             size whose neighbour (the nearest within 4 powers of two) decided at most 256
- *             covered calls ago starts steady on the neighbour's pick instead, its first probe
- *             16 calls on: the placement moves neighbouring sizes alike, and a large call is
- *             seldom repeated enough to be measured before it counts
+ *             size whose neighbour (the nearest within 4 powers of two, on the same pair)
+ *             decided at most 256 covered calls ago starts steady on the neighbour's pick
+ *             instead, its first probe 16 calls on: the placement moves neighbouring sizes
+ *             alike, and a large call is seldom repeated enough to be measured before it counts
  *   probe     two calls of the other candidate (the first after a switch runs slower), then
- *             one cma call whose peer-memory handshake carries every rank's time of each
- *             candidate (the faster of its last two calls): every rank takes the slowest rank's
- *             time of each and keeps the faster candidate (ties: the FIFOs)
+ *             one call with a peer-memory handshake (cma; on mapped buffers the kept
+ *             candidate) that carries every rank's time of each candidate (the faster of its
+ *             last two calls): every rank takes the slowest rank's time of each and keeps the
+ *             faster candidate (ties: the FIFOs, direct)
  *   steady    the kept candidate for `period` calls, then a probe again; period grows 4x while
  *             probes keep the same candidate (8, 32, 128, 512, 1024 calls) and is 16 again
  *             after a change
+ *
+ * Which pair a bucket measures follows the handshakes: a handshake that maps every rank's
+ * buffers switches it to direct against push, one that can only read them by copy back to the
+ * FIFOs against cma; a switch starts the bucket over. Buffers no rank can read leave the bucket
+ * to the model for good, and so do buffers of a pair the call does not qualify for (TUTTI_ALGO
+ * without both candidates; mapped buffers of an all-reduce, whose push is 3-5x direct).
  *
  * Every rank makes the same choice: the state moves only with the call sequence, which is the
  * same on every rank, and with the handshake's answers, which every rank receives alike. Times
  * are this rank's alone (a group of one call, from the planner to the engine's end), and only
  * enter a choice through a handshake. The choice never changes results: a call qualifies only
  * where both candidates give the same bits (2 ranks: x0 (+) x1 either way; integers; float max
- * and min, which are order-free), plain ops, host memory, 1 host, and at least
- * TUTTI_ADAPT_MIN_BYTES bytes. Buffers the peers can map (the handshake says so) leave the
- * bucket to the model for good (the direct algorithm maps them). TUTTI_ADAPT=0: the model's
- * choice alone.
+ * and min, which are order-free; all-gathers), plain ops, host memory, 1 host, and at least
+ * TUTTI_ADAPT_MIN_BYTES bytes. TUTTI_ADAPT=0: the model's choice alone.
  */
 #ifndef TUTTI_ADAPT_H_
 #define TUTTI_ADAPT_H_
@@ -37,19 +46,30 @@
 #include "engine.h"
 
 /* What the planner runs for a qualifying call, decided before its handshake. */
-enum { ADAPT_NOMEM = -2, ADAPT_MODEL = 0, ADAPT_FIFO = 1, ADAPT_CMA = 2 };
+enum {
+  ADAPT_NOMEM = -2,
+  ADAPT_MODEL = 0,
+  ADAPT_FIFO = 1,
+  ADAPT_CMA = 2,
+  ADAPT_DIRECT = 3,
+  ADAPT_PUSH = 4
+};
+/* The pairs a call qualifies for (adapt_qualifies). */
+enum { ADAPT_PAIR_HEAP = 1, ADAPT_PAIR_MAP = 2 };
 
 /* The smallest call (the tuner's bytes) that may qualify; SIZE_MAX with TUTTI_ADAPT=0. Callers
  * on the small-call path compare with it (kept per communicator) before asking more. */
 size_t adapt_min_bytes(void);
-/* Whether the call (o, a) qualifies (the same answer on every rank); peer_read: the tuner may
- * read peers' memory by copy (plan_topo). Cheap: asked for every large call. */
-int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read);
-/* For a qualifying call whose model choice is `model_cma` (1: cma or direct, 0: the FIFOs):
- * what to run (ADAPT_MODEL, _FIFO or _CMA; ADAPT_NOMEM: no memory for the table); sets o->adapt
- * (the bucket, -1 none) and, for a deciding call, o->adapt_decide and o->adapt_t (this rank's
- * times, for the handshake). */
-int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int model_cma);
+/* The pairs (ADAPT_PAIR_*) the call (o, a) qualifies for, 0 none (the same answer on every
+ * rank); peer_read: the tuner may read peers' memory by copy, peer_map: it may map it
+ * (plan_topo). Cheap: asked for every large call. */
+int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int peer_read,
+                    int peer_map);
+/* For a call that qualifies for `pairs`, whose model choice is `model`: what to run
+ * (ADAPT_MODEL, _FIFO, _CMA, _DIRECT or _PUSH; ADAPT_NOMEM: no memory for the table); sets
+ * o->adapt (the bucket, -1 none) and, for a deciding call, o->adapt_decide and o->adapt_t (this
+ * rank's times, for the handshake). */
+int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, algo_t model);
 /* After the handshake of a call: agreed (PEER_AGREE_*), and in o->adapt_t the slowest rank's
  * times when it decides. */
 void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agreed);

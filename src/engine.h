@@ -34,8 +34,8 @@ typedef struct op_ctx { /* one collective or p2p call */
   void *dev_scratch;
   size_t dev_scratch_bytes;
   /* The measured choice (adapt.h): the call's bucket (-1: none); a deciding call sends this
-   * rank's latest times in its handshake (adapt_t: FIFOs, cma, us) and gets the slowest rank's
-   * back in their place. */
+   * rank's latest times in its handshake (adapt_t: its pair's candidates 0 and 1, us) and gets the
+   * slowest rank's back in their place. */
   int adapt, adapt_decide;
   float adapt_t[2];
 } op_ctx_t;

@@ -91,14 +91,18 @@ static uint64_t word_read(word_ref_t pw) {
 }
 
 /* Test hook: rank TUTTI_TEST_PEER_DELAY_RANK sleeps TUTTI_TEST_PEER_DELAY_US before each peer step
- * that reads other ranks' buffers, so that a test can hold one reader back while its peers
- * finish (a rank must not return while a peer may still read its buffers: PEER_DONE). */
+ * that reads other ranks' buffers or writes into them, so that a test can hold one rank back
+ * while its peers finish (a rank must not return while a peer may still read its buffers:
+ * PEER_DONE); with TUTTI_TEST_PEER_DELAY_ALGO=<name>, only in that algorithm's calls (to make one
+ * candidate of the measured choice lose, adapt.h). */
 TUTTI_PARAM(TestPeerDelayUs, "TEST_PEER_DELAY_US", 0)
 TUTTI_PARAM(TestPeerDelayRank, "TEST_PEER_DELAY_RANK", 0)
 
-static void test_delay(ncclComm_t comm) {
+static void test_delay(ncclComm_t comm, const op_ctx_t *o) {
   int64_t us = tutti_param_TestPeerDelayUs();
   if (us <= 0 || comm->rank != tutti_param_TestPeerDelayRank()) return;
+  const char *only = tutti_getenv("TEST_PEER_DELAY_ALGO");
+  if (only && *only && strcmp(only, algo_name(o->algo)) != 0) return;
   struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
   nanosleep(&ts, NULL);
 }
@@ -421,7 +425,7 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
     TUTTI_ERR(ncclSystemError, "rank %d: out of memory for peer reads", comm->rank);
     return -1;
   }
-  test_delay(comm);
+  test_delay(comm, o);
   for (size_t at = 0; at < st->count; at += piece) {
     size_t len = TUTTI_MIN(piece, st->count - at);
     int bad = -1;
@@ -457,7 +461,7 @@ static int step_copy_push(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
   size_t es = o->esize, piece = TUTTI_MAX(PEER_PIECE_BYTES / es, 1);
   const char *src = o->buf[st->src_buf] + st->src_off * es;
   char *dst = o->buf[st->dst_buf] + st->dst_off * es;
-  test_delay(l->comm);
+  test_delay(l->comm, o);
   for (size_t at = 0; at < st->count; at += piece) {
     size_t len = TUTTI_MIN(piece, st->count - at);
     int bad = -1;
@@ -481,7 +485,7 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
                                                       : (size_t)(avail - seq);
   }
   if (ready > l->pos) {
-    if (l->pos == 0) test_delay(l->comm);
+    if (l->pos == 0) test_delay(l->comm, o);
     int b = st->src_buf == BUF_SEND ? 0 : 1;
     char *to = o->buf[st->dst_buf] + (st->dst_off + l->pos) * es;
     if (o->peer_read) {

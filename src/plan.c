@@ -33,7 +33,7 @@ TUTTI_PARAM(Direct, "DIRECT", 1)
 TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 32 * 1024)
 TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 256 * 1024)
 TUTTI_PARAM(PushMinBytes, "PUSH_MIN_BYTES", 16 * 1024)
-TUTTI_PARAM(PushGatherMinBytes, "PUSH_GATHER_MIN_BYTES", 8 * 1024 * 1024)
+TUTTI_PARAM(PushGatherMinBytes, "PUSH_GATHER_MIN_BYTES", 1024 * 1024)
 
 /* ---- temporaries of the running group ---- */
 
@@ -129,6 +129,11 @@ static int peer_read_allowed(ncclComm_t comm) {
   return comm->peer_mem && comm->peer_read && tutti_param_Direct();
 }
 
+/* Peer steps on mapped memory are allowed. */
+static int peer_map_allowed(ncclComm_t comm) {
+  return comm->peer_mem && tutti_param_Direct();
+}
+
 tuner_topo_t plan_topo(ncclComm_t comm) {
   return (tuner_topo_t){
       .nranks = comm->nranks,
@@ -139,7 +144,7 @@ tuner_topo_t plan_topo(ncclComm_t comm) {
       .ncpu = comm->tuner_ncpu,
       .host_blocks = comm->host_blocks,
       .ring_grouped = comm->ring_grouped,
-      .peer_mem = comm->peer_mem && tutti_param_Direct(),
+      .peer_mem = peer_map_allowed(comm),
       .peer_read = peer_read_allowed(comm),
       .slot_bytes = comm->slot_bytes,
       .chunk_bytes = comm->chunk_bytes,
@@ -302,8 +307,8 @@ static void map_missed(ncclComm_t comm, const pending_t *p, uint32_t exclude) {
                                               .exclude = exclude};
 }
 
-/* Whether the measured choice (adapt.h) covers p. Small calls, most of them, stop at the size:
- * the one test on their path. */
+/* Which pairs of the measured choice (adapt.h) cover p: ADAPT_PAIR_*, 0 none. Small calls, most
+ * of them, stop at the size: the one test on their path. */
 static inline __attribute__((always_inline)) int adapted(ncclComm_t comm, const pending_t *p) {
   size_t bytes = p->args.count * p->ctx.esize;
   if (p->args.coll != COLL_ALLREDUCE) bytes *= (size_t)comm->nranks;
@@ -312,18 +317,19 @@ static inline __attribute__((always_inline)) int adapted(ncclComm_t comm, const 
     comm->adapt_min_bytes = adapt_min_bytes();
     if (bytes < comm->adapt_min_bytes) return 0;
   }
-  return adapt_qualifies(comm, &p->ctx, &p->args, peer_read_allowed(comm));
+  return adapt_qualifies(comm, &p->ctx, &p->args, peer_read_allowed(comm), peer_map_allowed(comm));
 }
 
 void plan_timed(const pending_t *p, uint64_t ns) {
   adapt_record(p->ctx.comm, &p->ctx, ns);
 }
 
-/* A call the measured choice covers: the FIFOs' best or cma instead of the model's choice when
- * the measurements say so. */
-static ncclResult_t plan_adapt(ncclComm_t comm, pending_t *p, uint32_t exclude, int *cached) {
+/* A call the measured choice covers (pairs: ADAPT_PAIR_*): the FIFOs' best or cma, direct or
+ * push, instead of the model's choice when the measurements say so. */
+static ncclResult_t plan_adapt(ncclComm_t comm, pending_t *p, uint32_t exclude, int pairs,
+                               int *cached) {
   int model_cma = (algo_get(p->ctx.algo)->needs & ALGO_PEER_STEPS) != 0;
-  int run = adapt_plan(comm, &p->ctx, &p->args, model_cma);
+  int run = adapt_plan(comm, &p->ctx, &p->args, pairs, p->ctx.algo);
   if (run == ADAPT_NOMEM)
     return TUTTI_ERR(ncclSystemError, "nccl%s: out of memory for the measured choice's table",
                      coll_name(p->args.coll));
@@ -331,9 +337,13 @@ static ncclResult_t plan_adapt(ncclComm_t comm, pending_t *p, uint32_t exclude, 
     *cached = 0;
     return choose_into(comm, p, exclude | algos_needing(ALGO_PEER_STEPS));
   }
-  if (run == ADAPT_CMA && !model_cma) {
+  algo_t to = run == ADAPT_CMA      ? ALGO_CMA
+              : run == ADAPT_DIRECT ? ALGO_DIRECT
+              : run == ADAPT_PUSH   ? ALGO_PUSH
+                                    : p->ctx.algo;
+  if (to != p->ctx.algo) {
     *cached = 0;
-    p->ctx.algo = ALGO_CMA;
+    p->ctx.algo = to;
     set_chunk(comm, p, comm->chunk_bytes);
   }
   return ncclSuccess;
@@ -370,7 +380,8 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
                                       .chunk = p->args.chunk,
                                       .steps = comm->plan.steps};
   }
-  if (adapted(comm, p)) TUTTI_CHECK(plan_adapt(comm, p, exclude, cached));
+  int pairs = adapted(comm, p);
+  if (pairs) TUTTI_CHECK(plan_adapt(comm, p, exclude, pairs, cached));
   return ncclSuccess;
 }
 

@@ -1,8 +1,9 @@
-// The measured choice between the FIFOs and cma (src/adapt.h) on heap buffers of forked ranks:
-// it keeps the faster candidate (cma held back by TUTTI_TEST_PEER_DELAY_US loses), every rank
-// makes the same choices in the same order, results stay exact while the algorithm changes from
-// call to call, and it stays out of calls whose bits could depend on the algorithm, of buffers
-// the peers can map, and of TUTTI_ADAPT=0.
+// The measured choices (src/adapt.h) of forked ranks: the FIFOs against cma on heap buffers,
+// direct against push for all-gathers on buffers the peers map. It keeps the faster candidate
+// (one held back by TUTTI_TEST_PEER_DELAY_US loses), every rank makes the same choices in the
+// same order, results stay exact while the algorithm changes from call to call, and it stays
+// out of calls whose bits could depend on the algorithm, of all-reduces on buffers the peers
+// can map, and of TUTTI_ADAPT=0.
 #include <gtest/gtest.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -54,6 +55,32 @@ int run_calls(int rank, int n, ncclComm_t comm, size_t count, int calls, bool as
   } else {
     free(s), free(r);
   }
+  return 0;
+}
+
+// `calls` all-gathers of `count` int32 per rank on ncclMemAlloc buffers (memory the peers map),
+// in place or not; every result checked exactly: element i of rank r's block is
+// r * 1000003 + i % 1000 + call.
+int run_gathers(int rank, int n, ncclComm_t comm, size_t count, int calls, bool in_place) {
+  void *s = nullptr, *r = nullptr;
+  CHILD_CHECK(ncclMemAlloc(&r, count * n * 4) == ncclSuccess, 40, "ncclMemAlloc");
+  if (!in_place) CHILD_CHECK(ncclMemAlloc(&s, count * 4) == ncclSuccess, 40, "ncclMemAlloc");
+  int32_t *out = static_cast<int32_t *>(r);
+  int32_t *in = in_place ? out + (size_t)rank * count : static_cast<int32_t *>(s);
+  for (int c = 0; c < calls; c++) {
+    for (size_t i = 0; i < count; i++) in[i] = rank * 1000003 + (int32_t)(i % 1000) + c;
+    CHILD_CHECK(ncclAllGather(in, out, count, ncclInt32, comm, nullptr) == ncclSuccess, 41,
+                "call %d: %s", c, ncclGetLastError(comm));
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < count; i++) {
+        int32_t want = q * 1000003 + (int32_t)(i % 1000) + c;
+        CHILD_CHECK(out[(size_t)q * count + i] == want, 42,
+                    "call %d block %d element %zu: %d, want %d", c, q, i,
+                    out[(size_t)q * count + i], want);
+      }
+  }
+  ncclMemFree(r);
+  if (s) ncclMemFree(s);
   return 0;
 }
 
@@ -159,6 +186,42 @@ TEST(Adapt, StaysOutWhereItMustNot) {
   EXPECT_EQ(log_capture::count("be mapped: the model chooses for this size from now on"), 2);
   EXPECT_EQ(log_capture::count("push, the peers' buffers mapped"), 2 * 40)
       << "the model's push for every call of 256 KiB";
+}
+
+// All-gathers on mapped buffers (ncclMemAlloc, shared memory), 2 ranks: with push held back 20
+// ms per call on rank 1, every decision keeps direct, at 1 MiB where the model says push
+// (TUTTI_PUSH_GATHER_MIN_BYTES), out of place and in place; with direct held back, every
+// decision keeps push at 256 KiB, where the model says direct. Both ranks decide alike, and
+// every result is exact while the algorithm changes.
+TEST(Adapt, MappedAllGathersKeepTheFasterOfDirectAndPush) {
+  for (const char *slow : {"push", "direct"}) {
+    SCOPED_TRACE(std::string(slow) + " held back");
+    log_capture::clear();
+    auto codes = forked(
+        2,
+        [slow](int) {
+          setenv("TUTTI_MEM_ALLOC", "shared", 1);
+          setenv("TUTTI_TEST_PEER_DELAY_US", "20000", 1);
+          setenv("TUTTI_TEST_PEER_DELAY_RANK", "1", 1);
+          setenv("TUTTI_TEST_PEER_DELAY_ALGO", slow, 1);
+        },
+        [slow](int rank, ncclComm_t comm) {
+          size_t count = std::string(slow) == "push" ? 131072 : 32768;  // per rank: 1 MiB, 256 KiB
+          int rc = run_gathers(rank, 2, comm, count, 30, false);
+          return rc ? rc : run_gathers(rank, 2, comm, count, 30, true);
+        });
+    expect_all_ok(codes);
+    auto d = decisions_per_rank(2);
+    const char *kept =
+        std::string(slow) == "push" ? ": direct for the next" : ": push for the next";
+    for (const auto &mine : d) {
+      ASSERT_GE(mine.size(), 2u) << "a decision per placement at least (logs in "
+                                 << log_capture::g_dir << ")";
+      for (const std::string &line : mine)
+        EXPECT_NE(("x: " + line).find(kept), std::string::npos) << line;
+    }
+    EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
+  }
 }
 
 }  // namespace

@@ -24,11 +24,13 @@
  * Cost: direct's bytes (2(n-1)/n S per rank for the all-reduce, (n-1)/n S for the all-gather)
  * at its own level of the model, lat + moved / b with TUTTI_TUNER_PEER_PUSH_LAT_US and _GBPS
  * (the handshake and final wait; one rank's reads and writes), the all-reduce from
- * TUTTI_PUSH_MIN_BYTES, the all-gather from TUTTI_PUSH_GATHER_MIN_BYTES (8 MiB: 2 ranks on
- * ncclMemAlloc memory, push against direct 1.07-1.31x from 8 MiB to 128 MiB, 0.92-0.96x at 1-4
- * MiB, docs/perf.md). In place is safe: rank r writes only segment (block) r of each buffer,
- * and no other rank touches it; the all-reduce reads it before. No PreMulSum (the reduction
- * reads each input once, unscaled); host buffers only (the device path runs direct).
+ * TUTTI_PUSH_MIN_BYTES, the all-gather from TUTTI_PUSH_GATHER_MIN_BYTES (1 MiB: 2 ranks on
+ * mapped memory, push against direct 1.3-1.45x at 1-4 MiB out of place on a Zen 5 guest, 0.92-
+ * 0.96x on an earlier AMD guest, docs/adding-an-algorithm.md; repeated all-gathers from 64 KiB
+ * are measured against direct instead, adapt.h). In place is safe: rank r writes only segment
+ * (block) r of each buffer, and no other rank touches it; the all-reduce reads it before. No
+ * PreMulSum (the reduction reads each input once, unscaled); host buffers only (the device path
+ * runs direct).
  */
 #include "algos/registry.h"
 #include "core.h"
