@@ -519,6 +519,7 @@ static void perf_finish(perf_state_t *st) {
 }
 
 int perf_main(const perf_coll_t *coll, int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a run stopped by a time limit keeps the sizes it printed */
   perf_state_t st = {.coll = coll};
   char prog[64], why[128] = "";
   snprintf(prog, sizeof(prog), "%s_perf", coll->name);

@@ -579,6 +579,7 @@ static void finish(trainer_t *t, double run_s, int64_t steps_run) {
 
 int main(int argc, char **argv) {
   static trainer_t t;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a run stopped by a time limit keeps the epochs it printed */
   setup(&t, argc, argv);
   if (t.rank == 0) print_setup(&t);
   start_state(&t);

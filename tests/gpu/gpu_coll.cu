@@ -541,6 +541,8 @@ int run_threads_bench(int n) {
 }  // namespace
 
 int main(int argc, char **argv) {
+  // line by line: a step the GPU script stops at its time limit keeps what was printed
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "check" || mode == "bench") return run_process_mode(mode);
   if (mode == "threads" && argc > 2) return run_threads_mode(atoi(argv[2]));

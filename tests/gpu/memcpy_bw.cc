@@ -9,6 +9,8 @@
 #include <vector>
 
 int main(int argc, char **argv) {
+  // line by line: a step the GPU script stops at its time limit keeps what was printed
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   size_t bytes = argc > 1 ? strtoull(argv[1], nullptr, 0) : (size_t)256 << 20;
   void *src, *dst;
   if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) {

@@ -71,6 +71,8 @@ double time_us(ncclComm_t comm, cudaStream_t st, void *buf, size_t count, int it
 }  // namespace
 
 int main() {
+  // line by line: a step the GPU script stops at its time limit keeps what was printed
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   int rank = env_int("NCCL_BENCH_RANK", 0), n = env_int("NCCL_BENCH_NRANKS", 1);
   const char *idf = getenv("NCCL_BENCH_ID"), *tag = getenv("NCCL_BENCH_TAG");
   std::string t = tag && *tag ? tag : "lib";
