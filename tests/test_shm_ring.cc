@@ -84,4 +84,21 @@ TEST(ShmRing, SleepingSendersWakeWhenTheRingFrees) {
       small_fifos("allreduce:ring"), "5 ranks, ring all-reduce, 3 x 12 KiB FIFOs");
 }
 
+// A short message past TUTTI_SHM_RING_WINDOW bytes starts over at the ring's beginning when
+// the ring is empty (the header's SHM_RESTART bit tells the receiver where it is); here a 4 KiB
+// window, so that most ring messages up to 32 KiB meet the choice, with the ring sometimes
+// empty (one message at a time) and sometimes not (the ring all-reduce's pipeline).
+TEST(ShmRing, ShortMessagesStartTheRingOverWhenItIsEmpty) {
+  th::Options o = small_fifos("allreduce:ring");
+  o.env.push_back({"TUTTI_SHM_RING_WINDOW", "4096"});
+  th::run_ranks_ok(
+      Mode::kProcs, 3, [](RankCtx &ctx) { sizes_up_and_down(ctx, Coll::kAllReduce); }, o,
+      "3 ranks, ring all-reduce, 3 x 12 KiB FIFOs, 4 KiB window");
+  th::Options two = small_fifos("allreduce:oneshot");
+  two.env.push_back({"TUTTI_SHM_RING_WINDOW", "4096"});
+  th::run_ranks_ok(
+      Mode::kProcs, 2, [](RankCtx &ctx) { sizes_up_and_down(ctx, Coll::kAllReduce); }, two,
+      "2 ranks, one-shot all-reduce, 3 x 12 KiB FIFOs, 4 KiB window");
+}
+
 }  // namespace

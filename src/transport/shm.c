@@ -19,7 +19,12 @@
  *     written again only once the whole ring has been, whatever the messages' size. With a
  *     slot per message, half-slot messages reused each line after half the ring, while the
  *     reader still held it in its cache, and every store paid a snoop (docs/perf-baseline.md,
- *     "Why the FIFOs slow down").
+ *     "Why the FIFOs slow down"). But a message of at most SHM_RESTART_MAX bytes that would
+ *     start past TUTTI_SHM_RING_WINDOW bytes starts over at the ring's beginning when the ring
+ *     is empty (the sender rereads the receiver's tail to know; the header's SHM_RESTART bit
+ *     tells the receiver): short messages that come one at a time then stay on the ring's
+ *     first pages instead of walking all of it, which after large calls had pushed its lines
+ *     and pages out cost every message of the first pass (docs/perf-issue20-2.md).
  * Both ends place message k alike from the sizes of the messages before it; the receiver also
  * publishes tail_at, how far in the ring it released. The sender keeps cached copies of tail
  * and tail_at and rereads them only when the FIFO looks full.
@@ -71,6 +76,7 @@ TUTTI_PARAM(ShmDisable, "SHM_DISABLE", 0)
 TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
 TUTTI_PARAM(ShmSlots, "SHM_NSLOTS", 8)
 TUTTI_PARAM(Cma, "CMA", 1)
+TUTTI_PARAM(ShmRingWindow, "SHM_RING_WINDOW", 64 * 1024)
 
 #define SHM_MAGIC 0x74757474692d7368ull
 #define SHM_PAGE 4096
@@ -127,14 +133,16 @@ typedef struct shm_end { /* one end of one FIFO */
   char *hot;  /* nslots pages: a place per header, at its page's start */
   char *ring; /* nslots * slot_bytes bytes */
   size_t ring_bytes;
-  uint32_t ndesc;   /* headers in ctrl->hdr, one per slot: the most messages in flight */
-  uint32_t desc;    /* pos % ndesc, kept as pos grows (a division costs tens of cycles) */
-  uint64_t pos;     /* messages sent (sender) or consumed (receiver) */
-  size_t off;       /* the ring offset after the last message placed (ring_place) */
-  uint64_t at;      /* ring bytes passed so far, wrapped ends included (flow control) */
-  uint64_t seen;    /* sender: cached copy of the receiver's tail ... */
+  size_t window;  /* sender: past this offset, a short message starts over when the ring is empty */
+  uint32_t ndesc; /* headers in ctrl->hdr, one per slot: the most messages in flight */
+  uint32_t desc;  /* pos % ndesc, kept as pos grows (a division costs tens of cycles) */
+  uint64_t pos;   /* messages sent (sender) or consumed (receiver) */
+  size_t off;     /* the ring offset after the last message placed (ring_place) */
+  uint64_t at;    /* ring bytes passed so far, wrapped ends included (flow control) */
+  uint64_t seen;  /* sender: cached copy of the receiver's tail ... */
   uint64_t seen_at; /* ... and of its tail_at */
   char *cur;        /* where message pos lies (send_slot, recv_slot) */
+  int restart;      /* sender: message pos starts the ring over (SHM_RESTART) */
   size_t cur_bytes; /* receiver: message pos's size */
   int sleepy;       /* oversubscribed: the other end may sleep, wake it (shm_wait) */
   volatile int32_t *peer_failed;
@@ -326,7 +334,9 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
         (comm->peers[p].host_hash == comm->peers[comm->rank].host_hash) ? local++ : -1;
   if (local <= 1) return ncclSuccess; /* no local peer: nothing to share */
   uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
-  size_t slot_bytes = TUTTI_ALIGN_UP((size_t)TUTTI_MAX(tutti_param_ShmSlotBytes(), 4096), 4096);
+  /* at most 1 GiB: a message's size and the SHM_RESTART bit share 32 bits */
+  size_t slot_bytes = TUTTI_ALIGN_UP(
+      (size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlotBytes(), 4096), (int64_t)1 << 30), 4096);
   shm_remove_stale();
   if (tutti_param_Cma()) cma_allow_peers();
   snprintf(st->name, sizeof(st->name), "/tutti-%d-%016llx-%d", (int)getpid(),
@@ -379,13 +389,15 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
   int me = st->local_index[comm->rank], them = st->local_index[peer], ls = (int)mh->local_size;
   shm_end_t *se = &st->ends[peer], *re = &st->ends[comm->nranks + peer];
   size_t ring_bytes = (size_t)mh->nslots * mh->slot_bytes;
-  *se = (shm_end_t){.ctrl = seg_ctrl(st->peer_seg[peer], me),
-                    .hot = seg_hot(st->peer_seg[peer], me, ls, mh->nslots),
-                    .ring = seg_ring(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
-                    .ring_bytes = ring_bytes,
-                    .ndesc = mh->nslots,
-                    .sleepy = comm->oversubscribed,
-                    .peer_failed = &ph->failed};
+  *se = (shm_end_t){
+      .ctrl = seg_ctrl(st->peer_seg[peer], me),
+      .hot = seg_hot(st->peer_seg[peer], me, ls, mh->nslots),
+      .ring = seg_ring(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
+      .ring_bytes = ring_bytes,
+      .window = tutti_param_ShmRingWindow() > 0 ? (size_t)tutti_param_ShmRingWindow() : ring_bytes,
+      .ndesc = mh->nslots,
+      .sleepy = comm->oversubscribed,
+      .peer_failed = &ph->failed};
   *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
                     .hot = seg_hot(st->seg, them, ls, mh->nslots),
                     .ring = seg_ring(st->seg, them, ls, mh->nslots, mh->slot_bytes),
@@ -472,12 +484,30 @@ static char *end_where(const shm_end_t *e, size_t start, size_t bytes) {
   return bytes <= SHM_HOT_BYTES ? e->hot + (size_t)e->desc * SHM_PAGE : e->ring + start;
 }
 
+#define SHM_RESTART (1u << 31)     /* in a header's bytes: the message starts the ring over */
+#define SHM_RESTART_MAX (32 << 10) /* messages at most this long may */
+
+/* The sender's copy of the receiver's tail and tail_at, reread. tail_at never moves it back: the
+ * sender may have moved it past the ring's end itself (a start over, shm_send_slot). */
+static void end_reread(shm_end_t *e) {
+  e->seen = __atomic_load_n(&e->ctrl->tail, __ATOMIC_ACQUIRE);
+  uint64_t at = __atomic_load_n(&e->ctrl->tail_at, __ATOMIC_RELAXED);
+  if (at > e->seen_at) e->seen_at = at;
+}
+
 static void *shm_send_slot(conn_t *c, size_t bytes) {
   shm_end_t *e = c->priv;
   size_t start = ring_place(e, bytes);
+  e->restart = 0;
+  if (bytes > SHM_HOT_BYTES && bytes <= SHM_RESTART_MAX && start >= e->window && bytes <= start) {
+    if (e->seen != e->pos) end_reread(e);
+    if (e->seen == e->pos) { /* empty: the ring's end it skips is free, nobody reads there */
+      start = 0, e->restart = 1;
+      e->seen_at = e->at + ring_skip(e, 0);
+    }
+  }
   if (!end_room(e, start, bytes)) {
-    e->seen = __atomic_load_n(&e->ctrl->tail, __ATOMIC_ACQUIRE);
-    e->seen_at = __atomic_load_n(&e->ctrl->tail_at, __ATOMIC_RELAXED);
+    end_reread(e);
     if (!end_room(e, start, bytes)) return NULL;
   }
   return e->cur = bytes <= SHM_INLINE ? e->small : end_where(e, start, bytes);
@@ -488,7 +518,7 @@ static void shm_send_post(conn_t *c, size_t bytes) {
   shm_end_t *e = c->priv;
   shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
   if (bytes <= SHM_INLINE) memcpy(h->inline_data, e->cur, bytes);
-  h->bytes = (uint32_t)bytes;
+  h->bytes = (uint32_t)bytes | (e->restart ? SHM_RESTART : 0);
   end_advance(e, bytes);
   __atomic_store_n(&h->seq, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&h->seq, &h->sleeping);
@@ -498,9 +528,10 @@ static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
   shm_end_t *e = c->priv;
   shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
   if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) return NULL;
-  *bytes = e->cur_bytes = h->bytes;
+  uint32_t b = h->bytes;
+  *bytes = e->cur_bytes = b & ~SHM_RESTART;
   if (*bytes <= SHM_INLINE) return h->inline_data;
-  return e->cur = end_where(e, ring_place(e, *bytes), *bytes);
+  return e->cur = end_where(e, (b & SHM_RESTART) ? 0 : ring_place(e, *bytes), *bytes);
 }
 
 static void shm_recv_done(conn_t *c) {
