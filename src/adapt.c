@@ -69,7 +69,7 @@ int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, i
   int pairs = 0;
   /* TUTTI_ALGO allows cma and some algorithm without peer steps */
   if (peer_read && (mask & (1u << ALGO_CMA)) && (mask & fifo)) pairs |= ADAPT_PAIR_HEAP;
-  /* the all-gather on mapped buffers, both allowed (push's all-reduce is the faster by 3-5x,
+  /* the all-gather on mapped buffers, both allowed (push's all-reduce is the faster by 1.2-6x,
    * docs/perf-issue20-2.md: nothing to measure) */
   uint32_t both = (1u << ALGO_DIRECT) | (1u << ALGO_PUSH);
   if (a->coll == COLL_ALLGATHER && peer_map && (mask & both) == both) pairs |= ADAPT_PAIR_MAP;

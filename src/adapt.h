@@ -30,7 +30,7 @@
  * buffers switches it to direct against push, one that can only read them by copy back to the
  * FIFOs against cma; a switch starts the bucket over. Buffers no rank can read leave the bucket
  * to the model for good, and so do buffers of a pair the call does not qualify for (TUTTI_ALGO
- * without both candidates; mapped buffers of an all-reduce, whose push is 3-5x direct).
+ * without both candidates; mapped buffers of an all-reduce, whose push is 1.2-6x direct).
  *
  * Every rank makes the same choice: the state moves only with the call sequence, which is the
  * same on every rank, and with the handshake's answers, which every rank receives alike. Times
