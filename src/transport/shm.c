@@ -19,12 +19,14 @@
  *     written again only once the whole ring has been, whatever the messages' size. With a
  *     slot per message, half-slot messages reused each line after half the ring, while the
  *     reader still held it in its cache, and every store paid a snoop (docs/perf-baseline.md,
- *     "Why the FIFOs slow down"). But a message of at most SHM_RESTART_MAX bytes that would
- *     start past TUTTI_SHM_RING_WINDOW bytes starts over at the ring's beginning when the ring
- *     is empty (the sender rereads the receiver's tail to know; the header's SHM_RESTART bit
- *     tells the receiver): short messages that come one at a time then stay on the ring's
- *     first pages instead of walking all of it, which after large calls had pushed its lines
- *     and pages out cost every message of the first pass (docs/perf-issue20-2.md).
+ *     "Why the FIFOs slow down"). With TUTTI_SHM_RING_WINDOW=w (0, off, by default) a message
+ *     of at most SHM_RESTART_MAX bytes that would start past w bytes starts over at the ring's
+ *     beginning when the ring is empty (the sender rereads the receiver's tail to know; the
+ *     header's SHM_RESTART bit tells the receiver): short messages that come one at a time
+ *     then stay on the ring's first pages instead of walking all of it, which after large
+ *     calls had pushed its lines and pages out costs every message of the first pass; but
+ *     back to back they reuse lines the receiver still holds, 5-25 % slower at 4-32 KiB
+ *     (docs/perf-issue20-2.md).
  * Both ends place message k alike from the sizes of the messages before it; the receiver also
  * publishes tail_at, how far in the ring it released. The sender keeps cached copies of tail
  * and tail_at and rereads them only when the FIFO looks full.
@@ -76,7 +78,7 @@ TUTTI_PARAM(ShmDisable, "SHM_DISABLE", 0)
 TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
 TUTTI_PARAM(ShmSlots, "SHM_NSLOTS", 8)
 TUTTI_PARAM(Cma, "CMA", 1)
-TUTTI_PARAM(ShmRingWindow, "SHM_RING_WINDOW", 64 * 1024)
+TUTTI_PARAM(ShmRingWindow, "SHM_RING_WINDOW", 0)
 
 #define SHM_MAGIC 0x74757474692d7368ull
 #define SHM_PAGE 4096
