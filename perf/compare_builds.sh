@@ -3,8 +3,9 @@
 # interleaved run on the same machine, because only a ratio measured together means anything on
 # a shared machine.
 #
-# Runs all_reduce_perf of build A and of build B under their own tutti-run, alternating the
-# order every repetition (A B, B A, A B, ...), so repetition i is a pair of runs seconds apart.
+# Runs all_reduce_perf (or another collective's program, -c) of build A and of build B under their
+# own tutti-run, alternating the order every repetition (A B, B A, A B, ...), so repetition i is
+# a pair of runs seconds apart.
 # Per size it prints the median time of each build, and the median of the pair ratios (B's busbw
 # / A's busbw within pair i) with a distribution-free 95 % confidence interval (order statistics
 # of the binomial). A machine whose speed drifts between runs moves both runs of a pair alike, so
@@ -19,8 +20,10 @@ PY=/usr/bin/python3 # Debian's python3 (any python3 with the standard library wo
 
 usage() {
   cat <<EOF2
-usage: $(basename "$0") -A build_a -B build_b [options] [-- all_reduce_perf options]
+usage: $(basename "$0") -A build_a -B build_b [options] [-- perf program options]
   -A dir, -B dir   the two build directories (each holds bin/)
+  -c coll          the perf program: all_reduce (default), all_gather, reduce_scatter, ...
+                   (bin/<coll>_perf of each build)
   -p n             ranks (2)      -r n   repetitions of each (5)
   -t pct           a loss beyond this many percent is reported (5)
   -R prio          run under SCHED_FIFO priority prio (chrt -f; root): keeps other work off
@@ -33,15 +36,15 @@ usage: $(basename "$0") -A build_a -B build_b [options] [-- all_reduce_perf opti
   -o dir           keep every run's output in dir (A.i.txt, B.i.txt) for a later look
   -a               no runs: report again on the outputs kept in -o dir (e.g. with -P in);
                    -o dir1,dir2,... pools the pairs of several runs, each run one block
-all_reduce_perf options default to: -b 8 -e 256M -f 4 -n 200 -w 5 -c 0 --iter-bytes 256M
+perf program options default to: -b 8 -e 256M -f 4 -n 200 -w 5 -c 0 --iter-bytes 256M
 EOF2
   exit "${1:-0}"
 }
 
-a="" b="" nranks=2 reps=5 thresh=5 rt="" place=out state_us=0.4 env_a="" env_b="" keep="" again=0
-while getopts "A:B:p:r:t:R:P:s:x:y:o:ah" opt; do
+coll=all_reduce a="" b="" nranks=2 reps=5 thresh=5 rt="" place=out state_us=0.4 env_a="" env_b="" keep="" again=0
+while getopts "A:B:c:p:r:t:R:P:s:x:y:o:ah" opt; do
   case $opt in
-    A) a=$OPTARG ;; B) b=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;; t) thresh=$OPTARG ;;
+    A) a=$OPTARG ;; B) b=$OPTARG ;; c) coll=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;; t) thresh=$OPTARG ;;
     R) rt=$OPTARG ;; P) place=$OPTARG ;; s) state_us=$OPTARG ;; x) env_a=$OPTARG ;;
     y) env_b=$OPTARG ;; o) keep=$OPTARG ;; a) again=1 ;; h) usage 0 ;; *) usage 2 ;;
   esac
@@ -70,16 +73,16 @@ fi
     [[ $which == B ]] && dir=$b settings=$env_b
     read -r -a env_args <<<"$settings"
     timeout -k 10 600 env ${env_args[@]+"${env_args[@]}"} "${rt_cmd[@]}" "$dir/bin/tutti-run" -n "$nranks" "${bind[@]}" -- \
-      "$dir/bin/all_reduce_perf" "${perf_args[@]}" >"$out/$which.$rep.txt" 2>&1 ||
+      "$dir/bin/${coll}_perf" "${perf_args[@]}" >"$out/$which.$rep.txt" 2>&1 ||
       { echo "compare_builds: build $which failed, rep $rep:" >&2; tail -5 "$out/$which.$rep.txt" >&2; exit 2; }
     echo "  build $which rep $rep/$reps done" >&2
   done
 done
 
 "$PY" - "$out" "$reps" "$place" "$thresh" "$a" "$b" "$state_us" "$env_a" "$env_b" \
-  "${perf_args[*]}" "$again" <<'PYEOF'
+  "${perf_args[*]}" "$again" "$coll" <<'PYEOF'
 import math, os, statistics, sys
-out, reps, place, thresh, a, b, state_us, env_a, env_b, args, again = sys.argv[1:12]
+out, reps, place, thresh, a, b, state_us, env_a, env_b, args, again, coll = sys.argv[1:13]
 reps, thresh, state_us = int(reps), float(thresh), float(state_us)
 col = 5 if place == "out" else 9  # nccl-tests columns: time of out-of-place, of in-place
 
@@ -126,7 +129,7 @@ state = ["fast" if (x[small] + y[small]) / 2 <= state_us else "slow" for x, y in
 nfast = state.count("fast")
 limit = 1 - thresh / 100
 
-print(f"# all_reduce_perf {args}, {'out-of-place' if place == 'out' else 'in-place'}, "
+print(f"# {coll}_perf {args}, {'out-of-place' if place == 'out' else 'in-place'}, "
       f"{reps} interleaved pairs")
 print(f"# A = {a}{'  [' + env_a + ']' if env_a else ''}")
 print(f"# B = {b}{'  [' + env_b + ']' if env_b else ''}")

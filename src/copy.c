@@ -13,7 +13,11 @@
  * Large results are written to the user's buffer with
  * non-temporal (streaming) stores: the buffer is not read for ownership first and does not
  * evict the FIFO slots from the cache, which matters once a collective is larger than the
- * caches (TUTTI_NT_THRESHOLD, bytes per call). Below that, plain memcpy keeps data cached. */
+ * caches (TUTTI_NT_THRESHOLD, bytes per call). Below that, plain memcpy keeps data cached.
+ * copy_stream_multi writes one source to several destinations (a push into every rank's buffer),
+ * two at a time, loading each line of the source once per pair: out of place, 2 ranks each
+ * pushing 128 MiB into both receive buffers at once, that took 11-15 ms where two copies of 64 KiB
+ * pieces took 12-18, and the all-gather of 256 MiB ran 1.21x as fast (docs/perf-issue20-2.md). */
 #include "copy.h"
 
 #include <string.h>
@@ -35,6 +39,28 @@ __attribute__((target("avx2"))) static void stream_copy_avx2(char *dst, const ch
     _mm256_stream_si256((__m256i *)(dst + 32), b);
   }
   memcpy(dst, src, n);
+  _mm_sfence();
+}
+
+/* stream_copy_avx2 into two destinations whose addresses agree modulo 64: every 64-byte line of
+ * src is loaded once and stored to both, one fence at the end. */
+__attribute__((target("avx2"))) static void stream_copy2_avx2(char *d0, char *d1, const char *src,
+                                                              size_t n) {
+  size_t head = (64 - ((uintptr_t)d0 & 63)) & 63;
+  if (head > n) head = n;
+  memcpy(d0, src, head);
+  memcpy(d1, src, head);
+  d0 += head, d1 += head, src += head, n -= head;
+  for (; n >= 64; n -= 64, d0 += 64, d1 += 64, src += 64) {
+    __m256i a = _mm256_loadu_si256((const __m256i *)src);
+    __m256i b = _mm256_loadu_si256((const __m256i *)(src + 32));
+    _mm256_stream_si256((__m256i *)d0, a);
+    _mm256_stream_si256((__m256i *)(d0 + 32), b);
+    _mm256_stream_si256((__m256i *)d1, a);
+    _mm256_stream_si256((__m256i *)(d1 + 32), b);
+  }
+  memcpy(d0, src, n);
+  memcpy(d1, src, n);
   _mm_sfence();
 }
 
@@ -111,4 +137,14 @@ void copy_stream(void *dst, const void *src, size_t bytes) {
   }
 #endif
   copy_bytes(dst, src, bytes);
+}
+
+void copy_stream_multi(char *const *dst, int k, const void *src, size_t bytes) {
+  int j = 0;
+#if defined(__x86_64__)
+  if (bytes >= 4096 && have_avx2())
+    for (; j + 1 < k && ((uintptr_t)dst[j] & 63) == ((uintptr_t)dst[j + 1] & 63); j += 2)
+      stream_copy2_avx2(dst[j], dst[j + 1], src, bytes);
+#endif
+  for (; j < k; j++) copy_stream(dst[j], src, bytes);
 }

@@ -1,12 +1,14 @@
-// The engine's bulk copies (src/copy.c): copy_bytes and copy_stream give exactly the source's
-// bytes and touch nothing around the destination, at every distance between the two buffers'
-// page offsets that decides copy_bytes' path (memcpy, or the vector loop where the destination's
-// offset is 1-63 bytes past the source's) and at sizes around the loop widths and thresholds.
+// The engine's bulk copies (src/copy.c): copy_bytes, copy_stream and copy_stream_multi give
+// exactly the source's bytes and touch nothing around the destination, at every distance between
+// the two buffers' page offsets that decides copy_bytes' path (memcpy, or the vector loop where the
+// destination's offset is 1-63 bytes past the source's) and at sizes around the loop widths and
+// thresholds.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "copy.h"
@@ -52,6 +54,45 @@ TEST(Copy, CopyBytesIsExactAtEveryPageOffsetDistance) {
 
 TEST(Copy, CopyStreamIsExactAtEveryPageOffsetDistance) {
   check_copy(copy_stream, "copy_stream");
+}
+
+// copy_stream_multi into 1-3 destinations whose offsets within a cache line agree (the paired
+// loop) or differ (one copy_stream each), each in its own page block with guards around it.
+TEST(Copy, CopyStreamMultiIsExactInEveryDestination) {
+  const size_t span = 65536 + 3 * 4096;
+  Pages src(span), d0(span), d1(span), d2(span);
+  Pages *dsts[3] = {&d0, &d1, &d2};
+  ASSERT_NE(src.p, nullptr);
+  for (Pages *d : dsts) {
+    ASSERT_NE(d->p, nullptr);
+  }
+  for (size_t i = 0; i < span; i++) src.p[i] = static_cast<uint8_t>(i * 13 + 5);
+  // each destination's offset into its page, per layout
+  const size_t offsets[][3] = {{256, 256, 256}, {16, 16, 16}, {0, 16, 0}, {16, 16, 48}, {1, 65, 1}};
+  for (int k = 1; k <= 3; k++)
+    for (const auto &off : offsets)
+      for (size_t n : kSizes) {
+        const uint8_t *s = src.p + 4096 + 256;
+        char *to[3];
+        for (int j = 0; j < 3; j++) {
+          memset(dsts[j]->p, 0xA5, span);
+          to[j] = reinterpret_cast<char *>(dsts[j]->p + 4096 + off[j]);
+        }
+        copy_stream_multi(to, k, s, n);
+        for (int j = 0; j < 3; j++) {
+          const uint8_t *d = reinterpret_cast<uint8_t *>(to[j]), *p = dsts[j]->p;
+          const std::string what = std::to_string(k) + " destinations, " + std::to_string(n) +
+                                   " bytes, destination " + std::to_string(j) + " at offset " +
+                                   std::to_string(off[j]);
+          if (j < k) {
+            ASSERT_EQ(memcmp(d, s, n), 0) << what;
+          }
+          const uint8_t *from = j < k ? d : p + span, *to_end = j < k ? d + n : p + span;
+          for (const uint8_t *g = p; g < from; g++) ASSERT_EQ(*g, 0xA5) << what << ": wrote before";
+          for (const uint8_t *g = to_end; g < p + span; g++)
+            ASSERT_EQ(*g, 0xA5) << what << ": wrote past";
+        }
+      }
 }
 
 // The path copy_bytes takes, so that the exactness test above covers the vector loop too.
