@@ -41,12 +41,14 @@ EOF2
   exit "${1:-0}"
 }
 
-coll=all_reduce a="" b="" nranks=2 reps=5 thresh=5 rt="" place=out state_us=0.4 env_a="" env_b="" keep="" again=0
+coll=all_reduce a="" b="" nranks=2 reps=5 thresh=5 rt="" place=out state_us=0.4 env_a="" env_b=""
+keep="" again=0
 while getopts "A:B:c:p:r:t:R:P:s:x:y:o:ah" opt; do
   case $opt in
-    A) a=$OPTARG ;; B) b=$OPTARG ;; c) coll=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;; t) thresh=$OPTARG ;;
-    R) rt=$OPTARG ;; P) place=$OPTARG ;; s) state_us=$OPTARG ;; x) env_a=$OPTARG ;;
-    y) env_b=$OPTARG ;; o) keep=$OPTARG ;; a) again=1 ;; h) usage 0 ;; *) usage 2 ;;
+    A) a=$OPTARG ;; B) b=$OPTARG ;; c) coll=$OPTARG ;; p) nranks=$OPTARG ;; r) reps=$OPTARG ;;
+    t) thresh=$OPTARG ;; R) rt=$OPTARG ;; P) place=$OPTARG ;; s) state_us=$OPTARG ;;
+    x) env_a=$OPTARG ;; y) env_b=$OPTARG ;; o) keep=$OPTARG ;; a) again=1 ;; h) usage 0 ;;
+    *) usage 2 ;;
   esac
 done
 shift $((OPTIND - 1))

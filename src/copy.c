@@ -16,8 +16,8 @@
  * caches (TUTTI_NT_THRESHOLD, bytes per call). Below that, plain memcpy keeps data cached.
  * copy_stream_multi writes one source to several destinations (a push into every rank's buffer),
  * two at a time, loading each line of the source once per pair: out of place, 2 ranks each
- * pushing 128 MiB into both receive buffers at once, that took 11-15 ms where two copies of 64 KiB
- * pieces took 12-18, and the all-gather of 256 MiB ran 1.21x as fast (docs/perf-issue20-2.md). */
+ * pushing 128 MiB into both receive buffers at once, that took 11-17 ms where two copies of 64 KiB
+ * pieces took 12-27, and the all-gather of 256 MiB ran 1.21x as fast (docs/perf-issue20-2.md). */
 #include "copy.h"
 
 #include <string.h>

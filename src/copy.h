@@ -13,7 +13,8 @@ void copy_bytes(void *dst, const void *src, size_t bytes);
 int copy_uses_vector(const void *dst, const void *src, size_t bytes);
 /* memcpy with streaming stores (falls back to copy_bytes where unsupported). */
 void copy_stream(void *dst, const void *src, size_t bytes);
-/* copy_stream of src into each of dst[0..k), every line of src loaded once (copy.c). */
+/* copy_stream of src into each of dst[0..k): two destinations per load of each source line where
+ * their addresses agree modulo 64 (copy.c). */
 void copy_stream_multi(char *const *dst, int k, const void *src, size_t bytes);
 #ifdef __cplusplus
 }
