@@ -174,7 +174,8 @@ uint64_t tutti_time_ns(void); /* CLOCK_MONOTONIC */
 /* getpid(), remembered: glibc makes every getpid a system call (about 150 ns in a VM), and the
  * peer-memory path asks per buffer per call. A fork's child forgets it (pthread_atfork). */
 int tutti_self_pid(void);
-/* 1 when process pid is gone or a zombie (killed, not yet reaped by its parent). */
+/* 1 when process pid is gone, exiting (killed: its memory and files are being torn down) or a
+ * zombie (not yet reaped by its parent). */
 int tutti_pid_gone(int pid);
 /* 1 when process pid is stopped (SIGSTOP, job control, or a debugger's stop). */
 int tutti_pid_stopped(int pid);

@@ -228,11 +228,18 @@ const char *tutti_proc_stat(int pid, char *buf, size_t len) {
   return paren && paren[1] == ' ' ? paren + 2 : NULL;
 }
 
+/* PF_EXITING in /proc/<pid>/stat's flags (field 9): set when the process starts to exit, before
+ * it closes its files (its peers see their sockets reset) and long before it is a zombie. */
+#define TUTTI_PF_EXITING 0x4u
+
 int tutti_pid_gone(int pid) {
   if (kill(pid, 0) != 0) return errno == ESRCH;
-  char buf[256];
+  char buf[512];
   const char *state = tutti_proc_stat(pid, buf, sizeof(buf));
-  return state && (*state == 'Z' || *state == 'X');
+  if (!state) return 0;
+  if (*state == 'Z' || *state == 'X') return 1;
+  unsigned flags = 0; /* after the state: ppid pgrp session tty_nr tpgid, then flags */
+  return sscanf(state + 1, " %*d %*d %*d %*d %*d %u", &flags) == 1 && (flags & TUTTI_PF_EXITING);
 }
 
 void tutti_test_hold(const char *setting, int64_t ms, int rank, const char *before) {
