@@ -29,7 +29,9 @@
  *     (docs/perf-issue20-2.md).
  * Both ends place message k alike from the sizes of the messages before it; the receiver also
  * publishes tail_at, how far in the ring it released. The sender keeps cached copies of tail
- * and tail_at and rereads them only when the FIFO looks full.
+ * and tail_at and rereads them only when the FIFO looks full. Having published a message of 241
+ * B-16 KiB, it takes the lines the next one of that size would go to for writing
+ * (shm_prefetch_next; TUTTI_SHM_PREFETCH=0 turns that off).
  * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
  * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
  * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
