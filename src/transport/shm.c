@@ -167,6 +167,7 @@ typedef struct shm_state {
   uint64_t *peer_seg_addr; /* [nranks] that segment's address in the peer's process */
   int *local_index;        /* [nranks]: index among this host's ranks, -1 if remote */
   shm_end_t *ends;         /* [2 * nranks]: send end to p, then receive end from p */
+  int prefetch;            /* send ends prefetch (TUTTI_SHM_PREFETCH and the CPU's prefetchw) */
 } shm_state_t;
 
 typedef struct shm_blob {
@@ -352,6 +353,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
     st->local_index[p] =
         (comm->peers[p].host_hash == comm->peers[comm->rank].host_hash) ? local++ : -1;
   if (local <= 1) return ncclSuccess; /* no local peer: nothing to share */
+  st->prefetch = tutti_param_ShmPrefetch() && cpu_has_prefetchw();
   uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
   /* at most 1 GiB: a message's size and the SHM_RESTART bit share 32 bits */
   size_t slot_bytes = TUTTI_ALIGN_UP(
@@ -416,7 +418,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
       .window = tutti_param_ShmRingWindow() > 0 ? (size_t)tutti_param_ShmRingWindow() : ring_bytes,
       .ndesc = mh->nslots,
       .sleepy = comm->oversubscribed,
-      .prefetch = tutti_param_ShmPrefetch() && cpu_has_prefetchw(),
+      .prefetch = st->prefetch,
       .peer_failed = &ph->failed};
   *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
                     .hot = seg_hot(st->seg, them, ls, mh->nslots),
