@@ -26,7 +26,8 @@ typedef struct peer_info {
   char build[64];     /* build options */
   char settings[512]; /* settings every rank must agree on (agreed.c) */
   int32_t cuda_dev;
-  int32_t numa; /* NUMA node of the CPUs the rank may use at init (-1: several, unknown) */
+  int32_t numa;     /* NUMA node of the CPUs the rank may use at init (-1: several, unknown) */
+  int32_t solo_cpu; /* the one CPU the rank's init thread may use, -1 when it may use several */
 } peer_info_t;
 
 typedef struct user_op { /* ncclRedOpCreatePreMulSum */

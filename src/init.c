@@ -10,6 +10,7 @@
 #include "agreed.h"
 #include "bootstrap.h"
 #include "comm.h"
+#include "cpulist.h"
 #include "cuda_driver.h"
 #include "device.h"
 #include "group.h"
@@ -255,6 +256,7 @@ static ncclResult_t comm_alloc(ncclComm_t *out, int nranks, int rank) {
   me->cuda_dev = c->cuda_dev;
   const topo_t *t = NULL;
   me->numa = topo_get_process(&t) == ncclSuccess ? topo_current_numa(t) : -1;
+  me->solo_cpu = tutti_solo_cpu();
   tutti_clear_error();
   *out = c;
   return ncclSuccess;

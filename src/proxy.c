@@ -45,11 +45,13 @@
 #include "proxy.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cpulist.h"
 #include "device.h"
 
 #define PROXY_SLOTS 256     /* items in flight per communicator */
@@ -364,27 +366,51 @@ static void *proxy_main(void *arg) {
 
 static pthread_mutex_t proxy_create_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Once per process: a rank bound to a single CPU runs its proxy thread on the CPU where the
- * thread that waits for the stream spins (CUDA's synchronize calls spin by default); what the
- * H200 showed of that is in docs/gpu.md ("The first GPU runs"). */
-static void proxy_warn_single_cpu(ncclComm_t comm) {
+/* Where the proxy thread runs (cpulist.h, proxy_cpus_choose): off the CPU of a caller bound to
+ * a single CPU, where the thread that waits for the stream spins (CUDA's synchronize calls spin
+ * by default) and would leave the proxy a scheduler slice per hand-off; docs/gpu.md, "The proxy
+ * thread's CPUs". A proxy left on that CPU gets a WARN, once per process. */
+static void proxy_place(ncclComm_t comm, pthread_t thread, int chosen, const cpu_set_t *set,
+                        const char *why) {
   static int warned;
-  cpu_set_t set;
-  if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) ||
-      sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) != 1 ||
-      sysconf(_SC_NPROCESSORS_ONLN) < 2)
+  int err = chosen ? pthread_setaffinity_np(thread, sizeof(*set), set) : 0;
+  char name[16]; /* the kernel keeps 15 characters */
+  snprintf(name, sizeof(name), "tutti-proxy%d", comm->rank);
+  (void)pthread_setname_np(thread, name);
+  if (chosen && err == 0) {
+    INFO(SUB_COLL, "rank %d: %s", comm->rank, why);
+    return;
+  }
+  cpu_set_t own;
+  if (sched_getaffinity(0, sizeof(own), &own) != 0 || CPU_COUNT(&own) != 1 ||
+      sysconf(_SC_NPROCESSORS_ONLN) < 2 || __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     return;
   int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set)) cpu++;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &own)) cpu++;
+  char reason[600];
+  if (err)
+    snprintf(reason, sizeof(reason), "moving it failed: %s", strerror(err));
+  else
+    snprintf(reason, sizeof(reason), "%s", why);
   WARN(
-      "rank %d is bound to CPU %d alone: its proxy thread (device buffers, streams) shares it "
-      "with the thread that waits for the stream, which can make every device call slow; bind "
-      "each rank to two or more CPUs (tutti-run --bind none or --bind numa)",
-      comm->rank, cpu);
+      "rank %d is bound to CPU %d alone and its proxy thread (device buffers, streams) stays "
+      "there (%s): it shares the CPU with the thread that waits for the stream, which can make "
+      "every device call slow; bind each rank to two or more CPUs or leave TUTTI_PROXY_CPUS at "
+      "auto",
+      comm->rank, cpu, reason);
 }
 
 static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
   const device_ops_t *dev = device_get();
+  cpu_set_t cpus, taken;
+  char cpus_why[512];
+  CPU_ZERO(&taken);
+  for (int p = 0; p < comm->nranks; p++) /* ranks of this machine bound to one CPU each */
+    if (comm->peers[p].machine_hash == comm->peers[comm->rank].machine_hash &&
+        comm->peers[p].solo_cpu >= 0 && comm->peers[p].solo_cpu < CPU_SETSIZE)
+      CPU_SET(comm->peers[p].solo_cpu, &taken);
+  int place = proxy_cpus_choose(&taken, &cpus, cpus_why, sizeof(cpus_why));
+  if (place < 0) return ncclInvalidArgument; /* a malformed TUTTI_PROXY_CPUS, error set */
   struct proxy *px = calloc(1, sizeof(*px));
   if (!px) return TUTTI_ERR(ncclSystemError, "out of memory");
   /* The rank's own context (its device), whichever thread makes the first call. The device
@@ -425,7 +451,7 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
     return TUTTI_ERR(ncclSystemError, "rank %d: cannot start the proxy thread", comm->rank);
   }
   INFO(SUB_COLL, "rank %d: proxy thread started (device: %s)", comm->rank, dev->name);
-  proxy_warn_single_cpu(comm);
+  proxy_place(comm, px->thread, place, &cpus, cpus_why);
   *out = px;
   return ncclSuccess;
 }

@@ -87,8 +87,6 @@ int parse_bind(const char *v); /* RUN_BIND_*; a usage error for anything else */
  * starts; bind_rank applies rank r's in its child. */
 void plan_binding(run_options_t *o);
 void bind_rank(const run_options_t *o, int rank);
-int run_cpulist_parse(const char *s, cpu_set_t *set);
-void run_cpulist_format(const cpu_set_t *set, char *buf, size_t len);
 double now_s(void);
 void write_all(int fd, const char *p, size_t n);
 void install_signal_handlers(void);

@@ -34,46 +34,12 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "cpulist.h"
 #include "run.h"
 #include "topology/topo.h"
 
 #define RUN_REGISTRY_DEFAULT "/dev/shm/tutti-run-cpus"
 #define RUN_REGISTRY_MAX_BYTES (1 << 20)
-
-/* ---------------------------------------------------------------- CPU lists */
-
-/* "0-3,8" -> set; 0 on success, -1 on a malformed list or a CPU beyond CPU_SETSIZE. */
-int run_cpulist_parse(const char *s, cpu_set_t *set) {
-  CPU_ZERO(set);
-  if (*s == '\0') return 0;
-  for (;;) {
-    char *end;
-    errno = 0;
-    long a = strtol(s, &end, 10), b = a;
-    if (errno || end == s || a < 0 || a >= CPU_SETSIZE) return -1;
-    if (*end == '-') {
-      s = end + 1;
-      b = strtol(s, &end, 10);
-      if (errno || end == s || b < a || b >= CPU_SETSIZE) return -1;
-    }
-    for (long c = a; c <= b; c++) CPU_SET((int)c, set);
-    if (*end == '\0') return 0;
-    if (*end != ',') return -1;
-    s = end + 1;
-  }
-}
-
-void run_cpulist_format(const cpu_set_t *set, char *buf, size_t len) {
-  size_t o = 0;
-  buf[0] = '\0';
-  for (int c = 0; c < CPU_SETSIZE && o + 24 < len; c++) {
-    if (!CPU_ISSET(c, set) || (c > 0 && CPU_ISSET(c - 1, set))) continue;
-    int e = c;
-    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set)) e++;
-    o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? "," : "", c);
-    if (e > c) o += (size_t)snprintf(buf + o, len - o, "-%d", e);
-  }
-}
 
 /* ---------------------------------------------------------------- the registry */
 
@@ -159,7 +125,7 @@ static void run_registry_filter(char *text, pid_t drop_pid, cpu_set_t *busy, cha
     int n = 0;
     if (next - line >= (long)sizeof cpus ||
         sscanf(line, "%d %llu %4095s%n", &pid, &start, cpus, &n) != 3 || pid <= 0 ||
-        pid == drop_pid || run_start_time(pid) != start || run_cpulist_parse(cpus, &set) != 0)
+        pid == drop_pid || run_start_time(pid) != start || tutti_cpulist_parse(cpus, &set) != 0)
       continue; /* stale, ours, or not a line of ours */
     CPU_OR(busy, busy, &set);
     size_t w = strlen(who);
@@ -212,7 +178,7 @@ static const char *bind_name(int mode) {
 /* The mask the ranks are placed in: this process's affinity, as a list. */
 static void launcher_mask(cpu_set_t *mask, char *list, size_t len) {
   if (sched_getaffinity(0, sizeof *mask, mask) != 0) die("sched_getaffinity: %s", strerror(errno));
-  run_cpulist_format(mask, list, len);
+  tutti_cpulist_format(mask, list, len);
 }
 
 static void warn_oversubscribed(const run_options_t *o, int units) {
@@ -242,7 +208,7 @@ static int run_take_sets(run_options_t *o, const topo_place_t *p, cpu_set_t *cla
   if (o->rank_sets == NULL) die("out of memory");
   CPU_ZERO(claim);
   for (int r = 0; r < o->nranks; r++) {
-    if (run_cpulist_parse(p->cpuset[r], &o->rank_sets[r]) != 0) return 0;
+    if (tutti_cpulist_parse(p->cpuset[r], &o->rank_sets[r]) != 0) return 0;
     CPU_OR(claim, claim, &o->rank_sets[r]);
   }
   return 1;
@@ -258,7 +224,7 @@ static void report_bindings(const run_options_t *o, const topo_place_t *p, int a
 /* Appends this launcher's line (its CPUs) to the registry text, released at exit. */
 static void run_claim_add(char *text, const cpu_set_t *claim) {
   char list[4096], line[4200];
-  run_cpulist_format(claim, list, sizeof list);
+  tutti_cpulist_format(claim, list, sizeof list);
   run_claim_pid = getpid();
   snprintf(line, sizeof line, "%d %llu %s\n", (int)run_claim_pid, run_start_time(run_claim_pid),
            list);
@@ -303,7 +269,7 @@ static void place_with_topology(run_options_t *o, const topo_t *t, int reg) {
   CPU_ZERO(&busy);
   if (text) run_registry_filter(text, 0, &busy, who, sizeof who);
   launcher_mask(&mask, list, sizeof list);
-  run_cpulist_format(&busy, busy_list, sizeof busy_list);
+  tutti_cpulist_format(&busy, busy_list, sizeof busy_list);
   int spread = o->map_spread >= 0 ? o->map_spread : o->nranks > 2;
   topo_place_t p;
   if (topo_place_ranks(t, live ? list : NULL, live ? busy_list : NULL, o->nranks,
@@ -363,7 +329,7 @@ void bind_rank(const run_options_t *o, int rank) {
   if (o->rank_sets == NULL) return;
   if (sched_setaffinity(0, sizeof o->rank_sets[rank], &o->rank_sets[rank]) != 0) {
     char list[256];
-    run_cpulist_format(&o->rank_sets[rank], list, sizeof list);
+    tutti_cpulist_format(&o->rank_sets[rank], list, sizeof list);
     fprintf(stderr, "tutti-run: rank %d: cannot bind to CPUs %s: %s\n", rank, list,
             strerror(errno));
   }

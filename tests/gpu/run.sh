@@ -214,6 +214,15 @@ if ! step device_collectives_2ranks 90 $(tutti_run 2) "$bin/gpu_coll" check && (
     failed=$failed_before # a variant is a diagnosis; the default's failure is already counted
   done
 fi
+# Diagnosis, not a target: the 2-rank check with each proxy thread kept on its rank's one CPU
+# (TUTTI_PROXY_CPUS=inherit, the behaviour before 2026-12-05; docs/gpu.md, "The proxy thread's
+# CPUs"). Its verbose lines give the pace per call next to the default's above.
+if [ -z "$run_opts" ]; then
+  failed_before=$failed
+  step device_collectives_2ranks_proxy_inherit 25 env TUTTI_PROXY_CPUS=inherit \
+    $(tutti_run 2) "$bin/gpu_coll" check || true
+  failed=$failed_before
+fi
 step device_collectives_4ranks 90 $(tutti_run 4) "$bin/gpu_coll" check
 unset GPU_COLL_VERBOSE
 for n in 2 4; do step "device_collectives_${n}threads" 120 "$bin/gpu_coll" threads "$n"; done
