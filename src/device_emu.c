@@ -598,12 +598,19 @@ static void emu_work_run(void *arg) {
   free(w);
 }
 
+/* Queues a copy or reduction; the work is freed when it ran, or here when it cannot be queued. */
+static int emu_push_work(void *stream, emu_work_t *w) {
+  int rc = emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
+  if (rc) free(w);
+  return rc;
+}
+
 static int emu_stream_copy(void *stream, void *dst, const void *src, size_t bytes,
                            const volatile uint32_t *skip) {
   emu_work_t *w = malloc(sizeof(*w));
   if (!w) return 2;
   *w = (emu_work_t){.dst = dst, .in = {src}, .n = 1, .bytes = bytes, .skip = skip};
-  return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
+  return emu_push_work(stream, w);
 }
 
 /* A copy engine's copy: the work of a stream copy, never skipped, counted apart. */
@@ -611,7 +618,7 @@ static int emu_stream_memcpy(void *stream, void *dst, const void *src, size_t by
   emu_work_t *w = malloc(sizeof(*w));
   if (!w) return 2;
   *w = (emu_work_t){.dst = dst, .in = {src}, .n = 1, .bytes = bytes, .engine = 1};
-  return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
+  return emu_push_work(stream, w);
 }
 
 static int emu_stream_reduce_n(void *stream, void *dst, const void *const *in, int n, size_t count,
@@ -626,7 +633,7 @@ static int emu_stream_reduce_n(void *stream, void *dst, const void *const *in, i
                     .op = *op,
                     .skip = skip};
   memcpy(w->in, in, (size_t)n * sizeof(*in));
-  return emu_push(stream, (emu_op_t){.kind = EMU_CALL, .fn = emu_work_run, .arg = w});
+  return emu_push_work(stream, w);
 }
 
 static const char *emu_error_string(int rc) {

@@ -149,7 +149,7 @@ static void derive_secret(const launch_t *l, const char *root, unsigned char sec
 static void rdv_path(const launch_t *l, char *path, size_t len) {
   char safe[128];
   size_t i = 0;
-  for (; l->job[i] && i < sizeof(safe) - 1; i++)
+  for (; i < sizeof(safe) - 1 && l->job[i]; i++)
     safe[i] = (l->job[i] == '/' || l->job[i] == ' ') ? '_' : l->job[i];
   safe[i] = '\0';
   snprintf(path, len, "/tmp/tutti-rdv-%s", safe);
