@@ -219,7 +219,7 @@ fi
 # CPUs"). Its verbose lines give the pace per call next to the default's above.
 if [ -z "$run_opts" ]; then
   failed_before=$failed
-  step device_collectives_2ranks_proxy_inherit 25 env TUTTI_PROXY_CPUS=inherit \
+  step device_collectives_2ranks_proxy_inherit 15 env TUTTI_PROXY_CPUS=inherit \
     $(tutti_run 2) "$bin/gpu_coll" check || true
   failed=$failed_before
 fi
