@@ -81,7 +81,8 @@ static void cpus_less(cpu_set_t *from, const cpu_set_t *taken, int cpu) {
   CPU_CLR(cpu, from);
 }
 
-int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, char *why, size_t len) {
+int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, cpu_set_t *wider, char *why,
+                      size_t len) {
   const char *v = tutti_getenv("PROXY_CPUS");
   char list[1024];
   if (v && *v && strcmp(v, "auto") != 0) {
@@ -94,8 +95,9 @@ int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, char *why, size_t 
                 "TUTTI_PROXY_CPUS=%s is not auto, inherit or a CPU list such as 2-7,10", v);
       return -1;
     }
+    *wider = *set;
     tutti_cpulist_format(set, list, sizeof list);
-    snprintf(why, len, "the proxy thread runs on CPUs %s (TUTTI_PROXY_CPUS)", list);
+    snprintf(why, len, "TUTTI_PROXY_CPUS=%s", list);
     return 1;
   }
   int cpu = tutti_solo_cpu();
@@ -103,24 +105,23 @@ int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, char *why, size_t 
     snprintf(why, len, "the caller may run on several CPUs: the proxy thread shares them");
     return 0;
   }
+  if (read_cpulist("/sys/devices/system/cpu/online", wider) != 0) CPU_ZERO(wider);
+  cpus_less(wider, taken, cpu);
   const char *from = "its NUMA node";
   if (numa_node_cpus(cpu, set) != 0) CPU_ZERO(set);
   cpus_less(set, taken, cpu);
   if (CPU_COUNT(set) == 0) { /* no NUMA information, or a node without a free CPU */
     from = "the online CPUs";
-    if (read_cpulist("/sys/devices/system/cpu/online", set) != 0) CPU_ZERO(set);
-    cpus_less(set, taken, cpu);
+    *set = *wider;
   }
   if (CPU_COUNT(set) == 0) {
     snprintf(why, len,
              "every other CPU online is one a rank of this communicator is bound to alone");
     return 0;
   }
-  tutti_cpulist_format(set, list, sizeof list);
   snprintf(why, len,
-           "the caller is bound to CPU %d alone: the proxy thread runs on CPUs %s (%s less the "
-           "CPUs the ranks on this machine are bound to; TUTTI_PROXY_CPUS=inherit keeps it on "
-           "CPU %d)",
-           cpu, list, from, cpu);
+           "the caller is bound to CPU %d alone: the proxy thread runs off it (%s less the CPUs "
+           "the ranks on this machine are bound to; TUTTI_PROXY_CPUS=inherit keeps it on CPU %d)",
+           cpu, from, cpu);
   return 1;
 }

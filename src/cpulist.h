@@ -34,10 +34,12 @@ int tutti_solo_cpu(void);
  *                   the caller's CPU when nothing is left
  *   inherit         the caller's mask, whatever it is
  *   a CPU list      those CPUs ("2-7,10")
- * Returns 1 with *set and a sentence for the log in why (what was chosen and why), 0 when the
- * thread keeps the caller's mask (why says why), -1 when TUTTI_PROXY_CPUS is neither auto,
- * inherit nor a non-empty CPU list (the library's last error names it). */
-int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, char *why, size_t len);
+ * Returns 1 with *set, *wider (what to try where a cgroup's cpuset leaves none of set: every
+ * other online CPU less taken; for a CPU list, the list) and a sentence for the log in why, 0
+ * when the thread keeps the caller's mask (why says why), -1 when TUTTI_PROXY_CPUS is neither
+ * auto, inherit nor a non-empty CPU list (the library's last error names it). */
+int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, cpu_set_t *wider, char *why,
+                      size_t len);
 
 #ifdef __cplusplus
 }
