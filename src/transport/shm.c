@@ -530,13 +530,10 @@ static void end_reread(shm_end_t *e) {
 static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
 #if defined(__x86_64__)
   if (bytes <= SHM_INLINE || bytes > SHM_PREFETCH_MAX || e->pos - e->seen >= e->ndesc) return;
-  const char *next;
-  if (bytes <= SHM_HOT_BYTES)
-    next = e->hot + (size_t)e->desc * SHM_PAGE;
-  else if (e->off + bytes <= e->ring_bytes && e->at + bytes - e->seen_at <= e->ring_bytes)
-    next = e->ring + e->off;
-  else
+  if (bytes > SHM_HOT_BYTES && /* in the ring: only without a wrap, and where it is free */
+      (e->off + bytes > e->ring_bytes || e->at + bytes - e->seen_at > e->ring_bytes))
     return;
+  const char *next = end_where(e, e->off, bytes);
   for (size_t i = 0; i < bytes; i += TUTTI_CACHELINE)
     __asm__ volatile("prefetchw %0" ::"m"(next[i]));
 #else
