@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "topology/topo.h"
 
 int tutti_cpulist_parse(const char *s, cpu_set_t *set) {
   CPU_ZERO(set);
@@ -40,32 +41,6 @@ void tutti_cpulist_format(const cpu_set_t *set, char *buf, size_t len) {
   }
 }
 
-/* The CPU list in a sysfs file (its first line); 0 on success. */
-static int read_cpulist(const char *path, cpu_set_t *set) {
-  char line[4096];
-  FILE *f = fopen(path, "re");
-  if (!f) return -1;
-  int ok = fgets(line, sizeof line, f) != NULL;
-  fclose(f);
-  if (!ok) return -1;
-  line[strcspn(line, "\n")] = '\0';
-  return tutti_cpulist_parse(line, set);
-}
-
-/* The CPUs of cpu's NUMA node; 0 on success. */
-static int numa_node_cpus(int cpu, cpu_set_t *set) {
-  char path[128];
-  for (int node = 0; node < 1024; node++) {
-    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", node);
-    if (read_cpulist(path, set) != 0) {
-      if (errno == ENOENT && node > 0) return -1; /* past the last node (numbered densely) */
-      continue;
-    }
-    if (CPU_ISSET(cpu, set)) return 0;
-  }
-  return -1;
-}
-
 int tutti_solo_cpu(void) {
   cpu_set_t own;
   if (sched_getaffinity(0, sizeof own, &own) != 0 || CPU_COUNT(&own) != 1) return -1;
@@ -81,8 +56,7 @@ static void cpus_less(cpu_set_t *from, const cpu_set_t *taken, int cpu) {
   CPU_CLR(cpu, from);
 }
 
-int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, cpu_set_t *wider, char *why,
-                      size_t len) {
+int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, char *why, size_t len) {
   const char *v = tutti_getenv("PROXY_CPUS");
   char list[1024];
   if (v && *v && strcmp(v, "auto") != 0) {
@@ -95,7 +69,6 @@ int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, cpu_set_t *wider, 
                 "TUTTI_PROXY_CPUS=%s is not auto, inherit or a CPU list such as 2-7,10", v);
       return -1;
     }
-    *wider = *set;
     tutti_cpulist_format(set, list, sizeof list);
     snprintf(why, len, "TUTTI_PROXY_CPUS=%s", list);
     return 1;
@@ -105,23 +78,32 @@ int proxy_cpus_choose(const cpu_set_t *taken, cpu_set_t *set, cpu_set_t *wider, 
     snprintf(why, len, "the caller may run on several CPUs: the proxy thread shares them");
     return 0;
   }
-  if (read_cpulist("/sys/devices/system/cpu/online", wider) != 0) CPU_ZERO(wider);
-  cpus_less(wider, taken, cpu);
+  const topo_t *t = NULL;
+  char node[TOPO_SET_CHARS], allowed[TOPO_SET_CHARS];
+  cpu_set_t all;
+  if (topo_get_process(&t) != ncclSuccess ||
+      topo_helper_cpus(t, cpu, node, allowed, sizeof node) != 0 ||
+      tutti_cpulist_parse(node, set) != 0 || tutti_cpulist_parse(allowed, &all) != 0) {
+    tutti_clear_error();
+    snprintf(why, len, "the topology does not say which CPUs are near CPU %d", cpu);
+    return 0;
+  }
   const char *from = "its NUMA node";
-  if (numa_node_cpus(cpu, set) != 0) CPU_ZERO(set);
   cpus_less(set, taken, cpu);
-  if (CPU_COUNT(set) == 0) { /* no NUMA information, or a node without a free CPU */
-    from = "the online CPUs";
-    *set = *wider;
+  if (CPU_COUNT(set) == 0) { /* a node without a free CPU */
+    from = "the machine";
+    *set = all;
+    cpus_less(set, taken, cpu);
   }
   if (CPU_COUNT(set) == 0) {
     snprintf(why, len,
-             "every other CPU online is one a rank of this communicator is bound to alone");
+             "every other CPU it may use is one a rank of this communicator is bound to alone");
     return 0;
   }
   snprintf(why, len,
-           "the caller is bound to CPU %d alone: the proxy thread runs off it (%s less the CPUs "
-           "the ranks on this machine are bound to; TUTTI_PROXY_CPUS=inherit keeps it on CPU %d)",
+           "the caller is bound to CPU %d alone: the proxy thread runs off it (the CPUs of %s "
+           "the process may use, less those the ranks on this machine are bound to; "
+           "TUTTI_PROXY_CPUS=inherit keeps it on CPU %d)",
            cpu, from, cpu);
   return 1;
 }

@@ -44,7 +44,6 @@
  */
 #include "proxy.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -372,11 +371,9 @@ static pthread_mutex_t proxy_create_lock = PTHREAD_MUTEX_INITIALIZER;
  * by default) and would leave the proxy a scheduler slice per hand-off; docs/gpu.md, "The proxy
  * thread's CPUs". A proxy left on that CPU gets a WARN, once per process. */
 static void proxy_place(ncclComm_t comm, pthread_t thread, int chosen, const cpu_set_t *set,
-                        const cpu_set_t *wider, const char *why) {
+                        const char *why) {
   static int warned;
   int err = chosen ? pthread_setaffinity_np(thread, sizeof(*set), set) : 0;
-  if (err == EINVAL) /* a cpuset without any of set's CPUs */
-    err = pthread_setaffinity_np(thread, sizeof(*wider), wider);
   char name[16]; /* the kernel keeps 15 characters */
   snprintf(name, sizeof(name), "tutti-proxy%d", comm->rank);
   (void)pthread_setname_np(thread, name);
@@ -388,12 +385,10 @@ static void proxy_place(ncclComm_t comm, pthread_t thread, int chosen, const cpu
     INFO(SUB_COLL, "rank %d: proxy thread on CPUs %s: %s", comm->rank, list, why);
     return;
   }
-  cpu_set_t own;
-  if (sched_getaffinity(0, sizeof(own), &own) != 0 || CPU_COUNT(&own) != 1 ||
-      sysconf(_SC_NPROCESSORS_ONLN) < 2 || __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+  int cpu = tutti_solo_cpu();
+  if (cpu < 0 || sysconf(_SC_NPROCESSORS_ONLN) < 2 ||
+      __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     return;
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &own)) cpu++;
   char reason[600];
   if (err)
     snprintf(reason, sizeof(reason), "moving it failed: %s", strerror(err));
@@ -409,14 +404,14 @@ static void proxy_place(ncclComm_t comm, pthread_t thread, int chosen, const cpu
 
 static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
   const device_ops_t *dev = device_get();
-  cpu_set_t cpus, wider, taken;
+  cpu_set_t cpus, taken;
   char cpus_why[512];
   CPU_ZERO(&taken);
   for (int p = 0; p < comm->nranks; p++) /* ranks of this machine bound to one CPU each */
     if (comm->peers[p].machine_hash == comm->peers[comm->rank].machine_hash &&
         comm->peers[p].solo_cpu >= 0 && comm->peers[p].solo_cpu < CPU_SETSIZE)
       CPU_SET(comm->peers[p].solo_cpu, &taken);
-  int place = proxy_cpus_choose(&taken, &cpus, &wider, cpus_why, sizeof(cpus_why));
+  int place = proxy_cpus_choose(&taken, &cpus, cpus_why, sizeof(cpus_why));
   if (place < 0) return ncclInvalidArgument; /* a malformed TUTTI_PROXY_CPUS, error set */
   struct proxy *px = calloc(1, sizeof(*px));
   if (!px) return TUTTI_ERR(ncclSystemError, "out of memory");
@@ -458,7 +453,7 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
     return TUTTI_ERR(ncclSystemError, "rank %d: cannot start the proxy thread", comm->rank);
   }
   INFO(SUB_COLL, "rank %d: proxy thread started (device: %s)", comm->rank, dev->name);
-  proxy_place(comm, px->thread, place, &cpus, &wider, cpus_why);
+  proxy_place(comm, px->thread, place, &cpus, cpus_why);
   *out = px;
   return ncclSuccess;
 }

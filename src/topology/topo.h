@@ -151,6 +151,11 @@ void topo_choose_binding(const topo_t *t, int gpu, const char *current, topo_bin
  * enough; a launcher's binding is kept. Always of the calling thread's current binding. */
 void topo_choose_binding_local(const topo_t *t, int gpu, int local_rank, int local_size,
                                topo_binding_t *out);
+/* Where a helper thread of a thread bound to CPU cpu alone may go: the CPUs of cpu's NUMA node
+ * (the whole machine without NUMA information) and all the CPUs, both as far as the process is
+ * allowed them (a cgroup's cpuset), as lists ("0-3,8"); 0 on success, -1 when t is not this
+ * machine or a list does not fit in len. */
+int topo_helper_cpus(const topo_t *t, int cpu, char *node, char *allowed, size_t len);
 /* The NUMA node (os index) holding every CPU the calling thread may run on; -1 when they span
  * several nodes, the machine has one, or t is not this machine. */
 int topo_current_numa(const topo_t *t);

@@ -162,6 +162,20 @@ static int numa_of_cpus(const topo_t *t, hwloc_const_cpuset_t cpus) {
   return numa;
 }
 
+int topo_helper_cpus(const topo_t *t, int cpu, char *node, char *allowed, size_t len) {
+  if (!t || !t->live) return -1;
+  hwloc_const_cpuset_t ok = hwloc_topology_get_allowed_cpuset(t->hw);
+  hwloc_obj_t n = NULL;
+  while ((n = hwloc_get_next_obj_by_type(t->hw, HWLOC_OBJ_NUMANODE, n)))
+    if (hwloc_bitmap_isset(n->cpuset, (unsigned)cpu)) break;
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  if (!set) return -1;
+  hwloc_bitmap_and(set, n ? n->cpuset : ok, ok);
+  int fits = set_to_list(set, node, len) && set_to_list(ok, allowed, len);
+  hwloc_bitmap_free(set);
+  return fits ? 0 : -1;
+}
+
 int topo_current_numa(const topo_t *t) {
   if (!t || !t->live || hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_NUMANODE) < 2) return -1;
   hwloc_bitmap_t cur = topo_current_cpuset(t);
