@@ -39,7 +39,8 @@ TEST(PidGone, LiveZombieAndReaped) {
 }
 
 // A child holding 256 MiB of touched memory is killed: its exit takes the teardown of 65536
-// pages (milliseconds), during which its state is not yet 'Z'. tutti_pid_gone must answer 1
+// pages (milliseconds; small pages asked for, since huge ones would be freed in 128 steps),
+// during which its state is not yet 'Z'. tutti_pid_gone must answer 1
 // there (PF_EXITING); it answered 0 until the zombie before.
 TEST(PidGone, AKilledProcessIsGoneWhileItTearsDownItsMemory) {
   int ready[2];
@@ -50,6 +51,7 @@ TEST(PidGone, AKilledProcessIsGoneWhileItTearsDownItsMemory) {
     const size_t bytes = size_t{256} << 20;
     void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) _exit(2);
+    madvise(p, bytes, MADV_NOHUGEPAGE); /* 4 KiB pages even where THP is "always" */
     memset(p, 1, bytes);
     if (write(ready[1], "x", 1) != 1) _exit(2);
     pause();
