@@ -56,6 +56,9 @@ static inline int tutti_log_level_now(void) {
 void tutti_log(log_level_t level, unsigned subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 int tutti_log_enabled(log_level_t level, unsigned subsys);
+/* Reads the logging settings once per process (again in a fork's child) and registers the
+ * logger's fork handlers; every log call does it first. */
+void tutti_log_ready(void);
 /* Rank printed in every log line of this thread ("[rank]"), -1 for none. */
 void tutti_log_set_rank(int rank);
 /* Re-reads the logging settings (ncclResetDebugInit). */

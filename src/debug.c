@@ -101,15 +101,26 @@ static void log_settings(void) {
   __atomic_store_n(&tutti_log_level, level, __ATOMIC_RELEASE);
 }
 
-/* A fork's child (its one thread) reads the settings again at its first log line: it may have
- * set its own (a TUTTI_DEBUG_FILE with %p names its own file). Until then every line asks
- * (level -1). A thread of the parent may have held the locks at the fork; it does not exist
- * here. */
-static void log_forget(void) {
-  pthread_mutex_init(&log_lock, NULL);
-  pthread_mutex_init(&log_stale_lock, NULL);
+/* Around a fork the forking thread holds both locks (taken in their order: log_stale_lock, then
+ * log_lock inside log_settings), so no other thread is half-way through a line or a re-read
+ * when the child is copied. Nothing else is locked while a thread holds them (a line is written,
+ * a file opened or closed), so the fork waits at most for that. A fork's child (its one thread)
+ * reads the settings again at its first log line: it may have set its own (a TUTTI_DEBUG_FILE
+ * with %p names its own file). Until then every line asks (level -1). */
+static void log_before_fork(void) {
+  pthread_mutex_lock(&log_stale_lock);
+  pthread_mutex_lock(&log_lock);
+}
+
+static void log_after_fork_parent(void) {
+  pthread_mutex_unlock(&log_lock);
+  pthread_mutex_unlock(&log_stale_lock);
+}
+
+static void log_after_fork_child(void) {
   __atomic_store_n(&log_stale, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&tutti_log_level, -1, __ATOMIC_RELAXED);
+  log_after_fork_parent();
 }
 
 static void log_init(void) {
@@ -117,11 +128,11 @@ static void log_init(void) {
   char *dot = strchr(log_host, '.');
   if (dot) *dot = '\0';
   log_settings();
-  pthread_atfork(NULL, NULL, log_forget);
+  pthread_atfork(log_before_fork, log_after_fork_parent, log_after_fork_child);
 }
 
 /* The settings read: once per process, and again in a fork's child. */
-static void log_ready(void) {
+void tutti_log_ready(void) {
   pthread_once(&log_once, log_init);
   if (!__atomic_load_n(&log_stale, __ATOMIC_ACQUIRE)) return;
   pthread_mutex_lock(&log_stale_lock);
@@ -133,7 +144,7 @@ static void log_ready(void) {
 }
 
 int tutti_log_enabled(log_level_t level, unsigned subsys) {
-  log_ready();
+  tutti_log_ready();
   if (level <= LOG_WARN) return tutti_log_level_now() >= (int)level;
   return tutti_log_level_now() >= (int)level &&
          (__atomic_load_n(&log_subsys, __ATOMIC_RELAXED) & subsys);
@@ -144,7 +155,7 @@ void tutti_log_set_rank(int rank) {
 }
 
 void tutti_log_reinit(void) {
-  log_ready();
+  tutti_log_ready();
   log_settings();
 }
 
@@ -152,7 +163,7 @@ void tutti_log_reinit(void) {
  * init, when TUTTI_DEBUG / NCCL_DEBUG asks for VERSION or more; not at the default level. */
 void tutti_log_version(void) {
   static int printed;
-  log_ready();
+  tutti_log_ready();
   if (!__atomic_load_n(&log_level_explicit, __ATOMIC_RELAXED) ||
       tutti_log_level_now() < LOG_VERSION)
     return;
@@ -200,7 +211,7 @@ ncclResult_t tutti_error(ncclResult_t code, const char *file, int line, const ch
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof(last_error), fmt, ap);
   va_end(ap);
-  log_ready();
+  tutti_log_ready();
   if (tutti_log_level_now() >= LOG_WARN) tutti_log(LOG_WARN, SUB_ALL, file, line, "%s", last_error);
   return code;
 }

@@ -112,13 +112,28 @@ static int64_t param_read(const tutti_param_t *p) {
 
 static tutti_param_t *params_read; /* every setting read once, listed under param_lock */
 
-/* A fork's child (its one thread): every setting is read again where next asked for, from the
- * environment the child has then. A thread of the parent may have held param_lock at the fork;
- * it does not exist here. */
-static void params_forget(void) {
-  pthread_mutex_init(&param_lock, NULL);
+/* Around a fork the forking thread holds param_lock, so no other thread is half-way through a
+ * read when the child is copied. A read may log under param_lock, so param_lock comes before the
+ * logger's locks: its fork handlers are registered after the logger's (the handlers before a
+ * fork run last registered first). A fork's child (its one thread): every setting is read again
+ * where next asked for, from the environment the child has then. */
+static void params_before_fork(void) {
+  pthread_mutex_lock(&param_lock);
+}
+
+static void params_after_fork_parent(void) {
+  pthread_mutex_unlock(&param_lock);
+}
+
+static void params_after_fork_child(void) {
   for (tutti_param_t *p = params_read; p; p = p->next)
     __atomic_store_n(&p->state, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&param_lock);
+}
+
+static int params_register_fork_handlers(void) {
+  tutti_log_ready();
+  return pthread_atfork(params_before_fork, params_after_fork_parent, params_after_fork_child) == 0;
 }
 
 int64_t tutti_param_load(tutti_param_t *p) {
@@ -128,7 +143,7 @@ int64_t tutti_param_load(tutti_param_t *p) {
   if (p->state != 2) {
     p->value = param_read(p);
     if (!p->listed) p->next = params_read, params_read = p, p->listed = 1;
-    if (!forget_registered) forget_registered = pthread_atfork(NULL, NULL, params_forget) == 0;
+    if (!forget_registered) forget_registered = params_register_fork_handlers();
     __atomic_store_n(&p->state, 2, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&param_lock);

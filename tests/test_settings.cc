@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core.h"
@@ -145,8 +147,10 @@ TUTTI_PARAM(SettingsTestFork, "SETTINGS_TEST_FORK", 3)
 
 // A fork's child reads the cached settings and the logging settings again, from the environment
 // it has by then (a launcher that forks its ranks sets each one's own); the parent keeps its own.
-// Exit codes: 1 the setting kept the parent's value, 2 no log file of the child's own.
+// Exit codes: 1 the setting kept the parent's value, 2 no log file of the child's own; a lock
+// left held across the fork hangs it (SIGALRM ends it: not an exit).
 int forked_child(const std::string &dir) {
+  alarm(10);
   setenv("TUTTI_SETTINGS_TEST_FORK", "5", 1);
   setenv("TUTTI_DEBUG", "INFO", 1);
   setenv("TUTTI_DEBUG_SUBSYS", "ALL", 1);
@@ -174,6 +178,69 @@ TEST(Settings, AForksChildReadsTheSettingsAgain) {
   }
   EXPECT_EQ(tutti_param_SettingsTestFork(), 16 * 1024) << "the parent's setting stays cached";
   rmdir(dir.c_str());
+}
+
+TUTTI_PARAM(SettingsTestForkBusy, "SETTINGS_TEST_FORK_BUSY", 3)
+
+// A grandchild forked while other threads log and re-read the logging settings: it reads a
+// cached setting again and writes a line to its own log file. Exit codes: 1 the setting kept
+// the parent's value, 2 its line is missing. A lock left held across the fork hangs it
+// (SIGALRM ends it: not an exit).
+int busy_grandchild(const std::string &dir) {
+  alarm(10);
+  setenv("TUTTI_SETTINGS_TEST_FORK_BUSY", "7", 1);
+  if (tutti_param_SettingsTestForkBusy() != 7) return 1;
+  INFO(SUB_ALL, "a line of the grandchild");
+  std::ifstream f(dir + "/log." + std::to_string(getpid()));
+  for (std::string line; std::getline(f, line);)
+    if (line.find("a line of the grandchild") != std::string::npos) return 0;
+  return 2;
+}
+
+// The process that forks: two threads write log lines and re-read the logging settings (which
+// reopens the log file) without pause while it forks 100 grandchildren. Exit codes: 0 all
+// fine, 3 a grandchild failed, 4 the threads could not start; a fork that hangs ends the
+// process (SIGALRM).
+int fork_while_busy(const std::string &dir) {
+  alarm(60);
+  setenv("TUTTI_DEBUG", "INFO", 1);
+  setenv("TUTTI_DEBUG_SUBSYS", "ALL", 1);
+  setenv("TUTTI_DEBUG_FILE", (dir + "/log.%p").c_str(), 1);
+  tutti_log_reinit();
+  if (tutti_param_SettingsTestForkBusy() != 3) return 1;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  try {
+    busy.emplace_back([&] {
+      while (!stop) INFO(SUB_ALL, "a line of a busy thread");
+    });
+    busy.emplace_back([&] {
+      while (!stop) tutti_log_reinit();
+    });
+  } catch (...) {
+    stop = true;
+    for (auto &t : busy) t.join();
+    return 4;
+  }
+  int bad = 0;
+  for (int i = 0; i < 100 && !bad; i++)
+    bad = exit_code_in_child([&] { return busy_grandchild(dir); }) != 0;
+  stop = true;
+  for (auto &t : busy) t.join();
+  return bad ? 3 : 0;
+}
+
+// The logger and the settings hold their locks across a fork (fork handlers), so a fork while
+// other threads are inside them neither hangs nor leaves the child a lock it cannot take.
+TEST(Settings, ForksWhileOtherThreadsLogCompleteAndTheChildrenLogAndReadSettings) {
+  char tmpl[] = "/tmp/tutti-settings-busy-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  EXPECT_EQ(exit_code_in_child([&] { return fork_while_busy(dir); }), 0)
+      << "-1: a fork or a grandchild hung (SIGALRM), 1: the setting was not 3, 3: a grandchild "
+         "failed, 4: no threads";
+  std::string rm = "rm -rf " + dir;
+  EXPECT_EQ(system(rm.c_str()), 0);
 }
 
 std::vector<std::string> list(const char *text) {
