@@ -145,6 +145,14 @@ TEST(Settings, CachedParamsReadOnceAndKeepTheDefaultOnGarbage) {
 
 TUTTI_PARAM(SettingsTestFork, "SETTINGS_TEST_FORK", 3)
 
+// Whether this process's log file in dir (TUTTI_DEBUG_FILE=dir/log.%p) holds a line with text.
+bool own_log_has(const std::string &dir, const char *text) {
+  std::ifstream f(dir + "/log." + std::to_string(getpid()));
+  for (std::string line; std::getline(f, line);)
+    if (line.find(text) != std::string::npos) return true;
+  return false;
+}
+
 // A fork's child reads the cached settings and the logging settings again, from the environment
 // it has by then (a launcher that forks its ranks sets each one's own); the parent keeps its own.
 // Exit codes: 1 the setting kept the parent's value, 2 no log file of the child's own; a lock
@@ -157,10 +165,7 @@ int forked_child(const std::string &dir) {
   setenv("TUTTI_DEBUG_FILE", (dir + "/log.%p").c_str(), 1);
   if (tutti_param_SettingsTestFork() != 5) return 1;
   INFO(SUB_ALL, "a line of the child");
-  std::ifstream f(dir + "/log." + std::to_string(getpid()));
-  for (std::string line; std::getline(f, line);)
-    if (line.find("a line of the child") != std::string::npos) return 0;
-  return 2;
+  return own_log_has(dir, "a line of the child") ? 0 : 2;
 }
 
 TEST(Settings, AForksChildReadsTheSettingsAgain) {
@@ -191,10 +196,7 @@ int busy_grandchild(const std::string &dir) {
   setenv("TUTTI_SETTINGS_TEST_FORK_BUSY", "7", 1);
   if (tutti_param_SettingsTestForkBusy() != 7) return 1;
   INFO(SUB_ALL, "a line of the grandchild");
-  std::ifstream f(dir + "/log." + std::to_string(getpid()));
-  for (std::string line; std::getline(f, line);)
-    if (line.find("a line of the grandchild") != std::string::npos) return 0;
-  return 2;
+  return own_log_has(dir, "a line of the grandchild") ? 0 : 2;
 }
 
 // The process that forks: two threads write log lines and re-read the logging settings (which
