@@ -45,8 +45,8 @@ if [ "${1:-}" = --ci ]; then
     done
     ci_tests+='|^fuzz_replay_'
   else
-    # A fork after another thread logged: the fork handlers' locks (48bdd86; failed 3 of 3
-    # under TSan before).
+    # A fork after another thread logged and ended: the logger's and the settings' fork
+    # handlers must order the child's use of their locks after that thread's.
     SANITIZE_TARGETS+=" test_ib"
     ci_tests+='|^ib_no_device$'
   fi

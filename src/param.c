@@ -137,13 +137,13 @@ static int params_register_fork_handlers(void) {
 }
 
 int64_t tutti_param_load(tutti_param_t *p) {
-  static int forget_registered;
+  static int fork_handlers_registered;
   if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == 2) return p->value;
   pthread_mutex_lock(&param_lock);
   if (p->state != 2) {
     p->value = param_read(p);
     if (!p->listed) p->next = params_read, params_read = p, p->listed = 1;
-    if (!forget_registered) forget_registered = params_register_fork_handlers();
+    if (!fork_handlers_registered) fork_handlers_registered = params_register_fork_handlers();
     __atomic_store_n(&p->state, 2, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&param_lock);

@@ -80,12 +80,11 @@ void watch_a_killed_child(DeathWatch *w) {
   close(ready[1]);
 }
 
-// tutti_pid_gone must answer 1 while a killed process tears down its memory (PF_EXITING); it
-// answered 0 until the zombie before. Whether a poll falls in that window is up to the
-// scheduler: on a loaded machine the child can wait for a CPU (the polls see it alive), then
-// tear down while this process waits for one (no poll sees the window; 7 of 60 tries with two
-// CPU-bound processes on a 2-CPU machine). So up to 20 children are killed until one is seen in
-// the window; a library that ignored PF_EXITING would see none of them there.
+// tutti_pid_gone must answer 1 while a killed process tears down its memory (PF_EXITING).
+// Whether a poll falls in that window is up to the scheduler: on a loaded machine the child can
+// wait for a CPU (the polls see it alive), then tear down while this process waits for one (no
+// poll sees the window). So up to 20 children are killed until one is seen in the window; a
+// library that ignored PF_EXITING would see none of them there.
 TEST(PidGone, AKilledProcessIsGoneWhileItTearsDownItsMemory) {
   const int tries = 20;
   int seen_in_window = 0, polls = 0;

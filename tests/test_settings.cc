@@ -201,8 +201,8 @@ int busy_grandchild(const std::string &dir) {
 
 // The process that forks: two threads write log lines and re-read the logging settings (which
 // reopens the log file) without pause while it forks 100 grandchildren. Exit codes: 0 all
-// fine, 3 a grandchild failed, 4 the threads could not start; a fork that hangs ends the
-// process (SIGALRM).
+// fine, 1 the setting was not its default, 3 a grandchild failed, 4 the threads could not start; a
+// fork that hangs ends the process (SIGALRM).
 int fork_while_busy(const std::string &dir) {
   alarm(60);
   setenv("TUTTI_DEBUG", "INFO", 1);
