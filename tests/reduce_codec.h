@@ -181,6 +181,18 @@ inline double max_min(bool max, double x, double y) {
   return (max ? x > y : x < y) ? x : y;
 }
 
+// x OP y in double for the ops that combine two values (sum, product, max, min).
+inline double apply_op(ncclRedOp_t op, double x, double y) {
+  switch (op) {
+    case ncclSum:
+      return x + y;
+    case ncclProd:
+      return x * y;
+    default:
+      return max_min(op == ncclMax, x, y);
+  }
+}
+
 }  // namespace reduce_codec
 
 #endif  // TUTTI_TESTS_REDUCE_CODEC_H_

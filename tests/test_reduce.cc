@@ -136,23 +136,12 @@ reduce_op_t make_op(const TypeInfo &ti, ncclRedOp_t base, const Flags &f, double
   return op;
 }
 
-double model_op(ncclRedOp_t op, double x, double y) {
-  switch (op) {
-    case ncclSum:
-      return x + y;
-    case ncclProd:
-      return x * y;
-    default:
-      return reduce_codec::max_min(op == ncclMax, x, y);
-  }
-}
-
 // post(pre(a) OP b) with b optional, as reduce.h specifies.
 double model(const TypeInfo &ti, ncclRedOp_t op, const Flags &f, double scale, int divisor,
              double a, const double *b) {
   double v = a;
   if (f.premul && (f.flags & REDUCE_PRE)) v = v * scale;
-  if (b) v = model_op(op, v, *b);
+  if (b) v = reduce_codec::apply_op(op, v, *b);
   if (f.postdiv && (f.flags & REDUCE_POST)) v = ti.is_float ? v / divisor : std::trunc(v / divisor);
   return v;
 }

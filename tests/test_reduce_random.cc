@@ -26,17 +26,6 @@ using reduce_codec::TypeInfo;
 
 const char *const kIsas[] = {"scalar", "avx2", "avx512"};
 
-double model_float_op(ncclRedOp_t op, double x, double y) {
-  switch (op) {
-    case ncclSum:
-      return x + y;
-    case ncclProd:
-      return x * y;
-    default:
-      return reduce_codec::max_min(op == ncclMax, x, y);
-  }
-}
-
 // One element of a float type: the expected bits, or all ones in `nan` when only NaN-ness counts.
 uint64_t ref_float(const TypeInfo &ti, const reduce_op_t &op, int flags, const void *a,
                    const void *b, bool *nan) {
@@ -44,7 +33,7 @@ uint64_t ref_float(const TypeInfo &ti, const reduce_op_t &op, int flags, const v
   auto round = [f64](double v) { return f64 ? v : (double)(float)v; };  // the compute type
   double x = decode(ti.type, a);
   if (op.premul && (flags & REDUCE_PRE)) x = round(x * decode(ti.type, op.scalar));
-  if (b) x = round(model_float_op(op.base, x, decode(ti.type, b)));
+  if (b) x = round(reduce_codec::apply_op(op.base, x, decode(ti.type, b)));
   if (op.postdiv && (flags & REDUCE_POST)) x = round(x / op.divisor);
   *nan = std::isnan(x);
   uint64_t bits = 0;
