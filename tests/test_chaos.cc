@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "chaos_rng.h"
 #include "child_proc.h"
 
 #ifndef TUTTI_SOURCE_DIR
@@ -77,17 +78,6 @@ std::string lines_of_rank(const std::string &out, int rank) {
   return res;
 }
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return (int)(next() % (uint64_t)n); }
-};
-
 const char *const kPhases[] = {"init", "coll", "between", "destroy"};
 
 struct Trial {
@@ -100,7 +90,7 @@ struct Trial {
 };
 
 Trial draw(int seed) {
-  Rng r = {(uint64_t)seed * 7919u + 1};
+  ChaosRng r = {(uint64_t)seed * 7919u + 1};
   Trial t;
   t.seed = seed;
   t.cut = r.below(3) == 0;

@@ -24,6 +24,7 @@
 #include <ctime>
 #include <vector>
 
+#include "chaos_rng.h"
 #include "tutti.h"
 
 namespace {
@@ -74,23 +75,12 @@ int failed(const char *what, ncclResult_t r) {
   return 3;
 }
 
-struct Rng {  // splitmix64: the same draws on every rank
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return (int)(next() % (uint64_t)n); }
-};
-
 double in(int r, size_t j) {
   return (double)(j % 1009) + r;
 }
 
 // One random collective, checked exactly; 0, 3 on an error, 4 on a wrong value.
-int one_call(Rng &rng, int n) {
+int one_call(ChaosRng &rng, int n) {
   const ncclDataType_t types[] = {ncclFloat32, ncclInt32, ncclFloat64};
   ncclDataType_t t = types[rng.below(3)];
   size_t es = t == ncclFloat64 ? 8 : 4, c = 1 + (size_t)rng.below(256 * 1024);
@@ -138,7 +128,7 @@ extern "C" int chaos_helper_main() {
   pthread_t killer;
   if (env_int("TUTTI_CHAOS_VICTIM", -1) == g_rank)
     pthread_create(&killer, nullptr, killer_main, nullptr);
-  Rng rng = {(uint64_t)env_int("TUTTI_CHAOS_SEED", 1)};
+  ChaosRng rng = {(uint64_t)env_int("TUTTI_CHAOS_SEED", 1)};
   int calls = env_int("TUTTI_CHAOS_CALLS", 20), at = env_int("TUTTI_CHAOS_CALL", 0), n = 0;
   g_t_fail = now_s();
   at_moment("init");
