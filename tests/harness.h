@@ -150,10 +150,9 @@ struct TypeInfo {
 extern const ncclDataType_t kAllTypes[12];
 const TypeInfo &type_info(ncclDataType_t t);
 
-// Minifloat codecs: `ebits` exponent and `mbits` mantissa bits; fn = e4m3 style (no infinity,
-// only all-ones is NaN). encode rounds to nearest even; overflow saturates when `saturate`
-// (fp8) and goes to infinity otherwise (half, bfloat16).
-double minifloat_decode(uint32_t bits, int ebits, int mbits, bool fn);
+// Minifloat encoder: `ebits` exponent and `mbits` mantissa bits; fn = e4m3 style (no infinity,
+// only all-ones is NaN). Rounds to nearest even; overflow saturates when `saturate` (fp8) and
+// goes to infinity otherwise (half, bfloat16). Decoding is reduce_codec.h's.
 uint32_t minifloat_encode(double v, int ebits, int mbits, bool fn, bool saturate);
 
 // Element codecs. encode_float rounds once (nearest even) to the type; encode_int truncates to

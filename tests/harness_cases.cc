@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "harness.h"
+#include "reduce_codec.h"
 
 namespace th {
 
@@ -35,22 +36,6 @@ const TypeInfo &type_info(ncclDataType_t t) {
       {ncclFloat8e5m2, "fp8e5m2", 1, true, true, 8},
   };
   return kInfo[static_cast<unsigned>(t) < 12 ? t : 0];
-}
-
-double minifloat_decode(uint32_t v, int ebits, int mbits, bool fn) {
-  int bias = (1 << (ebits - 1)) - 1;
-  uint32_t emax = (1u << ebits) - 1, mmask = (1u << mbits) - 1;
-  bool neg = (v >> (ebits + mbits)) & 1;
-  uint32_t e = (v >> mbits) & emax, m = v & mmask;
-  double r;
-  if (fn && e == emax && m == mmask) return NAN;
-  if (!fn && e == emax)
-    r = m ? NAN : INFINITY;
-  else if (e == 0)
-    r = std::ldexp(static_cast<double>(m), 1 - bias - mbits);
-  else
-    r = std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -mbits), static_cast<int>(e) - bias);
-  return neg ? -r : r;
 }
 
 uint32_t minifloat_encode(double v, int ebits, int mbits, bool fn, bool saturate) {
@@ -181,30 +166,8 @@ void encode_float(ncclDataType_t t, double v, void *out) {
 }
 
 double decode_float(ncclDataType_t t, const void *p) {
-  uint32_t bits = 0;
-  memcpy(&bits, p, type_info(t).size);
-  switch (t) {
-    case ncclFloat32: {
-      float f;
-      memcpy(&f, p, 4);
-      return f;
-    }
-    case ncclFloat64: {
-      double d;
-      memcpy(&d, p, 8);
-      return d;
-    }
-    case ncclFloat16:
-      return minifloat_decode(bits, 5, 10, false);
-    case ncclBfloat16:
-      return minifloat_decode(bits, 8, 7, false);
-    case ncclFloat8e4m3:
-      return minifloat_decode(bits, 4, 3, true);
-    case ncclFloat8e5m2:
-      return minifloat_decode(bits, 5, 2, false);
-    default:
-      return static_cast<double>(decode_int(t, p));
-  }
+  if (type_info(t).is_float) return reduce_codec::decode(t, p);
+  return static_cast<double>(decode_int(t, p));
 }
 
 std::string format_elem(ncclDataType_t t, const void *p) {
