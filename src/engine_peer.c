@@ -48,9 +48,13 @@
 
 TUTTI_PARAM(CmaPieceBytes, "CMA_PIECE_BYTES", 512 * 1024)
 
+/* A buffer this rank does not use in the call (0 bytes: a non-root's in a rooted collective,
+ * which may be NULL): no rank reads it, so it neither needs mapping nor stops the others'. */
+#define PEER_EXPOSE_UNUSED 3
+
 typedef struct agree_msg { /* where one rank's buffers are, for one call */
   uint32_t magic;
-  int32_t exposed[2]; /* send, receive: PEER_EXPOSE_* */
+  int32_t exposed[2]; /* send, receive: PEER_EXPOSE_*, PEER_EXPOSE_UNUSED */
   peer_handle_t h[2];
   float adapt_t[2]; /* a deciding call's latest times of this rank (adapt.h), else 0 */
 } agree_msg_t;
@@ -125,6 +129,10 @@ static ncclResult_t map_peer(ncclComm_t comm, const op_ctx_t *o, int p, const ag
   const transport_t *t = peer_transport(comm, p);
   for (int b = 0; b < 2; b++) {
     const char *addr = NULL;
+    if (m->exposed[b] == PEER_EXPOSE_UNUSED) {
+      o->peer_buf[b][p] = NULL;
+      continue;
+    }
     if (t->mem_map) TUTTI_CHECK(t->mem_map(comm, p, &m->h[b], &addr));
     if (!addr)
       return TUTTI_ERR(ncclSystemError,
@@ -144,7 +152,9 @@ static void expose(const op_ctx_t *o, const size_t bytes[2], agree_msg_t *m) {
   for (int b = 0; b < 2; b++) {
     const char *buf = o->buf[b == 0 ? BUF_SEND : BUF_RECV];
     o->peer_buf[b][comm->rank] = buf;
-    m->exposed[b] = t->mem_expose ? t->mem_expose(comm, buf, bytes[b], &m->h[b]) : 0;
+    m->exposed[b] = !bytes[b]       ? PEER_EXPOSE_UNUSED
+                    : t->mem_expose ? t->mem_expose(comm, buf, bytes[b], &m->h[b])
+                                    : PEER_EXPOSE_NONE;
   }
   if (o->adapt_decide) m->adapt_t[0] = o->adapt_t[0], m->adapt_t[1] = o->adapt_t[1];
 }
@@ -162,8 +172,9 @@ static ncclResult_t decide(op_ctx_t *o, const agree_msg_t *all, int *ok) {
                        "(op #%llu): ranks called different collectives",
                        comm->rank, p, coll_name(o->coll), (unsigned long long)o->seq);
     for (int b = 0; b < 2; b++) {
-      map &= all[p].exposed[b] == PEER_EXPOSE_MAP;
-      read &= all[p].exposed[b] != PEER_EXPOSE_NONE;
+      int e = all[p].exposed[b];
+      map &= e == PEER_EXPOSE_MAP || e == PEER_EXPOSE_UNUSED;
+      read &= e != PEER_EXPOSE_NONE;
       if (o->peer_h[b]) o->peer_h[b][p] = all[p].h[b];
     }
   }

@@ -359,6 +359,9 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
     return ncclSuccess;
   }
   uint32_t exclude = p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0;
+  /* in place, every rank's all-to-all input is copied aside after the handshake (plan_finish):
+   * peers would read blocks their owner overwrites */
+  if (p->args.coll == COLL_ALLTOALL && p->args.in_place) exclude |= algos_needing(ALGO_PEER_STEPS);
   int on_device = 0;
   if (p->ctx.dev) TUTTI_CHECK(choose_device(comm, p, exclude, &on_device));
   if (on_device) return ncclSuccess; /* not cached: its handshake runs every time */
@@ -392,13 +395,6 @@ static int needs_peer_memory(const pending_t *p) {
 /* Send and receive to self are the group's copies (group.c): no steps. */
 static int self_p2p(const pending_t *p) {
   return (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) && p->args.root == p->args.rank;
-}
-
-/* The buffers' extents of a peer-memory call: send, receive. */
-static void peer_extents(const pending_t *p, size_t bytes[2]) {
-  size_t small = p->args.count * p->ctx.esize, big = small * (size_t)p->args.nranks;
-  bytes[0] = p->args.coll == COLL_REDUCESCATTER ? big : small;
-  bytes[1] = p->args.coll == COLL_ALLGATHER ? big : small;
 }
 
 /* Whether the handshake's answer (PEER_AGREE_*) lets algorithm a run. */
@@ -477,7 +473,8 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
     ops[i].ctx.peer_buf[0] = tables, ops[i].ctx.peer_buf[1] = tables + nr;
     ops[i].ctx.peer_h[0] = handles, ops[i].ctx.peer_h[1] = handles + nr;
     ctx[k] = &ops[i].ctx, idx[k] = (int)i;
-    peer_extents(&ops[i], bytes[k++]);
+    /* the extents this rank uses (0: a buffer NCCL ignores here, a non-root's) */
+    bytes[k][0] = ops[i].bytes[0], bytes[k][1] = ops[i].bytes[1], k++;
   }
   if (k == 0) return ncclSuccess;
   TUTTI_CHECK(engine_peer_agree(ctx, (const size_t(*)[2])bytes, ok, k));

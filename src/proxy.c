@@ -272,13 +272,15 @@ static ncclResult_t proxy_stage_late(pending_t *p) {
   return proxy_stage_call(px, p, &px->out[i], &px->stage_at);
 }
 
-/* Whether a call's device buffers may stay in place: both are device memory and every rank's
- * device maps every other's (cuda_p2p); the planner then runs it on the device or stages it
+/* Whether a call's device buffers may stay in place: every buffer it uses is device memory (a
+ * buffer of 0 bytes, a non-root's in a rooted collective, is not used) and every rank's device
+ * maps every other's (cuda_p2p); the planner then runs it on the device or stages it
  * (proxy_stage_late). Point-to-point calls and device PreMulSum scalars are staged at once. */
 static int proxy_keeps_on_device(const struct proxy *px, const pending_t *p) {
   coll_t c = p->args.coll;
-  return px->comm->dev_peer && p->on_device[0] && p->on_device[1] && !p->scalar_dev &&
-         c != COLL_SEND && c != COLL_RECV;
+  int used_on_device = (p->on_device[0] || !p->bytes[0]) && (p->on_device[1] || !p->bytes[1]);
+  return px->comm->dev_peer && used_on_device && (p->on_device[0] || p->on_device[1]) &&
+         !p->scalar_dev && c != COLL_SEND && c != COLL_RECV;
 }
 
 static size_t proxy_scratch_bytes(void) {

@@ -71,16 +71,19 @@ struct Setup {
 // Buffers per NCCL's layout for the collective (sizes: non-roots get none where NCCL allows NULL).
 void layout(const Setup &u, int r, Rank &rk) {
   size_t c = u.count, n = (size_t)u.n, ns = c, nr = c;
-  if (u.coll == COLL_ALLGATHER) nr = c * n;
-  if (u.coll == COLL_REDUCESCATTER) ns = c * n;
-  if (u.coll == COLL_BROADCAST && r != u.root) ns = 0;
-  if (u.coll == COLL_REDUCE && r != u.root) nr = 0;
-  size_t in_elem =
-      u.coll == COLL_REDUCESCATTER ? ns : (u.coll == COLL_ALLGATHER ? nr : std::max(ns, nr));
+  bool root = r == u.root;
+  bool gathers = u.coll == COLL_ALLGATHER || u.coll == COLL_GATHER;
+  bool scatters = u.coll == COLL_REDUCESCATTER || u.coll == COLL_SCATTER;
+  if (u.coll == COLL_ALLGATHER || u.coll == COLL_ALLTOALL || (u.coll == COLL_GATHER && root))
+    nr = c * n;
+  if (u.coll == COLL_REDUCESCATTER || u.coll == COLL_ALLTOALL || (u.coll == COLL_SCATTER && root))
+    ns = c * n;
+  if ((u.coll == COLL_BROADCAST || u.coll == COLL_SCATTER) && !root) ns = 0;
+  if ((u.coll == COLL_REDUCE || u.coll == COLL_GATHER) && !root) nr = 0;
+  size_t in_elem = scatters ? ns : (gathers ? nr : std::max(ns, nr));
   if (u.in_place && ns && nr) {
     rk.send_store.assign(in_elem, -7);
-    size_t so = u.coll == COLL_ALLGATHER ? (size_t)r * c : 0,
-           ro = u.coll == COLL_REDUCESCATTER ? (size_t)r * c : 0;
+    size_t so = gathers ? (size_t)r * c : 0, ro = scatters ? (size_t)r * c : 0;
     rk.buf[BUF_SEND] = {&rk.send_store, so};
     rk.buf[BUF_RECV] = {&rk.send_store, ro};
   } else {
@@ -125,7 +128,12 @@ int64_t expected(const Setup &u, int r, size_t j) {
     case COLL_REDUCESCATTER:
       return pre_sum(u.n, (size_t)r * u.count + j, u.plain ? 1 : kPre) + kPost;
     case COLL_ALLGATHER:
+    case COLL_GATHER:
       return input((int)(j / u.count), j % u.count);
+    case COLL_SCATTER:
+      return input(u.root, (size_t)r * u.count + j);
+    case COLL_ALLTOALL:  // block q of the result: rank q's block r
+      return input((int)(j / u.count), (size_t)r * u.count + j % u.count);
     default:
       return input(u.root, j);  // broadcast
   }
@@ -143,8 +151,9 @@ void check_one(const Setup &u) {
     for (int r = 0; r < u.n; r++) layout(u, r, ranks[r]);  // fresh buffers
     ASSERT_EQ(run(slot, 2 * (u.chunk / slot), ranks, u.plain), "") << "slot " << slot;
     for (int r = 0; r < u.n; r++) {
-      if (u.coll == COLL_REDUCE && r != u.root) continue;
-      size_t outs = u.coll == COLL_ALLGATHER ? u.count * u.n : u.count;
+      if ((u.coll == COLL_REDUCE || u.coll == COLL_GATHER) && r != u.root) continue;
+      bool blocks = u.coll == COLL_ALLGATHER || u.coll == COLL_GATHER || u.coll == COLL_ALLTOALL;
+      size_t outs = blocks ? u.count * u.n : u.count;
       for (size_t j = 0; j < outs; j++)
         ASSERT_EQ(ranks[r].buf[BUF_RECV].at(j), expected(u, r, j)) << "rank " << r << " elem " << j;
     }
@@ -188,19 +197,27 @@ TEST(Algos, AllReduceTreeRhdRd) {
 }
 
 // Direct reads the other ranks' buffers in place, cma by copy and pushes its all-reduce results
-// (peer steps, STEP_PUSH), push does the same on mapped buffers: all-reduce, reduce-scatter and
-// all-gather (push: all-reduce and all-gather), any number of ranks, in place or not, the same
-// closed forms without PreMulSum.
+// (peer steps, STEP_PUSH), push does the same on mapped buffers: direct and cma every collective
+// (push: all-reduce and all-gather), any number of ranks, the first and the last rank as the
+// root, in place or not (all-to-all out of place only: the planner runs an in-place one on the
+// FIFOs), the same closed forms without PreMulSum.
 TEST(Algos, DirectCmaAndPushPeerSteps) {
+  int built = 0;
   for (algo_t algo : {ALGO_DIRECT, ALGO_CMA, ALGO_PUSH})
-    for (coll_t coll : {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER})
-      for (int n = 1; n <= 8 && algo_implements(algo, coll); n++)
-        for (size_t c : kCounts)
-          for (bool ip : {false, true}) {
-            ::Setup u{coll, algo, n, 0, c, 4, ip};
-            u.plain = true;
-            check(u);
-          }
+    for (int coll = 0; coll < COLL_SEND; coll++)
+      for (int n = 1; n <= 8 && algo_implements(algo, (coll_t)coll); n++)
+        for (int root : {0, n - 1})
+          for (size_t c : kCounts)
+            for (bool ip : {false, true}) {
+              if (ip && coll == COLL_ALLTOALL) continue;
+              ::Setup u{(coll_t)coll, algo, n, root, c, 4, ip};
+              u.plain = true;
+              check(u);
+              built++;
+            }
+  // direct and cma: 8 collectives, push 2; 8 rank counts, 2 roots, 8 counts, 2 placements (but
+  // all-to-all's one)
+  EXPECT_EQ(built, (8 + 8 + 2) * 8 * 2 * 8 * 2 - 2 * 8 * 2 * 8);
 }
 
 // rd across hosts folds each host into its first rank: hosts in blocks, interleaved, uneven,

@@ -314,8 +314,9 @@ TEST(TunerModel, MessageCpuOnASharedMachine) {
 }
 
 // Direct (peer memory) on one host: peer latency + 2(n-1)/n S / b_peer for the all-reduce,
-// (n-1)/n S / b_peer for all-gather and reduce-scatter; only where every pair of ranks has peer
-// memory and from TUTTI_DIRECT_MIN_BYTES on.
+// (n-1)/n S / b_peer for all-gather and reduce-scatter, the rooted collectives and all-to-all by
+// what their busiest rank reads; only where every pair of ranks has peer memory and from
+// TUTTI_DIRECT_MIN_BYTES on.
 TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
   tuner_model_t m = model();
   m.peer = {10.0, 20.0};
@@ -329,7 +330,16 @@ TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLGATHER, ALGO_DIRECT, 1 << 20),
                    10.0 + 0.5 * S / 20e3);
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 128 * 1024), 0);  // too small
-  EXPECT_LT(tuner_estimate_us(&m, &t, COLL_BROADCAST, ALGO_DIRECT, 1 << 20), 0);     // not built
+  // 4 ranks, the rest of the collectives: the busiest rank reads S (broadcast, scatter: each
+  // non-root its block of the root's buffer) or (n-1) S (reduce, gather: the root; all-to-all:
+  // every rank)
+  tuner_topo_t t4 = one_host(4);
+  t4.peer_mem = 1, t4.peer_min_bytes = t.peer_min_bytes;
+  for (coll_t c : {COLL_BROADCAST, COLL_SCATTER})
+    EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t4, c, ALGO_DIRECT, 1 << 20), 10.0 + S / 20e3);
+  for (coll_t c : {COLL_REDUCE, COLL_GATHER, COLL_ALLTOALL})
+    EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t4, c, ALGO_DIRECT, 1 << 20), 10.0 + 3 * S / 20e3);
+  EXPECT_LT(tuner_estimate_us(&m, &t4, COLL_BROADCAST, ALGO_DIRECT, 128 * 1024), 0);  // too small
   // 1 MiB: ring 2 a + S / b_shm = 4 + 104.9 us against direct's 10 + 52.4 us
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_DIRECT);
   EXPECT_EQ(tuner_choose(&m, &t, COLL_REDUCESCATTER, 1 << 20, TUNER_ALL_ALGOS, 0).algo,

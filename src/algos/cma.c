@@ -1,4 +1,4 @@
-/* CMA all-reduce, reduce-scatter and all-gather: ranks of one host read (and write) each
+/* CMA collectives (those of direct.c): ranks of one host read (and write) each
  * other's buffers by copy (the transport's mem_read / mem_write; shm: process_vm_readv and
  * process_vm_writev, "cross-memory attach"), for memory the peers cannot map (heap). The
  * engine (engine_peer.c) runs the peer steps reading instead of mapping:
@@ -11,6 +11,8 @@
  *   PEER_DONE    wait until every owner has pushed its segment (and read all it needs)
  *   reduce-scatter: direct's schedule (PEER_REDUCE of the own block, PEER_DONE)
  *   all-gather:     direct's schedule (PEER_COPY of every peer's send buffer, PEER_DONE)
+ *   broadcast, reduce, gather, scatter, all-to-all: direct's schedules (direct.c), each peer's
+ *                   buffer read by copy
  *
  * Pushing rather than pulling the result: segment r of every rank's buffers is touched by its
  * owner r alone (read, then written), so no rank waits for another's progress, and the writes
@@ -18,7 +20,8 @@
  * would write lines the peer holds).
  *
  * Cost per rank, n ranks, S bytes: 2(n-1)/n S through the kernel's copy for the all-reduce
- * (half read into the L2 buffer, half written into the peers' results), (n-1)/n S for the others,
+ * (half read into the L2 buffer, half written into the peers' results), direct_moved's bytes for
+ * the others,
  * plus the handshake (every rank's buffer addresses, one FIFO message per peer), one system call
  * per piece and peer, and the final wait: lat + moved / b_read, with TUTTI_TUNER_PEER_READ_LAT_US
  * and TUTTI_TUNER_PEER_READ_GBPS. The FIFOs (ring) copy every byte twice (into a slot, out of
@@ -34,20 +37,29 @@
 static double cma_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks;
   if (!t->peer_read || n < 2 || t->nhosts != 1 || S < (double)t->peer_read_min_bytes) return -1;
-  double moved = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
-  return cost_peer(m, &m->peer_read, n, moved);
+  return cost_peer(m, &m->peer_read, n, direct_moved(c, n, S));
 }
 
 ALGO_COL_BUILDER(build_allreduce, push_allreduce) /* algos/push.c */
 ALGO_COL_BUILDER(build_reducescatter, direct_reducescatter)
 ALGO_COL_BUILDER(build_allgather, direct_allgather)
+ALGO_COL_BUILDER(build_broadcast, direct_broadcast)
+ALGO_COL_BUILDER(build_reduce, direct_reduce)
+ALGO_COL_BUILDER(build_gather, direct_gather)
+ALGO_COL_BUILDER(build_scatter, direct_scatter)
+ALGO_COL_BUILDER(build_alltoall, direct_alltoall)
 
 const algo_desc_t algo_cma = {
     .name = "cma",
     .summary = "one host: read the peers' buffers by copy (process_vm_readv; heap memory)",
     .build = {[COLL_ALLREDUCE] = build_allreduce,
               [COLL_REDUCESCATTER] = build_reducescatter,
-              [COLL_ALLGATHER] = build_allgather},
+              [COLL_ALLGATHER] = build_allgather,
+              [COLL_BROADCAST] = build_broadcast,
+              [COLL_REDUCE] = build_reduce,
+              [COLL_GATHER] = build_gather,
+              [COLL_SCATTER] = build_scatter,
+              [COLL_ALLTOALL] = build_alltoall},
     .cost_us = cma_cost,
     .needs = ALGO_NEEDS_PEER_READ | ALGO_NEEDS_PLAIN_OP,
 };

@@ -1,4 +1,5 @@
-/* Direct all-reduce, reduce-scatter and all-gather: ranks of one host read each other's
+/* Direct collectives (all-reduce, reduce-scatter, all-gather, broadcast, reduce, gather, scatter,
+ * all-to-all): ranks of one host read each other's
  * buffers in place through the transports' peer-memory capability (transport.h), instead of
  * copying every byte into a FIFO slot and out again.
  *
@@ -12,11 +13,24 @@
  *                  ring's order) into the receive buffer, then PEER_DONE
  *   all-gather:    the own block into place, PEER_COPY of every other rank's send buffer (all
  *                  there from the start), then PEER_DONE
+ *   broadcast:     the root copies its buffer into place (unless in place); every other rank
+ *                  PEER_COPYs the root's send buffer; then PEER_DONE
+ *   reduce:        the root PEER_REDUCEs every rank's send buffer into its receive buffer in
+ *                  the chain's order (first operand root + 1, the root's own last), so the same
+ *                  bits as chain; the others only PEER_DONE
+ *   gather:        the root copies its block into place and PEER_COPYs every other rank's send
+ *                  buffer into its block; scatter: every rank PEER_COPYs its block of the root's
+ *                  send buffer (the root copies its own); all-to-all: every rank copies its own
+ *                  block and PEER_COPYs block r of every other rank's send buffer; then PEER_DONE
+ *   The buffers a rank does not use (NCCL's: a non-root's send buffer in broadcast and
+ *   scatter, receive buffer in reduce and gather) are exposed as empty and never read. An
+ *   in-place all-to-all is not run here (the planner leaves it to the FIFOs: every rank would
+ *   overwrite the blocks its peers still read).
  *
  * Cost per rank: each byte of the result read from peers once and written once; no FIFO
  * hops, but a handshake before the call (every rank exposes its buffers and maps the others',
- * planner and engine_peer.c) and a final wait: peer latency + 2(n-1)/n S/b_peer for the
- * all-reduce, (n-1)/n S/b_peer for the others. Preconditions: every pair of ranks connected by
+ * planner and engine_peer.c) and a final wait: peer latency + moved/b_peer, moved the bytes the
+ * busiest rank reads (direct_moved). Preconditions: every pair of ranks connected by
  * a transport with peer memory (one host), the call at least TUTTI_DIRECT_MIN_BYTES (below,
  * the handshake costs more than the copies it saves), no PreMulSum (the reduction reads each
  * input once, unscaled). Results are bitwise identical on every rank (each segment has one
@@ -73,23 +87,107 @@ int direct_allgather(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
+int direct_broadcast(const sched_args_t *a, sched_t *s) {
+  int root = a->root;
+  if (a->rank == root)
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+               .flags = STEP_STORE, .count = a->count);
+  else
+    SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = root, .send_peer = -1, .src_buf = BUF_SEND,
+               .dst_buf = BUF_RECV, .flags = STEP_STORE, .count = a->count);
+  return direct_done(s);
+}
+
+int direct_reduce(const sched_args_t *a, sched_t *s) {
+  if (a->rank == a->root)
+    SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = tutti_mod(a->root + 1, a->nranks),
+               .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+               .flags = STEP_STORE | STEP_POST, .count = a->count);
+  return direct_done(s);
+}
+
+int direct_gather(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank;
+  size_t c = a->count;
+  if (r != a->root) return direct_done(s);
+  SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+             .flags = STEP_STORE, .dst_off = (size_t)r * c, .count = c);
+  for (int k = 1; k < n; k++) {
+    int q = tutti_mod(r + k, n);
+    SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = q, .send_peer = -1, .src_buf = BUF_SEND,
+               .dst_buf = BUF_RECV, .flags = STEP_STORE, .dst_off = (size_t)q * c, .count = c);
+  }
+  return direct_done(s);
+}
+
+int direct_scatter(const sched_args_t *a, sched_t *s) {
+  int r = a->rank, root = a->root;
+  size_t c = a->count;
+  if (r == root)
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+               .flags = STEP_STORE, .src_off = (size_t)r * c, .count = c);
+  else
+    SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = root, .send_peer = -1, .src_buf = BUF_SEND,
+               .dst_buf = BUF_RECV, .flags = STEP_STORE, .src_off = (size_t)r * c, .count = c);
+  return direct_done(s);
+}
+
+int direct_alltoall(const sched_args_t *a, sched_t *s) {
+  int n = a->nranks, r = a->rank;
+  size_t c = a->count, mine = (size_t)r * c;
+  SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+             .flags = STEP_STORE, .src_off = mine, .dst_off = mine, .count = c);
+  for (int k = 1; k < n; k++) {
+    int q = tutti_mod(r + k, n);
+    SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = q, .send_peer = -1, .src_buf = BUF_SEND,
+               .dst_buf = BUF_RECV, .flags = STEP_STORE, .src_off = mine, .dst_off = (size_t)q * c,
+               .count = c);
+  }
+  return direct_done(s);
+}
+
+double direct_moved(coll_t c, int n, double S) {
+  switch (c) {
+    case COLL_ALLREDUCE:
+      return 2.0 * (n - 1) / n * S;
+    case COLL_REDUCESCATTER:
+    case COLL_ALLGATHER:
+      return (double)(n - 1) / n * S;
+    case COLL_REDUCE: /* the root reads every other rank's S */
+    case COLL_GATHER: /* S: one rank's block */
+    case COLL_ALLTOALL:
+      return (double)(n - 1) * S;
+    default: /* broadcast, scatter: every other rank reads S, side by side */
+      return S;
+  }
+}
+
 static double direct_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks;
   if (!t->peer_mem || n < 2 || t->nhosts != 1 || S < (double)t->peer_min_bytes) return -1;
-  double moved = (c == COLL_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n * S;
-  return cost_peer(m, &m->peer, n, moved);
+  return cost_peer(m, &m->peer, n, direct_moved(c, n, S));
 }
 
 ALGO_COL_BUILDER(build_allreduce, direct_allreduce)
 ALGO_COL_BUILDER(build_reducescatter, direct_reducescatter)
 ALGO_COL_BUILDER(build_allgather, direct_allgather)
+ALGO_COL_BUILDER(build_broadcast, direct_broadcast)
+ALGO_COL_BUILDER(build_reduce, direct_reduce)
+ALGO_COL_BUILDER(build_gather, direct_gather)
+ALGO_COL_BUILDER(build_scatter, direct_scatter)
+ALGO_COL_BUILDER(build_alltoall, direct_alltoall)
 
 const algo_desc_t algo_direct = {
     .name = "direct",
     .summary = "one host: read the peers' buffers in place (ncclMemAlloc memory, or threads)",
     .build = {[COLL_ALLREDUCE] = build_allreduce,
               [COLL_REDUCESCATTER] = build_reducescatter,
-              [COLL_ALLGATHER] = build_allgather},
+              [COLL_ALLGATHER] = build_allgather,
+              [COLL_BROADCAST] = build_broadcast,
+              [COLL_REDUCE] = build_reduce,
+              [COLL_GATHER] = build_gather,
+              [COLL_SCATTER] = build_scatter,
+              [COLL_ALLTOALL] = build_alltoall},
     .cost_us = direct_cost,
     .needs = ALGO_NEEDS_PEER_MEMORY | ALGO_NEEDS_PLAIN_OP | ALGO_RUNS_ON_DEVICE,
 };

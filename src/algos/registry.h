@@ -135,6 +135,14 @@ int oneshot_allreduce(const sched_args_t *a, sched_t *s);
 int direct_allreduce(const sched_args_t *a, sched_t *s);
 int direct_reducescatter(const sched_args_t *a, sched_t *s);
 int direct_allgather(const sched_args_t *a, sched_t *s);
+int direct_broadcast(const sched_args_t *a, sched_t *s);
+int direct_reduce(const sched_args_t *a, sched_t *s);
+int direct_gather(const sched_args_t *a, sched_t *s);
+int direct_scatter(const sched_args_t *a, sched_t *s);
+int direct_alltoall(const sched_args_t *a, sched_t *s);
+/* Bytes the busiest rank of these schedules reads from its peers for S bytes (the tuner's S of
+ * collective c), the cost models' volume for direct and cma. */
+double direct_moved(coll_t c, int n, double S);
 /* The all-reduce that pushes its results (push.c), shared by push (mapped) and cma. */
 int push_allreduce(const sched_args_t *a, sched_t *s);
 /* Hierarchical all-reduce (hier.c): host_of_rank[r] names rank r's host (any integer label). */

@@ -1,0 +1,190 @@
+// Broadcast, reduce, gather, scatter and all-to-all on the peer path (src/algos/direct.c): direct
+// on buffers the peers map (ncclMemAlloc), cma on heap buffers the peers read by copy. Exact
+// results for every datatype (and every op of reduce), in and out of place, every root, counts
+// around the piece edges, on processes and threads, with the proof from each rank's INFO COLL
+// lines that every non-empty call took the forced algorithm (and none other); and the buffers NCCL
+// lets a rank leave NULL (a non-root's send buffer in broadcast and scatter, its receive buffer
+// in reduce and gather) stopping neither the mapping nor the reading by copy.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "log_capture.h"
+
+namespace {
+
+const bool g_shared = (setenv("TUTTI_MEM_ALLOC", "shared", 1), true);
+
+using th::Case;
+using th::Coll;
+using th::Mode;
+using th::Op;
+using th::RankCtx;
+
+const Coll kColls[] = {Coll::kBroadcast, Coll::kReduce, Coll::kGather, Coll::kScatter,
+                       Coll::kAlltoAll};
+const char *const kForced = "broadcast:%s;reduce:%s;gather:%s;scatter:%s;alltoall:%s";
+
+std::string forced(const char *algo) {
+  char v[160];
+  snprintf(v, sizeof(v), kForced, algo, algo, algo, algo, algo);
+  return v;
+}
+
+// The calls of collective `fn` ("ncclBroadcast") that logged "<algo>, the peers' buffers ..."
+int peer_calls(const std::string &fn, const char *algo) {
+  const std::string call = fn + " (op #", line = std::string("): ") + algo + ", the peers' buffers";
+  int n = 0;
+  for (const std::string &l : log_capture::lines())
+    n += l.find(call) != std::string::npos && l.find(line) != std::string::npos;
+  return n;
+}
+
+struct Sweep {
+  std::vector<ncclDataType_t> types;
+  std::vector<size_t> counts;  // all non-zero: each call is one the peer path must run
+};
+
+// Runs every case of the five collectives on n ranks with `algo` forced (direct: buffers from
+// ncclMemAlloc; cma: heap buffers) and checks that each collective logged exactly the calls the
+// peer path must have taken: every case but the in-place all-to-alls (the FIFOs' by design).
+void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
+  const bool direct = std::string(algo) == "direct";
+  th::case_buffers_from_memalloc(direct);
+  th::Options opt;
+  opt.env = {{"TUTTI_ALGO", forced(algo)},
+             {"TUTTI_DIRECT_MIN_BYTES", "1"},
+             {"TUTTI_CMA_MIN_BYTES", "1"},
+             {"TUTTI_CMA_PIECE_BYTES", "4096"}};
+  if (mode == Mode::kThreads)
+    for (const auto &e : opt.env) setenv(e.first.c_str(), e.second.c_str(), 1);
+  log_capture::clear();
+  th::run_ranks_ok(
+      mode, n,
+      [&](RankCtx &ctx) {
+        int seq = 0;
+        for (Coll coll : kColls)
+          for (ncclDataType_t t : s.types)
+            for (Op op : th::coll_reduces(coll)
+                             ? std::vector<Op>(std::begin(th::kAllOps), std::end(th::kAllOps))
+                             : std::vector<Op>{Op::kSum})
+              for (size_t count : s.counts)
+                for (int in_place = 0; in_place < 2; in_place++) {
+                  Case c;
+                  c.coll = coll, c.type = t, c.op = op, c.count = count, c.in_place = in_place;
+                  c.root = seq % n, c.align = static_cast<size_t>(seq) % 3;
+                  seq++;
+                  bool broken = false;
+                  th::run_case(ctx, c, &broken);
+                  if (broken) return;
+                }
+      },
+      opt, std::string(algo) + " rooted collectives, nranks " + std::to_string(n));
+  if (mode == Mode::kThreads)
+    for (const auto &e : opt.env) unsetenv(e.first.c_str());
+  th::case_buffers_from_memalloc(false);
+  const int per = n * static_cast<int>(s.types.size() * s.counts.size());
+  // PreMulSum scales its inputs, which the peer path's single pass does not: the FIFOs run it
+  const int reduce_ops = static_cast<int>(std::size(th::kAllOps)) - 1;
+  for (Coll coll : kColls) {
+    const std::string fn = std::string("nccl") + th::coll_name(coll);
+    int want = per * (coll == Coll::kAlltoAll ? 1 : 2) * (coll == Coll::kReduce ? reduce_ops : 1);
+    EXPECT_EQ(peer_calls(fn, algo), want) << fn << " calls logged as " << algo << ", nranks " << n;
+  }
+}
+
+const Sweep kWide = {{std::begin(th::kAllTypes), std::end(th::kAllTypes)}, {1, 1023}};
+const Sweep kCounts = {{ncclFloat32}, {1, 7, 1024, 16385, 70001}};
+
+TEST(DirectRooted, EveryTypeProcs) {
+  for (const char *algo : {"direct", "cma"}) run_sweep(algo, Mode::kProcs, 3, kWide);
+}
+
+TEST(DirectRooted, CountsAndRanksProcs) {
+  for (const char *algo : {"direct", "cma"})
+    for (int n : {2, 4}) run_sweep(algo, Mode::kProcs, n, kCounts);
+}
+
+TEST(DirectRooted, CountsAndRanksThreads) {
+  for (int n : {2, 5}) run_sweep("direct", Mode::kThreads, n, kCounts);
+}
+
+// Rank r's send element i.
+int32_t value(int r, size_t i) {
+  return static_cast<int32_t>(r * 1000003 + static_cast<int>(i));
+}
+
+// A non-root's unused buffers are NULL (NCCL allows it): broadcast and scatter without a send
+// buffer, reduce and gather without a receive buffer. Every call still takes `algo` (every rank
+// logs it) and the results are exact.
+void run_null_buffers(const char *algo) {
+  const bool direct = std::string(algo) == "direct";
+  const int n = 3;
+  const size_t k = 20000;  // 80 KB per block
+  th::Options opt;
+  opt.env = {
+      {"TUTTI_ALGO", forced(algo)}, {"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_CMA_MIN_BYTES", "1"}};
+  log_capture::clear();
+  th::run_ranks_ok(
+      Mode::kProcs, n,
+      [&](RankCtx &ctx) {
+        const int r = ctx.rank, root = 1;
+        const bool is_root = r == root;
+        int32_t *send = nullptr, *recv = nullptr;
+        std::vector<int32_t> heap_send(n * k), heap_recv(n * k);
+        if (direct) {
+          RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&send), n * k * 4) == ncclSuccess,
+                 "alloc send");
+          RCHECK(ctx, ncclMemAlloc(reinterpret_cast<void **>(&recv), n * k * 4) == ncclSuccess,
+                 "alloc recv");
+          if (!ctx.ok()) return;
+        } else {
+          send = heap_send.data(), recv = heap_recv.data();
+        }
+        auto fill = [&](size_t elems) {
+          for (size_t i = 0; i < elems; i++) send[i] = value(r, i);
+          for (size_t i = 0; i < n * k; i++) recv[i] = -1;
+        };
+        fill(k);
+        NCCL_OK(ctx, ncclBroadcast(is_root ? send : nullptr, recv, k, ncclInt32, root, ctx.comm,
+                                   nullptr));
+        for (size_t i = 0; i < k && ctx.ok(); i++)
+          RCHECK(ctx, recv[i] == value(root, i), "broadcast: [%zu] = %d", i, recv[i]);
+        fill(k);
+        NCCL_OK(ctx, ncclReduce(send, is_root ? recv : nullptr, k, ncclInt32, ncclSum, root,
+                                ctx.comm, nullptr));
+        for (size_t i = 0; is_root && i < k && ctx.ok(); i++)
+          RCHECK(ctx, recv[i] == value(0, i) + value(1, i) + value(2, i), "reduce: [%zu] = %d", i,
+                 recv[i]);
+        fill(k);
+        NCCL_OK(ctx,
+                ncclGather(send, is_root ? recv : nullptr, k, ncclInt32, root, ctx.comm, nullptr));
+        for (size_t i = 0; is_root && i < n * k && ctx.ok(); i++)
+          RCHECK(ctx, recv[i] == value(static_cast<int>(i / k), i % k), "gather: [%zu] = %d", i,
+                 recv[i]);
+        fill(n * k);
+        NCCL_OK(ctx,
+                ncclScatter(is_root ? send : nullptr, recv, k, ncclInt32, root, ctx.comm, nullptr));
+        for (size_t i = 0; i < k && ctx.ok(); i++)
+          RCHECK(ctx, recv[i] == value(root, r * k + i), "scatter: [%zu] = %d", i, recv[i]);
+        if (direct) ncclMemFree(send), ncclMemFree(recv);
+      },
+      opt, std::string(algo) + " with NULL buffers on the non-roots");
+  for (Coll coll : {Coll::kBroadcast, Coll::kReduce, Coll::kGather, Coll::kScatter})
+    EXPECT_EQ(peer_calls(std::string("nccl") + th::coll_name(coll), algo), n)
+        << th::coll_name(coll) << ": every rank's call should go " << algo;
+}
+
+TEST(DirectRooted, NullBuffersOfNonRootsDirect) {
+  run_null_buffers("direct");
+}
+
+TEST(DirectRooted, NullBuffersOfNonRootsCma) {
+  run_null_buffers("cma");
+}
+
+}  // namespace
