@@ -241,7 +241,10 @@ static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclud
   if (mask) ch = tuner_choose(&comm->tuner, &t, c, bytes, mask, 0);
   *ok = ch.algo != ALGO_NUM;
   if (!*ok)
-    return plan_stage(p, !can          ? "no algorithm runs this collective on device memory"
+    return plan_stage(p, c == COLL_ALLTOALL && p->args.in_place
+                             ? "an in-place all-to-all runs on the FIFOs (peers would read blocks "
+                               "their owner overwrites)"
+                         : !can        ? "no algorithm runs this collective on device memory"
                          : !t.peer_mem ? "the ranks' devices cannot map each other's memory "
                                          "(cuda_p2p off, or TUTTI_DIRECT=0)"
                                        : "TUTTI_ALGO allows no algorithm that runs on the device");

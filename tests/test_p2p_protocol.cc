@@ -51,9 +51,10 @@ int32_t sum(int n, size_t j) {
   return t;
 }
 
-// All-reduce (out of place, in place, max), reduce-scatter (out of place, in place) and
-// all-gather (out of place, in place) on device buffers, exact, in one rank of n; k crosses
-// the reduction's pieces (TUTTI_P2P_PIECE_BYTES set small by the caller) unevenly.
+// All-reduce (out of place, in place, max), reduce-scatter (out of place, in place), all-gather
+// (out of place, in place), broadcast, reduce, gather, scatter and all-to-all on device buffers,
+// exact, in one rank of n; k crosses the reduction's pieces (TUTTI_P2P_PIECE_BYTES set small by
+// the caller) unevenly.
 int collectives(int rank, ncclComm_t comm, int n, size_t k) {
   void *st = device_emu_stream_create();
   DevBuf s(k * n * 4), r(k * n * 4);
@@ -92,6 +93,34 @@ int collectives(int rank, ncclComm_t comm, int n, size_t k) {
   for (int q = 0; q < n; q++)
     for (size_t j = 0; j < k; j++)
       CHILD_CHECK(r.h()[q * k + j] == in(q, j), 11, "allgather in place %d at %zu", q, j);
+  // broadcast (out of place, then in place), reduce, gather, scatter to or from the last rank,
+  // the buffers a non-root does not use NULL; all-to-all
+  const int root = n - 1;
+  const bool is_root = rank == root;
+  for (size_t j = 0; j < k * n; j++) s.h()[j] = in(rank, j);
+  CHILD_CHECK(run(ncclBroadcast(is_root ? s.d : nullptr, r.d, k, ncclInt32, root, comm, cs)), 10,
+              "broadcast");
+  for (size_t j = 0; j < k; j++) CHILD_CHECK(r.h()[j] == in(root, j), 11, "broadcast at %zu", j);
+  CHILD_CHECK(run(ncclReduce(s.d, is_root ? r.d : nullptr, k, ncclInt32, ncclSum, root, comm, cs)),
+              10, "reduce");
+  for (size_t j = 0; is_root && j < k; j++)
+    CHILD_CHECK(r.h()[j] == sum(n, j), 11, "reduce at %zu", j);
+  CHILD_CHECK(run(ncclGather(s.d, is_root ? r.d : nullptr, k, ncclInt32, root, comm, cs)), 10,
+              "gather");
+  for (int q = 0; is_root && q < n; q++)
+    for (size_t j = 0; j < k; j++)
+      CHILD_CHECK(r.h()[q * k + j] == in(q, j), 11, "gather %d at %zu", q, j);
+  CHILD_CHECK(run(ncclScatter(is_root ? s.d : nullptr, r.d, k, ncclInt32, root, comm, cs)), 10,
+              "scatter");
+  for (size_t j = 0; j < k; j++)
+    CHILD_CHECK(r.h()[j] == in(root, rank * k + j), 11, "scatter at %zu", j);
+  CHILD_CHECK(run(ncclAlltoAll(s.d, r.d, k, ncclInt32, comm, cs)), 10, "alltoall");
+  for (int q = 0; q < n; q++)
+    for (size_t j = 0; j < k; j++)
+      CHILD_CHECK(r.h()[q * k + j] == in(q, rank * k + j), 11, "alltoall %d at %zu", q, j);
+  CHILD_CHECK(run(ncclBcast(s.d, k, ncclInt32, root, comm, cs)), 10, "broadcast in place");
+  for (size_t j = 0; j < k; j++)
+    CHILD_CHECK(s.h()[j] == in(root, j), 11, "broadcast in place at %zu", j);
   device_emu_stream_destroy(st);
   return 0;
 }
