@@ -35,7 +35,8 @@ static const char *const agreed_names[] = {
     "SHM_NSLOTS",
     "DIRECT", /* the direct all-reduce path */
     "DIRECT_MIN_BYTES",
-    "CMA_MIN_BYTES",  /* the cma path (CMA itself is agreed at setup, shm.c) */
+    "CMA_MIN_BYTES", /* the cma path (CMA itself is agreed at setup, shm.c) */
+    "CMA_COPY_MIN_BYTES",
     "PUSH_MIN_BYTES", /* the push all-reduce (algos/push.c) */
     "PUSH_GATHER_MIN_BYTES",
     "ADAPT", /* the measured choice between the FIFOs and cma (adapt.h) */

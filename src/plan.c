@@ -32,6 +32,7 @@ TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
 TUTTI_PARAM(Direct, "DIRECT", 1)
 TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 32 * 1024)
 TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 256 * 1024)
+TUTTI_PARAM(CmaCopyMinBytes, "CMA_COPY_MIN_BYTES", 128 * 1024)
 TUTTI_PARAM(PushMinBytes, "PUSH_MIN_BYTES", 16 * 1024)
 TUTTI_PARAM(PushGatherMinBytes, "PUSH_GATHER_MIN_BYTES", 1024 * 1024)
 
@@ -152,6 +153,7 @@ tuner_topo_t plan_topo(ncclComm_t comm) {
       .oneshot_max_bytes = TUTTI_MIN(comm->oneshot_max_bytes, comm->scratch_bytes),
       .peer_min_bytes = (size_t)tutti_param_DirectMinBytes(),
       .peer_read_min_bytes = (size_t)tutti_param_CmaMinBytes(),
+      .peer_read_copy_min_bytes = (size_t)tutti_param_CmaCopyMinBytes(),
       .push_min_bytes = (size_t)tutti_param_PushMinBytes(),
       .push_gather_min_bytes = (size_t)tutti_param_PushGatherMinBytes()};
 }

@@ -59,6 +59,7 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
   opt.env = {{"TUTTI_ALGO", forced(algo)},
              {"TUTTI_DIRECT_MIN_BYTES", "1"},
              {"TUTTI_CMA_MIN_BYTES", "1"},
+             {"TUTTI_CMA_COPY_MIN_BYTES", "1"},
              {"TUTTI_CMA_PIECE_BYTES", "4096"}};
   if (mode == Mode::kThreads)
     for (const auto &e : opt.env) setenv(e.first.c_str(), e.second.c_str(), 1);
@@ -126,8 +127,10 @@ void run_null_buffers(const char *algo) {
   const int n = 3;
   const size_t k = 20000;  // 80 KB per block
   th::Options opt;
-  opt.env = {
-      {"TUTTI_ALGO", forced(algo)}, {"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_CMA_MIN_BYTES", "1"}};
+  opt.env = {{"TUTTI_ALGO", forced(algo)},
+             {"TUTTI_DIRECT_MIN_BYTES", "1"},
+             {"TUTTI_CMA_MIN_BYTES", "1"},
+             {"TUTTI_CMA_COPY_MIN_BYTES", "1"}};
   log_capture::clear();
   th::run_ranks_ok(
       Mode::kProcs, n,

@@ -383,6 +383,9 @@ TEST(AgreedSettings, TunerModelOnOneRankOnlyFailsInit) {
 TEST(AgreedSettings, CmaMinBytesOnOneRankOnlyFailsInit) {
   expect_setting_refused("CMA_MIN_BYTES", "64");
 }
+TEST(AgreedSettings, CmaCopyMinBytesOnOneRankOnlyFailsInit) {
+  expect_setting_refused("CMA_COPY_MIN_BYTES", "64");
+}
 TEST(AgreedSettings, PeerReadModelOnOneRankOnlyFailsInit) {
   expect_setting_refused("TUNER_PEER_READ_GBPS", "0.001");
 }

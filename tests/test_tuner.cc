@@ -354,6 +354,25 @@ TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
 // TUTTI_PUSH_GATHER_MIN_BYTES; with the defaults' order (push's latency below direct's) it is
 // the choice where it runs, direct below that all-gather size, and direct stays the
 // reduce-scatter's.
+// Reading by copy (cma) from TUTTI_CMA_MIN_BYTES for the collectives that reduce (and the
+// all-gather), from TUTTI_CMA_COPY_MIN_BYTES for those that only copy (the size of one block):
+// peer-read latency + what the busiest rank reads / b_read.
+TEST(TunerModel, CmaFromItsTwoFloors) {
+  tuner_model_t m = model();
+  m.peer_read = {5.0, 10.0};
+  tuner_topo_t t = one_host(2);
+  t.peer_read = 1, t.peer_read_min_bytes = 256 * 1024, t.peer_read_copy_min_bytes = 128 * 1024;
+  const double S = 128 * 1024;
+  for (coll_t c : {COLL_BROADCAST, COLL_GATHER, COLL_SCATTER, COLL_ALLTOALL}) {
+    EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, c, ALGO_CMA, 128 * 1024), 5.0 + S / 10e3);
+    EXPECT_LT(tuner_estimate_us(&m, &t, c, ALGO_CMA, 128 * 1024 - 1), 0);
+  }
+  for (coll_t c : {COLL_ALLREDUCE, COLL_REDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER}) {
+    EXPECT_LT(tuner_estimate_us(&m, &t, c, ALGO_CMA, 128 * 1024), 0);
+    EXPECT_GT(tuner_estimate_us(&m, &t, c, ALGO_CMA, 256 * 1024), 0);
+  }
+}
+
 TEST(TunerModel, PushForTheAllReduceOnMappedMemory) {
   tuner_model_t m = model();
   m.peer = {3.0, 20.0};

@@ -74,8 +74,10 @@ typedef struct tuner_topo {                /* what the communicator knows, the s
                                  up to TUTTI_SCRATCH_MAX_BYTES); beyond it only with may_alloc */
   size_t peer_min_bytes;      /* smallest call that may try peer memory (TUTTI_DIRECT_MIN_BYTES) */
   size_t peer_read_min_bytes; /* the same for reading by copy (TUTTI_CMA_MIN_BYTES) */
-  size_t push_min_bytes;      /* the same for the push all-reduce (TUTTI_PUSH_MIN_BYTES) */
-  size_t push_gather_min_bytes; /* and for the push all-gather (TUTTI_PUSH_GATHER_MIN_BYTES) */
+  size_t peer_read_copy_min_bytes; /* and for the collectives that only copy: broadcast,
+                                      gather, scatter, all-to-all (TUTTI_CMA_COPY_MIN_BYTES) */
+  size_t push_min_bytes;           /* the same for the push all-reduce (TUTTI_PUSH_MIN_BYTES) */
+  size_t push_gather_min_bytes;    /* and for the push all-gather (TUTTI_PUSH_GATHER_MIN_BYTES) */
   int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
   int nics;      /* NICs per host, local rank l on NIC l mod nics (0: one) */
   const tuner_compress_t *compress; /* the call's compressor (tuttiAllReduceCompressed): only
