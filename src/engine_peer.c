@@ -419,6 +419,26 @@ static int step_local_dev(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
   return 1;
 }
 
+/* Where PEER_REDUCE writes element `at` of its result: this rank's dst_buf, or with send_peer
+ * (another rank) that rank's, mapped; read by copy, into `out` (a piece then written to the rank
+ * by away_write). */
+static char *reduce_dst(const op_ctx_t *o, const step_t *st, size_t at, char *out) {
+  int to = st->send_peer;
+  if (to < 0 || to == o->comm->rank) return o->buf[st->dst_buf] + (st->dst_off + at) * o->esize;
+  return o->peer_read ? out : push_dst(o, st, to, at);
+}
+
+/* The piece [at, +len) of a result read by copy into another rank's dst_buf (*bad: that rank,
+ * where the write fails). */
+static ncclResult_t away_write(const op_ctx_t *o, const step_t *st, size_t at, size_t len,
+                               const char *piece, int *bad) {
+  int to = st->send_peer, b = st->dst_buf == BUF_SEND ? 0 : 1;
+  const transport_t *t = peer_transport(o->comm, to);
+  *bad = to;
+  return t->mem_write(o->comm, to, &o->peer_h[b][to], (st->dst_off + at) * o->esize, piece,
+                      len * o->esize);
+}
+
 static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   ncclComm_t comm = l->comm;
   word_ref_t prog = peer_word(comm, comm->rank, PEER_WORD_PROGRESS);
@@ -427,38 +447,44 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
                        : o->peer_read ? (size_t)tutti_param_CmaPieceBytes()
                                       : PEER_PIECE_BYTES;
   size_t piece = TUTTI_MAX(piece_bytes / es, 1);
-  char *dst = o->buf[st->dst_buf] + st->dst_off * es, *tmp = NULL;
+  char *tmp = NULL, *out = NULL;
   const char *in[comm->nranks];
   char *also[comm->nranks];
   uint64_t seq = o->peer_seq << PEER_SEQ_SHIFT;
   /* a streaming push to mapped peers writes them block by block (reduce_inputs), else piece by
    * piece after the reduction (push_piece) */
   int fused = (st->flags & STEP_PUSH) && o->stream && !o->peer_read && !o->dev;
-  if (o->peer_read && !(tmp = tls_read_buffer((size_t)(comm->nranks - 1) * piece * es))) {
+  /* read by copy into another rank's buffer: each piece reduced into `out` (after the peers'
+   * pieces), then written there */
+  int away = o->peer_read && st->send_peer >= 0 && st->send_peer != comm->rank;
+  if (o->peer_read && !(tmp = tls_read_buffer((size_t)(comm->nranks - 1 + away) * piece * es))) {
     TUTTI_ERR(ncclSystemError, "rank %d: out of memory for peer reads", comm->rank);
     return -1;
   }
+  if (away) out = tmp + (size_t)(comm->nranks - 1) * piece * es;
   test_delay(comm, o);
   for (size_t at = 0; at < st->count; at += piece) {
     size_t len = TUTTI_MIN(piece, st->count - at);
+    char *dst = reduce_dst(o, st, at, out);
     int bad = -1;
     ncclResult_t res = gather_inputs(o, st, st->src_off + at, len, tmp, in, &bad);
     if (res != ncclSuccess) return access_failed(l, o, bad, res);
     if (o->dev) {
-      int rc = reduce_inputs_dev(o, st, in, len, dst + at * es);
+      int rc = reduce_inputs_dev(o, st, in, len, dst);
       if (rc) return device_failed(l, o, "a reduction kernel", rc);
     } else if (fused) {
       int nalso = 0;
       for (int k = 1; k < comm->nranks; k++)
         also[nalso++] = push_dst(o, st, tutti_mod(comm->rank + k, comm->nranks), at);
-      reduce_inputs(o, st, in, len, dst + at * es, also, nalso);
+      reduce_inputs(o, st, in, len, dst, also, nalso);
       word_publish(prog, seq | (at + len));
       continue;
     } else {
-      reduce_inputs(o, st, in, len, dst + at * es, NULL, 0);
+      reduce_inputs(o, st, in, len, dst, NULL, 0);
     }
-    if ((st->flags & STEP_PUSH) &&
-        (res = push_piece(o, st, at, len, dst + at * es, &bad)) != ncclSuccess)
+    if (away && (res = away_write(o, st, at, len, dst, &bad)) != ncclSuccess)
+      return access_failed(l, o, bad, res);
+    if ((st->flags & STEP_PUSH) && (res = push_piece(o, st, at, len, dst, &bad)) != ncclSuccess)
       return access_failed(l, o, bad, res);
     word_publish(prog, seq | (at + len));
   }

@@ -331,14 +331,16 @@ TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
                    10.0 + 0.5 * S / 20e3);
   EXPECT_LT(tuner_estimate_us(&m, &t, COLL_ALLREDUCE, ALGO_DIRECT, 128 * 1024), 0);  // too small
   // 4 ranks, the rest of the collectives: the busiest rank reads S (broadcast, scatter: each
-  // non-root its block of the root's buffer) or (n-1) S (reduce, gather: the root; all-to-all:
-  // every rank)
+  // non-root its block of the root's buffer), (n-1) S (gather: the root; all-to-all: every
+  // rank) or (n-1)/n S (reduce: every rank its segment of the others' buffers)
   tuner_topo_t t4 = one_host(4);
   t4.peer_mem = 1, t4.peer_min_bytes = t.peer_min_bytes;
   for (coll_t c : {COLL_BROADCAST, COLL_SCATTER})
     EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t4, c, ALGO_DIRECT, 1 << 20), 10.0 + S / 20e3);
-  for (coll_t c : {COLL_REDUCE, COLL_GATHER, COLL_ALLTOALL})
+  for (coll_t c : {COLL_GATHER, COLL_ALLTOALL})
     EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t4, c, ALGO_DIRECT, 1 << 20), 10.0 + 3 * S / 20e3);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t4, COLL_REDUCE, ALGO_DIRECT, 1 << 20),
+                   10.0 + 0.75 * S / 20e3);
   EXPECT_LT(tuner_estimate_us(&m, &t4, COLL_BROADCAST, ALGO_DIRECT, 128 * 1024), 0);  // too small
   // 1 MiB: ring 2 a + S / b_shm = 4 + 104.9 us against direct's 10 + 52.4 us
   EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLREDUCE, 1 << 20, TUNER_ALL_ALGOS, 0).algo, ALGO_DIRECT);

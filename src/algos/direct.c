@@ -15,9 +15,10 @@
  *                  there from the start), then PEER_DONE
  *   broadcast:     the root copies its buffer into place (unless in place); every other rank
  *                  PEER_COPYs the root's send buffer; then PEER_DONE
- *   reduce:        the root PEER_REDUCEs every rank's send buffer into its receive buffer in
+ *   reduce:        every rank r PEER_REDUCEs segment r of every rank's send buffer into the
+ *                  root's receive buffer (send_peer: the root's, mapped or written by copy) in
  *                  the chain's order (first operand root + 1, the root's own last), so the same
- *                  bits as chain; the others only PEER_DONE
+ *                  bits as chain; then PEER_DONE (the root returns once every segment is in)
  *   gather:        the root copies its block into place and PEER_COPYs every other rank's send
  *                  buffer into its block; scatter: every rank PEER_COPYs its block of the root's
  *                  send buffer (the root copies its own); all-to-all: every rank copies its own
@@ -99,10 +100,12 @@ int direct_broadcast(const sched_args_t *a, sched_t *s) {
 }
 
 int direct_reduce(const sched_args_t *a, sched_t *s) {
-  if (a->rank == a->root)
-    SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = tutti_mod(a->root + 1, a->nranks),
-               .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-               .flags = STEP_STORE | STEP_POST, .count = a->count);
+  int n = a->nranks, r = a->rank, root = a->root;
+  size_t c = a->count, b = block_start(c, n, r);
+  SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = tutti_mod(root + 1, n),
+             .send_peer = r == root ? -1 : root, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+             .flags = STEP_STORE | STEP_POST, .src_off = b, .dst_off = b,
+             .count = block_start(c, n, r + 1) - b);
   return direct_done(s);
 }
 
@@ -152,8 +155,8 @@ double direct_moved(coll_t c, int n, double S) {
       return 2.0 * (n - 1) / n * S;
     case COLL_REDUCESCATTER:
     case COLL_ALLGATHER:
+    case COLL_REDUCE: /* a segment of every other rank's send buffer, into the root's */
       return (double)(n - 1) / n * S;
-    case COLL_REDUCE: /* the root reads every other rank's S */
     case COLL_GATHER: /* S: one rank's block */
     case COLL_ALLTOALL:
       return (double)(n - 1) * S;

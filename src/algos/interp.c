@@ -100,8 +100,11 @@ static int fifo_piece(interp_t *in, int me, const step_t *st, lane_state_t *ls) 
 /* A peer step: 1 ran, 0 blocked, -1 error. */
 static int peer_step(interp_t *in, int me, const step_t *st, lane_state_t *ls) {
   int q = st->recv_peer, n = in->n;
-  int64_t *dst =
-      st->kind == STEP_PEER_DONE ? NULL : at(in, me, st->dst_buf, st->dst_off, st->count);
+  /* PEER_REDUCE with send_peer: the result goes into that rank's dst_buf */
+  int to = st->kind == STEP_PEER_REDUCE && st->send_peer >= 0 ? st->send_peer : me;
+  int64_t *dst = st->kind == STEP_PEER_DONE || to >= n
+                     ? NULL
+                     : at(in, to, st->dst_buf, st->dst_off, st->count);
   if (st->kind != STEP_PEER_DONE && (!dst || q < 0 || q >= n))
     return fail(in, "rank %d: peer step %d writes outside its buffers or names no rank", me,
                 (int)ls->cur);

@@ -59,7 +59,9 @@ enum {
  *
  *   PEER_REDUCE  dst[dst_off, +count) = x(f) (+) x(f+1) (+) ... (+) x(f-1), x(k) being rank k's
  *                src_buf at [src_off, +count) and f = recv_peer (the first operand: the order
- *                is fixed, so every rank's result has the same bits); publishes its progress
+ *                is fixed, so every rank's result has the same bits); dst is this rank's
+ *                dst_buf, or with send_peer another rank's (mapped: by store; else by copy);
+ *                publishes its progress
  *                (elements of dst final so far) for PEER_COPY steps of the other ranks;
  *                with STEP_PUSH it also writes every finished
  *                piece into the other ranks' dst_buf at the same place, so they copy nothing

@@ -13,6 +13,8 @@
  *                                   STEP_AFTER_PROGRESS q sends at the start of its schedule
  *   PEER_REDUCE + STEP_PUSH        the same reduce, then one message of the result to every
  *                                   other rank (received before its PEER_DONE)
+ *   PEER_REDUCE into rank t's dst  the same reduce, then one message of the result to t
+ *     (send_peer t)                 (received before its PEER_DONE)
  *   PEER_COPY of the own buffer     a local copy, then one message of it to every other rank
  *     + STEP_PUSH                   (received before its PEER_DONE)
  *   PEER_DONE                      one element to every other rank and one from each
@@ -64,12 +66,17 @@ static int pushes(const step_t *st, int q) {
          (st->kind == STEP_PEER_REDUCE || (st->kind == STEP_PEER_COPY && st->recv_peer == q));
 }
 
-/* Rank r's receives of what the other ranks push. */
+/* Whether rank q's step st reduces into rank r's buffer (PEER_REDUCE with send_peer r). */
+static int reduces_into(const step_t *st, int q, int r) {
+  return st->kind == STEP_PEER_REDUCE && st->send_peer == r && q != r;
+}
+
+/* Rank r's receives of what the other ranks push or reduce into its buffer. */
 static int receive_pushes(const sched_t *all, int n, int r, lane_buf_t *lanes) {
   for (int q = 0; q < n; q++)
     for (size_t i = 0; q != r && i < all[q].n; i++) {
       const step_t *st = &all[q].steps[i];
-      if (pushes(st, q) &&
+      if ((pushes(st, q) || reduces_into(st, q, r)) &&
           lane_push(&lanes[1 + q], (sim_step_t){q, -1, (uint32_t)st->count, STEP_STORE}))
         return -1;
     }
@@ -95,7 +102,9 @@ static int translate(const sched_t *all, int n, int r, lane_buf_t *lanes) {
       rc = lane_push(main, (sim_step_t){st->recv_peer, st->send_peer, c, SIM_FLAGS(st->flags)});
     else if (st->kind == STEP_PEER_REDUCE)
       rc = lane_push(main, (sim_step_t){-1, -1, c * (uint32_t)(n - 1), STEP_REDUCE}) ||
-           serve(main, all, n, r, 1) || ((st->flags & STEP_PUSH) && push_all(main, n, r, c));
+           serve(main, all, n, r, 1) || ((st->flags & STEP_PUSH) && push_all(main, n, r, c)) ||
+           (st->send_peer >= 0 && reduces_into(st, r, st->send_peer) &&
+            lane_push(main, (sim_step_t){-1, st->send_peer, c, 0}));
     else if (st->kind == STEP_PEER_COPY && pushes(st, r)) /* a local copy, then to every rank */
       rc = lane_push(main, (sim_step_t){-1, -1, c, STEP_STORE}) || push_all(main, n, r, c);
     else if (st->kind == STEP_PEER_COPY)
