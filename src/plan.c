@@ -61,6 +61,26 @@ static int plan_temp_keep(void *p) {
 static TUTTI_TLS char *small_block;
 static TUTTI_TLS size_t small_cap, small_used, small_wanted;
 
+/* The first large temporary of a group (an in-place all-to-all's copy of its input, scratch
+ * beyond the communicator's) is a block the thread keeps and grows, not a fresh allocation whose
+ * pages the kernel faults in on every call (a 32 MiB copy: 8192 faults, some 20 ms on a VM). */
+static TUTTI_TLS char *large_block;
+static TUTTI_TLS size_t large_cap;
+static TUTTI_TLS int large_used;
+
+static void *large_temp(size_t need) {
+  if (large_used) return NULL;
+  if (need > large_cap) {
+    free(large_block);
+    large_block = malloc(need);
+    large_cap = large_block ? need : 0;
+    if (!large_block) return NULL;
+    tls_cache_keep(&large_block, &large_cap);
+  }
+  large_used = 1;
+  return large_block;
+}
+
 void *plan_temp_alloc(size_t bytes) {
   size_t need = (TUTTI_MAX(bytes, 1) + 15) & ~(size_t)15;
   if (need <= PLAN_SMALL_BYTES) {
@@ -70,6 +90,9 @@ void *plan_temp_alloc(size_t bytes) {
       small_used += need;
       return p;
     }
+  } else {
+    void *p = large_temp(need);
+    if (p) return p;
   }
   void *p = malloc(need);
   if (p && plan_temp_keep(p) != 0) free(p), p = NULL;
@@ -79,6 +102,7 @@ void *plan_temp_alloc(size_t bytes) {
 void plan_release(void) {
   for (size_t i = 0; i < ntemps; i++) free(temps[i]);
   ntemps = 0;
+  large_used = 0;
   if (small_wanted > small_cap) { /* no pointer into the block is left: it may move */
     size_t cap = TUTTI_MAX(2 * small_cap, TUTTI_MAX(small_wanted, 4096));
     char *grown = malloc(cap);
@@ -243,13 +267,14 @@ static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclud
   if (mask) ch = tuner_choose(&comm->tuner, &t, c, bytes, mask, 0);
   *ok = ch.algo != ALGO_NUM;
   if (!*ok)
-    return plan_stage(p, c == COLL_ALLTOALL && p->args.in_place
-                             ? "an in-place all-to-all runs on the FIFOs (peers would read blocks "
-                               "their owner overwrites)"
-                         : !can        ? "no algorithm runs this collective on device memory"
-                         : !t.peer_mem ? "the ranks' devices cannot map each other's memory "
-                                         "(cuda_p2p off, or TUTTI_DIRECT=0)"
-                                       : "TUTTI_ALGO allows no algorithm that runs on the device");
+    return plan_stage(p,
+                      c == COLL_ALLTOALL
+                          ? "an all-to-all on device buffers is staged (in place it sends from a "
+                            "copy the host makes, and the ranks must choose alike)"
+                      : !can        ? "no algorithm runs this collective on device memory"
+                      : !t.peer_mem ? "the ranks' devices cannot map each other's memory "
+                                      "(cuda_p2p off, or TUTTI_DIRECT=0)"
+                                    : "TUTTI_ALGO allows no algorithm that runs on the device");
   p->ctx.algo = ch.algo;
   set_chunk(comm, p, ch.chunk_bytes);
   return ncclSuccess;
@@ -364,9 +389,10 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
     return ncclSuccess;
   }
   uint32_t exclude = p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0;
-  /* in place, every rank's all-to-all input is copied aside after the handshake (plan_finish):
-   * peers would read blocks their owner overwrites */
-  if (p->args.coll == COLL_ALLTOALL && p->args.in_place) exclude |= algos_needing(ALGO_PEER_STEPS);
+  /* an in-place all-to-all sends from a copy of its input that the host makes
+   * (copy_alltoall_input), and every rank must choose alike whether or not its own call is in
+   * place: on device buffers every all-to-all is staged */
+  if (p->args.coll == COLL_ALLTOALL && p->ctx.dev) exclude |= algos_needing(ALGO_PEER_STEPS);
   int on_device = 0;
   if (p->ctx.dev) TUTTI_CHECK(choose_device(comm, p, exclude, &on_device));
   if (on_device) return ncclSuccess; /* not cached: its handshake runs every time */
@@ -448,6 +474,27 @@ static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   return ncclSuccess;
 }
 
+/* In-place all-to-all: receives land in blocks still to be sent (and, on the peer path, blocks
+ * the peers still read), so it sends from a copy: made before the handshake when the call may
+ * take peer steps (the peers then read the copy), else here. Once made, send != recv. */
+static int alltoall_needs_copy(const pending_t *p) {
+  return p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0 &&
+         p->ctx.buf[BUF_SEND] == p->ctx.buf[BUF_RECV];
+}
+
+static ncclResult_t copy_alltoall_input(ncclComm_t comm, pending_t *p) {
+  size_t blk = p->args.count * p->ctx.esize, r = (size_t)comm->rank, n = (size_t)comm->nranks;
+  char *copy = plan_temp_alloc(blk * n);
+  if (!copy) return TUTTI_ERR(ncclSystemError, "out of memory for an in-place all-to-all copy");
+  /* the other ranks' blocks: the own one is already its own result, and the schedules leave it
+   * where it is in place */
+  const char *in = p->ctx.buf[BUF_SEND];
+  memcpy(copy, in, r * blk);
+  memcpy(copy + (r + 1) * blk, in + (r + 1) * blk, (n - r - 1) * blk);
+  p->ctx.buf[BUF_SEND] = copy;
+  return ncclSuccess;
+}
+
 /* The handshakes of all the group's peer-memory calls, run together. */
 static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
   static TUTTI_TLS op_ctx_t **ctx;
@@ -478,6 +525,7 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
     ops[i].ctx.peer_buf[0] = tables, ops[i].ctx.peer_buf[1] = tables + nr;
     ops[i].ctx.peer_h[0] = handles, ops[i].ctx.peer_h[1] = handles + nr;
     ctx[k] = &ops[i].ctx, idx[k] = (int)i;
+    if (alltoall_needs_copy(&ops[i])) TUTTI_CHECK(copy_alltoall_input(ops[i].ctx.comm, &ops[i]));
     /* the extents this rank uses (0: a buffer NCCL ignores here, a non-root's) */
     bytes[k][0] = ops[i].bytes[0], bytes[k][1] = ops[i].bytes[1], k++;
   }
@@ -521,16 +569,6 @@ static ncclResult_t provide_scratch(pending_t *p) {
     return TUTTI_ERR(ncclSystemError, "out of memory for %zu bytes of %s scratch", need,
                      algo_name(p->ctx.algo));
   p->ctx.buf[BUF_SCRATCH] = tmp;
-  return ncclSuccess;
-}
-
-/* In-place all-to-all: receives land in blocks still to be sent, so it sends from a copy. */
-static ncclResult_t copy_alltoall_input(ncclComm_t comm, pending_t *p) {
-  size_t bytes = p->args.count * p->ctx.esize * (size_t)comm->nranks;
-  void *copy = plan_temp_alloc(bytes);
-  if (!copy) return TUTTI_ERR(ncclSystemError, "out of memory for an in-place all-to-all copy");
-  memcpy(copy, p->ctx.buf[BUF_SEND], bytes);
-  p->ctx.buf[BUF_SEND] = copy;
   return ncclSuccess;
 }
 
@@ -631,8 +669,7 @@ static ncclResult_t plan_prepare(pending_t *p) {
 static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
   ncclComm_t comm = p->ctx.comm;
   TUTTI_CHECK(plan_prepare(p));
-  if (p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0)
-    TUTTI_CHECK(copy_alltoall_input(comm, p));
+  if (alltoall_needs_copy(p)) TUTTI_CHECK(copy_alltoall_input(comm, p));
   TUTTI_CHECK(build(comm, p, cached, &comm->sched_scratch));
   tag_steps(&comm->sched_scratch, op_index);
   if (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) {

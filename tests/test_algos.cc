@@ -199,8 +199,8 @@ TEST(Algos, AllReduceTreeRhdRd) {
 // Direct reads the other ranks' buffers in place, cma by copy and pushes its all-reduce results
 // (peer steps, STEP_PUSH), push does the same on mapped buffers: direct and cma every collective
 // (push: all-reduce and all-gather), any number of ranks, the first and the last rank as the
-// root, in place or not (all-to-all out of place only: the planner runs an in-place one on the
-// FIFOs), the same closed forms without PreMulSum.
+// root, in place or not (all-to-all out of place only: the planner gives an in-place one a copy
+// of its input as the send buffer), the same closed forms without PreMulSum.
 TEST(Algos, DirectCmaAndPushPeerSteps) {
   int built = 0;
   for (algo_t algo : {ALGO_DIRECT, ALGO_CMA, ALGO_PUSH})

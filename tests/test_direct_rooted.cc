@@ -51,9 +51,12 @@ struct Sweep {
 
 // Runs every case of the five collectives on n ranks with `algo` forced (direct: buffers from
 // ncclMemAlloc; cma: heap buffers) and checks that each collective logged exactly the calls the
-// peer path must have taken: every case but the in-place all-to-alls (the FIFOs' by design).
+// peer path must have taken: every case. An in-place all-to-all sends from a copy of its input
+// made before the handshake, heap memory here, which peers in other processes read by copy but
+// cannot map: direct on processes leaves it out (InPlaceAllToAll below).
 void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
   const bool direct = std::string(algo) == "direct";
+  const bool a2a_in_place = !direct || mode == Mode::kThreads;
   th::case_buffers_from_memalloc(direct);
   th::Options opt;
   opt.env = {{"TUTTI_ALGO", forced(algo)},
@@ -75,6 +78,7 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
                              : std::vector<Op>{Op::kSum})
               for (size_t count : s.counts)
                 for (int in_place = 0; in_place < 2; in_place++) {
+                  if (in_place && coll == Coll::kAlltoAll && !a2a_in_place) continue;
                   Case c;
                   c.coll = coll, c.type = t, c.op = op, c.count = count, c.in_place = in_place;
                   c.root = seq % n, c.align = static_cast<size_t>(seq) % 3;
@@ -93,7 +97,8 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
   const int reduce_ops = static_cast<int>(std::size(th::kAllOps)) - 1;
   for (Coll coll : kColls) {
     const std::string fn = std::string("nccl") + th::coll_name(coll);
-    int want = per * (coll == Coll::kAlltoAll ? 1 : 2) * (coll == Coll::kReduce ? reduce_ops : 1);
+    int placements = coll == Coll::kAlltoAll && !a2a_in_place ? 1 : 2;
+    int want = per * placements * (coll == Coll::kReduce ? reduce_ops : 1);
     EXPECT_EQ(peer_calls(fn, algo), want) << fn << " calls logged as " << algo << ", nranks " << n;
   }
 }
@@ -180,6 +185,39 @@ void run_null_buffers(const char *algo) {
   for (Coll coll : {Coll::kBroadcast, Coll::kReduce, Coll::kGather, Coll::kScatter})
     EXPECT_EQ(peer_calls(std::string("nccl") + th::coll_name(coll), algo), n)
         << th::coll_name(coll) << ": every rank's call should go " << algo;
+}
+
+// In-place all-to-alls on ncclMemAlloc buffers in processes, cma forced: each sends from a copy
+// of its input (heap memory, made before the handshake) that the peers read by copy; exact, and
+// the out-of-place calls between them too. (With direct, the peers cannot map that copy outside
+// tutti-run's shared heap: the call then falls back, and the next calls of its count skip the
+// mapping, plan.c.)
+TEST(DirectRooted, InPlaceAllToAllProcs) {
+  th::case_buffers_from_memalloc(true);
+  th::Options opt;
+  opt.env = {{"TUTTI_ALGO", "alltoall:cma"},
+             {"TUTTI_CMA_MIN_BYTES", "1"},
+             {"TUTTI_CMA_COPY_MIN_BYTES", "1"}};
+  log_capture::clear();
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [&](RankCtx &ctx) {
+        int seq = 0;
+        for (int rep = 0; rep < 2; rep++)
+          for (size_t count : kCounts.counts)
+            for (int in_place : {1, 0}) {
+              Case c;
+              c.coll = Coll::kAlltoAll, c.type = ncclInt32, c.count = count;
+              c.in_place = in_place, c.align = static_cast<size_t>(seq++) % 3;
+              bool broken = false;
+              th::run_case(ctx, c, &broken);
+              if (broken) return;
+            }
+      },
+      opt, "in-place all-to-alls on ncclMemAlloc buffers");
+  th::case_buffers_from_memalloc(false);
+  // 2 reps x 5 counts x 2 placements x 3 ranks
+  EXPECT_EQ(peer_calls("ncclAlltoAll", "cma"), 2 * 5 * 2 * 3);
 }
 
 TEST(DirectRooted, NullBuffersOfNonRootsDirect) {

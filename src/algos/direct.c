@@ -25,8 +25,9 @@
  *                  block and PEER_COPYs block r of every other rank's send buffer; then PEER_DONE
  *   The buffers a rank does not use (NCCL's: a non-root's send buffer in broadcast and
  *   scatter, receive buffer in reduce and gather) are exposed as empty and never read. An
- *   in-place all-to-all is not run here (the planner leaves it to the FIFOs: every rank would
- *   overwrite the blocks its peers still read).
+ *   in-place all-to-all gets a copy of its input as the send buffer before the handshake
+ *   (plan.c: every rank overwrites blocks its peers read), so the schedule sees it out of place;
+ *   on device buffers every all-to-all is staged.
  *
  * Cost per rank: each byte of the result read from peers once and written once; no FIFO
  * hops, but a handshake before the call (every rank exposes its buffers and maps the others',
@@ -138,8 +139,9 @@ int direct_scatter(const sched_args_t *a, sched_t *s) {
 int direct_alltoall(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count, mine = (size_t)r * c;
-  SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-             .flags = STEP_STORE, .src_off = mine, .dst_off = mine, .count = c);
+  if (!a->in_place) /* in place the own block is where it belongs (the input is a copy, plan.c) */
+    SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
+               .flags = STEP_STORE, .src_off = mine, .dst_off = mine, .count = c);
   for (int k = 1; k < n; k++) {
     int q = tutti_mod(r + k, n);
     SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = q, .send_peer = -1, .src_buf = BUF_SEND,

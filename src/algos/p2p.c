@@ -47,8 +47,8 @@ int p2p_alltoall(const sched_args_t *a, sched_t *lanes) {
   size_t c = a->count;
   for (int k = 0; k < n; k++) {
     int p = (r + k) % n; /* staggered so that not every rank starts with rank 0 */
-    if (p == r) {
-      if (copy_block(lanes, r, (size_t)r * c, (size_t)r * c, c)) return -1;
+    if (p == r) {        /* in place it is where it belongs (the input is a copy, plan.c) */
+      if (!a->in_place && copy_block(lanes, r, (size_t)r * c, (size_t)r * c, c)) return -1;
       continue;
     }
     if (send_block(lanes, p, (size_t)p * c, c) || recv_block(lanes, n, p, (size_t)p * c, c))
