@@ -70,14 +70,16 @@ Report *new_report() {
 // Rank 1 is SIGKILLed while all ranks loop over 4 MiB collectives: ranks 0 and 2 return an error
 // in well under the 10 s timeout (a dead process on this host is noticed directly), and both
 // messages name rank 1, also the rank that was waiting on rank 2 when rank 2 gave up.
-// With `shareable`, the buffers come from ncclMemAlloc: the all-reduces are direct ones.
-void killed_rank(bool reduce_to_root0, bool shareable = false) {
+// With `shareable`, the buffers come from ncclMemAlloc: the collectives are direct ones; `algo`
+// (TUTTI_ALGO) forces one.
+void killed_rank(bool reduce_to_root0, bool shareable = false, const char *algo = nullptr) {
   const int n = 3, victim = 1;
   Report *rep = new_report();
   ASSERT_NE(rep, nullptr);
   th::Options opt;
   opt.env = {{"TUTTI_TIMEOUT", "10"}};
   if (shareable) opt.env.push_back({"TUTTI_MEM_ALLOC", "shared"});  // mapped: the direct path
+  if (algo) opt.env.push_back({"TUTTI_ALGO", algo});
   opt.timeout_s = 60;
   opt.while_running = [&](const std::vector<pid_t> &pids) {
     double until = th::now_s() + 30;
@@ -144,12 +146,21 @@ TEST(Failure, KilledRankIsReportedByEveryOtherRank) {
 // The same with reduces to rank 0 (the chain 1 -> 2 -> 0): rank 0 only ever waits on rank 2,
 // which fails because rank 1 died; rank 0's message must still name rank 1.
 TEST(Failure, KilledRankIsNamedByRanksThatNeverWaitOnIt) {
-  killed_rank(true);
+  killed_rank(true, false, "reduce:chain");
 }
 
 // The same inside direct all-reduces (buffers from ncclMemAlloc, read in place by the peers).
 TEST(Failure, KilledRankIsReportedDuringDirectAllReduce) {
   killed_rank(false, true);
+}
+
+// The same inside reduces on the peer path, every rank reducing its segment into rank 0's
+// buffer: direct (ncclMemAlloc buffers, mapped) and cma (heap buffers, read and written by copy).
+TEST(Failure, KilledRankIsReportedDuringDirectReduce) {
+  killed_rank(true, true, "reduce:direct");
+}
+TEST(Failure, KilledRankIsReportedDuringCmaReduce) {
+  killed_rank(true, false, "reduce:cma");
 }
 
 // ---------------------------------------------------------------- a rank never calls
