@@ -45,25 +45,11 @@ static double cma_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, 
 }
 
 ALGO_COL_BUILDER(build_allreduce, push_allreduce) /* algos/push.c */
-ALGO_COL_BUILDER(build_reducescatter, direct_reducescatter)
-ALGO_COL_BUILDER(build_allgather, direct_allgather)
-ALGO_COL_BUILDER(build_broadcast, direct_broadcast)
-ALGO_COL_BUILDER(build_reduce, direct_reduce)
-ALGO_COL_BUILDER(build_gather, direct_gather)
-ALGO_COL_BUILDER(build_scatter, direct_scatter)
-ALGO_COL_BUILDER(build_alltoall, direct_alltoall)
 
 const algo_desc_t algo_cma = {
     .name = "cma",
     .summary = "one host: read the peers' buffers by copy (process_vm_readv; heap memory)",
-    .build = {[COLL_ALLREDUCE] = build_allreduce,
-              [COLL_REDUCESCATTER] = build_reducescatter,
-              [COLL_ALLGATHER] = build_allgather,
-              [COLL_BROADCAST] = build_broadcast,
-              [COLL_REDUCE] = build_reduce,
-              [COLL_GATHER] = build_gather,
-              [COLL_SCATTER] = build_scatter,
-              [COLL_ALLTOALL] = build_alltoall},
+    .build = DIRECT_BUILD_TABLE(build_allreduce),
     .cost_us = cma_cost,
     .needs = ALGO_NEEDS_PEER_READ | ALGO_NEEDS_PLAIN_OP,
 };

@@ -52,7 +52,7 @@ static int direct_done(sched_t *s) {
   return 0;
 }
 
-int direct_allreduce(const sched_args_t *a, sched_t *s) {
+static int direct_allreduce(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count, b = block_start(c, n, r);
   SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = r, .send_peer = -1, .src_buf = BUF_SEND,
@@ -68,7 +68,7 @@ int direct_allreduce(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
-int direct_reducescatter(const sched_args_t *a, sched_t *s) {
+static int direct_reducescatter(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = tutti_mod(r + 1, n), .send_peer = -1,
              .src_buf = BUF_SEND, .dst_buf = BUF_RECV, .flags = STEP_STORE | STEP_POST,
@@ -76,7 +76,8 @@ int direct_reducescatter(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
-int direct_allgather(const sched_args_t *a, sched_t *s) {
+/* The own block into place, then every other rank's send buffer into its block. */
+static int pull_blocks(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count;
   SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
@@ -86,10 +87,14 @@ int direct_allgather(const sched_args_t *a, sched_t *s) {
     SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = q, .send_peer = -1, .src_buf = BUF_SEND,
                .dst_buf = BUF_RECV, .flags = STEP_STORE, .dst_off = (size_t)q * c, .count = c);
   }
-  return direct_done(s);
+  return 0;
 }
 
-int direct_broadcast(const sched_args_t *a, sched_t *s) {
+static int direct_allgather(const sched_args_t *a, sched_t *s) {
+  return pull_blocks(a, s) ? -1 : direct_done(s);
+}
+
+static int direct_broadcast(const sched_args_t *a, sched_t *s) {
   int root = a->root;
   if (a->rank == root)
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
@@ -100,7 +105,7 @@ int direct_broadcast(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
-int direct_reduce(const sched_args_t *a, sched_t *s) {
+static int direct_reduce(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank, root = a->root;
   size_t c = a->count, b = block_start(c, n, r);
   SCHED_PUSH(.kind = STEP_PEER_REDUCE, .recv_peer = tutti_mod(root + 1, n),
@@ -110,21 +115,11 @@ int direct_reduce(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
-int direct_gather(const sched_args_t *a, sched_t *s) {
-  int n = a->nranks, r = a->rank;
-  size_t c = a->count;
-  if (r != a->root) return direct_done(s);
-  SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
-             .flags = STEP_STORE, .dst_off = (size_t)r * c, .count = c);
-  for (int k = 1; k < n; k++) {
-    int q = tutti_mod(r + k, n);
-    SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = q, .send_peer = -1, .src_buf = BUF_SEND,
-               .dst_buf = BUF_RECV, .flags = STEP_STORE, .dst_off = (size_t)q * c, .count = c);
-  }
-  return direct_done(s);
+static int direct_gather(const sched_args_t *a, sched_t *s) {
+  return a->rank == a->root && pull_blocks(a, s) ? -1 : direct_done(s);
 }
 
-int direct_scatter(const sched_args_t *a, sched_t *s) {
+static int direct_scatter(const sched_args_t *a, sched_t *s) {
   int r = a->rank, root = a->root;
   size_t c = a->count;
   if (r == root)
@@ -136,7 +131,7 @@ int direct_scatter(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
-int direct_alltoall(const sched_args_t *a, sched_t *s) {
+static int direct_alltoall(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count, mine = (size_t)r * c;
   if (!a->in_place) /* in place the own block is where it belongs (the input is a copy, plan.c) */
@@ -173,26 +168,24 @@ static double direct_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t 
   return cost_peer(m, &m->peer, n, direct_moved(c, n, S));
 }
 
-ALGO_COL_BUILDER(build_allreduce, direct_allreduce)
-ALGO_COL_BUILDER(build_reducescatter, direct_reducescatter)
-ALGO_COL_BUILDER(build_allgather, direct_allgather)
-ALGO_COL_BUILDER(build_broadcast, direct_broadcast)
-ALGO_COL_BUILDER(build_reduce, direct_reduce)
-ALGO_COL_BUILDER(build_gather, direct_gather)
-ALGO_COL_BUILDER(build_scatter, direct_scatter)
-ALGO_COL_BUILDER(build_alltoall, direct_alltoall)
+#define DIRECT_BUILDER(coll)                                                     \
+  int direct_build_##coll(const sched_args_t *a, sched_t *col, sched_t *lanes) { \
+    (void)lanes;                                                                 \
+    return direct_##coll(a, col);                                                \
+  }
+DIRECT_BUILDER(allreduce)
+DIRECT_BUILDER(reducescatter)
+DIRECT_BUILDER(allgather)
+DIRECT_BUILDER(broadcast)
+DIRECT_BUILDER(reduce)
+DIRECT_BUILDER(gather)
+DIRECT_BUILDER(scatter)
+DIRECT_BUILDER(alltoall)
 
 const algo_desc_t algo_direct = {
     .name = "direct",
     .summary = "one host: read the peers' buffers in place (ncclMemAlloc memory, or threads)",
-    .build = {[COLL_ALLREDUCE] = build_allreduce,
-              [COLL_REDUCESCATTER] = build_reducescatter,
-              [COLL_ALLGATHER] = build_allgather,
-              [COLL_BROADCAST] = build_broadcast,
-              [COLL_REDUCE] = build_reduce,
-              [COLL_GATHER] = build_gather,
-              [COLL_SCATTER] = build_scatter,
-              [COLL_ALLTOALL] = build_alltoall},
+    .build = DIRECT_BUILD_TABLE(direct_build_allreduce),
     .cost_us = direct_cost,
     .needs = ALGO_NEEDS_PEER_MEMORY | ALGO_NEEDS_PLAIN_OP | ALGO_RUNS_ON_DEVICE,
 };

@@ -131,15 +131,24 @@ int ring_allreduce(const sched_args_t *a, sched_t *s);
 int ring_reducescatter(const sched_args_t *a, sched_t *s);
 int ring_allgather(const sched_args_t *a, sched_t *s);
 int oneshot_allreduce(const sched_args_t *a, sched_t *s);
-/* Peer-step schedules (direct.c), shared by direct (mapped) and cma (read by copy). */
-int direct_allreduce(const sched_args_t *a, sched_t *s);
-int direct_reducescatter(const sched_args_t *a, sched_t *s);
-int direct_allgather(const sched_args_t *a, sched_t *s);
-int direct_broadcast(const sched_args_t *a, sched_t *s);
-int direct_reduce(const sched_args_t *a, sched_t *s);
-int direct_gather(const sched_args_t *a, sched_t *s);
-int direct_scatter(const sched_args_t *a, sched_t *s);
-int direct_alltoall(const sched_args_t *a, sched_t *s);
+/* Peer-step schedules (direct.c), shared by direct (mapped) and cma (read by copy, with push's
+ * all-reduce): their builders and the .build table of an algorithm made of them, `ar` its
+ * all-reduce's builder. */
+int direct_build_allreduce(const sched_args_t *a, sched_t *col, sched_t *lanes);
+int direct_build_reducescatter(const sched_args_t *a, sched_t *col, sched_t *lanes);
+int direct_build_allgather(const sched_args_t *a, sched_t *col, sched_t *lanes);
+int direct_build_broadcast(const sched_args_t *a, sched_t *col, sched_t *lanes);
+int direct_build_reduce(const sched_args_t *a, sched_t *col, sched_t *lanes);
+int direct_build_gather(const sched_args_t *a, sched_t *col, sched_t *lanes);
+int direct_build_scatter(const sched_args_t *a, sched_t *col, sched_t *lanes);
+int direct_build_alltoall(const sched_args_t *a, sched_t *col, sched_t *lanes);
+#define DIRECT_BUILD_TABLE(ar)                                                            \
+  {                                                                                       \
+    [COLL_ALLREDUCE] = (ar), [COLL_REDUCESCATTER] = direct_build_reducescatter,           \
+    [COLL_ALLGATHER] = direct_build_allgather, [COLL_BROADCAST] = direct_build_broadcast, \
+    [COLL_REDUCE] = direct_build_reduce, [COLL_GATHER] = direct_build_gather,             \
+    [COLL_SCATTER] = direct_build_scatter, [COLL_ALLTOALL] = direct_build_alltoall        \
+  }
 /* Bytes the busiest rank of these schedules reads from its peers for S bytes (the tuner's S of
  * collective c), the cost models' volume for direct and cma. */
 double direct_moved(coll_t c, int n, double S);
