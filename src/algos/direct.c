@@ -1,7 +1,7 @@
 /* Direct collectives (all-reduce, reduce-scatter, all-gather, broadcast, reduce, gather, scatter,
- * all-to-all): ranks of one host read each other's
- * buffers in place through the transports' peer-memory capability (transport.h), instead of
- * copying every byte into a FIFO slot and out again.
+ * all-to-all): ranks of one host read each other's buffers in place through the transports'
+ * peer-memory capability (transport.h), instead of copying every byte into a FIFO slot and out
+ * again.
  *
  *   all-reduce, n ranks, segment k = block_start(count, n, k):
  *     PEER_REDUCE  own segment r of the result = x0 (+) ... from all n send buffers, in the
@@ -22,9 +22,10 @@
  *   gather:        the root copies its block into place and PEER_COPYs every other rank's send
  *                  buffer into its block; scatter: every rank PEER_COPYs its block of the root's
  *                  send buffer (the root copies its own); all-to-all: every rank copies its own
- *                  block and PEER_COPYs block r of every other rank's send buffer; then PEER_DONE
+ *                  block (unless in place) and PEER_COPYs block r of every other rank's send
+ *                  buffer; then PEER_DONE
  *   The buffers a rank does not use (NCCL's: a non-root's send buffer in broadcast and
- *   scatter, receive buffer in reduce and gather) are exposed as empty and never read. An
+ *   scatter, receive buffer in reduce and gather) are exposed as unused and never read. An
  *   in-place all-to-all gets a copy of its input as the send buffer before the handshake
  *   (plan.c: every rank overwrites blocks its peers read), so the schedule sees it out of place;
  *   on device buffers every all-to-all is staged.
@@ -36,8 +37,9 @@
  * a transport with peer memory (one host), the call at least TUTTI_DIRECT_MIN_BYTES (below,
  * the handshake costs more than the copies it saves), no PreMulSum (the reduction reads each
  * input once, unscaled). Results are bitwise identical on every rank (each segment has one
- * owner; the others copy its bits) and run to run. In place is safe: rank k reads rank r's
- * buffer only in segment k, which r overwrites only after k's progress says it is final.
+ * owner; the others copy its bits) and run to run. In place is safe: in the all-reduce rank k
+ * reads rank r's buffer only in segment k, which r overwrites only after k's progress says it is
+ * final; in the others no rank writes what a peer reads.
  * Device buffers (ALGO_RUNS_ON_DEVICE): the same schedule runs on GPU memory mapped through
  * CUDA IPC (transport/cuda_p2p.c), the reductions as kernels and the copies on the copy
  * engine (engine_peer.c); the planner then takes it at any size (the alternative is staging
