@@ -66,6 +66,18 @@ void RankCtx::fail(const char *fmt, ...) {
   if (messages.size() < kMaxMessages) messages.push_back(buf);
 }
 
+ThreadEnv::ThreadEnv(Mode mode, const Options &opt) {
+  if (mode != Mode::kThreads) return;
+  for (const auto &e : opt.env) {
+    setenv(e.first.c_str(), e.second.c_str(), 1);
+    names_.push_back(e.first);
+  }
+}
+
+ThreadEnv::~ThreadEnv() {
+  for (const std::string &n : names_) unsetenv(n.c_str());
+}
+
 void *shared_alloc(size_t bytes) {
   void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;

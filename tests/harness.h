@@ -75,6 +75,20 @@ struct Options {
   std::function<void(const std::vector<pid_t> &pids)> while_running;
 };
 
+// Options::env reaches ranks that are processes only; ranks that are threads read this process's
+// environment. For mode kThreads this sets Options::env here for its scope (unset at its end);
+// for processes it does nothing.
+class ThreadEnv {
+ public:
+  ThreadEnv(Mode mode, const Options &opt);
+  ~ThreadEnv();
+  ThreadEnv(const ThreadEnv &) = delete;
+  ThreadEnv &operator=(const ThreadEnv &) = delete;
+
+ private:
+  std::vector<std::string> names_;
+};
+
 struct RankResult {
   int rank = 0;
   pid_t pid = 0;        // the child (processes) or this process (threads)

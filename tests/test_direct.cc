@@ -148,8 +148,7 @@ void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
   th::Options opt;
   opt.env = {{"TUTTI_DIRECT_MIN_BYTES", "1"}, {"TUTTI_PUSH_MIN_BYTES", "1"}, {"TUTTI_ALGO", algos}};
   opt.env.insert(opt.env.end(), extra.begin(), extra.end());
-  if (mode == Mode::kThreads)
-    for (const auto &e : opt.env) setenv(e.first.c_str(), e.second.c_str(), 1);
+  th::ThreadEnv thread_env(mode, opt);
   log_capture::clear();
   th::run_ranks_ok(
       mode, n,
@@ -178,8 +177,6 @@ void run_direct(Mode mode, int n, const std::vector<ncclDataType_t> &types,
       << "calls logged as direct, at least one per collective, type and rank";
   printf("  nranks %d: %d all-reduces went %s, %d calls direct\n", n, ar, allreduce.c_str(),
          direct);
-  if (mode == Mode::kThreads)
-    for (const auto &e : opt.env) unsetenv(e.first.c_str());
   th::case_buffers_from_memalloc(false);
 }
 

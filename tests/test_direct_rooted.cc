@@ -64,8 +64,7 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
              {"TUTTI_CMA_MIN_BYTES", "1"},
              {"TUTTI_CMA_COPY_MIN_BYTES", "1"},
              {"TUTTI_CMA_PIECE_BYTES", "4096"}};
-  if (mode == Mode::kThreads)
-    for (const auto &e : opt.env) setenv(e.first.c_str(), e.second.c_str(), 1);
+  th::ThreadEnv thread_env(mode, opt);
   log_capture::clear();
   th::run_ranks_ok(
       mode, n,
@@ -89,8 +88,6 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
                 }
       },
       opt, std::string(algo) + " rooted collectives, nranks " + std::to_string(n));
-  if (mode == Mode::kThreads)
-    for (const auto &e : opt.env) unsetenv(e.first.c_str());
   th::case_buffers_from_memalloc(false);
   const int per = n * static_cast<int>(s.types.size() * s.counts.size());
   // PreMulSum scales its inputs, which the peer path's single pass does not: the FIFOs run it
