@@ -33,7 +33,8 @@ static const char *const agreed_names[] = {
     "SHM_DISABLE",    /* which transport connects a pair */
     "SHM_SLOT_BYTES", /* the shared FIFO's layout */
     "SHM_NSLOTS",
-    "DIRECT", /* the direct all-reduce path */
+    "SHM_RDV_MIN", /* which p2p steps go by rendezvous (shm_rdv.c) */
+    "DIRECT",      /* the direct all-reduce path */
     "DIRECT_MIN_BYTES",
     "CMA_MIN_BYTES", /* the cma path (CMA itself is agreed at setup, shm.c) */
     "CMA_COPY_MIN_BYTES",

@@ -40,14 +40,8 @@
  * other end, after publishing the word, fences and wakes it if the flag is up (one cache line it
  * writes anyway).
  * Elsewhere nobody sleeps and the flags are never looked at.
- * Peer memory: device buffers go to cuda_p2p.c (CUDA IPC, agreed at setup after CMA);
- * ncclMemAlloc regions are mapped by peers (memreg.c); any other memory of a local
- * peer (heap) is read by copy with process_vm_readv (cross-memory attach: the kernel copies
- * straight from the peer's pages, one copy where the FIFOs make two). Whether that works is
- * decided once, at setup, by every rank alike: each rank reads its local peers' segment headers
- * with process_vm_readv (the kernel allows it for processes of one user that are dumpable, under
- * Yama's ptrace_scope 0, or with CAP_SYS_PTRACE), and the ranks' answers are all-gathered; one
- * refusal, or TUTTI_CMA=0 on any rank, turns it off on every rank (comm->peer_read = 0).
+ * Peer memory (a rank's buffers read or written by its peers in place) is shm_peer.c's; large
+ * steps by rendezvous, one copy from the sender's buffer into the receiver's, shm_rdv.c's.
  * The segment is created with MAP_POPULATE (page faults once, at init) and unlinked as soon as
  * every peer has mapped it, so nothing remains in /dev/shm even after kill -9. Segments left by
  * processes that died before unlinking (a kill during init) are removed by the next init.
@@ -57,6 +51,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,105 +72,14 @@
 #include "copy.h"
 #include "cuda_p2p.h"
 #include "memreg.h"
+#include "shm.h"
 #include "small.h"
 
 TUTTI_PARAM(ShmDisable, "SHM_DISABLE", 0)
 TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
 TUTTI_PARAM(ShmSlots, "SHM_NSLOTS", 8)
-TUTTI_PARAM(Cma, "CMA", 1)
 TUTTI_PARAM(ShmRingWindow, "SHM_RING_WINDOW", 0)
 TUTTI_PARAM(ShmPrefetch, "SHM_PREFETCH", 1)
-
-#define SHM_MAGIC 0x74757474692d7368ull
-#define SHM_PAGE 4096
-#define SHM_MAX_SLOTS 64
-#define SHM_DESC_PER_SLOT 4  /* headers per slot of ring: messages of a quarter slot fill it */
-#define SHM_FAILED_WRITING 2 /* header.failed: the reason is being written */
-#define SHM_FAILED 1
-
-typedef struct shm_header {
-  uint64_t magic;
-  int32_t owner_rank, owner_pid;
-  uint32_t nslots, local_size;
-  uint64_t slot_bytes;
-  char pad0[TUTTI_CACHELINE - 32];
-  volatile uint64_t peer_progress; /* the owner's peer-memory words (transport.h), a line each */
-  char pad1[TUTTI_CACHELINE - 8];
-  volatile uint64_t peer_done;
-  char pad2[SHM_PAGE / 2 - 3 * TUTTI_CACHELINE];
-  volatile int32_t failed; /* SHM_FAILED once the owner failed or aborted */
-  char reason[512];        /* the owner's error message, written before `failed` */
-} shm_header_t;
-_Static_assert(sizeof(shm_header_t) <= SHM_PAGE, "the shm header must fit its page");
-
-/* A header's cache lines, on a boundary of as many: messages up to 240 bytes go inline, and
- * polling the first line the receiver's adjacent-line prefetch brings the second (measured
- * against one-line headers: docs/perf-baseline.md, "Headers of four lines"). */
-#define SHM_HDR_LINES 4
-#define SHM_INLINE (SHM_HDR_LINES * TUTTI_CACHELINE - 16)
-/* A message of at most this many bytes goes to its header's own place (hot: rewritten every
- * nslots messages, so both caches keep it); a longer one to the ring. Where the two meet was
- * measured (docs/perf-baseline.md, "The FIFO as a ring of bytes"), and so was putting the places
- * a page apart: prefetchers, which stop at a page's end, then do not pull the next place's lines
- * into the reader's cache for the writer to take back. */
-#define SHM_HOT_BYTES 2048
-typedef struct shm_slot_hdr {
-  volatile uint64_t seq; /* k + 1 once message k is in this slot */
-  uint32_t bytes;
-  volatile uint32_t sleeping; /* the receiver sleeps on seq (oversubscribed machines) */
-  char inline_data[SHM_INLINE];
-} shm_slot_hdr_t;
-
-typedef struct shm_ctrl {
-  volatile uint64_t tail;     /* messages released by the receiver */
-  volatile uint32_t sleeping; /* the sender sleeps on tail, the FIFO full */
-  uint32_t pad;
-  volatile uint64_t tail_at; /* the receiver's `at` (shm_end_t) once it released them */
-  char pad0[SHM_HDR_LINES * TUTTI_CACHELINE - 24];
-  shm_slot_hdr_t hdr[SHM_MAX_SLOTS];
-} shm_ctrl_t;
-#define SHM_CTRL_BYTES ((sizeof(shm_ctrl_t) + SHM_PAGE - 1) / SHM_PAGE * SHM_PAGE)
-
-typedef struct shm_end { /* one end of one FIFO */
-  shm_ctrl_t *ctrl;
-  char *hot;  /* nslots pages: a place per header, at its page's start */
-  char *ring; /* nslots * slot_bytes bytes */
-  size_t ring_bytes;
-  size_t window;  /* sender: past this offset, a short message starts over when the ring is empty */
-  uint32_t ndesc; /* headers in ctrl->hdr, one per slot: the most messages in flight */
-  uint32_t desc;  /* pos % ndesc, kept as pos grows (a division costs tens of cycles) */
-  uint64_t pos;   /* messages sent (sender) or consumed (receiver) */
-  size_t off;     /* the ring offset after the last message placed (ring_place) */
-  uint64_t at;    /* ring bytes passed so far, wrapped ends included (flow control) */
-  uint64_t seen;  /* sender: cached copy of the receiver's tail ... */
-  uint64_t seen_at; /* ... and of its tail_at */
-  char *cur;        /* where message pos lies (send_slot, recv_slot) */
-  int restart;      /* sender: message pos starts the ring over (SHM_RESTART) */
-  size_t cur_bytes; /* receiver: message pos's size */
-  int sleepy;       /* oversubscribed: the other end may sleep, wake it (shm_wait) */
-  int prefetch;     /* sender: take the next message's lines for writing (shm_prefetch_next) */
-  volatile int32_t *peer_failed;
-  char small[SHM_INLINE]; /* sender: a message that goes inline is computed here */
-} shm_end_t;
-
-typedef struct shm_state {
-  char name[96];
-  char *seg;
-  size_t seg_bytes;
-  char **peer_seg; /* [nranks] mapping of each local peer's segment */
-  size_t *peer_bytes;
-  uint64_t *peer_seg_addr; /* [nranks] that segment's address in the peer's process */
-  int *local_index;        /* [nranks]: index among this host's ranks, -1 if remote */
-  shm_end_t *ends;         /* [2 * nranks]: send end to p, then receive end from p */
-  int prefetch;            /* send ends prefetch (TUTTI_SHM_PREFETCH and the CPU's prefetchw) */
-} shm_state_t;
-
-typedef struct shm_blob {
-  char name[96];
-  uint64_t bytes;
-  uint64_t seg_addr; /* the segment's address in its owner, for the process_vm_readv probe */
-  int32_t local_index;
-} shm_blob_t;
 
 static size_t seg_hot_bytes(uint32_t nslots, int local_size) {
   return TUTTI_ALIGN_UP((size_t)local_size * nslots * SHM_PAGE, SHM_PAGE);
@@ -261,71 +165,6 @@ static ncclResult_t map_segment(const char *name, size_t bytes, int create, char
   return ncclSuccess;
 }
 
-/* Under Yama's ptrace_scope 1 only a process's ancestors may read it: let any process of this
- * user read this one (what Open MPI's shared-memory transport does too), or peers' reads of it
- * are refused and cma_agree turns reading by copy off everywhere. */
-static void cma_allow_peers(void) {
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  int scope = 0;
-  if (!f) return;
-  if (fscanf(f, "%d", &scope) != 1) scope = 0;
-  fclose(f);
-  if (scope == 1 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
-    INFO(SUB_SHM, "Yama ptrace_scope 1: peers of this user may read this process (PR_SET_PTRACER)");
-}
-
-/* process_vm_readv (write = 0) or process_vm_writev of all `bytes` between `local` here and
- * `remote` in process pid (a call may move less than asked); 0 or the errno. */
-static int cma_move(int pid, void *local, uint64_t remote, size_t bytes, int write) {
-  while (bytes > 0) {
-    struct iovec l = {local, bytes}, r = {(void *)(uintptr_t)remote, bytes};
-    ssize_t got =
-        write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (got <= 0) return got < 0 ? errno : EIO;
-    local = (char *)local + got, remote += (uint64_t)got, bytes -= (size_t)got;
-  }
-  return 0;
-}
-
-/* This rank's answer to "can I read every local peer's memory by copy": 1, or 0 with why. */
-static int cma_probe(struct ncclComm *comm, char *why, size_t len) {
-  shm_state_t *st = comm->shm;
-  if (!tutti_param_Cma()) return snprintf(why, len, "TUTTI_CMA=0"), 0;
-  for (int p = 0; st && p < comm->nranks; p++) {
-    if (p == comm->rank || !st->peer_seg[p]) continue;
-    uint64_t magic = 0;
-    int err = cma_move(comm->peers[p].pid, &magic, st->peer_seg_addr[p], sizeof(magic), 0);
-    if (err || magic != SHM_MAGIC)
-      return snprintf(why, len, "process_vm_readv of rank %d (pid %d): %s", p, comm->peers[p].pid,
-                      err ? strerror(err) : "read the wrong bytes"),
-             0;
-  }
-  return 1;
-}
-
-/* Collective: comm->peer_read is 1 on every rank when every rank can read its local peers. */
-static ncclResult_t cma_agree(struct ncclComm *comm) {
-  int n = comm->nranks, first_no = -1;
-  int32_t *ok = calloc((size_t)n, sizeof(int32_t));
-  if (!ok) return TUTTI_ERR(ncclSystemError, "out of memory");
-  char why[200] = "";
-  ok[comm->rank] = cma_probe(comm, why, sizeof(why));
-  ncclResult_t res = bootstrap_allgather(comm, ok, sizeof(int32_t));
-  for (int r = 0; r < n && first_no < 0; r++)
-    if (!ok[r]) first_no = r;
-  free(ok);
-  TUTTI_CHECK(res);
-  comm->peer_read = first_no < 0;
-  if (first_no < 0)
-    INFO(SUB_SHM, "CMA: peers read heap buffers by copy (process_vm_readv), all ranks can");
-  else if (first_no == comm->rank)
-    INFO(SUB_SHM, "CMA refused here (%s): heap buffers go through the FIFOs on every rank", why);
-  else
-    INFO(SUB_SHM, "CMA refused on rank %d: heap buffers go through the FIFOs on every rank",
-         first_no);
-  return ncclSuccess;
-}
-
 /* Does the CPU have prefetchw (older Intel CPUs may not; AMD64 ones all do)? */
 static int cpu_has_prefetchw(void) {
 #if defined(__x86_64__)
@@ -355,11 +194,11 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
   if (local <= 1) return ncclSuccess; /* no local peer: nothing to share */
   st->prefetch = tutti_param_ShmPrefetch() && cpu_has_prefetchw();
   uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
-  /* at most 1 GiB: a message's size and the SHM_RESTART bit share 32 bits */
+  /* at most SHM_SLOT_MAX: a message's size and the flags share 32 bits */
   size_t slot_bytes = TUTTI_ALIGN_UP(
-      (size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlotBytes(), 4096), (int64_t)1 << 30), 4096);
+      (size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlotBytes(), 4096), (int64_t)SHM_SLOT_MAX), 4096);
   shm_remove_stale();
-  if (tutti_param_Cma()) cma_allow_peers();
+  shm_cma_allow_peers();
   snprintf(st->name, sizeof(st->name), "/tutti-%d-%016llx-%d", (int)getpid(),
            (unsigned long long)comm->id_hash, comm->rank);
   st->seg_bytes = seg_size(nslots, slot_bytes, local);
@@ -419,14 +258,18 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
       .ndesc = mh->nslots,
       .sleepy = comm->oversubscribed,
       .prefetch = st->prefetch,
-      .peer_failed = &ph->failed};
+      .peer_failed = &ph->failed,
+      .rank = comm->rank,
+      .peer = peer};
   *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
                     .hot = seg_hot(st->seg, them, ls, mh->nslots),
                     .ring = seg_ring(st->seg, them, ls, mh->nslots, mh->slot_bytes),
                     .ring_bytes = ring_bytes,
                     .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
-                    .peer_failed = &ph->failed};
+                    .peer_failed = &ph->failed,
+                    .rank = comm->rank,
+                    .peer = peer};
   send->priv = se;
   recv->priv = re;
   send->slot_bytes = recv->slot_bytes = mh->slot_bytes;
@@ -455,7 +298,8 @@ static void shm_unlink_own(struct ncclComm *comm) {
 
 static ncclResult_t shm_post_connect(struct ncclComm *comm) {
   shm_unlink_own(comm);
-  TUTTI_CHECK(cma_agree(comm));
+  TUTTI_CHECK(shm_cma_agree(comm));
+  shm_large_agree(comm);
   TUTTI_CHECK(cuda_p2p_agree(comm));
   return small_agree(comm);
 }
@@ -506,13 +350,12 @@ static char *end_where(const shm_end_t *e, size_t start, size_t bytes) {
   return bytes <= SHM_HOT_BYTES ? e->hot + (size_t)e->desc * SHM_PAGE : e->ring + start;
 }
 
-#define SHM_RESTART (1u << 31)      /* in a header's bytes: the message starts the ring over */
 #define SHM_RESTART_MAX (32 << 10)  /* messages at most this long may */
 #define SHM_PREFETCH_MAX (16 << 10) /* the next message's lines are prefetched up to this */
 
 /* The sender's copy of the receiver's tail and tail_at, reread. tail_at never moves it back: the
  * sender may have moved it past the ring's end itself (a start over, shm_send_slot). */
-static void end_reread(shm_end_t *e) {
+void shm_end_reread(shm_end_t *e) {
   e->seen = __atomic_load_n(&e->ctrl->tail, __ATOMIC_ACQUIRE);
   uint64_t at = __atomic_load_n(&e->ctrl->tail_at, __ATOMIC_RELAXED);
   if (at > e->seen_at) e->seen_at = at;
@@ -541,47 +384,75 @@ static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
 #endif
 }
 
-static void *shm_send_slot(conn_t *c, size_t bytes) {
+void *shm_send_slot(conn_t *c, size_t bytes) {
   shm_end_t *e = c->priv;
   size_t start = ring_place(e, bytes);
   e->restart = 0;
   if (bytes > SHM_HOT_BYTES && bytes <= SHM_RESTART_MAX && start >= e->window && bytes <= start) {
-    if (e->seen != e->pos) end_reread(e);
+    if (e->seen != e->pos) shm_end_reread(e);
     if (e->seen == e->pos) { /* empty: the ring's end it skips is free, nobody reads there */
       start = 0, e->restart = 1;
       e->seen_at = e->at + ring_skip(e, 0);
     }
   }
   if (!end_room(e, start, bytes)) {
-    end_reread(e);
+    shm_end_reread(e);
     if (!end_room(e, start, bytes)) return NULL;
   }
   return e->cur = bytes <= SHM_INLINE ? e->small : end_where(e, start, bytes);
 }
 
 /* `bytes` is what send_slot was asked for: the receiver places the message by it. */
-static void shm_send_post(conn_t *c, size_t bytes) {
+static inline void post(conn_t *c, size_t bytes, uint32_t flags) {
   shm_end_t *e = c->priv;
   shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
   if (bytes <= SHM_INLINE) memcpy(h->inline_data, e->cur, bytes);
-  h->bytes = (uint32_t)bytes | (e->restart ? SHM_RESTART : 0);
+  h->bytes = (uint32_t)bytes | (e->restart ? SHM_RESTART : 0) | flags;
   end_advance(e, bytes);
   __atomic_store_n(&h->seq, e->pos, __ATOMIC_RELEASE);
   if (e->sleepy) wake_sleeper(&h->seq, &h->sleeping);
   if (e->prefetch) shm_prefetch_next(e, bytes);
 }
 
-static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
+static void shm_send_post(conn_t *c, size_t bytes) {
+  post(c, bytes, 0);
+}
+
+void shm_post(conn_t *c, size_t bytes, uint32_t flags) {
+  post(c, bytes, flags);
+}
+
+static inline const void *peek(conn_t *c, size_t *bytes, uint32_t *flags) {
   shm_end_t *e = c->priv;
   shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
   if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) return NULL;
   uint32_t b = h->bytes;
-  *bytes = e->cur_bytes = b & ~SHM_RESTART;
+  *flags = b & (SHM_RESTART | SHM_LARGE);
+  *bytes = e->cur_bytes = b & ~(SHM_RESTART | SHM_LARGE);
   if (*bytes <= SHM_INLINE) return h->inline_data;
   return e->cur = end_where(e, (b & SHM_RESTART) ? 0 : ring_place(e, *bytes), *bytes);
 }
 
-static void shm_recv_done(conn_t *c) {
+const void *shm_peek(conn_t *c, size_t *bytes, uint32_t *flags) {
+  return peek(c, bytes, flags);
+}
+
+/* A piece, which the header of a large step is not (the ranks disagree on the step's size:
+ * the end stops, naming both, and the engine reports it as the peer's failure). */
+static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
+  uint32_t flags;
+  const void *m = peek(c, bytes, &flags);
+  if (!m || !(flags & SHM_LARGE)) return m;
+  shm_end_t *e = c->priv;
+  shm_end_break(e,
+                "rank %d announced a large message (a step of at least TUTTI_SHM_RDV_MIN bytes) "
+                "where rank %d expected a piece of a shorter one: ranks called different counts, "
+                "types or collectives",
+                e->peer, e->rank);
+  return NULL;
+}
+
+void shm_recv_done(conn_t *c) {
   shm_end_t *e = c->priv;
   end_advance(e, e->cur_bytes);
   __atomic_store_n(&e->ctrl->tail_at, e->at, __ATOMIC_RELAXED);
@@ -619,7 +490,17 @@ static void shm_wait(conn_t *c, int send, uint64_t timeout_ns) {
 
 static int shm_peer_failed(conn_t *c) {
   shm_end_t *e = c->priv;
-  return e->peer_failed && __atomic_load_n(e->peer_failed, __ATOMIC_ACQUIRE) == SHM_FAILED;
+  return (e->peer_failed && __atomic_load_n(e->peer_failed, __ATOMIC_ACQUIRE) == SHM_FAILED) ||
+         e->broken[0];
+}
+
+void shm_end_break(shm_end_t *e, const char *fmt, ...) {
+  if (e->broken[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->broken, sizeof(e->broken), fmt, ap);
+  va_end(ap);
+  INFO(SUB_SHM, "%s", e->broken);
 }
 
 static void shm_mark_failed(struct ncclComm *comm) {
@@ -639,107 +520,10 @@ static void shm_mark_failed(struct ncclComm *comm) {
 
 static const char *shm_peer_reason(conn_t *c) {
   shm_end_t *e = c->priv;
+  if (e->broken[0]) return e->broken;
   if (!shm_peer_failed(c)) return NULL;
   return (const char *)e->peer_failed + offsetof(shm_header_t, reason) -
          offsetof(shm_header_t, failed);
-}
-
-/* ---- peer memory: ncclMemAlloc regions (memreg.c) and peers of this process ---- */
-
-typedef struct shm_handle { /* a peer_handle_t's bytes */
-  int32_t pid;
-  int32_t shared; /* 1: ref names an ncclMemAlloc region (never CUDA_P2P_HANDLE_KIND) */
-  uint64_t addr;  /* the buffer's address in process pid */
-  uint64_t bytes; /* the buffer's length */
-  memreg_ref_t ref;
-} shm_handle_t;
-_Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a peer handle");
-
-/* A buffer can be mapped when it lies in one ncclMemAlloc region; a peer in the same process
- * (ranks as threads) uses the address as is, whatever the memory. Other memory can be read by
- * copy where every rank agreed it can (comm->peer_read). */
-static int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
-  if (comm->device_possible && cuda_p2p_is_device(buf)) return cuda_p2p_expose(comm, buf, bytes, h);
-  shm_handle_t sh = {
-      .pid = (int32_t)tutti_self_pid(), .addr = (uint64_t)(uintptr_t)buf, .bytes = bytes};
-  sh.shared = memreg_find(buf, bytes, &sh.ref);
-  if (sh.shared && memreg_populate_own(comm, buf, bytes, &sh.ref) != ncclSuccess)
-    return PEER_EXPOSE_NONE;
-  memset(h, 0, sizeof(*h));
-  memcpy(h->bytes, &sh, sizeof(sh));
-  if (sh.shared) return PEER_EXPOSE_MAP;
-  for (int p = 0; p < comm->nranks; p++) /* heap memory: only peers of this process can map it */
-    if (comm->peers[p].pid != sh.pid) return comm->peer_read ? PEER_EXPOSE_READ : PEER_EXPOSE_NONE;
-  return PEER_EXPOSE_MAP;
-}
-
-/* One copy between a peer's buffer and `local`: memcpy within this process, process_vm_readv
- * or process_vm_writev otherwise. */
-static ncclResult_t mem_move(struct ncclComm *comm, int peer, const peer_handle_t *h, size_t off,
-                             void *local, size_t bytes, int write) {
-  shm_handle_t sh;
-  memcpy(&sh, h->bytes, sizeof(sh));
-  char *remote = (char *)(uintptr_t)sh.addr + off;
-  if (sh.pid == (int32_t)tutti_self_pid()) {
-    copy_bytes(write ? remote : local, write ? local : remote, bytes);
-    return ncclSuccess;
-  }
-  int err = cma_move(sh.pid, local, sh.addr + off, bytes, write);
-  if (err)
-    return TUTTI_ERR(ncclSystemError,
-                     "rank %d: process_vm_%s of %zu bytes %s rank %d (pid %d) "
-                     "failed: %s",
-                     comm->rank, write ? "writev" : "readv", bytes, write ? "to" : "from", peer,
-                     (int)sh.pid, strerror(err));
-  return ncclSuccess;
-}
-
-static ncclResult_t shm_mem_read(struct ncclComm *comm, int peer, const peer_handle_t *h,
-                                 size_t off, void *dst, size_t bytes) {
-  return mem_move(comm, peer, h, off, dst, bytes, 0);
-}
-
-static ncclResult_t shm_mem_write(struct ncclComm *comm, int peer, const peer_handle_t *h,
-                                  size_t off, const void *src, size_t bytes) {
-  return mem_move(comm, peer, h, off, (void *)src, bytes, 1);
-}
-
-static ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_handle_t *h,
-                                const char **addr) {
-  if (cuda_p2p_is_handle(h)) return cuda_p2p_map(comm, peer, h, addr);
-  shm_handle_t sh;
-  memcpy(&sh, h->bytes, sizeof(sh));
-  if (sh.pid == (int32_t)tutti_self_pid()) {
-    *addr = (const char *)(uintptr_t)sh.addr;
-    return ncclSuccess;
-  }
-  if (!sh.shared) {
-    *addr = NULL; /* heap memory of another process: not mappable */
-    return ncclSuccess;
-  }
-  const char *base;
-  TUTTI_CHECK(memreg_map_peer(comm, peer, sh.pid, &sh.ref, (size_t)sh.bytes, &base));
-  *addr = base + sh.ref.offset;
-  return ncclSuccess;
-}
-
-static volatile uint64_t *shm_mem_word(struct ncclComm *comm, int rank, int which) {
-  shm_state_t *st = comm->shm;
-  if (!st || !st->seg) return NULL;
-  shm_header_t *h = (shm_header_t *)(rank == comm->rank ? st->seg : st->peer_seg[rank]);
-  if (!h) return NULL;
-  return which == PEER_WORD_PROGRESS ? &h->peer_progress : &h->peer_done;
-}
-
-/* The word's address in its owner's mapping: the same number for every rank of this process. */
-static const void *shm_mem_word_key(struct ncclComm *comm, int rank, int which) {
-  shm_state_t *st = comm->shm;
-  size_t off = which == PEER_WORD_PROGRESS ? offsetof(shm_header_t, peer_progress)
-                                           : offsetof(shm_header_t, peer_done);
-  if (!st || !st->seg) return NULL;
-  if (rank == comm->rank) return st->seg + off;
-  if (comm->peers[rank].pid != tutti_self_pid() || !st->peer_seg_addr[rank]) return NULL;
-  return (const char *)(uintptr_t)st->peer_seg_addr[rank] + off;
 }
 
 static void shm_close(struct ncclComm *comm) {
@@ -768,6 +552,8 @@ const transport_t shm_transport = {
     .post_connect = shm_post_connect,
     .send_slot = shm_send_slot,
     .send_post = shm_send_post,
+    .send_large = shm_send_large,
+    .recv_large = shm_recv_large,
     .recv_slot = shm_recv_slot,
     .recv_done = shm_recv_done,
     .wait = shm_wait,
