@@ -25,7 +25,8 @@
 # both takes about an hour each on 2 CPUs: docs/hardening.md): only the programs of the
 # hardening tests (every defect of issue 13 with its test: groups, end races, secrets, small
 # /dev/shm, agreed settings, collective checks, the launcher), the peer-lifetime tests, the
-# peer path's rooted collectives and all-to-all (test_direct_rooted), the quick way's tests
+# peer path's rooted collectives and all-to-all (test_direct_rooted), the shm transport's large
+# steps by rendezvous (test_shm_rdv: a receiver reading its sender's buffer), the quick way's tests
 # (the path a repeated small call takes, an abort from another thread included), under ASan
 # the replays of the fuzz corpora (every parser of untrusted bytes), under TSan ib_no_device (a
 # fork after another thread logged), and those tests only.
@@ -37,10 +38,11 @@ ci=0
 if [ "${1:-}" = --ci ]; then
   ci=1
   shift
-  SANITIZE_TARGETS="test_hardening test_peer_lifetime test_quick test_direct_rooted tutti-run"
+  SANITIZE_TARGETS="test_hardening test_peer_lifetime test_quick test_direct_rooted test_shm_rdv"
+  SANITIZE_TARGETS+=" tutti-run"
   SANITIZE_TARGETS+=" env_allreduce"
   ci_tests='^(Group|GroupSplit|GroupInit|SmallDevShm|Secret|LaunchEnv|AgreedSettings|CheckColl'
-  ci_tests+='|CheckCollMatching|EndRace|Register|PeerLifetime|DirectRooted|Quick)\.'
+  ci_tests+='|CheckCollMatching|EndRace|Register|PeerLifetime|DirectRooted|ShmLarge|Quick)\.'
   ci_tests+='|^Launcher\.RanksDieWhenTuttiRunIsKilled$'
   if [ "$kind" = asan ]; then
     for t in bootstrap tcp_frames compress settings collcheck topo_xml; do

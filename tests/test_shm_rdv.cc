@@ -1,8 +1,9 @@
 // The shm transport's large steps by rendezvous (src/transport/shm_rdv.c): a send/recv step (or a
 // block of all-to-all, gather or scatter through the p2p lanes) of at least TUTTI_SHM_RDV_MIN
-// bytes is read whole by the receiver straight from the sender's buffer (process_vm_readv between
-// processes, a copy between threads). Exact bytes around the threshold, behind and ahead of FIFO
-// messages on the same connection, from and into heap and ncclMemAlloc buffers, with each
+// bytes is read whole by the receiver straight from the sender's buffer (through its mapping of
+// the sender's ncclMemAlloc region or shared heap, by process_vm_readv from other memory of
+// another process, a copy between threads). Exact bytes around the threshold, behind and ahead of
+// FIFO messages on the same connection, from and into heap and ncclMemAlloc buffers, with each
 // receiver's INFO SHM line as the proof of which way every step went; the fallbacks to pieces;
 // the setting turning it off; ranks that disagree on a step's length getting an error naming
 // that, not a hang; and a receiver that dies while its sender waits for the answer.
@@ -27,8 +28,11 @@ using th::RankCtx;
 
 const bool g_subsys = (setenv("TUTTI_DEBUG_SUBSYS", "COLL,SHM", 1), true);
 
-const size_t kMin = 16384;  // TUTTI_SHM_RDV_MIN in these tests
-const char *const kWhole = "read whole (rendezvous)";
+const size_t kMin = 16384;                            // TUTTI_SHM_RDV_MIN in these tests
+const char *const kWhole = "read whole (rendezvous";  // any of the three below
+const char *const kMapped = "read whole (rendezvous: mapped)";
+const char *const kByCopy = "read whole (rendezvous: process_vm_readv)";
+const char *const kSameProcess = "read whole (rendezvous: this process)";
 const char *const kRecvDeclined = "as pieces (no buffer here to read them into)";
 const char *const kSendDeclined = "as pieces (the sender has them in no buffer)";
 
@@ -93,16 +97,20 @@ void exchange(Mode mode, const th::Options &opt, int rounds) {
       opt, std::string("shm large send/recv, ") + th::mode_name(mode));
 }
 
+// Every large step of every round, on each of the two receivers: from a heap buffer (rounds 0
+// and 2) by process_vm_readv, from a region (rounds 1 and 3) through the receiver's mapping of it.
 TEST(ShmLarge, SendRecvBothWaysAnyBufferExactProcs) {
   log_capture::clear();
   exchange(Mode::kProcs, rdv_options(), 4);
-  // every large step of every round, on each of the two receivers
+  EXPECT_EQ(log_capture::count(kByCopy), 2 * 2 * kLargeSizes);
+  EXPECT_EQ(log_capture::count(kMapped), 2 * 2 * kLargeSizes);
   EXPECT_EQ(log_capture::count(kWhole), 2 * 4 * kLargeSizes);
 }
 
 TEST(ShmLarge, SendRecvBothWaysAnyBufferExactThreads) {
   log_capture::clear();
   exchange(Mode::kThreads, rdv_options(), 4);
+  EXPECT_EQ(log_capture::count(kSameProcess), 2 * 4 * kLargeSizes);
   EXPECT_EQ(log_capture::count(kWhole), 2 * 4 * kLargeSizes);
 }
 
@@ -137,7 +145,7 @@ TEST(ShmLarge, OffBySettingOrWithoutCma) {
   EXPECT_EQ(log_capture::count(kWhole), 0);
   log_capture::clear();
   exchange(Mode::kThreads, no_cma, 1);
-  EXPECT_EQ(log_capture::count(kWhole), 2 * kLargeSizes);
+  EXPECT_EQ(log_capture::count(kSameProcess), 2 * kLargeSizes);
 }
 
 // All-to-all, gather and scatter through the p2p lanes (forced) on 3 ranks: exact for counts

@@ -259,6 +259,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
       .sleepy = comm->oversubscribed,
       .prefetch = st->prefetch,
       .peer_failed = &ph->failed,
+      .comm = comm,
       .rank = comm->rank,
       .peer = peer};
   *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
@@ -268,6 +269,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
                     .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
                     .peer_failed = &ph->failed,
+                    .comm = comm,
                     .rank = comm->rank,
                     .peer = peer};
   send->priv = se;

@@ -82,6 +82,7 @@ typedef struct shm_end { /* one end of one FIFO */
   int prefetch;     /* sender: take the next message's lines for writing (shm_prefetch_next) */
   volatile int32_t *peer_failed;
   char small[SHM_INLINE]; /* sender: a message that goes inline is computed here */
+  struct ncclComm *comm;  /* this rank's */
   int rank, peer;         /* this rank and the other end's, for messages */
   uint64_t large_wait;    /* sender: the position of the large header it waits on (0: none) */
   char broken[256];       /* why this end stopped: the ranks disagree (shm_rdv.c), else "" */

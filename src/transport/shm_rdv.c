@@ -9,28 +9,36 @@
  * local peers' memory (comm->peer_read, shm_peer.c); else 0, none.
  *
  * Protocol for one large step of one direction (one FIFO):
- *   sender    posts a header message {where its bytes lie: pid, address; how many} flagged
- *             SHM_LARGE in its slot header, or {address 0} when the bytes are not in a buffer
- *             as they go (the engine computes them: pieces), and then waits for the answer,
- *             the FIFO's large_ack naming the header's position.
+ *   sender    posts a header message {where its bytes lie: pid, address, and the shared region
+ *             they lie in, if any (memreg.h); how many} flagged SHM_LARGE in its slot header, or
+ *             {address 0} when the bytes are not in a buffer as they go (the engine computes
+ *             them: pieces), and then waits for the answer, the FIFO's large_ack naming the
+ *             header's position.
  *   receiver  takes the header; with an address and a buffer to store into, it copies the
- *             bytes straight into that buffer, in one process_vm_readv (memcpy for a peer in
- *             its own process); it then answers (done, or pieces where either end has no
- *             buffer) and releases the header. The answer is published before the release, so
- *             a sender woken by the release (shm_wait sleeps on the tail) finds it.
+ *             bytes straight into that buffer: through its mapping of the sender's region (an
+ *             ncclMemAlloc region, or tutti-run's shared heap: cached, memreg.c) with streaming
+ *             stores from TUTTI_NT_THRESHOLD, from the address itself for a sender in its own
+ *             process, else in one process_vm_readv. It then answers (done, or pieces where
+ *             either end has no buffer) and releases the header. The answer is published before
+ *             the release, so a sender woken by the release (shm_wait sleeps on the tail) finds
+ *             it.
  *   sender    "done" ends the step: its buffer may change from then on; "pieces" sends the
  *             step through the FIFO like any other.
  * The receiver reads, rather than the sender writing: the bytes then land in the cache of the
  * core that uses them next, and a rank with several large receives (an all-to-all) copies them
- * all itself, in parallel with its peers. A header where a piece is expected, a piece where a
- * header is, or a header for another length means the ranks called different counts: the end
- * stops (shm_end_break) naming both ranks. A read that fails because the sender is gone waits
- * (the engine names the dead rank); any other failure stops the end with the error.
+ * all itself, in parallel with its peers. The kernel's copy (process_vm_readv) has no streaming
+ * stores: past the caches it reads every destination line before writing it, which a mapping
+ * copied with streaming stores does not (docs/perf-p2p.md). A header where a piece
+ * is expected, a piece where a header is, or a header for another length means the ranks called
+ * different counts: the end stops (shm_end_break) naming both ranks. A read that fails because the
+ * sender is gone waits (the engine names the dead rank); any other failure stops the end with the
+ * error.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "copy.h"
+#include "memreg.h"
 #include "shm.h"
 
 TUTTI_PARAM(ShmRdvMin, "SHM_RDV_MIN", 16 * 1024) /* large steps from this many bytes; 0: none */
@@ -47,7 +55,8 @@ typedef struct large_msg { /* a large step's header, inline in its slot header *
   uint64_t addr;  /* the bytes' address in process pid; 0: they come as pieces */
   uint64_t bytes; /* the step's length */
   int32_t pid;
-  int32_t pad;
+  int32_t shared;   /* 1: they lie in memory the receiver can map (ref) */
+  memreg_ref_t ref; /* where (memreg.h) */
 } large_msg_t;
 
 void shm_large_agree(struct ncclComm *comm) {
@@ -70,6 +79,7 @@ int shm_send_large(conn_t *c, const void *buf, size_t bytes) {
                        .addr = (uint64_t)(uintptr_t)buf,
                        .bytes = bytes,
                        .pid = (int32_t)tutti_self_pid()};
+    m->shared = buf && memreg_find(buf, bytes, &m->ref);
     shm_post(c, sizeof(*m), SHM_LARGE);
     if (!buf) return LARGE_PIECES;
     e->large_wait = e->pos;
@@ -83,6 +93,19 @@ int shm_send_large(conn_t *c, const void *buf, size_t bytes) {
   INFO(SUB_SHM, "rank %d: %zu bytes to rank %d %s", e->rank, bytes, e->peer,
        (ack & ACK_PIECES) ? "go as pieces (the receiver has no buffer for them)" : "read whole");
   return (ack & ACK_PIECES) ? LARGE_PIECES : LARGE_DONE;
+}
+
+/* The sender's bytes where this process can load them: its own address space (ranks that are
+ * threads), or its mapping of the sender's shared region (an ncclMemAlloc region, or tutti-run's
+ * shared heap); NULL where they can only be read by copy. A mapping is cached (memreg.c); one
+ * that fails leaves the read by copy, which needs none. */
+static const char *mapped(shm_end_t *e, const large_msg_t *m) {
+  if (m->pid == (int32_t)tutti_self_pid()) return (const char *)(uintptr_t)m->addr;
+  const char *base = NULL;
+  if (!m->shared ||
+      memreg_map_peer(e->comm, e->peer, m->pid, &m->ref, m->bytes, &base) != ncclSuccess)
+    return NULL;
+  return base + m->ref.offset;
 }
 
 int shm_recv_large(conn_t *c, void *buf, size_t bytes) {
@@ -110,8 +133,12 @@ int shm_recv_large(conn_t *c, void *buf, size_t bytes) {
   }
   if (tutti_param_TestShmRdvDecline() == 1) buf = NULL;
   int pieces = !buf || !m.addr;
-  if (!pieces && m.pid == (int32_t)tutti_self_pid()) {
-    copy_bytes(buf, (const void *)(uintptr_t)m.addr, bytes);
+  const char *src = pieces ? NULL : mapped(e, &m);
+  if (src) {
+    if (bytes >= e->comm->nt_threshold)
+      copy_stream(buf, src, bytes);
+    else
+      copy_bytes(buf, src, bytes);
   } else if (!pieces) {
     int err = shm_cma_move(m.pid, buf, m.addr, bytes, 0);
     if (err && tutti_pid_gone(m.pid)) return 0; /* the engine names the dead rank */
@@ -123,9 +150,11 @@ int shm_recv_large(conn_t *c, void *buf, size_t bytes) {
     }
   }
   INFO(SUB_SHM, "rank %d: %zu bytes from rank %d %s", e->rank, bytes, e->peer,
-       !pieces  ? "read whole (rendezvous)"
-       : m.addr ? "as pieces (no buffer here to read them into)"
-                : "as pieces (the sender has them in no buffer)");
+       src && m.pid == (int32_t)tutti_self_pid() ? "read whole (rendezvous: this process)"
+       : src                                     ? "read whole (rendezvous: mapped)"
+       : !pieces                                 ? "read whole (rendezvous: process_vm_readv)"
+       : m.addr                                  ? "as pieces (no buffer here to read them into)"
+                                                 : "as pieces (the sender has them in no buffer)");
   if (m.addr) __atomic_store_n(&e->ctrl->large_ack, (e->pos + 1) << 1 | pieces, __ATOMIC_RELEASE);
   shm_recv_done(c);
   return pieces ? LARGE_PIECES : LARGE_DONE;

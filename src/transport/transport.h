@@ -19,12 +19,13 @@
  *                            which must be n bytes long, straight into buf (without blocking);
  *                            the engine uses it where a step only stores what it receives, and
  *                            recv_slot/recv_done (in place, e.g. to reduce from) otherwise.
- * Optional, whole steps by rendezvous (NULL: pieces only, e.g. shm, tcp). A step the schedule
+ * Optional, whole steps by rendezvous (NULL: pieces only, e.g. tcp). A step the schedule
  * marks STEP_WHOLE (a plain send from, or a plain store into, the user's buffer, matched by such
  * a step on the peer) of at least conn->large_bytes bytes (0: never; both ends of a connection
  * hold the same value) is announced on both ends before any piece of it moves, and the two ends
- * agree whether it travels whole (the receiver offers its buffer, the sender writes into it) or
- * by pieces as any other step. The engine calls the same function again until it answers:
+ * agree whether it travels whole, straight from buffer to buffer (ib: the receiver offers its
+ * buffer, the sender writes into it; shm: the sender announces its buffer, the receiver reads
+ * it) or by pieces as any other step. The engine calls the same function again until it answers:
  *   send_large(conn, buf, n) -> the step's n bytes lie at buf, unchanged until LARGE_DONE;
  *                            LARGE_DONE: all of them are in the peer's buffer (the step is
  *                            over); LARGE_PIECES: send them piece by piece; 0: not yet.
