@@ -85,6 +85,7 @@ typedef struct shm_end { /* one end of one FIFO */
   struct ncclComm *comm;  /* this rank's */
   int rank, peer;         /* this rank and the other end's, for messages */
   uint64_t large_wait;    /* sender: the position of the large header it waits on (0: none) */
+  const void *large_buf;  /* ... and where that step's bytes lie */
   char broken[256];       /* why this end stopped: the ranks disagree (shm_rdv.c), else "" */
 } shm_end_t;
 

@@ -40,6 +40,7 @@
 #include "copy.h"
 #include "memreg.h"
 #include "shm.h"
+#include "tsan.h"
 
 TUTTI_PARAM(ShmRdvMin, "SHM_RDV_MIN", 16 * 1024) /* large steps from this many bytes; 0: none */
 
@@ -80,9 +81,10 @@ int shm_send_large(conn_t *c, const void *buf, size_t bytes) {
                        .bytes = bytes,
                        .pid = (int32_t)tutti_self_pid()};
     m->shared = buf && memreg_find(buf, bytes, &m->ref);
+    TUTTI_HB_RELEASE(buf); /* the receiver's read of buf comes after what we wrote (tsan.h) */
     shm_post(c, sizeof(*m), SHM_LARGE);
     if (!buf) return LARGE_PIECES;
-    e->large_wait = e->pos;
+    e->large_wait = e->pos, e->large_buf = buf;
   }
   uint64_t ack = __atomic_load_n(&e->ctrl->large_ack, __ATOMIC_ACQUIRE);
   if (ack >> 1 != e->large_wait) {
@@ -90,6 +92,7 @@ int shm_send_large(conn_t *c, const void *buf, size_t bytes) {
     return 0;
   }
   e->large_wait = 0;
+  TUTTI_HB_ACQUIRE(e->large_buf); /* and our next write after its read */
   INFO(SUB_SHM, "rank %d: %zu bytes to rank %d %s", e->rank, bytes, e->peer,
        (ack & ACK_PIECES) ? "go as pieces (the receiver has no buffer for them)" : "read whole");
   return (ack & ACK_PIECES) ? LARGE_PIECES : LARGE_DONE;
@@ -133,6 +136,9 @@ int shm_recv_large(conn_t *c, void *buf, size_t bytes) {
   }
   if (tutti_param_TestShmRdvDecline() == 1) buf = NULL;
   int pieces = !buf || !m.addr;
+  /* ranks that are threads: the buffer's address is the key both name alike (tsan.h) */
+  const void *key = m.pid == (int32_t)tutti_self_pid() ? (const void *)(uintptr_t)m.addr : NULL;
+  TUTTI_HB_ACQUIRE(key);
   const char *src = pieces ? NULL : mapped(e, &m);
   if (src) {
     if (bytes >= e->comm->nt_threshold)
@@ -155,6 +161,7 @@ int shm_recv_large(conn_t *c, void *buf, size_t bytes) {
        : !pieces                                 ? "read whole (rendezvous: process_vm_readv)"
        : m.addr                                  ? "as pieces (no buffer here to read them into)"
                                                  : "as pieces (the sender has them in no buffer)");
+  TUTTI_HB_RELEASE(key);
   if (m.addr) __atomic_store_n(&e->ctrl->large_ack, (e->pos + 1) << 1 | pieces, __ATOMIC_RELEASE);
   shm_recv_done(c);
   return pieces ? LARGE_PIECES : LARGE_DONE;
