@@ -50,26 +50,21 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
 
-#include "bootstrap.h"
 #include "comm.h"
-#include "copy.h"
 #include "cuda_p2p.h"
 #include "memreg.h"
 #include "shm.h"
