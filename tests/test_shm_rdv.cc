@@ -6,10 +6,13 @@
 // FIFO messages on the same connection, from and into heap and ncclMemAlloc buffers, with each
 // receiver's INFO SHM line as the proof of which way every step went; the fallbacks to pieces;
 // the setting turning it off; ranks that disagree on a step's length getting an error naming
-// that, not a hang; and a receiver that dies while its sender waits for the answer.
+// that, not a hang; a receiver that dies while its sender waits for the answer, and a rank killed
+// in the middle of an exchange of large messages.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -234,6 +237,59 @@ TEST(ShmLarge, ReceiverDeathIsReportedToAWaitingSender) {
         RCHECK(ctx, th::now_s() - t0 < 20, "took %.1f s", th::now_s() - t0);
       },
       opt, "receiver death");
+}
+
+// Rank 1 is SIGKILLed while both ranks exchange 4 MiB messages in a loop (a rendezvous in
+// flight: rank 0 reading rank 1's buffer, or waiting for its answer): rank 0's call fails naming
+// rank 1 in well under the 60 s timeout, its results exact until then.
+TEST(ShmLarge, KilledPeerIsReportedMidExchange) {
+  struct Shared {
+    std::atomic<int> iterations[2];
+    double error_at, killed_at;
+    char message[512];
+  };
+  auto *sh = static_cast<Shared *>(th::shared_alloc(sizeof(Shared)));
+  ASSERT_NE(sh, nullptr);
+  th::Options opt = rdv_options();
+  opt.env.push_back({"TUTTI_TIMEOUT", "60"});
+  opt.while_running = [sh](const std::vector<pid_t> &pids) {
+    const double until = th::now_s() + 30;
+    while ((sh->iterations[0] < 5 || sh->iterations[1] < 5) && th::now_s() < until) usleep(1000);
+    sh->killed_at = th::now_s();
+    kill(pids[1], SIGKILL);
+  };
+  th::RunResult res = th::run_ranks(
+      Mode::kProcs, 2,
+      [sh](RankCtx &ctx) {
+        const size_t n = size_t{4} << 20;
+        std::vector<uint8_t> out(n, static_cast<uint8_t>(ctx.rank + 1)), in(n);
+        const int peer = 1 - ctx.rank;
+        for (int it = 0; it < 1000000; it++) {
+          NCCL_OK(ctx, ncclGroupStart());
+          NCCL_OK(ctx, ncclSend(out.data(), n, ncclUint8, peer, ctx.comm, nullptr));
+          NCCL_OK(ctx, ncclRecv(in.data(), n, ncclUint8, peer, ctx.comm, nullptr));
+          ncclResult_t r = ncclGroupEnd();
+          if (r != ncclSuccess) {
+            sh->error_at = th::now_s();
+            snprintf(sh->message, sizeof(sh->message), "%s", ncclGetLastError(ctx.comm));
+            return;
+          }
+          RCHECK(ctx, in[it % n] == peer + 1 && in[n - 1 - it % n] == peer + 1,
+                 "iteration %d: wrong bytes", it);
+          sh->iterations[ctx.rank]++;
+        }
+        ctx.fail("the exchange never failed");
+      },
+      opt);
+  ASSERT_EQ(res.ranks.size(), 2u) << res.describe();
+  EXPECT_EQ(res.ranks[1].term_signal, SIGKILL) << res.describe();
+  EXPECT_EQ(res.ranks[0].exit_code, 0) << res.describe();
+  EXPECT_EQ(res.ranks[0].failures, 0) << res.describe();
+  EXPECT_TRUE(th::contains(sh->message, "rank 1")) << sh->message;
+  EXPECT_GT(sh->error_at, sh->killed_at) << sh->message;
+  EXPECT_LT(sh->error_at - sh->killed_at, 5.0) << sh->message;
+  EXPECT_TRUE(res.leaked_shm.empty()) << res.describe();
+  th::shared_free(sh, sizeof(Shared));
 }
 
 }  // namespace
