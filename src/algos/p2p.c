@@ -3,7 +3,10 @@
  * Each (peer, direction) is its own lane: lanes[p] holds the sends to p, lanes[n + p] the
  * receives from p. The engine advances all lanes together, so no order of sends and receives
  * can deadlock (this is also how a group of ncclSend/ncclRecv runs). The own block is a local
- * copy in lanes[rank]. Cost: one hop; the root of gather/scatter moves (n-1) * count elements.
+ * copy in lanes[n + rank] (the receive lane from itself, otherwise empty), which the engine
+ * advances after every send lane: a large block's rendezvous is announced first (transport.h),
+ * so that the peer copies it while this rank copies its own. Cost: one hop; the root of
+ * gather/scatter moves (n-1) * count elements.
  */
 #include "algos/registry.h"
 
@@ -31,15 +34,16 @@ static int recv_block(sched_t *lanes, int n, int peer, size_t dst_off, size_t co
                                          .count = count});
 }
 
-static int copy_block(sched_t *lanes, int rank, size_t src_off, size_t dst_off, size_t count) {
-  return push(&lanes[rank], (step_t){.recv_peer = -1,
-                                     .send_peer = -1,
-                                     .src_buf = BUF_SEND,
-                                     .dst_buf = BUF_RECV,
-                                     .flags = STEP_STORE,
-                                     .src_off = src_off,
-                                     .dst_off = dst_off,
-                                     .count = count});
+static int copy_block(sched_t *lanes, int n, int rank, size_t src_off, size_t dst_off,
+                      size_t count) {
+  return push(&lanes[n + rank], (step_t){.recv_peer = -1,
+                                         .send_peer = -1,
+                                         .src_buf = BUF_SEND,
+                                         .dst_buf = BUF_RECV,
+                                         .flags = STEP_STORE,
+                                         .src_off = src_off,
+                                         .dst_off = dst_off,
+                                         .count = count});
 }
 
 int p2p_alltoall(const sched_args_t *a, sched_t *lanes) {
@@ -48,7 +52,7 @@ int p2p_alltoall(const sched_args_t *a, sched_t *lanes) {
   for (int k = 0; k < n; k++) {
     int p = (r + k) % n; /* staggered so that not every rank starts with rank 0 */
     if (p == r) {        /* in place it is where it belongs (the input is a copy, plan.c) */
-      if (!a->in_place && copy_block(lanes, r, (size_t)r * c, (size_t)r * c, c)) return -1;
+      if (!a->in_place && copy_block(lanes, n, r, (size_t)r * c, (size_t)r * c, c)) return -1;
       continue;
     }
     if (send_block(lanes, p, (size_t)p * c, c) || recv_block(lanes, n, p, (size_t)p * c, c))
@@ -62,7 +66,7 @@ int p2p_gather(const sched_args_t *a, sched_t *lanes) {
   size_t c = a->count;
   if (r != root) return send_block(lanes, root, 0, c);
   for (int p = 0; p < n; p++) {
-    int rc = p == r ? copy_block(lanes, r, 0, (size_t)r * c, c)
+    int rc = p == r ? copy_block(lanes, n, r, 0, (size_t)r * c, c)
                     : recv_block(lanes, n, p, (size_t)p * c, c);
     if (rc) return -1;
   }
@@ -74,8 +78,8 @@ int p2p_scatter(const sched_args_t *a, sched_t *lanes) {
   size_t c = a->count;
   if (r != root) return recv_block(lanes, n, root, 0, c);
   for (int p = 0; p < n; p++) {
-    int rc =
-        p == r ? copy_block(lanes, r, (size_t)r * c, 0, c) : send_block(lanes, p, (size_t)p * c, c);
+    int rc = p == r ? copy_block(lanes, n, r, (size_t)r * c, 0, c)
+                    : send_block(lanes, p, (size_t)p * c, c);
     if (rc) return -1;
   }
   return 0;
