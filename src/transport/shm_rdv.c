@@ -95,7 +95,7 @@ int shm_send_large(conn_t *c, const void *buf, size_t bytes) {
   e->large_wait = 0;
   TUTTI_HB_ACQUIRE(e->large_buf); /* and our next write after its read */
   INFO(SUB_SHM, "rank %d: %zu bytes to rank %d %s", e->rank, bytes, e->peer,
-       (ack & ACK_PIECES) ? "go as pieces (the receiver has no buffer for them)" : "read whole");
+       (ack & ACK_PIECES) ? "go as pieces (the receiver asked for them)" : "read whole");
   return (ack & ACK_PIECES) ? LARGE_PIECES : LARGE_DONE;
 }
 
