@@ -255,7 +255,6 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
       .prefetch = st->prefetch,
       .peer_failed = &ph->failed,
       .comm = comm,
-      .rank = comm->rank,
       .peer = peer};
   *re = (shm_end_t){.ctrl = seg_ctrl(st->seg, them),
                     .hot = seg_hot(st->seg, them, ls, mh->nslots),
@@ -265,7 +264,6 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
                     .sleepy = comm->oversubscribed,
                     .peer_failed = &ph->failed,
                     .comm = comm,
-                    .rank = comm->rank,
                     .peer = peer};
   send->priv = se;
   recv->priv = re;
@@ -445,7 +443,7 @@ static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
                 "rank %d announced a large message (a step of at least TUTTI_SHM_RDV_MIN bytes) "
                 "where rank %d expected a piece of a shorter one: ranks called different counts, "
                 "types or collectives",
-                e->peer, e->rank);
+                e->peer, e->comm->rank);
   return NULL;
 }
 

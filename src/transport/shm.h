@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "memreg.h"
 
 #define SHM_MAGIC 0x74757474692d7368ull
 #define SHM_PAGE 4096
@@ -83,7 +84,7 @@ typedef struct shm_end { /* one end of one FIFO */
   volatile int32_t *peer_failed;
   char small[SHM_INLINE]; /* sender: a message that goes inline is computed here */
   struct ncclComm *comm;  /* this rank's */
-  int rank, peer;         /* this rank and the other end's, for messages */
+  int peer;               /* the other end's rank */
   uint64_t large_wait;    /* sender: the position of the large header it waits on (0: none) */
   const void *large_buf;  /* ... and where that step's bytes lie */
   char broken[256];       /* why this end stopped: the ranks disagree (shm_rdv.c), else "" */
@@ -124,6 +125,23 @@ void shm_end_reread(shm_end_t *e);
 void shm_end_break(shm_end_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* shm_peer.c */
+typedef struct shm_handle { /* a peer_handle_t's bytes */
+  int32_t pid;
+  int32_t shared; /* 1: ref names an ncclMemAlloc region (never CUDA_P2P_HANDLE_KIND) */
+  uint64_t addr;  /* the buffer's address in process pid */
+  uint64_t bytes; /* the buffer's length */
+  memreg_ref_t ref;
+} shm_handle_t;
+_Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a peer handle");
+
+/* The handle of this process's buf: mappable by peers (shared) when it lies in an ncclMemAlloc
+ * region or the shared heap's arena (memreg_find). */
+void shm_handle_of(const void *buf, size_t bytes, shm_handle_t *sh);
+/* Where `peer`'s buffer sh can be loaded here: its own address for a peer in this process, this
+ * process's (cached) mapping of a shared one, NULL (and success) where it can only be read by
+ * copy. */
+ncclResult_t shm_handle_map(struct ncclComm *comm, int peer, const shm_handle_t *sh,
+                            const char **addr);
 void shm_cma_allow_peers(void);
 int shm_cma_move(int pid, void *local, uint64_t remote, size_t bytes, int write);
 ncclResult_t shm_cma_agree(struct ncclComm *comm);

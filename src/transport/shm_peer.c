@@ -92,23 +92,35 @@ ncclResult_t shm_cma_agree(struct ncclComm *comm) {
   return ncclSuccess;
 }
 
-typedef struct shm_handle { /* a peer_handle_t's bytes */
-  int32_t pid;
-  int32_t shared; /* 1: ref names an ncclMemAlloc region (never CUDA_P2P_HANDLE_KIND) */
-  uint64_t addr;  /* the buffer's address in process pid */
-  uint64_t bytes; /* the buffer's length */
-  memreg_ref_t ref;
-} shm_handle_t;
-_Static_assert(sizeof(shm_handle_t) <= PEER_HANDLE_BYTES, "shm handle must fit a peer handle");
-
 /* A buffer can be mapped when it lies in one ncclMemAlloc region; a peer in the same process
  * (ranks as threads) uses the address as is, whatever the memory. Other memory can be read by
  * copy where every rank agreed it can (comm->peer_read). */
+void shm_handle_of(const void *buf, size_t bytes, shm_handle_t *sh) {
+  *sh = (shm_handle_t){
+      .pid = (int32_t)tutti_self_pid(), .addr = (uint64_t)(uintptr_t)buf, .bytes = bytes};
+  sh->shared = memreg_find(buf, bytes, &sh->ref);
+}
+
+ncclResult_t shm_handle_map(struct ncclComm *comm, int peer, const shm_handle_t *sh,
+                            const char **addr) {
+  if (sh->pid == (int32_t)tutti_self_pid()) {
+    *addr = (const char *)(uintptr_t)sh->addr;
+    return ncclSuccess;
+  }
+  if (!sh->shared) {
+    *addr = NULL; /* heap memory of another process: not mappable */
+    return ncclSuccess;
+  }
+  const char *base;
+  TUTTI_CHECK(memreg_map_peer(comm, peer, sh->pid, &sh->ref, (size_t)sh->bytes, &base));
+  *addr = base + sh->ref.offset;
+  return ncclSuccess;
+}
+
 int shm_mem_expose(struct ncclComm *comm, const void *buf, size_t bytes, peer_handle_t *h) {
   if (comm->device_possible && cuda_p2p_is_device(buf)) return cuda_p2p_expose(comm, buf, bytes, h);
-  shm_handle_t sh = {
-      .pid = (int32_t)tutti_self_pid(), .addr = (uint64_t)(uintptr_t)buf, .bytes = bytes};
-  sh.shared = memreg_find(buf, bytes, &sh.ref);
+  shm_handle_t sh;
+  shm_handle_of(buf, bytes, &sh);
   if (sh.shared && memreg_populate_own(comm, buf, bytes, &sh.ref) != ncclSuccess)
     return PEER_EXPOSE_NONE;
   memset(h, 0, sizeof(*h));
@@ -155,18 +167,7 @@ ncclResult_t shm_mem_map(struct ncclComm *comm, int peer, const peer_handle_t *h
   if (cuda_p2p_is_handle(h)) return cuda_p2p_map(comm, peer, h, addr);
   shm_handle_t sh;
   memcpy(&sh, h->bytes, sizeof(sh));
-  if (sh.pid == (int32_t)tutti_self_pid()) {
-    *addr = (const char *)(uintptr_t)sh.addr;
-    return ncclSuccess;
-  }
-  if (!sh.shared) {
-    *addr = NULL; /* heap memory of another process: not mappable */
-    return ncclSuccess;
-  }
-  const char *base;
-  TUTTI_CHECK(memreg_map_peer(comm, peer, sh.pid, &sh.ref, (size_t)sh.bytes, &base));
-  *addr = base + sh.ref.offset;
-  return ncclSuccess;
+  return shm_handle_map(comm, peer, &sh, addr);
 }
 
 volatile uint64_t *shm_mem_word(struct ncclComm *comm, int rank, int which) {

@@ -38,7 +38,6 @@
 #include <string.h>
 
 #include "copy.h"
-#include "memreg.h"
 #include "shm.h"
 #include "tsan.h"
 
@@ -54,12 +53,9 @@ TUTTI_PARAM(TestShmRdvDecline, "TEST_SHM_RDV_DECLINE", 0)
 
 typedef struct large_msg { /* a large step's header, inline in its slot header */
   uint64_t magic;
-  uint64_t addr;  /* the bytes' address in process pid; 0: they come as pieces */
-  uint64_t bytes; /* the step's length */
-  int32_t pid;
-  int32_t shared;   /* 1: they lie in memory the receiver can map (ref) */
-  memreg_ref_t ref; /* where (memreg.h) */
+  shm_handle_t h; /* where the step's bytes lie (h.addr 0: they come as pieces), how many */
 } large_msg_t;
+_Static_assert(sizeof(large_msg_t) <= SHM_INLINE, "a large step's header goes inline");
 
 void shm_large_agree(struct ncclComm *comm) {
   int64_t min = tutti_param_ShmRdvMin();
@@ -77,11 +73,8 @@ int shm_send_large(conn_t *c, const void *buf, size_t bytes) {
     large_msg_t *m = shm_send_slot(c, sizeof(*m));
     if (!m) return 0;
     if (tutti_param_TestShmRdvDecline() == 2) buf = NULL;
-    *m = (large_msg_t){.magic = LARGE_MAGIC,
-                       .addr = (uint64_t)(uintptr_t)buf,
-                       .bytes = bytes,
-                       .pid = (int32_t)tutti_self_pid()};
-    m->shared = buf && memreg_find(buf, bytes, &m->ref);
+    m->magic = LARGE_MAGIC;
+    shm_handle_of(buf, bytes, &m->h);
     TUTTI_HB_RELEASE(buf); /* the receiver's read of buf comes after what we wrote (tsan.h) */
     shm_post(c, sizeof(*m), SHM_LARGE);
     if (!buf) return LARGE_PIECES;
@@ -94,22 +87,9 @@ int shm_send_large(conn_t *c, const void *buf, size_t bytes) {
   }
   e->large_wait = 0;
   TUTTI_HB_ACQUIRE(e->large_buf); /* and our next write after its read */
-  INFO(SUB_SHM, "rank %d: %zu bytes to rank %d %s", e->rank, bytes, e->peer,
+  INFO(SUB_SHM, "rank %d: %zu bytes to rank %d %s", e->comm->rank, bytes, e->peer,
        (ack & ACK_PIECES) ? "go as pieces (the receiver asked for them)" : "read whole");
   return (ack & ACK_PIECES) ? LARGE_PIECES : LARGE_DONE;
-}
-
-/* The sender's bytes where this process can load them: its own address space (ranks that are
- * threads), or its mapping of the sender's shared region (an ncclMemAlloc region, or tutti-run's
- * shared heap); NULL where they can only be read by copy. A mapping is cached (memreg.c); one
- * that fails leaves the read by copy, which needs none. */
-static const char *mapped(shm_end_t *e, const large_msg_t *m) {
-  if (m->pid == (int32_t)tutti_self_pid()) return (const char *)(uintptr_t)m->addr;
-  const char *base = NULL;
-  if (!m->shared ||
-      memreg_map_peer(e->comm, e->peer, m->pid, &m->ref, m->bytes, &base) != ncclSuccess)
-    return NULL;
-  return base + m->ref.offset;
 }
 
 int shm_recv_large(conn_t *c, void *buf, size_t bytes) {
@@ -125,46 +105,49 @@ int shm_recv_large(conn_t *c, void *buf, size_t bytes) {
                   "rank %d sent a piece of %zu bytes where rank %d expected the header of a "
                   "large message of %zu bytes: ranks called different counts, types or "
                   "collectives",
-                  e->peer, n, e->rank, bytes);
+                  e->peer, n, e->comm->rank, bytes);
     return 0;
   }
-  if (m.bytes != bytes) {
+  if (m.h.bytes != bytes) {
     shm_end_break(e,
                   "rank %d sends %llu bytes in a step where rank %d receives %zu: ranks called "
                   "different counts or types",
-                  e->peer, (unsigned long long)m.bytes, e->rank, bytes);
+                  e->peer, (unsigned long long)m.h.bytes, e->comm->rank, bytes);
     return 0;
   }
   if (tutti_param_TestShmRdvDecline() == 1) buf = NULL;
-  int pieces = !buf || !m.addr;
+  int pieces = !buf || !m.h.addr, self = m.h.pid == (int32_t)tutti_self_pid();
   /* ranks that are threads: the buffer's address is the key both name alike (tsan.h) */
-  const void *key = m.pid == (int32_t)tutti_self_pid() ? (const void *)(uintptr_t)m.addr : NULL;
+  const void *key = self ? (const void *)(uintptr_t)m.h.addr : NULL;
   TUTTI_HB_ACQUIRE(key);
-  const char *src = pieces ? NULL : mapped(e, &m);
+  /* loaded in place where it can be (this process, a shared region mapped here: cached); a
+   * mapping that fails leaves the read by copy, which needs none */
+  const char *src = NULL;
+  if (!pieces && shm_handle_map(e->comm, e->peer, &m.h, &src) != ncclSuccess) src = NULL;
   if (src) {
     if (bytes >= e->comm->nt_threshold)
       copy_stream(buf, src, bytes);
     else
       copy_bytes(buf, src, bytes);
   } else if (!pieces) {
-    int err =
-        tutti_param_TestShmRdvDecline() == 3 ? EFAULT : shm_cma_move(m.pid, buf, m.addr, bytes, 0);
-    if (err && tutti_pid_gone(m.pid)) return 0; /* the engine names the dead rank */
+    int err = tutti_param_TestShmRdvDecline() == 3 ? EFAULT
+                                                   : shm_cma_move(m.h.pid, buf, m.h.addr, bytes, 0);
+    if (err && tutti_pid_gone(m.h.pid)) return 0; /* the engine names the dead rank */
     if (err) {
       INFO(SUB_SHM, "rank %d: process_vm_readv of %zu bytes from rank %d failed (%s): as pieces",
-           e->rank, bytes, e->peer, strerror(err));
+           e->comm->rank, bytes, e->peer, strerror(err));
       pieces = 1;
     }
   }
-  INFO(SUB_SHM, "rank %d: %zu bytes from rank %d %s", e->rank, bytes, e->peer,
-       src && m.pid == (int32_t)tutti_self_pid() ? "read whole (rendezvous: this process)"
-       : src                                     ? "read whole (rendezvous: mapped)"
-       : !pieces                                 ? "read whole (rendezvous: process_vm_readv)"
-       : !m.addr                                 ? "as pieces (the sender has them in no buffer)"
-       : buf                                     ? "as pieces (the read failed)"
-                                                 : "as pieces (no buffer here to read them into)");
+  INFO(SUB_SHM, "rank %d: %zu bytes from rank %d %s", e->comm->rank, bytes, e->peer,
+       src && self ? "read whole (rendezvous: this process)"
+       : src       ? "read whole (rendezvous: mapped)"
+       : !pieces   ? "read whole (rendezvous: process_vm_readv)"
+       : !m.h.addr ? "as pieces (the sender has them in no buffer)"
+       : buf       ? "as pieces (the read failed)"
+                   : "as pieces (no buffer here to read them into)");
   TUTTI_HB_RELEASE(key);
-  if (m.addr) __atomic_store_n(&e->ctrl->large_ack, (e->pos + 1) << 1 | pieces, __ATOMIC_RELEASE);
+  if (m.h.addr) __atomic_store_n(&e->ctrl->large_ack, (e->pos + 1) << 1 | pieces, __ATOMIC_RELEASE);
   shm_recv_done(c);
   return pieces ? LARGE_PIECES : LARGE_DONE;
 }
