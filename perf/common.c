@@ -97,11 +97,11 @@ static struct {
 
 static void perf_watch_begin(const char *what) {
   perf_watch.what = what;
-  __atomic_add_fetch(&perf_watch.seq, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&perf_watch.seq, perf_watch.seq + 1, __ATOMIC_RELEASE);
 }
 
 static void perf_watch_end(void) {
-  __atomic_add_fetch(&perf_watch.seq, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&perf_watch.seq, perf_watch.seq + 1, __ATOMIC_RELEASE);
 }
 
 static void perf_watch_fire(void) {
