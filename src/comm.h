@@ -116,6 +116,11 @@ struct ncclComm {
     size_t count, esize, chunk;
     algo_t algo;
     sched_t steps;
+    /* A point-to-point algorithm's plan (ALGO_USES_LANES) is its lanes, one after another:
+     * lane i is steps [lane_end[i - 1], lane_end[i]) (nlanes of them, lane_end [2 * nranks]
+     * kept across plans); nlanes 0: the steps are one lane. */
+    int nlanes;
+    uint32_t *lane_end;
   } plan;
   /* Keys (collective, count, element size) whose handshake showed that a kind of peer-memory
    * algorithm does not fit the buffers (some rank's cannot be mapped; or all can, so reading

@@ -119,6 +119,12 @@ static int lane_flush(lane_t *l, int *moved) {
   return 1;
 }
 
+/* Whether a STEP_WHOLE step of `bytes` on c goes by pieces without a rendezvous (transport.h). */
+static int whole_by_pieces(const conn_t *c, size_t bytes, int send) {
+  int can = send ? c->transport->send_large != NULL : c->transport->recv_large != NULL;
+  return !can || !c->large_bytes || bytes < c->large_bytes;
+}
+
 /* A STEP_WHOLE step of at least its connection's large_bytes, at its start: the two ends agree
  * through the transport whether it travels whole (transport.h). The buffer offered is where
  * the step's bytes lie (a send without transform) or go (a plain store), NULL otherwise: the
@@ -130,8 +136,7 @@ static int lane_large(lane_t *l, const op_ctx_t *o, const step_t *st, conn_t *rc
   size_t bytes = st->count * o->esize;
   conn_t *c = sc ? sc : rc;
   int r;
-  int can = sc ? c->transport->send_large != NULL : c->transport->recv_large != NULL;
-  if ((rc && sc) || !can || !c->large_bytes || bytes < c->large_bytes) {
+  if ((rc && sc) || whole_by_pieces(c, bytes, sc != NULL)) {
     l->large = 1;
     return 1;
   }
@@ -422,31 +427,35 @@ ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops) {
   return ncclSuccess;
 }
 
-/* Polls of a receive before engine_run_quick hands the lane to the engine's loop (about 3 us
- * here: a poll and a pause, 38 ns on the Zen 2 guest). */
+/* Passes over the lanes with nothing moved (a poll of each lane's receive and a pause) before
+ * engine_run_quick hands the lanes to the engine's loop (about 3 us here: 38 ns a pass on the Zen
+ * 2 guest). */
 #define QUICK_POLLS 64
 
 int engine_quick_steps(ncclComm_t comm, const step_t *steps, size_t n, size_t esize) {
   for (size_t i = 0; i < n; i++) {
     const step_t *st = &steps[i];
     size_t bytes = st->count * esize;
-    if (st->kind != STEP_FIFO || (st->flags & STEP_WHOLE) || st->op != 0) return 0;
+    if (st->kind != STEP_FIFO || st->op != 0) return 0;
     const conn_t *rc = st->recv_peer >= 0 ? &comm->recv_conn[st->recv_peer] : NULL;
     const conn_t *sc = st->send_peer >= 0 ? &comm->send_conn[st->send_peer] : NULL;
     if (rc && (!rc->transport || rc->transport->recv_into || bytes > rc->slot_bytes)) return 0;
     if (sc && (!sc->transport || sc->transport->send_from || bytes > sc->slot_bytes)) return 0;
+    if ((st->flags & STEP_WHOLE) && !(rc && sc) && (rc || sc) &&
+        !whole_by_pieces(sc ? sc : rc, bytes, sc != NULL))
+      return 0; /* a rendezvous (lane_large) */
   }
   return 1;
 }
 
-/* Each step is what lane_advance does with a step of one piece on slot transports (the same
- * messages in the same order, the same arithmetic), without its generality; a receive not in
- * after QUICK_POLLS polls (at once where ranks outnumber CPUs), or a send with no room, hands
- * the lane at that step to engine_run, whose waiting and failure checks then apply. */
-ncclResult_t engine_run_quick(lane_t *l, const op_ctx_t *o) {
+/* Runs lane l's steps as far as they go without waiting, each as lane_advance does a step of one
+ * piece on slot transports (the same messages in the same order, the same arithmetic) without its
+ * generality: 1 when a step ran, 0 when its receive is not in yet, -1 when the engine's loop must
+ * take over (a send with no room waits there; a size that differs is reported there). */
+static int quick_advance(lane_t *l, const op_ctx_t *o) {
   ncclComm_t comm = l->comm;
-  int polls = comm->oversubscribed ? 0 : QUICK_POLLS;
   size_t es = o->esize;
+  int moved = 0;
   for (; l->cur < l->nsteps; l->cur++) {
     const step_t *st = &l->steps[l->cur];
     size_t n = st->count, bytes = n * es, got = bytes;
@@ -459,23 +468,41 @@ ncclResult_t engine_run_quick(lane_t *l, const op_ctx_t *o) {
         ((st->flags & STEP_PRE) ? REDUCE_PRE : 0) | ((st->flags & STEP_POST) ? REDUCE_POST : 0);
     const void *in = NULL;
     void *out = NULL;
-    if (rc) {
-      int k = polls;
-      while (!(in = rc->transport->recv_slot(rc, &got))) {
-        if (k-- <= 0) return engine_run(l, 1, o);
-        cpu_relax();
-      }
-    }
-    if ((sc && !(out = sc->transport->send_slot(sc, bytes))) || got != bytes)
-      return engine_run(l, 1, o); /* waits for room, or reports the size */
+    if (rc && !(in = rc->transport->recv_slot(rc, &got))) return moved;
+    if ((sc && !(out = sc->transport->send_slot(sc, bytes))) || got != bytes) return -1;
     if (rc)
       piece_recv(o, st, in, src, dst, out, n, rflags);
     else
       piece_local(o, st, src, dst, out, n, rflags);
     if (sc) sc->transport->send_post(sc, bytes);
     if (rc) rc->transport->recv_done(rc);
+    moved = 1;
   }
-  return ncclSuccess;
+  return moved;
+}
+
+/* Lanes of such steps, from their l->cur (the other progress fields zero), as engine_run would
+ * run them, with ops = o: passes over the lanes until every one is done; QUICK_POLLS passes
+ * without a step (none where ranks outnumber CPUs), or a step quick_advance leaves, hand the
+ * lanes as they stand to engine_run, whose waiting and failure checks then apply. */
+ncclResult_t engine_run_quick(lane_t *lanes, int nlanes, const op_ctx_t *o) {
+  int polls = lanes[0].comm->oversubscribed ? 0 : QUICK_POLLS;
+  for (;;) {
+    int active = 0, moved = 0;
+    for (int i = 0; i < nlanes; i++) {
+      lane_t *l = &lanes[i];
+      if (l->cur == l->nsteps) continue;
+      int r = quick_advance(l, o);
+      if (r < 0) return engine_run(lanes, nlanes, o);
+      moved |= r;
+      active += l->cur < l->nsteps;
+    }
+    if (!active) return ncclSuccess;
+    if (!moved) {
+      if (polls-- <= 0) return engine_run(lanes, nlanes, o);
+      cpu_relax();
+    }
+  }
 }
 
 ncclResult_t engine_exchange(const exchange_t *x, int nx) {

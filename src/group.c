@@ -198,9 +198,13 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
   int timed = 0; /* the planner wants the call's time, to the engine's end (adapt.h) */
   if (n == 1 && (res = plan_one_cached(&ops[0], &cached, &timed)) != ncclSuccess) goto failed;
   uint64_t t0 = timed ? tutti_time_ns() : 0;
-  if (cached) { /* one call repeated: its cached steps run in place, as one lane */
-    lane_t lane = {.comm = ops[0].ctx.comm, .steps = cached->steps, .nsteps = cached->n};
-    res = engine_run(&lane, 1, &ops[0].ctx);
+  if (cached) { /* one call repeated: its cached steps run in place */
+    ncclComm_t comm = ops[0].ctx.comm;
+    if (grow((void **)&g->lanes, &g->lane_cap, 2 * (size_t)comm->nranks, sizeof(lane_t))) {
+      res = TUTTI_ERR(ncclSystemError, "out of memory");
+      goto failed;
+    }
+    res = engine_run(g->lanes, plan_cached_lanes(comm, cached, g->lanes), &ops[0].ctx);
     goto failed;
   }
   if ((res = plan_group(ops, n)) != ncclSuccess) goto failed;
@@ -225,7 +229,10 @@ out:
  * planned in place, its map_checked left as it was. */
 static int group_quick(pending_t *p, ncclResult_t *res) {
   ncclComm_t comm = p->ctx.comm;
-  if (comm->proxy || p->on_stream || collcheck_wanted(p, 1)) return 0;
+  group_state_t *g = grp_self();
+  if (comm->proxy || p->on_stream || collcheck_wanted(p, 1) ||
+      grow((void **)&g->lanes, &g->lane_cap, 2 * (size_t)comm->nranks, sizeof(lane_t)))
+    return 0;
   pthread_mutex_lock(&comm->lock);
   const sched_t *steps = NULL;
   ncclResult_t r = comm_check_state(comm, "ncclGroupEnd"); /* as group_run: not failed by it */
@@ -236,8 +243,7 @@ static int group_quick(pending_t *p, ncclResult_t *res) {
       return 0;
     }
     lanes_reset(comm); /* as group_run leaves them */
-    lane_t lane = {.comm = comm, .steps = steps->steps, .nsteps = steps->n};
-    r = engine_run_quick(&lane, &p->ctx);
+    r = engine_run_quick(g->lanes, plan_cached_lanes(comm, steps, g->lanes), &p->ctx);
     comm->calls_quick++; /* under the lock */
     if (r != ncclSuccess) comm_set_error(comm, r, tutti_last_error());
   }

@@ -16,8 +16,9 @@
  * Build: the registry's builder for the collective, with scratch from the communicator or a
  * temporary. Cache: the last call's steps per communicator (comm->plan), reused by a call with
  * the same key (collective, count, element size, root, in place, PreMulSum), which skips the tuner
- * and the builder on the small-message path. Calls with peer steps are rebuilt every time (their
- * handshake runs every time: the peers' buffers may have moved).
+ * and the builder on the small-message path; a point-to-point algorithm's call alone caches its
+ * lanes (cache_lanes), which run as lanes again. Calls with peer steps are rebuilt every time
+ * (their handshake runs every time: the peers' buffers may have moved).
  */
 #include "plan.h"
 
@@ -118,6 +119,8 @@ void plan_release(void) {
 void plan_free(ncclComm_t comm) {
   adapt_free(comm);
   sched_free(&comm->plan.steps);
+  free(comm->plan.lane_end);
+  comm->plan.lane_end = NULL;
   comm->plan.valid = 0;
 }
 
@@ -399,7 +402,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
   if (!p->ctx.dev) exclude |= map_excluded(comm, p);
   if (plan_matches(comm, p)) {
     p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
-    *cached = comm->plan.steps_valid;
+    *cached = comm->plan.steps_valid && !comm->plan.nlanes; /* lanes: plan_cached_lanes */
   } else {
     TUTTI_CHECK(choose_into(comm, p, exclude));
     comm->plan = (typeof(comm->plan)){.valid = 1,
@@ -412,7 +415,8 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
                                       .map_excluded = p->map_excluded,
                                       .algo = p->ctx.algo,
                                       .chunk = p->args.chunk,
-                                      .steps = comm->plan.steps};
+                                      .steps = comm->plan.steps,
+                                      .lane_end = comm->plan.lane_end};
   }
   int pairs = adapted(comm, p);
   if (pairs) TUTTI_CHECK(plan_adapt(comm, p, exclude, pairs, cached));
@@ -599,9 +603,44 @@ static void tag_steps(sched_t *s, uint16_t op) {
   s->tagged = s->n;
 }
 
+/* Whether a call of p's kind may run its key's cached steps as they are: not a send or receive
+ * (the p2p lanes), not on the device, not an in-place all-to-all (its input is copied first). */
+static int runs_cached_steps(const pending_t *p) {
+  return p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev &&
+         !(p->args.coll == COLL_ALLTOALL && p->args.in_place);
+}
+
+/* The cached plan's steps are now steps[0, n), as one lane or (nlanes > 0) lanes ending at
+ * lane_end: whether the quick way may run them, and the scratch they need. */
+static void cache_done(ncclComm_t comm, const pending_t *p) {
+  comm->plan.quick =
+      comm->plan.steps_valid && !p->ctx.dev && !tutti_param_DumpSchedule() &&
+      engine_quick_steps(comm, comm->plan.steps.steps, comm->plan.steps.n, p->ctx.esize);
+  comm->plan.scratch_bytes = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
+}
+
+/* A point-to-point algorithm's call, the only one in the communicator's lanes: its lanes, one
+ * after another, become the cached plan (lanes that stay lanes: plan_cached_lanes). */
+static void cache_lanes(ncclComm_t comm, const pending_t *p) {
+  int n2 = 2 * comm->nranks, k = 0;
+  if (!comm->plan.lane_end && !(comm->plan.lane_end = malloc(n2 * sizeof(uint32_t)))) return;
+  sched_reset(&comm->plan.steps);
+  int ok = 1;
+  for (int i = 0; i < n2 && ok; i++) {
+    const sched_t *lane = &comm->p2p_lanes[i];
+    if (!lane->n) continue;
+    ok = sched_append(&comm->plan.steps, lane->steps, lane->n) == 0;
+    comm->plan.lane_end[k++] = (uint32_t)comm->plan.steps.n;
+  }
+  comm->plan.nlanes = k;
+  comm->plan.steps_valid = ok && k > 0;
+  cache_done(comm, p);
+}
+
 /* Appends the steps: from the cache, or from the builder (and caches them). */
 static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *col) {
   size_t first = col->n;
+  int lanes_empty = !comm->lanes_used; /* before this call */
   int rc = cached ? sched_append(col, comm->plan.steps.steps, comm->plan.steps.n)
                   : sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, comm->p2p_lanes);
   if (rc == -2)
@@ -613,15 +652,18 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
                      "a PreMulSum (STEP_SWAP with STEP_PRE)",
                      coll_name(p->args.coll), algo_name(p->ctx.algo));
   if (rc != 0) return TUTTI_ERR(ncclSystemError, "out of memory building a schedule");
-  if (!cached && !(algo_get(p->ctx.algo)->needs & (ALGO_PEER_STEPS | ALGO_USES_LANES)) &&
-      plan_matches(comm, p) && comm->plan.algo == p->ctx.algo) {
-    sched_reset(&comm->plan.steps);
-    comm->plan.steps_valid =
-        sched_append(&comm->plan.steps, col->steps + first, col->n - first) == 0;
-    comm->plan.quick =
-        comm->plan.steps_valid && !p->ctx.dev && !tutti_param_DumpSchedule() &&
-        engine_quick_steps(comm, comm->plan.steps.steps, comm->plan.steps.n, p->ctx.esize);
-    comm->plan.scratch_bytes = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
+  unsigned needs = algo_get(p->ctx.algo)->needs;
+  if (!cached && !(needs & ALGO_PEER_STEPS) && plan_matches(comm, p) &&
+      comm->plan.algo == p->ctx.algo) {
+    if (!(needs & ALGO_USES_LANES)) {
+      sched_reset(&comm->plan.steps);
+      comm->plan.nlanes = 0;
+      comm->plan.steps_valid =
+          sched_append(&comm->plan.steps, col->steps + first, col->n - first) == 0;
+      cache_done(comm, p);
+    } else if (lanes_empty && !comm->plan.steps_valid && runs_cached_steps(p)) {
+      cache_lanes(comm, p);
+    }
   }
   if (tutti_param_DumpSchedule() && col->n > first) dump_call(p, col, first);
   return ncclSuccess;
@@ -703,13 +745,6 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
   return ncclSuccess;
 }
 
-/* Whether a call of p's kind may run its key's cached steps as they are: not a send or receive
- * (the p2p lanes), not on the device, not an in-place all-to-all (its input is copied first). */
-static int runs_cached_steps(const pending_t *p) {
-  return p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev &&
-         !(p->args.coll == COLL_ALLTOALL && p->args.in_place);
-}
-
 ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
@@ -743,4 +778,19 @@ void plan_quick(pending_t *p, const sched_t **steps) {
   p->ctx.buf[BUF_SCRATCH] = comm->scratch;
   plan_log(p);
   *steps = &comm->plan.steps;
+}
+
+int plan_cached_lanes(ncclComm_t comm, const sched_t *steps, lane_t *lanes) {
+  if (!comm->plan.nlanes) {
+    lanes[0] = (lane_t){.comm = comm, .steps = steps->steps, .nsteps = steps->n};
+    return 1;
+  }
+  for (int i = 0; i < comm->plan.nlanes; i++) {
+    uint32_t from = i ? comm->plan.lane_end[i - 1] : 0;
+    lanes[i] = (lane_t){.comm = comm,
+                        .steps = steps->steps + from,
+                        .nsteps = comm->plan.lane_end[i] - from,
+                        .phase = 1};
+  }
+  return comm->plan.nlanes;
 }

@@ -33,11 +33,12 @@ typedef struct pending { /* one validated call waiting for its group to end */
  * same calls in the same order. */
 ncclResult_t plan_group(pending_t *ops, size_t n);
 /* The fast way for a group of one host call whose steps are its communicator's cached plan as
- * they are (the key of the last call, no peer steps, no lanes, no input to copy first): does for
- * it what plan_group does and sets *steps to the cached steps, which the engine runs in place
- * (their op index is 0). *steps NULL: plan it with plan_group. *timed: the planner wants the
- * call's time (the measured choice between the FIFOs and cma, adapt.h): the caller times it from
- * here to the engine's end and hands it to plan_timed; such a call never takes the fast way. */
+ * they are (the key of the last call, no peer steps, no input to copy first, not a send or a
+ * receive): does for it what plan_group does and sets *steps to the cached steps, which the
+ * engine runs in place as the lanes plan_cached_lanes gives (their op index is 0). *steps NULL:
+ * plan it with plan_group. *timed: the planner wants the call's time (the measured choice between
+ * the FIFOs and cma, adapt.h): the caller times it from here to the engine's end and hands it to
+ * plan_timed; such a call never takes the fast way. */
 ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed);
 /* The quick way, tried first for a host call outside any group: when p repeats the cached plan
  * (its key, the same answer from map_excluded) and its cached steps are ones engine_run_quick
@@ -47,6 +48,9 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed);
  * temporary is left for plan_release). p's map_checked and map_excluded are left as
  * they were (p may be the thread's cached call, enqueue.c). */
 void plan_quick(pending_t *p, const sched_t **steps);
+/* The lanes of comm's cached steps (plan_one_cached's or plan_quick's *steps) into lanes, room
+ * for 2 * nranks of them: one lane, or a point-to-point algorithm's lanes. Returns how many. */
+int plan_cached_lanes(ncclComm_t comm, const sched_t *steps, lane_t *lanes);
 /* The time of a call plan_one_cached asked for, once the engine ran it. */
 void plan_timed(const pending_t *p, uint64_t ns);
 /* Memory that lives until plan_release (scratch beyond the communicator's, copies, peer

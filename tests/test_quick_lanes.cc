@@ -1,0 +1,198 @@
+// The quick way for point-to-point algorithms (src/plan.c cache_lanes, plan_cached_lanes;
+// src/engine.c engine_run_quick over several lanes): a gather, scatter or all-to-all of the p2p
+// algorithm that repeats its communicator's cached plan runs its cached lanes, one per peer and
+// direction, without planning them again; where each lane's steps move one piece below the
+// rendezvous size, on the quick way. These tests count the calls it ran (comm->calls_quick),
+// check every result exactly, and check that a count that differs and a dead peer are errors,
+// not hangs.
+#include <gtest/gtest.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "comm.h"
+#include "forked_ranks.h"
+#include "nccl.h"
+
+namespace {
+
+uint64_t quick_calls(ncclComm_t c) {
+  return c->calls_quick;
+}
+
+// Rank r's element i of the block it sends to rank p at call k.
+int32_t value(int k, int r, int p, size_t i) {
+  return k * 100000 + r * 1000 + p * 100 + (int32_t)i;
+}
+
+void p2p_algorithms(int) {
+  setenv("TUTTI_ALGO", "gather:p2p;scatter:p2p;alltoall:p2p", 1);
+}
+
+enum kind { GATHER, SCATTER, ALLTOALL };
+
+// One call of kind on rank `rank` of n: fills the input for call k, runs it, checks the output
+// exactly. 0, or the CHILD_CHECK code.
+int run_one(ncclComm_t comm, int rank, int n, kind what, int root, size_t count, bool in_place,
+            int k, std::vector<int32_t> &send, std::vector<int32_t> &recv) {
+  size_t total = count * (size_t)n;
+  send.assign(total, -1), recv.assign(total, -1);
+  ncclResult_t res;
+  if (what == GATHER) {
+    int32_t *in = in_place && rank == root ? recv.data() + (size_t)rank * count : send.data();
+    for (size_t i = 0; i < count; i++) in[i] = value(k, rank, root, i);
+    res = ncclGather(in, recv.data(), count, ncclInt32, root, comm, nullptr);
+  } else if (what == SCATTER) {
+    int32_t *out = in_place && rank == root ? send.data() + (size_t)rank * count : recv.data();
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < count; i++) send[(size_t)p * count + i] = value(k, rank, p, i);
+    res = ncclScatter(send.data(), out, count, ncclInt32, root, comm, nullptr);
+  } else {
+    int32_t *out = in_place ? send.data() : recv.data();
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < count; i++) send[(size_t)p * count + i] = value(k, rank, p, i);
+    res = ncclAlltoAll(send.data(), out, count, ncclInt32, comm, nullptr);
+  }
+  CHILD_CHECK(res == ncclSuccess, 20, "call %d: %s", k, ncclGetLastError(comm));
+  if (what == GATHER && rank == root) {
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < count; i++)
+        CHILD_CHECK(recv[(size_t)p * count + i] == value(k, p, root, i), 21,
+                    "gather call %d block %d element %zu: %d, want %d", k, p, i,
+                    recv[(size_t)p * count + i], value(k, p, root, i));
+  } else if (what == SCATTER) {
+    const int32_t *out =
+        in_place && rank == root ? send.data() + (size_t)rank * count : recv.data();
+    for (size_t i = 0; i < count; i++)
+      CHILD_CHECK(out[i] == value(k, root, rank, i), 22, "scatter call %d element %zu: %d, want %d",
+                  k, i, out[i], value(k, root, rank, i));
+  } else if (what == ALLTOALL) {
+    const int32_t *out = in_place ? send.data() : recv.data();
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < count; i++)
+        CHILD_CHECK(out[(size_t)p * count + i] == value(k, p, rank, i), 23,
+                    "all-to-all call %d block %d element %zu: %d, want %d", k, p, i,
+                    out[(size_t)p * count + i], value(k, p, rank, i));
+  }
+  return 0;
+}
+
+struct phase {
+  kind what;
+  int root;
+  size_t count; /* elements per block */
+  bool in_place;
+  bool alternate; /* every other call the other of gather and scatter: the key never repeats */
+  uint64_t quick; /* calls of the 10 on the quick way, per rank */
+};
+
+int run_phases(ncclComm_t comm, int rank, int n, const phase *phases, size_t nphases) {
+  std::vector<int32_t> send, recv;
+  int k = 0;
+  for (size_t f = 0; f < nphases; f++) {
+    const phase &ph = phases[f];
+    uint64_t before = quick_calls(comm);
+    for (int j = 0; j < 10; j++, k++) {
+      kind what = ph.alternate && j % 2 ? (ph.what == GATHER ? SCATTER : GATHER) : ph.what;
+      int rc = run_one(comm, rank, n, what, ph.root, ph.count, ph.in_place, k, send, recv);
+      if (rc) return rc;
+    }
+    uint64_t quick = quick_calls(comm) - before;
+    CHILD_CHECK(quick == ph.quick, 24, "phase %zu: %llu calls on the quick way, want %llu", f,
+                (unsigned long long)quick, (unsigned long long)ph.quick);
+  }
+  return 0;
+}
+
+// Three ranks, small blocks: every call but the first of each key takes the quick way, on every
+// rank (a gather's senders too: their plan is one send lane), whatever the root; an in-place
+// all-to-all (its input is copied first) and calls whose key changes every time do not.
+TEST(QuickLanes, RepeatedSmallCallsTakeIt) {
+  static const phase phases[] = {
+      {GATHER, 0, 3, false, false, 9},  {GATHER, 2, 3, false, false, 9},
+      {SCATTER, 1, 5, false, false, 9}, {ALLTOALL, 0, 2, false, false, 9},
+      {ALLTOALL, 0, 2, true, false, 0}, {GATHER, 1, 4, true, false, 9},
+      {SCATTER, 2, 4, true, false, 9},  {GATHER, 0, 6, false, true, 0},
+      {GATHER, 0, 3, false, false, 9}};
+  const int n = 3;
+  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
+    return run_phases(comm, rank, n, phases, sizeof(phases) / sizeof(phases[0]));
+  });
+  expect_all_ok(codes);
+}
+
+// Two ranks, blocks around the rendezvous size (TUTTI_SHM_RDV_MIN, 16 KiB): 8 KiB blocks go on
+// the quick way; 20 KiB and 1 MiB blocks (rendezvous; pieces of the FIFO's slots) run their
+// cached lanes in the engine's loop. Exact throughout.
+TEST(QuickLanes, LargeBlocksRunTheirLanesInTheEngine) {
+  static const phase phases[] = {
+      {ALLTOALL, 0, 2048, false, false, 9},   {ALLTOALL, 0, 5120, false, false, 0},
+      {GATHER, 1, 5120, false, false, 0},     {SCATTER, 0, 262144, false, false, 0},
+      {ALLTOALL, 0, 262144, false, false, 0}, {SCATTER, 0, 2048, false, false, 9}};
+  const int n = 2;
+  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
+    return run_phases(comm, rank, n, phases, sizeof(phases) / sizeof(phases[0]));
+  });
+  expect_all_ok(codes);
+}
+
+// A sender whose count differs from the root's after five cached calls: the root's call fails
+// with an error naming the sizes and the rank (the quick way hands the step to the engine,
+// which reports it), not a hang and not a wrong result taken for a right one.
+TEST(QuickLanes, ADifferentCountIsAnError) {
+  const int n = 2;
+  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
+    std::vector<int32_t> send(8, rank), recv(16, -1);
+    for (int k = 0; k < 6; k++) {
+      size_t count = rank == 1 && k == 5 ? 5 : 4;
+      ncclResult_t res = ncclGather(send.data(), recv.data(), count, ncclInt32, 0, comm, nullptr);
+      if (k < 5 || rank == 1) {
+        CHILD_CHECK(res == ncclSuccess, 30, "call %d: %s", k, ncclGetLastError(comm));
+        continue;
+      }
+      const char *why = ncclGetLastError(comm);
+      CHILD_CHECK(res == ncclInvalidUsage, 31, "call %d: %d (%s), want ncclInvalidUsage", k,
+                  (int)res, why);
+      CHILD_CHECK(strstr(why, "received 20 bytes from rank 1 where it expected 16") != nullptr, 32,
+                  "the error does not name the sizes and the rank: %s", why);
+    }
+    CHILD_CHECK(quick_calls(comm) >= 4, 33, "%llu calls on the quick way, want 4 or more",
+                (unsigned long long)quick_calls(comm));
+    ncclCommAbort(comm);
+    _exit(0);
+  });
+  expect_all_ok(codes);
+}
+
+// Three ranks; rank 2's process ends after 10 gathers: the root's 11th, which the quick way hands
+// to the engine's loop while it waits for rank 2, fails with an error naming rank 2, not a
+// hang.
+TEST(QuickLanes, ADeadSenderIsAnErrorNamingIt) {
+  const int n = 3;
+  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
+    std::vector<int32_t> send(4, rank), recv(12, -1);
+    for (int k = 0; k < 11; k++) {
+      if (rank == 2 && k == 10) _exit(0);
+      ncclResult_t res = ncclGather(send.data(), recv.data(), 4, ncclInt32, 0, comm, nullptr);
+      if (k < 10 || rank == 1) {
+        CHILD_CHECK(res == ncclSuccess, 40, "call %d: %s", k, ncclGetLastError(comm));
+        continue;
+      }
+      const char *why = ncclGetLastError(comm);
+      CHILD_CHECK(res == ncclRemoteError, 41, "call %d after rank 2 ended: %d (%s)", k, (int)res,
+                  why);
+      CHILD_CHECK(strstr(why, "peer rank 2") != nullptr, 42, "the error does not name rank 2: %s",
+                  why);
+    }
+    CHILD_CHECK(quick_calls(comm) >= 9, 44, "%llu calls on the quick way, want 9 or more",
+                (unsigned long long)quick_calls(comm));
+    ncclCommAbort(comm);
+    _exit(0);
+  });
+  expect_all_ok(codes);
+}
+
+}  // namespace
