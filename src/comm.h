@@ -40,12 +40,14 @@ typedef struct user_op { /* ncclRedOpCreatePreMulSum */
 
 struct bootstrap;
 
+#define PLAN_P2P_MAX 8 /* calls of a group of sends and receives the plan cache keeps */
+
 struct ncclComm {
   uint64_t magic;
   uint64_t serial;        /* this process's n-th communicator: tells it from an earlier one at its
                            * address (enqueue.c's cache of the last call) */
   uint64_t calls_checked; /* calls validated in full, not taken from that cache (tests read it) */
-  uint64_t calls_quick;   /* calls run by group_quick (tests read it) */
+  uint64_t calls_quick;   /* calls run on the quick way (engine_run_quick; tests read it) */
   int rank, nranks;
   int local_rank, local_size; /* ranks sharing this rank's host */
   int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */
@@ -122,6 +124,20 @@ struct ncclComm {
     int nlanes;
     uint32_t *lane_end;
   } plan;
+  /* The last group of sends and receives (or a send or receive alone) planned: a group of the
+   * same calls in the same order (kind, peer, count, element size) runs its lanes again
+   * (plan_p2p.c). n 0: none. */
+  struct {
+    int n, quick; /* quick: engine_run_quick may run the lanes */
+    struct plan_p2p_call {
+      coll_t coll;
+      int peer;
+      size_t count, esize, chunk;
+    } call[PLAN_P2P_MAX];
+    sched_t steps;
+    int nlanes;
+    uint32_t *lane_end;
+  } p2p_plan;
   /* Keys (collective, count, element size) whose handshake showed that a kind of peer-memory
    * algorithm does not fit the buffers (some rank's cannot be mapped; or all can, so reading
    * by copy is not wanted): the next `skip` calls of that key leave those algorithms (bits

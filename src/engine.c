@@ -432,11 +432,11 @@ ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops) {
  * 2 guest). */
 #define QUICK_POLLS 64
 
-int engine_quick_steps(ncclComm_t comm, const step_t *steps, size_t n, size_t esize) {
+int engine_quick_steps(ncclComm_t comm, const step_t *steps, size_t n, const size_t *esize) {
   for (size_t i = 0; i < n; i++) {
     const step_t *st = &steps[i];
-    size_t bytes = st->count * esize;
-    if (st->kind != STEP_FIFO || st->op != 0) return 0;
+    size_t bytes = st->count * esize[st->op];
+    if (st->kind != STEP_FIFO) return 0;
     const conn_t *rc = st->recv_peer >= 0 ? &comm->recv_conn[st->recv_peer] : NULL;
     const conn_t *sc = st->send_peer >= 0 ? &comm->send_conn[st->send_peer] : NULL;
     if (rc && (!rc->transport || rc->transport->recv_into || bytes > rc->slot_bytes)) return 0;
@@ -452,13 +452,13 @@ int engine_quick_steps(ncclComm_t comm, const step_t *steps, size_t n, size_t es
  * piece on slot transports (the same messages in the same order, the same arithmetic) without its
  * generality: 1 when a step ran, 0 when its receive is not in yet, -1 when the engine's loop must
  * take over (a send with no room waits there; a size that differs is reported there). */
-static int quick_advance(lane_t *l, const op_ctx_t *o) {
+static int quick_advance(lane_t *l, const op_ctx_t *ops) {
   ncclComm_t comm = l->comm;
-  size_t es = o->esize;
   int moved = 0;
   for (; l->cur < l->nsteps; l->cur++) {
     const step_t *st = &l->steps[l->cur];
-    size_t n = st->count, bytes = n * es, got = bytes;
+    const op_ctx_t *o = &ops[st->op];
+    size_t es = o->esize, n = st->count, bytes = n * es, got = bytes;
     if (n == 0) continue;
     conn_t *rc = st->recv_peer >= 0 ? &comm->recv_conn[st->recv_peer] : NULL;
     conn_t *sc = st->send_peer >= 0 ? &comm->send_conn[st->send_peer] : NULL;
@@ -482,24 +482,24 @@ static int quick_advance(lane_t *l, const op_ctx_t *o) {
 }
 
 /* Lanes of such steps, from their l->cur (the other progress fields zero), as engine_run would
- * run them, with ops = o: passes over the lanes until every one is done; QUICK_POLLS passes
+ * run them: passes over the lanes until every one is done; QUICK_POLLS passes
  * without a step (none where ranks outnumber CPUs), or a step quick_advance leaves, hand the
  * lanes as they stand to engine_run, whose waiting and failure checks then apply. */
-ncclResult_t engine_run_quick(lane_t *lanes, int nlanes, const op_ctx_t *o) {
+ncclResult_t engine_run_quick(lane_t *lanes, int nlanes, const op_ctx_t *ops) {
   int polls = lanes[0].comm->oversubscribed ? 0 : QUICK_POLLS;
   for (;;) {
     int active = 0, moved = 0;
     for (int i = 0; i < nlanes; i++) {
       lane_t *l = &lanes[i];
       if (l->cur == l->nsteps) continue;
-      int r = quick_advance(l, o);
-      if (r < 0) return engine_run(lanes, nlanes, o);
+      int r = quick_advance(l, ops);
+      if (r < 0) return engine_run(lanes, nlanes, ops);
       moved |= r;
       active += l->cur < l->nsteps;
     }
     if (!active) return ncclSuccess;
     if (!moved) {
-      if (polls-- <= 0) return engine_run(lanes, nlanes, o);
+      if (polls-- <= 0) return engine_run(lanes, nlanes, ops);
       cpu_relax();
     }
   }

@@ -66,13 +66,13 @@ ncclResult_t engine_peer_blame(ncclComm_t comm, int p, const op_ctx_t *o);
 ncclResult_t engine_run(lane_t *lanes, int nlanes, const op_ctx_t *ops);
 
 /* The quick way for lanes of cached steps (group.c, plan.c): 1 when every step of steps[0, n)
- * is a FIFO step of op 0 that moves one piece (count * esize within the slots of its
+ * is a FIFO step that moves one piece (count * esize within the slots of its
  * connections, on transports that send and receive through slots; a STEP_WHOLE step below its
- * connection's rendezvous size), so that engine_run_quick may run it. */
-int engine_quick_steps(ncclComm_t comm, const step_t *steps, size_t n, size_t esize);
-/* Runs lanes of such steps from their l->cur (their progress fields zero) as engine_run would,
- * with ops = o. */
-ncclResult_t engine_run_quick(lane_t *lanes, int nlanes, const op_ctx_t *o);
+ * connection's rendezvous size; esize[op] the element size of the step's op), so that
+ * engine_run_quick may run it. */
+int engine_quick_steps(ncclComm_t comm, const step_t *steps, size_t n, const size_t *esize);
+/* Runs lanes of such steps from their l->cur (their progress fields zero) as engine_run would. */
+ncclResult_t engine_run_quick(lane_t *lanes, int nlanes, const op_ctx_t *ops);
 
 /* One small all-to-all: `bytes` bytes from mine to every other rank of comm, theirs[p * bytes]
  * from rank p (through the FIFOs; bytes must fit one slot). An error during it names `call`, the

@@ -208,20 +208,22 @@ static ncclResult_t check_call(const call_t *c, pending_t *p) {
   return ncclSuccess;
 }
 
-/* The thread's last call that check_call passed on a communicator without a device (its
+/* The thread's last two calls that check_call passed on a communicator without a device (their
  * buffers host memory), with a built-in op: a program that repeats a call (a training step's
- * all-reduce, a benchmark's loop) has it validated in full once. A repeat checks the
- * communicator's handle and state again and takes the pending call as check_call left it,
- * with the scratch block read anew (the planner grows it): the quick way runs it as it lies
- * here, anything else plans a copy (group_enqueue's keep). The serial tells the communicator
- * from an earlier one created at the same address. */
+ * all-reduce, a benchmark's loop) or two in turn (a send and a receive) has each validated in
+ * full once. A repeat checks the communicator's handle and state again and takes the pending
+ * call as check_call left it, with the scratch block read anew (the planner grows it): the quick
+ * way runs it as it lies here, anything else plans a copy (group_enqueue's keep). A call not
+ * cached replaces the older of the two. The serial tells the communicator from an earlier one
+ * created at the same address. */
 typedef struct last_call {
   call_t c;
   uint64_t serial; /* 0: none */
   pending_t p;
 } last_call_t;
 
-static TUTTI_TLS last_call_t last;
+static TUTTI_TLS last_call_t last[2];
+static TUTTI_TLS unsigned last_older; /* the entry a call not cached replaces */
 
 static int same_call(const call_t *a, const call_t *b) {
   return a->comm == b->comm && a->coll == b->coll && a->sendbuff == b->sendbuff &&
@@ -232,21 +234,26 @@ static int same_call(const call_t *a, const call_t *b) {
 /* *use: the validated call, the cached record itself on a repeat (*keep 1: the group must leave
  * it as it is), else p, which check_call filled. */
 static ncclResult_t check_call_cached(const call_t *c, pending_t *p, pending_t **use, int *keep) {
-  last_call_t *l = &last;
-  if (l->serial && same_call(c, &l->c)) {
+  for (int i = 0; i < 2; i++) {
+    last_call_t *l = &last[i];
+    if (!l->serial || !same_call(c, &l->c)) continue;
     TUTTI_CHECK(comm_check(c->comm, c->fn));
-    if (c->comm->serial == l->serial) {
-      l->p.ctx.buf[BUF_SCRATCH] = c->comm->scratch;
-      *use = &l->p, *keep = 1;
-      return ncclSuccess;
+    if (c->comm->serial != l->serial) { /* another communicator at that address */
+      l->serial = 0;
+      continue;
     }
+    l->p.ctx.buf[BUF_SCRATCH] = c->comm->scratch;
+    *use = &l->p, *keep = 1;
+    return ncclSuccess;
   }
+  last_call_t *l = &last[last_older];
   *use = p, *keep = 0;
   l->serial = 0;
   TUTTI_CHECK(check_call(c, p));
   __atomic_add_fetch(&c->comm->calls_checked, 1, __ATOMIC_RELAXED);
   if (c->comm->device_possible || c->stream || (int)c->op >= (int)ncclNumOps) return ncclSuccess;
   l->c = *c, l->p = *p, l->serial = c->comm->serial;
+  last_older ^= 1;
   return ncclSuccess;
 }
 

@@ -252,6 +252,38 @@ static int group_quick(pending_t *p, ncclResult_t *res) {
   return 1;
 }
 
+/* The quick way for a group of sends and receives on one communicator (or one alone, outside
+ * any group) that repeats the last such group planned there (plan_p2p_quick): 1 when it ran
+ * the group (*res its result), 0 when it did not take it and changed nothing. */
+static int group_quick_p2p(pending_t *ops, size_t n, ncclResult_t *res) {
+  ncclComm_t comm = ops[0].ctx.comm;
+  group_state_t *g = grp_self();
+  if (comm->proxy || !plan_p2p_group(ops, n) || collcheck_wanted(ops, n) ||
+      grow((void **)&g->lanes, &g->lane_cap, 2 * (size_t)comm->nranks, sizeof(lane_t)) ||
+      grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t)))
+    return 0;
+  pthread_mutex_lock(&comm->lock);
+  int nlanes = 0, quick = 0;
+  ncclResult_t r = comm_check_state(comm, "ncclGroupEnd");
+  if (r == ncclSuccess) {
+    r = plan_p2p_quick(ops, n, g->lanes, &nlanes, &quick);
+    if (r == ncclSuccess && !nlanes) {
+      pthread_mutex_unlock(&comm->lock);
+      return 0;
+    }
+  }
+  if (r == ncclSuccess) {
+    lanes_reset(comm); /* as group_run leaves them */
+    for (size_t i = 0; i < n; i++) g->ctxs[i] = ops[i].ctx;
+    r = quick ? engine_run_quick(g->lanes, nlanes, g->ctxs) : engine_run(g->lanes, nlanes, g->ctxs);
+    if (quick) comm->calls_quick += n; /* under the lock */
+    if (r != ncclSuccess) comm_set_error(comm, r, tutti_last_error());
+  }
+  pthread_mutex_unlock(&comm->lock);
+  *res = r;
+  return 1;
+}
+
 /* Plans and runs calls now, in the calling thread (the proxy's path into the engine). */
 static ncclResult_t group_run_now(pending_t *ops, size_t n) {
   return group_run(ops, n);
@@ -379,13 +411,14 @@ static ncclResult_t group_launch_rest(pending_t *ops, size_t n) {
 static ncclResult_t group_launch(pending_t *ops, size_t n) {
   ncclResult_t quick;
   if (n == 1 && group_quick(&ops[0], &quick)) return quick;
+  if (group_quick_p2p(ops, n, &quick)) return quick;
   return group_launch_rest(ops, n);
 }
 
 ncclResult_t group_enqueue(pending_t *p, int keep) {
   if (grp.depth == 0) {
     ncclResult_t quick;
-    if (group_quick(p, &quick)) return quick;
+    if (group_quick(p, &quick) || group_quick_p2p(p, 1, &quick)) return quick;
     if (!keep) return group_launch_rest(p, 1);
     pending_t copy = *p; /* group_run plans it in place */
     return group_launch_rest(&copy, 1);

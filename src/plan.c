@@ -29,7 +29,7 @@
 #include "adapt.h"
 #include "tls_cache.h"
 
-TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0)
+TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0) /* plan.h */
 TUTTI_PARAM(Direct, "DIRECT", 1)
 TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 32 * 1024)
 TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 256 * 1024)
@@ -122,6 +122,7 @@ void plan_free(ncclComm_t comm) {
   free(comm->plan.lane_end);
   comm->plan.lane_end = NULL;
   comm->plan.valid = 0;
+  plan_p2p_free(comm);
 }
 
 /* ---- choose ---- */
@@ -615,25 +616,16 @@ static int runs_cached_steps(const pending_t *p) {
 static void cache_done(ncclComm_t comm, const pending_t *p) {
   comm->plan.quick =
       comm->plan.steps_valid && !p->ctx.dev && !tutti_param_DumpSchedule() &&
-      engine_quick_steps(comm, comm->plan.steps.steps, comm->plan.steps.n, p->ctx.esize);
+      engine_quick_steps(comm, comm->plan.steps.steps, comm->plan.steps.n, &p->ctx.esize);
   comm->plan.scratch_bytes = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
 }
 
-/* A point-to-point algorithm's call, the only one in the communicator's lanes: its lanes, one
- * after another, become the cached plan (lanes that stay lanes: plan_cached_lanes). */
+/* A point-to-point algorithm's call, the only one in the communicator's lanes: its lanes become
+ * the cached plan (lanes that stay lanes: plan_cached_lanes). */
 static void cache_lanes(ncclComm_t comm, const pending_t *p) {
-  int n2 = 2 * comm->nranks, k = 0;
-  if (!comm->plan.lane_end && !(comm->plan.lane_end = malloc(n2 * sizeof(uint32_t)))) return;
-  sched_reset(&comm->plan.steps);
-  int ok = 1;
-  for (int i = 0; i < n2 && ok; i++) {
-    const sched_t *lane = &comm->p2p_lanes[i];
-    if (!lane->n) continue;
-    ok = sched_append(&comm->plan.steps, lane->steps, lane->n) == 0;
-    comm->plan.lane_end[k++] = (uint32_t)comm->plan.steps.n;
-  }
-  comm->plan.nlanes = k;
-  comm->plan.steps_valid = ok && k > 0;
+  comm->plan.steps_valid =
+      plan_lanes_keep(comm, &comm->plan.steps, &comm->plan.lane_end, &comm->plan.nlanes) == 0 &&
+      comm->plan.nlanes > 0;
   cache_done(comm, p);
 }
 
@@ -700,7 +692,7 @@ static void plan_log(const pending_t *p) {
        p->args.root, (void *)comm, comm->nranks, algo_name(p->ctx.algo));
 }
 
-static ncclResult_t plan_prepare(pending_t *p) {
+ncclResult_t plan_prepare(pending_t *p) {
   p->ctx.stream = stream_results(p);
   TUTTI_CHECK(provide_scratch(p));
   plan_log(p);
@@ -742,6 +734,7 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], c[i], (uint16_t)i));
   if (tutti_param_DumpSchedule()) dump_lanes(ops, n);
+  plan_p2p_cache(ops, n);
   return ncclSuccess;
 }
 
@@ -781,16 +774,5 @@ void plan_quick(pending_t *p, const sched_t **steps) {
 }
 
 int plan_cached_lanes(ncclComm_t comm, const sched_t *steps, lane_t *lanes) {
-  if (!comm->plan.nlanes) {
-    lanes[0] = (lane_t){.comm = comm, .steps = steps->steps, .nsteps = steps->n};
-    return 1;
-  }
-  for (int i = 0; i < comm->plan.nlanes; i++) {
-    uint32_t from = i ? comm->plan.lane_end[i - 1] : 0;
-    lanes[i] = (lane_t){.comm = comm,
-                        .steps = steps->steps + from,
-                        .nsteps = comm->plan.lane_end[i] - from,
-                        .phase = 1};
-  }
-  return comm->plan.nlanes;
+  return plan_lanes_of(comm, steps, comm->plan.lane_end, comm->plan.nlanes, lanes);
 }

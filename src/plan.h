@@ -51,6 +51,17 @@ void plan_quick(pending_t *p, const sched_t **steps);
 /* The lanes of comm's cached steps (plan_one_cached's or plan_quick's *steps) into lanes, room
  * for 2 * nranks of them: one lane, or a point-to-point algorithm's lanes. Returns how many. */
 int plan_cached_lanes(ncclComm_t comm, const sched_t *steps, lane_t *lanes);
+/* The quick way for a group of sends and receives (a send or a receive alone included) on one
+ * communicator, locked, that repeats the last such group planned there (the same calls in the
+ * same order: kind, peer, count, element size; plan_group keeps it): does for each call what
+ * plan_group does, and puts the group's cached lanes into lanes (room for 2 * nranks): *nlanes
+ * their number, *quick whether engine_run_quick may run them. *nlanes 0: the group is not the
+ * cached one, nothing was changed. Only for a group plan_p2p_group takes. */
+ncclResult_t plan_p2p_quick(pending_t *ops, size_t n, lane_t *lanes, int *nlanes, int *quick);
+/* Whether ops is a group plan_p2p_quick may take: sends and receives on host memory, to and from
+ * other ranks of one communicator, at most PLAN_P2P_MAX of them (reads nothing of the
+ * communicator's state: no lock needed). */
+int plan_p2p_group(const pending_t *ops, size_t n);
 /* The time of a call plan_one_cached asked for, once the engine ran it. */
 void plan_timed(const pending_t *p, uint64_t ns);
 /* Memory that lives until plan_release (scratch beyond the communicator's, copies, peer
@@ -61,5 +72,22 @@ void plan_release(void);
 tuner_topo_t plan_topo(ncclComm_t comm);
 /* Frees the communicator's plan cache. */
 void plan_free(ncclComm_t comm);
+
+/* Shared by plan.c and plan_p2p.c. */
+TUTTI_PARAM_DECL(DumpSchedule); /* TUTTI_DUMP_SCHEDULE: print every call's steps */
+/* After the choice (p->ctx.algo, p->args.chunk), before the steps: streaming stores, scratch,
+ * the log line. */
+ncclResult_t plan_prepare(pending_t *p);
+/* The communicator's p2p lanes, one after another, into *steps (emptied first), where each ends
+ * into *lane_end (allocated at the first use: 2 * nranks) and their number into *nlanes. 0, or
+ * -1 out of memory. */
+int plan_lanes_keep(ncclComm_t comm, sched_t *steps, uint32_t **lane_end, int *nlanes);
+/* Such lanes (nlanes 0: steps as one lane) into lanes; returns how many. */
+int plan_lanes_of(ncclComm_t comm, const sched_t *steps, const uint32_t *lane_end, int nlanes,
+                  lane_t *lanes);
+/* After plan_group: a group of sends and receives whose lanes hold only its calls' steps
+ * becomes the communicator's cached one (plan_p2p_quick). */
+void plan_p2p_cache(const pending_t *ops, size_t n);
+void plan_p2p_free(ncclComm_t comm);
 
 #endif

@@ -44,7 +44,7 @@ ncclComm_t with_cached_call(std::vector<float> &send, std::vector<float> &recv, 
 }
 
 // One rank: a call repeated is validated once; a call with another argument is validated, and
-// so is the first call again after it (the cache holds one call).
+// so is the first call again after two others (the cache holds two calls).
 TEST(CallCache, ARepeatIsValidatedOnceAnotherCallAgain) {
   ncclComm_t c;
   ASSERT_EQ(ncclCommInitAll(&c, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
@@ -65,6 +65,25 @@ TEST(CallCache, ARepeatIsValidatedOnceAnotherCallAgain) {
   ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), 8, ncclInt32, ncclSum, c, nullptr),
             ncclSuccess);
   EXPECT_EQ(checked(c) - base, 4u);
+  EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// One rank: two calls in turn (a send and a receive, here two all-reduces) are validated once
+// each, however many times they alternate; each still reads its buffers as they are.
+TEST(CallCache, TwoCallsInTurnAreValidatedOnceEach) {
+  ncclComm_t c;
+  ASSERT_EQ(ncclCommInitAll(&c, 1, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<int32_t> send(8), recv(8), other(8);
+  uint64_t base = checked(c);
+  for (int k = 0; k < 10; k++) {
+    for (int i = 0; i < 8; i++) send[i] = 10 * k + i;
+    std::vector<int32_t> &out = k % 2 ? other : recv;
+    ASSERT_EQ(ncclAllReduce(send.data(), out.data(), 8, ncclInt32, ncclSum, c, nullptr),
+              ncclSuccess)
+        << ncclGetLastError(c);
+    for (int i = 0; i < 8; i++) ASSERT_EQ(out[i], 10 * k + i) << "call " << k << " element " << i;
+  }
+  EXPECT_EQ(checked(c) - base, 2u);
   EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
@@ -107,8 +126,9 @@ TEST(CallCache, ARepeatOnADestroyedCommunicatorIsRefused) {
       << ncclGetLastError(nullptr);
 }
 
-// Two ranks as processes: 100 all-reduces, out of place and in place in turn in blocks of 10,
-// each summing what its buffers hold at that call; the cache holds one call, so each rank
+// Two ranks as processes: 100 all-reduces in blocks of 10, out of place, in place and out of
+// place into another buffer in turn, each summing what its buffers hold at that call; the cache
+// holds two calls and the block before last has replaced the one that comes back, so each rank
 // validates in full the first call of each block only: 10 of the 100.
 TEST(CallCache, RepeatsBetweenProcessesSumTheirBuffersAsTheyAre) {
   const int n = 2;
@@ -116,12 +136,12 @@ TEST(CallCache, RepeatsBetweenProcessesSumTheirBuffersAsTheyAre) {
       n, [](int) {},
       [](int rank, ncclComm_t comm) {
         const size_t count = 6;
-        std::vector<int64_t> send(count), recv(count), inplace(count);
+        std::vector<int64_t> send(count), recv(count), inplace(count), other(count);
         uint64_t base = checked(comm);
         for (int k = 0; k < 100; k++) {
-          bool in_place = (k / 10) % 2 == 1;
-          int64_t *s = in_place ? inplace.data() : send.data();
-          int64_t *r = in_place ? inplace.data() : recv.data();
+          int kind = (k / 10) % 3; /* 0 out of place, 1 in place, 2 into other */
+          int64_t *s = kind == 1 ? inplace.data() : send.data();
+          int64_t *r = kind == 0 ? recv.data() : kind == 1 ? inplace.data() : other.data();
           for (size_t i = 0; i < count; i++) s[i] = (int64_t)(k * 100 + rank * 10 + (int)i);
           CHILD_CHECK(ncclAllReduce(s, r, count, ncclInt64, ncclSum, comm, nullptr) == ncclSuccess,
                       30, "call %d: %s", k, ncclGetLastError(comm));

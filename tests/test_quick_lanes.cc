@@ -1,10 +1,10 @@
-// The quick way for point-to-point algorithms (src/plan.c cache_lanes, plan_cached_lanes;
-// src/engine.c engine_run_quick over several lanes): a gather, scatter or all-to-all of the p2p
-// algorithm that repeats its communicator's cached plan runs its cached lanes, one per peer and
-// direction, without planning them again; where each lane's steps move one piece below the
-// rendezvous size, on the quick way. These tests count the calls it ran (comm->calls_quick),
-// check every result exactly, and check that a count that differs and a dead peer are errors,
-// not hangs.
+// The quick way for point-to-point algorithms (src/plan_p2p.c; src/engine.c engine_run_quick over
+// several lanes): a gather, scatter or all-to-all of the p2p algorithm that repeats its
+// communicator's cached plan, and a group of sends and receives that repeats the last such group,
+// run their cached lanes, one per peer and direction, without planning them again; where each
+// lane's steps move one piece below the rendezvous size, on the quick way. These tests count the
+// calls it ran (comm->calls_quick), check every result exactly, and check that a count that differs
+// and a dead peer are errors, not hangs.
 #include <gtest/gtest.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -188,6 +188,167 @@ TEST(QuickLanes, ADeadSenderIsAnErrorNamingIt) {
                   why);
     }
     CHILD_CHECK(quick_calls(comm) >= 9, 44, "%llu calls on the quick way, want 9 or more",
+                (unsigned long long)quick_calls(comm));
+    ncclCommAbort(comm);
+    _exit(0);
+  });
+  expect_all_ok(codes);
+}
+
+// ---- groups of sends and receives ----
+
+// Rank r's element i of what it sends to rank p at call k (as value(), another range).
+int32_t sent(int k, int r, int p, size_t i) {
+  return 2000000000 - value(k, r, p, i);
+}
+
+enum exchange { RING, ALTERNATE, ONE_WAY, WITH_SELF, AROUND_AN_ALLREDUCE };
+
+// One step of kind `how` on rank `rank` of n, call k: sends and receives in a group (ONE_WAY:
+// rank 0 sends to rank 1 alone, outside any group; the other ranks do nothing), every received
+// element checked. 0, or the CHILD_CHECK code.
+int exchange_once(ncclComm_t comm, int rank, int n, exchange how, size_t count, int k,
+                  std::vector<int32_t> &send, std::vector<int32_t> &recv) {
+  int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  if (how == ALTERNATE && k % 2) count += 1; /* the key changes at every call */
+  send.assign(count, 0), recv.assign(count, -1);
+  ncclResult_t res = ncclSuccess;
+  if (how == ONE_WAY) {
+    if (rank > 1) return 0;
+    if (rank == 0) {
+      for (size_t i = 0; i < count; i++) send[i] = sent(k, 0, 1, i);
+      res = ncclSend(send.data(), count, ncclInt32, 1, comm, nullptr);
+    } else {
+      res = ncclRecv(recv.data(), count, ncclInt32, 0, comm, nullptr);
+    }
+    CHILD_CHECK(res == ncclSuccess, 50, "call %d: %s", k, ncclGetLastError(comm));
+    for (size_t i = 0; rank == 1 && i < count; i++)
+      CHILD_CHECK(recv[i] == sent(k, 0, 1, i), 51, "call %d element %zu: %d, want %d", k, i,
+                  recv[i], sent(k, 0, 1, i));
+    return 0;
+  }
+  std::vector<int32_t> self(count, -1);
+  for (size_t i = 0; i < count; i++) send[i] = sent(k, rank, next, i);
+  ncclGroupStart();
+  ncclRecv(recv.data(), count, ncclInt32, prev, comm, nullptr);
+  ncclSend(send.data(), count, ncclInt32, next, comm, nullptr);
+  if (how == WITH_SELF) {
+    ncclSend(send.data(), count, ncclInt32, rank, comm, nullptr);
+    ncclRecv(self.data(), count, ncclInt32, rank, comm, nullptr);
+  }
+  res = ncclGroupEnd();
+  CHILD_CHECK(res == ncclSuccess, 52, "call %d: %s", k, ncclGetLastError(comm));
+  for (size_t i = 0; i < count; i++) {
+    CHILD_CHECK(recv[i] == sent(k, prev, rank, i), 53, "call %d element %zu: %d, want %d", k, i,
+                recv[i], sent(k, prev, rank, i));
+    if (how == WITH_SELF)
+      CHILD_CHECK(self[i] == send[i], 54, "call %d own element %zu: %d, want %d", k, i, self[i],
+                  send[i]);
+  }
+  if (how == AROUND_AN_ALLREDUCE) {
+    int64_t v = rank + k, s = 0;
+    res = ncclAllReduce(&v, &s, 1, ncclInt64, ncclSum, comm, nullptr);
+    CHILD_CHECK(res == ncclSuccess && s == (int64_t)n * k + n * (n - 1) / 2, 55,
+                "all-reduce after call %d: %lld (%s)", k, (long long)s, ncclGetLastError(comm));
+  }
+  return 0;
+}
+
+// Three ranks in a ring, 10 steps per phase: a group of a receive and a send that repeats the
+// last group runs its cached lanes on the quick way (both calls, 9 groups: 18); so does a send
+// or a receive alone; groups whose counts change every time, and groups with a send and a
+// receive to self, do not; an all-reduce between the groups (its own cache) leaves theirs, so the
+// next phase's first group is on the quick way too. Large
+// messages (1 MiB: rendezvous) are not on the quick way. Exact throughout.
+TEST(QuickLanes, RepeatedGroupsOfSendsAndReceivesTakeIt) {
+  struct step {
+    exchange how;
+    size_t count;
+    uint64_t quick[3]; /* per rank: the phase's calls on the quick way, the all-reduces' too */
+  };
+  static const step phases[] = {{RING, 7, {18, 18, 18}},
+                                {RING, 1000, {18, 18, 18}},
+                                {ALTERNATE, 7, {0, 0, 0}},
+                                {ONE_WAY, 9, {9, 9, 0}},
+                                {WITH_SELF, 7, {0, 0, 0}},
+                                {RING, 262144, {0, 0, 0}},
+                                {AROUND_AN_ALLREDUCE, 7, {27, 27, 27}},
+                                {RING, 7, {20, 20, 20}}}; /* the same group as the last */
+  const int n = 3;
+  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
+    std::vector<int32_t> send, recv;
+    int k = 0;
+    for (size_t f = 0; f < sizeof(phases) / sizeof(phases[0]); f++) {
+      const step &ph = phases[f];
+      uint64_t before = quick_calls(comm);
+      for (int j = 0; j < 10; j++, k++) {
+        int rc = exchange_once(comm, rank, n, ph.how, ph.count, k, send, recv);
+        if (rc) return rc;
+      }
+      uint64_t quick = quick_calls(comm) - before;
+      CHILD_CHECK(quick == ph.quick[rank], 56, "phase %zu: %llu calls on the quick way, want %llu",
+                  f, (unsigned long long)quick, (unsigned long long)ph.quick[rank]);
+    }
+    return 0;
+  });
+  expect_all_ok(codes);
+}
+
+// Two ranks exchanging in a group, cached: rank 1 then sends 5 elements where rank 0 receives 4.
+// Rank 0's group fails with an error naming the sizes and the rank, not a hang.
+TEST(QuickLanes, ASendOfAnotherCountIsAnError) {
+  const int n = 2;
+  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
+    std::vector<int32_t> send(8, rank), recv(8, -1);
+    int peer = 1 - rank;
+    for (int k = 0; k < 6; k++) {
+      size_t count = rank == 1 && k == 5 ? 5 : 4;
+      ncclGroupStart();
+      ncclSend(send.data(), count, ncclInt32, peer, comm, nullptr);
+      ncclRecv(recv.data(), 4, ncclInt32, peer, comm, nullptr);
+      ncclResult_t res = ncclGroupEnd();
+      if (k < 5 || rank == 1) {
+        CHILD_CHECK(res == ncclSuccess, 60, "call %d: %s", k, ncclGetLastError(comm));
+        continue;
+      }
+      const char *why = ncclGetLastError(comm);
+      CHILD_CHECK(res == ncclInvalidUsage, 61, "call %d: %d (%s), want ncclInvalidUsage", k,
+                  (int)res, why);
+      CHILD_CHECK(strstr(why, "received 20 bytes from rank 1 where it expected 16") != nullptr, 62,
+                  "the error does not name the sizes and the rank: %s", why);
+    }
+    CHILD_CHECK(quick_calls(comm) >= 8, 63, "%llu calls on the quick way, want 8 or more",
+                (unsigned long long)quick_calls(comm));
+    ncclCommAbort(comm);
+    _exit(0);
+  });
+  expect_all_ok(codes);
+}
+
+// Two ranks exchanging in a group, cached; rank 1's process ends before the 11th: rank 0's
+// group fails with an error naming rank 1, not a hang.
+TEST(QuickLanes, ADeadPeerOfAnExchangeIsAnErrorNamingIt) {
+  const int n = 2;
+  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
+    std::vector<int32_t> send(4, rank), recv(4, -1);
+    for (int k = 0; k < 11; k++) {
+      if (rank == 1 && k == 10) _exit(0);
+      ncclGroupStart();
+      ncclSend(send.data(), 4, ncclInt32, 1 - rank, comm, nullptr);
+      ncclRecv(recv.data(), 4, ncclInt32, 1 - rank, comm, nullptr);
+      ncclResult_t res = ncclGroupEnd();
+      if (k < 10) {
+        CHILD_CHECK(res == ncclSuccess && recv[0] == 1 - rank, 70, "call %d: %s", k,
+                    ncclGetLastError(comm));
+        continue;
+      }
+      const char *why = ncclGetLastError(comm);
+      CHILD_CHECK(res == ncclRemoteError, 71, "call %d after rank 1 ended: %d (%s)", k, (int)res,
+                  why);
+      CHILD_CHECK(strstr(why, "peer rank 1") != nullptr, 72, "the error does not name rank 1: %s",
+                  why);
+    }
+    CHILD_CHECK(quick_calls(comm) >= 18, 73, "%llu calls on the quick way, want 18 or more",
                 (unsigned long long)quick_calls(comm));
     ncclCommAbort(comm);
     _exit(0);

@@ -1,0 +1,108 @@
+/* Cached point-to-point plans (plan.h): the lanes of a point-to-point algorithm's call, kept and
+ * run again as lanes.
+ *
+ * The p2p algorithm (algos/p2p.c) builds one lane per peer and direction, and the engine advances
+ * them together so that no order of sends and receives deadlocks. A cached plan keeps those
+ * lanes one after another with where each ends, so that a repeat runs the same lanes without
+ * the builder. Two caches keep them: the communicator's plan for a gather, scatter or all-to-all
+ * alone (plan.c, keyed as any collective), and the last group of sends and receives here,
+ * keyed by its calls in order (kind, peer, count, element size): the exchanges of a halo or a
+ * pipeline repeat the same group at every step.
+ */
+#include <stdlib.h>
+
+#include "plan.h"
+
+int plan_lanes_keep(ncclComm_t comm, sched_t *steps, uint32_t **lane_end, int *nlanes) {
+  int n2 = 2 * comm->nranks, k = 0;
+  *nlanes = 0;
+  if (!*lane_end && !(*lane_end = malloc((size_t)n2 * sizeof(uint32_t)))) return -1;
+  sched_reset(steps);
+  for (int i = 0; i < n2; i++) {
+    const sched_t *lane = &comm->p2p_lanes[i];
+    if (!lane->n) continue;
+    if (sched_append(steps, lane->steps, lane->n) != 0) return -1;
+    (*lane_end)[k++] = (uint32_t)steps->n;
+  }
+  *nlanes = k;
+  return 0;
+}
+
+int plan_lanes_of(ncclComm_t comm, const sched_t *steps, const uint32_t *lane_end, int nlanes,
+                  lane_t *lanes) {
+  if (!nlanes) {
+    lanes[0] = (lane_t){.comm = comm, .steps = steps->steps, .nsteps = steps->n};
+    return 1;
+  }
+  for (int i = 0; i < nlanes; i++) {
+    uint32_t from = i ? lane_end[i - 1] : 0;
+    lanes[i] = (lane_t){
+        .comm = comm, .steps = steps->steps + from, .nsteps = lane_end[i] - from, .phase = 1};
+  }
+  return nlanes;
+}
+
+/* ---- groups of sends and receives ---- */
+
+int plan_p2p_group(const pending_t *ops, size_t n) {
+  if (n == 0 || n > PLAN_P2P_MAX || tutti_param_DumpSchedule()) return 0;
+  ncclComm_t comm = ops[0].ctx.comm;
+  for (size_t i = 0; i < n; i++) {
+    const pending_t *p = &ops[i];
+    if ((p->args.coll != COLL_SEND && p->args.coll != COLL_RECV) || p->ctx.comm != comm ||
+        p->args.root == p->args.rank || p->ctx.dev || p->on_stream)
+      return 0;
+  }
+  return 1;
+}
+
+static int same_call(const struct plan_p2p_call *c, const pending_t *p) {
+  return c->coll == p->args.coll && c->peer == p->args.root && c->count == p->args.count &&
+         c->esize == p->ctx.esize;
+}
+
+void plan_p2p_cache(const pending_t *ops, size_t n) {
+  if (!plan_p2p_group(ops, n)) return;
+  ncclComm_t comm = ops[0].ctx.comm;
+  typeof(comm->p2p_plan) *c = &comm->p2p_plan;
+  size_t esize[PLAN_P2P_MAX];
+  c->n = 0;
+  if (plan_lanes_keep(comm, &c->steps, &c->lane_end, &c->nlanes) != 0 || c->nlanes == 0) return;
+  for (size_t i = 0; i < n; i++) {
+    const pending_t *p = &ops[i];
+    c->call[i] = (struct plan_p2p_call){.coll = p->args.coll,
+                                        .peer = p->args.root,
+                                        .count = p->args.count,
+                                        .esize = p->ctx.esize,
+                                        .chunk = p->args.chunk};
+    esize[i] = p->ctx.esize;
+  }
+  c->quick = engine_quick_steps(comm, c->steps.steps, c->steps.n, esize);
+  c->n = (int)n;
+}
+
+ncclResult_t plan_p2p_quick(pending_t *ops, size_t n, lane_t *lanes, int *nlanes, int *quick) {
+  *nlanes = 0;
+  ncclComm_t comm = ops[0].ctx.comm;
+  const typeof(comm->p2p_plan) *c = &comm->p2p_plan;
+  if ((size_t)c->n != n) return ncclSuccess;
+  for (size_t i = 0; i < n; i++)
+    if (!same_call(&c->call[i], &ops[i])) return ncclSuccess;
+  for (size_t i = 0; i < n; i++) { /* what plan_group does for each */
+    pending_t *p = &ops[i];
+    p->ctx.seq = comm->op_count++;
+    p->ctx.adapt = -1, p->ctx.adapt_decide = 0;
+    p->ctx.algo = ALGO_P2P, p->args.chunk = c->call[i].chunk;
+    TUTTI_CHECK(plan_prepare(p));
+  }
+  *quick = c->quick;
+  *nlanes = plan_lanes_of(comm, &c->steps, c->lane_end, c->nlanes, lanes);
+  return ncclSuccess;
+}
+
+void plan_p2p_free(ncclComm_t comm) {
+  sched_free(&comm->p2p_plan.steps);
+  free(comm->p2p_plan.lane_end);
+  comm->p2p_plan.lane_end = NULL;
+  comm->p2p_plan.n = 0;
+}
