@@ -157,6 +157,59 @@ static ncclResult_t self_copies(const pending_t *ops, size_t n, int run) {
   return ncclSuccess;
 }
 
+/* The extent of a send's or a receive's buffer on the host (empty for anything else, or for
+ * device memory in place, which the host does not copy). */
+static void p2p_extent(const pending_t *p, coll_t coll, const char **lo, const char **hi) {
+  int b = coll == COLL_SEND ? BUF_SEND : BUF_RECV;
+  *lo = *hi = NULL;
+  if (p->args.coll != coll || p->ctx.dev) return;
+  *lo = p->ctx.buf[b], *hi = *lo + p->bytes[coll == COLL_SEND ? 0 : 1];
+}
+
+/* Whether send i's buffer overlaps some receive's of the group. */
+static int send_overlaps(const pending_t *ops, size_t n, size_t i) {
+  const char *slo, *shi, *rlo, *rhi;
+  p2p_extent(&ops[i], COLL_SEND, &slo, &shi);
+  if (slo == shi) return 0;
+  for (size_t j = 0; j < n; j++) {
+    p2p_extent(&ops[j], COLL_RECV, &rlo, &rhi);
+    if (rlo != rhi && slo < rhi && rlo < shi) return 1;
+  }
+  return 0;
+}
+
+/* Whether the group sends from memory it also receives into (an exchange in place): first over
+ * the extent of all its receives, then send by send. */
+static int p2p_in_place(const pending_t *ops, size_t n) {
+  const char *lo = NULL, *hi = NULL, *a, *b;
+  for (size_t j = 0; j < n; j++) {
+    p2p_extent(&ops[j], COLL_RECV, &a, &b);
+    if (a == b) continue;
+    if (!lo || a < lo) lo = a;
+    if (!hi || b > hi) hi = b;
+  }
+  for (size_t i = 0; lo && i < n; i++) {
+    p2p_extent(&ops[i], COLL_SEND, &a, &b);
+    if (a != b && a < hi && lo < b && send_overlaps(ops, n, i)) return 1;
+  }
+  return 0;
+}
+
+/* An exchange in place: a receive would overwrite the bytes of a send of the same group while
+ * they go out (piece by piece through the FIFO once it is full, or while the peer reads them by
+ * rendezvous), which NCCL leaves undefined. Each such send goes from a copy of its buffer made
+ * here, before anything runs, so every receiver gets what the buffer held at the call. */
+static ncclResult_t copy_in_place_sends(pending_t *ops, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!send_overlaps(ops, n, i)) continue;
+    char *copy = plan_temp_alloc(ops[i].bytes[0]);
+    if (!copy) return TUTTI_ERR(ncclSystemError, "out of memory for an in-place send's copy");
+    memcpy(copy, ops[i].ctx.buf[BUF_SEND], ops[i].bytes[0]);
+    ops[i].ctx.buf[BUF_SEND] = copy;
+  }
+  return ncclSuccess;
+}
+
 /* Empties a locked communicator's lanes before its calls are planned. */
 static void lanes_reset(ncclComm_t comm) {
   sched_reset(&comm->sched_scratch);
@@ -184,6 +237,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
     TUTTI_CHECK_GOTO(comm_check_state(g->comms[locked], "ncclGroupEnd"), res, out);
     lanes_reset(g->comms[locked]);
   }
+  if (n > 1 && p2p_in_place(ops, n)) TUTTI_CHECK_GOTO(copy_in_place_sends(ops, n), res, out);
   int selfs = 0; /* sends or receives to self: self_copies has something to look at */
   for (size_t i = 0; i < n && !selfs; i++) selfs = self_p2p(&ops[i]);
   if (selfs) TUTTI_CHECK_GOTO(self_copies(ops, n, 0), res, out);
@@ -230,9 +284,10 @@ out:
 static int group_quick(pending_t *p, ncclResult_t *res) {
   ncclComm_t comm = p->ctx.comm;
   group_state_t *g = grp_self();
-  if (comm->proxy || p->on_stream || collcheck_wanted(p, 1) ||
+  if (comm->proxy || p->on_stream || p->args.coll == COLL_SEND || p->args.coll == COLL_RECV ||
+      collcheck_wanted(p, 1) ||
       grow((void **)&g->lanes, &g->lane_cap, 2 * (size_t)comm->nranks, sizeof(lane_t)))
-    return 0;
+    return 0; /* sends and receives: group_quick_p2p */
   pthread_mutex_lock(&comm->lock);
   const sched_t *steps = NULL;
   ncclResult_t r = comm_check_state(comm, "ncclGroupEnd"); /* as group_run: not failed by it */
@@ -259,6 +314,7 @@ static int group_quick_p2p(pending_t *ops, size_t n, ncclResult_t *res) {
   ncclComm_t comm = ops[0].ctx.comm;
   group_state_t *g = grp_self();
   if (comm->proxy || !plan_p2p_group(ops, n) || collcheck_wanted(ops, n) ||
+      (n > 1 && p2p_in_place(ops, n)) || /* group_run sends from copies */
       grow((void **)&g->lanes, &g->lane_cap, 2 * (size_t)comm->nranks, sizeof(lane_t)) ||
       grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t)))
     return 0;
