@@ -1,7 +1,8 @@
 // The ranks of test_chaos: this binary, started by tutti-run --hosts with TUTTI_CHAOS_HELPER=1.
 //
-// Every rank draws the same sequence of collectives from TUTTI_CHAOS_SEED (kind, datatype,
-// count up to 256 Ki elements, root) and checks every result exactly (inputs j % 1009 + rank:
+// Every rank draws the same sequence of calls from TUTTI_CHAOS_SEED (kind: one of six
+// collectives, all-to-all and a ring of sends and receives among them; datatype, count up to
+// 256 Ki elements, root) and checks every result exactly (inputs j % 1009 + rank:
 // sums of a few ranks are integers, exact in every datatype used). The victim rank
 // (TUTTI_CHAOS_VICTIM, -1: none) kills itself with SIGKILL, from a thread, TUTTI_CHAOS_DELAY_US
 // after the moment TUTTI_CHAOS_PHASE names:
@@ -84,8 +85,10 @@ int one_call(ChaosRng &rng, int n) {
   const ncclDataType_t types[] = {ncclFloat32, ncclInt32, ncclFloat64};
   ncclDataType_t t = types[rng.below(3)];
   size_t es = t == ncclFloat64 ? 8 : 4, c = 1 + (size_t)rng.below(256 * 1024);
-  int kind = rng.below(4), root = rng.below(n);
-  size_t sc = kind == 2 ? c : kind == 3 ? c * n : c, rc = kind == 2 ? c * n : c;
+  int kind = rng.below(6), root = rng.below(n);
+  if (kind == 4) c = 1 + c / (size_t)n; /* all-to-all: c per peer */
+  size_t sc = kind == 2 ? c : kind == 3 || kind == 4 ? c * n : c;
+  size_t rc = kind == 2 || kind == 4 ? c * n : c;
   std::vector<char> s(sc * es), d(rc * es);
   auto put = [&](std::vector<char> &v, size_t j, double x) {
     if (t == ncclFloat32) ((float *)v.data())[j] = (float)x;
@@ -99,17 +102,28 @@ int one_call(ChaosRng &rng, int n) {
   };
   for (size_t j = 0; j < sc; j++) put(s, j, in(g_rank, j));
   ncclResult_t r;
-  const char *what[] = {"AllReduce", "Broadcast", "AllGather", "ReduceScatter"};
+  const char *what[] = {"AllReduce",     "Broadcast", "AllGather",
+                        "ReduceScatter", "AlltoAll",  "Send/Recv"};
+  int next = (g_rank + 1) % n, prev = (g_rank + n - 1) % n;
   if (kind == 0) r = ncclAllReduce(s.data(), d.data(), c, t, ncclSum, g_comm, nullptr);
   if (kind == 1) r = ncclBroadcast(s.data(), d.data(), c, t, root, g_comm, nullptr);
   if (kind == 2) r = ncclAllGather(s.data(), d.data(), c, t, g_comm, nullptr);
   if (kind == 3) r = ncclReduceScatter(s.data(), d.data(), c, t, ncclSum, g_comm, nullptr);
+  if (kind == 4) r = ncclAlltoAll(s.data(), d.data(), c, t, g_comm, nullptr);
+  if (kind == 5) { /* a ring shift: receive the previous rank's buffer, send to the next */
+    ncclGroupStart();
+    ncclRecv(d.data(), c, t, prev, g_comm, nullptr);
+    ncclSend(s.data(), c, t, next, g_comm, nullptr);
+    r = ncclGroupEnd();
+  }
   if (r != ncclSuccess) return failed(what[kind], r);
   for (size_t j = 0; j < rc; j++) {
     double want = kind == 0   ? n * (double)(j % 1009) + n * (n - 1) / 2.0
                   : kind == 1 ? in(root, j)
                   : kind == 2 ? in((int)(j / c), j % c)
-                              : n * (double)((g_rank * c + j) % 1009) + n * (n - 1) / 2.0;
+                  : kind == 3 ? n * (double)((g_rank * c + j) % 1009) + n * (n - 1) / 2.0
+                  : kind == 4 ? in((int)(j / c), g_rank * c + j % c)
+                              : in(prev, j);
     if (get(d, j) != want) {
       printf("R%d| WRONG %s count %zu at %zu: %g, want %g\n", g_rank, what[kind], c, j, get(d, j),
              want);
