@@ -44,7 +44,8 @@ if [ "${1:-}" = --ci ]; then
   SANITIZE_TARGETS+=" env_allreduce"
   ci_tests='^(Group|GroupSplit|GroupInit|SmallDevShm|Secret|LaunchEnv|AgreedSettings|CheckColl'
   ci_tests+='|CheckCollMatching|EndRace|Register|PeerLifetime|DirectRooted|ShmLarge|Quick'
-  ci_tests+='|QuickLanes|CallCache|P2pInPlace)\.'
+  ci_tests+='|QuickLanes|GatherOrExchange/QuickLanesFailure|CallCache|Ranks/P2pInPlace'
+  ci_tests+='|P2pInPlaceInPart)\.'
   ci_tests+='|^Launcher\.RanksDieWhenTuttiRunIsKilled$'
   if [ "$kind" = asan ]; then
     for t in bootstrap tcp_frames compress settings collcheck topo_xml; do

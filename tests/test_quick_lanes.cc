@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <string>
 #include <vector>
 
 #include "comm.h"
@@ -139,62 +140,6 @@ TEST(QuickLanes, LargeBlocksRunTheirLanesInTheEngine) {
   expect_all_ok(codes);
 }
 
-// A sender whose count differs from the root's after five cached calls: the root's call fails
-// with an error naming the sizes and the rank (the quick way hands the step to the engine,
-// which reports it), not a hang and not a wrong result taken for a right one.
-TEST(QuickLanes, ADifferentCountIsAnError) {
-  const int n = 2;
-  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
-    std::vector<int32_t> send(8, rank), recv(16, -1);
-    for (int k = 0; k < 6; k++) {
-      size_t count = rank == 1 && k == 5 ? 5 : 4;
-      ncclResult_t res = ncclGather(send.data(), recv.data(), count, ncclInt32, 0, comm, nullptr);
-      if (k < 5 || rank == 1) {
-        CHILD_CHECK(res == ncclSuccess, 30, "call %d: %s", k, ncclGetLastError(comm));
-        continue;
-      }
-      const char *why = ncclGetLastError(comm);
-      CHILD_CHECK(res == ncclInvalidUsage, 31, "call %d: %d (%s), want ncclInvalidUsage", k,
-                  (int)res, why);
-      CHILD_CHECK(strstr(why, "received 20 bytes from rank 1 where it expected 16") != nullptr, 32,
-                  "the error does not name the sizes and the rank: %s", why);
-    }
-    CHILD_CHECK(quick_calls(comm) >= 4, 33, "%llu calls on the quick way, want 4 or more",
-                (unsigned long long)quick_calls(comm));
-    ncclCommAbort(comm);
-    _exit(0);
-  });
-  expect_all_ok(codes);
-}
-
-// Three ranks; rank 2's process ends after 10 gathers: the root's 11th, which the quick way hands
-// to the engine's loop while it waits for rank 2, fails with an error naming rank 2, not a
-// hang.
-TEST(QuickLanes, ADeadSenderIsAnErrorNamingIt) {
-  const int n = 3;
-  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
-    std::vector<int32_t> send(4, rank), recv(12, -1);
-    for (int k = 0; k < 11; k++) {
-      if (rank == 2 && k == 10) _exit(0);
-      ncclResult_t res = ncclGather(send.data(), recv.data(), 4, ncclInt32, 0, comm, nullptr);
-      if (k < 10 || rank == 1) {
-        CHILD_CHECK(res == ncclSuccess, 40, "call %d: %s", k, ncclGetLastError(comm));
-        continue;
-      }
-      const char *why = ncclGetLastError(comm);
-      CHILD_CHECK(res == ncclRemoteError, 41, "call %d after rank 2 ended: %d (%s)", k, (int)res,
-                  why);
-      CHILD_CHECK(strstr(why, "peer rank 2") != nullptr, 42, "the error does not name rank 2: %s",
-                  why);
-    }
-    CHILD_CHECK(quick_calls(comm) >= 9, 44, "%llu calls on the quick way, want 9 or more",
-                (unsigned long long)quick_calls(comm));
-    ncclCommAbort(comm);
-    _exit(0);
-  });
-  expect_all_ok(codes);
-}
-
 // ---- groups of sends and receives ----
 
 // Rank r's element i of what it sends to rank p at call k (as value(), another range).
@@ -294,66 +239,82 @@ TEST(QuickLanes, RepeatedGroupsOfSendsAndReceivesTakeIt) {
   expect_all_ok(codes);
 }
 
-// Two ranks exchanging in a group, cached: rank 1 then sends 5 elements where rank 0 receives 4.
-// Rank 0's group fails with an error naming the sizes and the rank, not a hang.
-TEST(QuickLanes, ASendOfAnotherCountIsAnError) {
-  const int n = 2;
-  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
+// ---- failures on the quick way ----
+
+// The failure tests' repeated call, on 2 ranks: a gather to rank 0 alone (exchange false), or
+// an exchange with the peer in a group; this rank sends `count` elements and receives 4. Calls
+// on the quick way: 1 per gather, 2 per exchange.
+ncclResult_t failure_call(bool exchange, ncclComm_t comm, int rank, size_t count,
+                          std::vector<int32_t> &send, std::vector<int32_t> &recv) {
+  if (!exchange) return ncclGather(send.data(), recv.data(), count, ncclInt32, 0, comm, nullptr);
+  ncclGroupStart();
+  ncclSend(send.data(), count, ncclInt32, 1 - rank, comm, nullptr);
+  ncclRecv(recv.data(), 4, ncclInt32, 1 - rank, comm, nullptr);
+  return ncclGroupEnd();
+}
+
+class QuickLanesFailure : public ::testing::TestWithParam<bool> {};
+
+// Five cached calls, then rank 1 sends 5 elements where rank 0 receives 4: rank 0's call fails
+// with an error naming the sizes and the rank (the quick way hands the step to the engine, which
+// reports it), not a hang and not a wrong result taken for a right one.
+TEST_P(QuickLanesFailure, ADifferentCountIsAnError) {
+  bool exchange = GetParam();
+  auto codes = forked(2, p2p_algorithms, [exchange](int rank, ncclComm_t comm) {
     std::vector<int32_t> send(8, rank), recv(8, -1);
-    int peer = 1 - rank;
     for (int k = 0; k < 6; k++) {
       size_t count = rank == 1 && k == 5 ? 5 : 4;
-      ncclGroupStart();
-      ncclSend(send.data(), count, ncclInt32, peer, comm, nullptr);
-      ncclRecv(recv.data(), 4, ncclInt32, peer, comm, nullptr);
-      ncclResult_t res = ncclGroupEnd();
+      ncclResult_t res = failure_call(exchange, comm, rank, count, send, recv);
       if (k < 5 || rank == 1) {
-        CHILD_CHECK(res == ncclSuccess, 60, "call %d: %s", k, ncclGetLastError(comm));
+        CHILD_CHECK(res == ncclSuccess, 30, "call %d: %s", k, ncclGetLastError(comm));
         continue;
       }
       const char *why = ncclGetLastError(comm);
-      CHILD_CHECK(res == ncclInvalidUsage, 61, "call %d: %d (%s), want ncclInvalidUsage", k,
+      CHILD_CHECK(res == ncclInvalidUsage, 31, "call %d: %d (%s), want ncclInvalidUsage", k,
                   (int)res, why);
-      CHILD_CHECK(strstr(why, "received 20 bytes from rank 1 where it expected 16") != nullptr, 62,
+      CHILD_CHECK(strstr(why, "received 20 bytes from rank 1 where it expected 16") != nullptr, 32,
                   "the error does not name the sizes and the rank: %s", why);
     }
-    CHILD_CHECK(quick_calls(comm) >= 8, 63, "%llu calls on the quick way, want 8 or more",
-                (unsigned long long)quick_calls(comm));
+    uint64_t want = exchange ? 8 : 4;
+    CHILD_CHECK(quick_calls(comm) >= want, 33, "%llu calls on the quick way, want %llu or more",
+                (unsigned long long)quick_calls(comm), (unsigned long long)want);
     ncclCommAbort(comm);
     _exit(0);
   });
   expect_all_ok(codes);
 }
 
-// Two ranks exchanging in a group, cached; rank 1's process ends before the 11th: rank 0's
-// group fails with an error naming rank 1, not a hang.
-TEST(QuickLanes, ADeadPeerOfAnExchangeIsAnErrorNamingIt) {
-  const int n = 2;
-  auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
-    std::vector<int32_t> send(4, rank), recv(4, -1);
+// Ten cached calls; rank 1's process ends before the 11th: rank 0's, which the quick way hands
+// to the engine's loop while it waits for rank 1, fails with an error naming rank 1, not a hang.
+TEST_P(QuickLanesFailure, ADeadPeerIsAnErrorNamingIt) {
+  bool exchange = GetParam();
+  auto codes = forked(2, p2p_algorithms, [exchange](int rank, ncclComm_t comm) {
+    std::vector<int32_t> send(4, rank), recv(8, -1);
     for (int k = 0; k < 11; k++) {
       if (rank == 1 && k == 10) _exit(0);
-      ncclGroupStart();
-      ncclSend(send.data(), 4, ncclInt32, 1 - rank, comm, nullptr);
-      ncclRecv(recv.data(), 4, ncclInt32, 1 - rank, comm, nullptr);
-      ncclResult_t res = ncclGroupEnd();
+      ncclResult_t res = failure_call(exchange, comm, rank, 4, send, recv);
       if (k < 10) {
-        CHILD_CHECK(res == ncclSuccess && recv[0] == 1 - rank, 70, "call %d: %s", k,
-                    ncclGetLastError(comm));
+        CHILD_CHECK(res == ncclSuccess, 40, "call %d: %s", k, ncclGetLastError(comm));
         continue;
       }
       const char *why = ncclGetLastError(comm);
-      CHILD_CHECK(res == ncclRemoteError, 71, "call %d after rank 1 ended: %d (%s)", k, (int)res,
+      CHILD_CHECK(res == ncclRemoteError, 41, "call %d after rank 1 ended: %d (%s)", k, (int)res,
                   why);
-      CHILD_CHECK(strstr(why, "peer rank 1") != nullptr, 72, "the error does not name rank 1: %s",
+      CHILD_CHECK(strstr(why, "peer rank 1") != nullptr, 42, "the error does not name rank 1: %s",
                   why);
     }
-    CHILD_CHECK(quick_calls(comm) >= 18, 73, "%llu calls on the quick way, want 18 or more",
-                (unsigned long long)quick_calls(comm));
+    uint64_t want = exchange ? 18 : 9;
+    CHILD_CHECK(quick_calls(comm) >= want, 43, "%llu calls on the quick way, want %llu or more",
+                (unsigned long long)quick_calls(comm), (unsigned long long)want);
     ncclCommAbort(comm);
     _exit(0);
   });
   expect_all_ok(codes);
 }
+
+INSTANTIATE_TEST_SUITE_P(GatherOrExchange, QuickLanesFailure, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool> &i) {
+                           return std::string(i.param ? "Exchange" : "Gather");
+                         });
 
 }  // namespace
