@@ -244,6 +244,40 @@ TEST_P(EveryCollective, GroupOfSeveralCollectives) {
   });
 }
 
+// Repeats, in processes and in threads: a ring exchange in a group, a gather to rank 1 and an
+// all-to-all of a few elements, 20 times each, so that the cached point-to-point plans
+// (src/plan_p2p.c) run on the quick way.
+TEST_P(EveryCollective, RepeatedSmallPointToPointCalls) {
+  th::run_ranks_ok(GetParam(), 3, [](RankCtx &ctx) {
+    int n = ctx.nranks, r = ctx.rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+    auto val = [](int k, int rank, int peer, int j) {
+      return k * 1000 + rank * 100 + peer * 10 + j;
+    };
+    std::vector<int32_t> s(3 * n), d(3 * n);
+    for (int k = 0; k < 60; k++) {
+      int what = k / 20;
+      for (int j = 0; j < 3 * n; j++) s[j] = val(k, r, j / 3, j % 3);
+      std::fill(d.begin(), d.end(), -1);
+      if (what == 0) {
+        NCCL_OK(ctx, ncclGroupStart());
+        ncclRecv(d.data(), 3, ncclInt32, prev, ctx.comm, nullptr);
+        ncclSend(s.data() + 3 * next, 3, ncclInt32, next, ctx.comm, nullptr);
+        NCCL_OK(ctx, ncclGroupEnd());
+        for (int j = 0; j < 3; j++)
+          RCHECK(ctx, d[j] == val(k, prev, r, j), "call %d: recv[%d] = %d", k, j, d[j]);
+      } else if (what == 1) {
+        NCCL_OK(ctx, ncclGather(s.data() + 3, d.data(), 3, ncclInt32, 1, ctx.comm, nullptr));
+        for (int j = 0; r == 1 && j < 3 * n; j++)
+          RCHECK(ctx, d[j] == val(k, j / 3, 1, j % 3), "call %d: gather[%d] = %d", k, j, d[j]);
+      } else {
+        NCCL_OK(ctx, ncclAlltoAll(s.data(), d.data(), 3, ncclInt32, ctx.comm, nullptr));
+        for (int j = 0; j < 3 * n; j++)
+          RCHECK(ctx, d[j] == val(k, j / 3, r, j % 3), "call %d: all-to-all[%d] = %d", k, j, d[j]);
+      }
+    }
+  });
+}
+
 // Every rank first posts receives from everyone, then sends to everyone, 8 MiB each (many times
 // a FIFO): a group must complete whatever the order.
 TEST_P(EveryCollective, SendRecvAdversarialOrderDoesNotDeadlock) {
