@@ -124,10 +124,10 @@ struct ncclComm {
     int nlanes;
     uint32_t *lane_end;
   } plan;
-  /* The last group of sends and receives (or a send or receive alone) planned: a group of the
-   * same calls in the same order (kind, peer, count, element size) runs its lanes again
-   * (plan_p2p.c). n 0: none. */
-  struct {
+  /* The last two groups of sends and receives (or a send or receive alone) planned: a group of
+   * the same calls in the same order (kind, peer, count, element size) as one of them runs its
+   * lanes again (plan_p2p.c). n 0: none. */
+  struct plan_p2p {
     int n, quick; /* quick: engine_run_quick may run the lanes */
     struct plan_p2p_call {
       coll_t coll;
@@ -137,7 +137,8 @@ struct ncclComm {
     sched_t steps;
     int nlanes;
     uint32_t *lane_end;
-  } p2p_plan;
+  } p2p_plan[2];
+  int p2p_older; /* the entry of p2p_plan used less recently: a group not kept replaces it */
   /* Keys (collective, count, element size) whose handshake showed that a kind of peer-memory
    * algorithm does not fit the buffers (some rank's cannot be mapped; or all can, so reading
    * by copy is not wanted): the next `skip` calls of that key leave those algorithms (bits

@@ -52,11 +52,11 @@ void plan_quick(pending_t *p, const sched_t **steps);
  * for 2 * nranks of them: one lane, or a point-to-point algorithm's lanes. Returns how many. */
 int plan_cached_lanes(ncclComm_t comm, const sched_t *steps, lane_t *lanes);
 /* The quick way for a group of sends and receives (a send or a receive alone included) on one
- * communicator, locked, that repeats the last such group planned there (the same calls in the
- * same order: kind, peer, count, element size; plan_group keeps it): does for each call what
- * plan_group does, and puts the group's cached lanes into lanes (room for 2 * nranks): *nlanes
- * their number, *quick whether engine_run_quick may run them. *nlanes 0: the group is not the
- * cached one, nothing was changed. Only for a group plan_p2p_group takes. */
+ * communicator, locked, that repeats one of the last two such groups planned there (the same
+ * calls in the same order: kind, peer, count, element size; plan_group keeps them): does for each
+ * call what plan_group does, and puts the group's cached lanes into lanes (room for 2 * nranks):
+ * *nlanes their number, *quick whether engine_run_quick may run them. *nlanes 0: the group is not
+ * the one of them, nothing was changed. Only for a group plan_p2p_group takes. */
 ncclResult_t plan_p2p_quick(pending_t *ops, size_t n, lane_t *lanes, int *nlanes, int *quick);
 /* Whether ops is a group plan_p2p_quick may take: sends and receives on host memory, to and from
  * other ranks of one communicator, at most PLAN_P2P_MAX of them (reads nothing of the
@@ -85,8 +85,9 @@ int plan_lanes_keep(ncclComm_t comm, sched_t *steps, uint32_t **lane_end, int *n
 /* Such lanes (nlanes 0: steps as one lane) into lanes; returns how many. */
 int plan_lanes_of(ncclComm_t comm, const sched_t *steps, const uint32_t *lane_end, int nlanes,
                   lane_t *lanes);
-/* After plan_group: a group of sends and receives whose lanes hold only its calls' steps
- * becomes the communicator's cached one (plan_p2p_quick). */
+/* After plan_group: a group of sends and receives whose lanes hold only its calls' steps,
+ * not kept yet, replaces the one of the communicator's two used less recently
+ * (plan_p2p_quick). */
 void plan_p2p_cache(const pending_t *ops, size_t n);
 void plan_p2p_free(ncclComm_t comm);
 

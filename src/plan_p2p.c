@@ -5,9 +5,10 @@
  * them together so that no order of sends and receives deadlocks. A cached plan keeps those
  * lanes one after another with where each ends, so that a repeat runs the same lanes without
  * the builder. Two caches keep them: the communicator's plan for a gather, scatter or all-to-all
- * alone (plan.c, keyed as any collective), and the last group of sends and receives here,
- * keyed by its calls in order (kind, peer, count, element size): the exchanges of a halo or a
- * pipeline repeat the same group at every step.
+ * alone (plan.c, keyed as any collective), and the last two groups of sends and receives here,
+ * each keyed by its calls in order (kind, peer, count, element size): the exchanges of a halo
+ * repeat the same group at every step, a pipeline's stages two in turn (activations forward,
+ * gradients back). A group kept by neither replaces the one used less recently.
  */
 #include <stdlib.h>
 
@@ -61,10 +62,23 @@ static int same_call(const struct plan_p2p_call *c, const pending_t *p) {
          c->esize == p->ctx.esize;
 }
 
+/* The kept group ops repeats, or NULL. */
+static struct plan_p2p *p2p_kept(ncclComm_t comm, const pending_t *ops, size_t n) {
+  for (int k = 0; k < 2; k++) {
+    struct plan_p2p *c = &comm->p2p_plan[k];
+    size_t i = 0;
+    if ((size_t)c->n != n) continue;
+    while (i < n && same_call(&c->call[i], &ops[i])) i++;
+    if (i == n) return c;
+  }
+  return NULL;
+}
+
 void plan_p2p_cache(const pending_t *ops, size_t n) {
   if (!plan_p2p_group(ops, n)) return;
   ncclComm_t comm = ops[0].ctx.comm;
-  typeof(comm->p2p_plan) *c = &comm->p2p_plan;
+  if (p2p_kept(comm, ops, n)) return;
+  struct plan_p2p *c = &comm->p2p_plan[comm->p2p_older];
   size_t esize[PLAN_P2P_MAX];
   c->n = 0;
   if (plan_lanes_keep(comm, &c->steps, &c->lane_end, &c->nlanes) != 0 || c->nlanes == 0) return;
@@ -79,16 +93,16 @@ void plan_p2p_cache(const pending_t *ops, size_t n) {
   }
   c->quick = engine_quick_steps(comm, c->steps.steps, c->steps.n, esize);
   c->n = (int)n;
+  comm->p2p_older ^= 1;
 }
 
 ncclResult_t plan_p2p_quick(pending_t *ops, size_t n, lane_t *lanes, int *nlanes, int *quick) {
   *nlanes = 0;
   ncclComm_t comm = ops[0].ctx.comm;
-  const typeof(comm->p2p_plan) *c = &comm->p2p_plan;
-  if ((size_t)c->n != n) return ncclSuccess;
-  for (size_t i = 0; i < n; i++)
-    if (!same_call(&c->call[i], &ops[i])) return ncclSuccess;
-  for (size_t i = 0; i < n; i++) { /* what plan_group does for each */
+  const struct plan_p2p *c = p2p_kept(comm, ops, n);
+  if (!c) return ncclSuccess;
+  comm->p2p_older = c == &comm->p2p_plan[0]; /* the other one is now the older */
+  for (size_t i = 0; i < n; i++) {           /* what plan_group does for each */
     pending_t *p = &ops[i];
     p->ctx.seq = comm->op_count++;
     p->ctx.adapt = -1, p->ctx.adapt_decide = 0;
@@ -101,8 +115,11 @@ ncclResult_t plan_p2p_quick(pending_t *ops, size_t n, lane_t *lanes, int *nlanes
 }
 
 void plan_p2p_free(ncclComm_t comm) {
-  sched_free(&comm->p2p_plan.steps);
-  free(comm->p2p_plan.lane_end);
-  comm->p2p_plan.lane_end = NULL;
-  comm->p2p_plan.n = 0;
+  for (int k = 0; k < 2; k++) {
+    struct plan_p2p *c = &comm->p2p_plan[k];
+    sched_free(&c->steps);
+    free(c->lane_end);
+    c->lane_end = NULL;
+    c->n = 0;
+  }
 }

@@ -147,7 +147,7 @@ int32_t sent(int k, int r, int p, size_t i) {
   return 2000000000 - value(k, r, p, i);
 }
 
-enum exchange { RING, ALTERNATE, ONE_WAY, WITH_SELF, AROUND_AN_ALLREDUCE };
+enum exchange { RING, ALTERNATE, ROTATE, ONE_WAY, WITH_SELF, AROUND_AN_ALLREDUCE };
 
 // One step of kind `how` on rank `rank` of n, call k: sends and receives in a group (ONE_WAY:
 // rank 0 sends to rank 1 alone, outside any group; the other ranks do nothing), every received
@@ -155,7 +155,8 @@ enum exchange { RING, ALTERNATE, ONE_WAY, WITH_SELF, AROUND_AN_ALLREDUCE };
 int exchange_once(ncclComm_t comm, int rank, int n, exchange how, size_t count, int k,
                   std::vector<int32_t> &send, std::vector<int32_t> &recv) {
   int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-  if (how == ALTERNATE && k % 2) count += 1; /* the key changes at every call */
+  if (how == ALTERNATE) count += k % 2; /* two groups in turn */
+  if (how == ROTATE) count += k % 3;    /* three: the key is never one of the last two */
   send.assign(count, 0), recv.assign(count, -1);
   ncclResult_t res = ncclSuccess;
   if (how == ONE_WAY) {
@@ -199,26 +200,25 @@ int exchange_once(ncclComm_t comm, int rank, int n, exchange how, size_t count, 
   return 0;
 }
 
-// Three ranks in a ring, 10 steps per phase: a group of a receive and a send that repeats the
-// last group runs its cached lanes on the quick way (both calls, 9 groups: 18); so does a send
-// or a receive alone; groups whose counts change every time, and groups with a send and a
-// receive to self, do not; an all-reduce between the groups (its own cache) leaves theirs, so the
-// next phase's first group is on the quick way too. Large
-// messages (1 MiB: rendezvous) are not on the quick way. Exact throughout.
+// Three ranks in a ring, 10 steps per phase: a group of a receive and a send that repeats one of
+// the last two groups runs its cached lanes on the quick way (both calls, 9 groups: 18); so do
+// two groups in turn (the first one's count that of the first phase, still kept: 18), and a send
+// or a receive alone; three groups in turn, and groups with a send and a receive to self, do
+// not; an all-reduce between the groups (its own cache) leaves theirs, so the next phase's first
+// group is on the quick way too. Large messages (1 MiB: rendezvous) are not on the quick way.
+// Exact throughout.
 TEST(QuickLanes, RepeatedGroupsOfSendsAndReceivesTakeIt) {
   struct step {
     exchange how;
     size_t count;
     uint64_t quick[3]; /* per rank: the phase's calls on the quick way, the all-reduces' too */
   };
-  static const step phases[] = {{RING, 7, {18, 18, 18}},
-                                {RING, 1000, {18, 18, 18}},
-                                {ALTERNATE, 7, {0, 0, 0}},
-                                {ONE_WAY, 9, {9, 9, 0}},
-                                {WITH_SELF, 7, {0, 0, 0}},
-                                {RING, 262144, {0, 0, 0}},
-                                {AROUND_AN_ALLREDUCE, 7, {27, 27, 27}},
-                                {RING, 7, {20, 20, 20}}}; /* the same group as the last */
+  static const step phases[] = {
+      {RING, 7, {18, 18, 18}},      {RING, 1000, {18, 18, 18}},
+      {ALTERNATE, 7, {18, 18, 18}}, {ROTATE, 11, {0, 0, 0}},
+      {ONE_WAY, 9, {9, 9, 0}},      {WITH_SELF, 7, {0, 0, 0}},
+      {RING, 262144, {0, 0, 0}},    {AROUND_AN_ALLREDUCE, 7, {27, 27, 27}},
+      {RING, 7, {20, 20, 20}}}; /* the same group as the last */
   const int n = 3;
   auto codes = forked(n, p2p_algorithms, [](int rank, ncclComm_t comm) {
     std::vector<int32_t> send, recv;
