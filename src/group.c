@@ -308,8 +308,8 @@ static int group_quick(pending_t *p, ncclResult_t *res) {
 }
 
 /* The quick way for a group of sends and receives on one communicator (or one alone, outside
- * any group) that repeats the last such group planned there (plan_p2p_quick): 1 when it ran
- * the group (*res its result), 0 when it did not take it and changed nothing. */
+ * any group) that repeats one of the last two such groups planned there (plan_p2p_quick): 1
+ * when it ran the group (*res its result), 0 when it did not take it and changed nothing. */
 static int group_quick_p2p(pending_t *ops, size_t n, ncclResult_t *res) {
   ncclComm_t comm = ops[0].ctx.comm;
   group_state_t *g = grp_self();
