@@ -276,6 +276,18 @@ out:
   return res;
 }
 
+/* The tail of both quick ways, the communicator locked and its plan found: runs the kept lanes
+ * (ops indexed by their steps' op), counts the ncalls calls when they went the quick way, and
+ * leaves the communicator failed on an error as group_run does. */
+static ncclResult_t run_kept(ncclComm_t comm, lane_t *lanes, int nlanes, const op_ctx_t *ops,
+                             int quick, size_t ncalls) {
+  lanes_reset(comm); /* as group_run leaves them */
+  ncclResult_t r = quick ? engine_run_quick(lanes, nlanes, ops) : engine_run(lanes, nlanes, ops);
+  if (quick) comm->calls_quick += ncalls; /* under the lock */
+  if (r != ncclSuccess) comm_set_error(comm, r, tutti_last_error());
+  return r;
+}
+
 /* The quick way for a host call run alone (outside any group, or the only call of one; no group
  * open) that repeats its communicator's cached plan (plan_quick, engine_run_quick): 1 when it
  * ran the call (*res its result, the communicator failed as group_run leaves it on an error), 0
@@ -297,10 +309,7 @@ static int group_quick(pending_t *p, ncclResult_t *res) {
       pthread_mutex_unlock(&comm->lock);
       return 0;
     }
-    lanes_reset(comm); /* as group_run leaves them */
-    r = engine_run_quick(g->lanes, plan_cached_lanes(comm, steps, g->lanes), &p->ctx);
-    comm->calls_quick++; /* under the lock */
-    if (r != ncclSuccess) comm_set_error(comm, r, tutti_last_error());
+    r = run_kept(comm, g->lanes, plan_cached_lanes(comm, steps, g->lanes), &p->ctx, 1, 1);
   }
   pthread_mutex_unlock(&comm->lock);
   *res = r;
@@ -316,7 +325,7 @@ static int group_quick_p2p(pending_t *ops, size_t n, ncclResult_t *res) {
   if (comm->proxy || !plan_p2p_group(ops, n) || collcheck_wanted(ops, n) ||
       (n > 1 && p2p_in_place(ops, n)) || /* group_run sends from copies */
       grow((void **)&g->lanes, &g->lane_cap, 2 * (size_t)comm->nranks, sizeof(lane_t)) ||
-      grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t)))
+      (n > 1 && grow((void **)&g->ctxs, &g->ctx_cap, n, sizeof(op_ctx_t))))
     return 0;
   pthread_mutex_lock(&comm->lock);
   int nlanes = 0, quick = 0;
@@ -329,11 +338,8 @@ static int group_quick_p2p(pending_t *ops, size_t n, ncclResult_t *res) {
     }
   }
   if (r == ncclSuccess) {
-    lanes_reset(comm); /* as group_run leaves them */
-    for (size_t i = 0; i < n; i++) g->ctxs[i] = ops[i].ctx;
-    r = quick ? engine_run_quick(g->lanes, nlanes, g->ctxs) : engine_run(g->lanes, nlanes, g->ctxs);
-    if (quick) comm->calls_quick += n; /* under the lock */
-    if (r != ncclSuccess) comm_set_error(comm, r, tutti_last_error());
+    for (size_t i = 0; n > 1 && i < n; i++) g->ctxs[i] = ops[i].ctx; /* the engine's op table */
+    r = run_kept(comm, g->lanes, nlanes, n > 1 ? g->ctxs : &ops[0].ctx, quick, n);
   }
   pthread_mutex_unlock(&comm->lock);
   *res = r;
