@@ -28,6 +28,8 @@ static const char *const agreed_names[] = {
     "TUNER_PEER_READ_GBPS",
     "TUNER_PEER_PUSH_LAT_US", /* the push all-reduce against direct and the FIFOs */
     "TUNER_PEER_PUSH_GBPS",
+    "TUNER_RDV_LAT_US", /* the p2p lanes' rendezvous against direct and cma */
+    "TUNER_RDV_GBPS",
     "TUNER_PIECE_US",
     "TUNER_CODEC_NS", /* compressed calls: which lossy entry */
     "SHM_DISABLE",    /* which transport connects a pair */

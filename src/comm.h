@@ -69,19 +69,22 @@ struct ncclComm {
   peer_info_t *peers;          /* [nranks] */
   struct bootstrap *bootstrap; /* open during init only */
 
-  conn_t *send_conn;   /* [nranks]: to peer */
-  conn_t *recv_conn;   /* [nranks]: from peer */
-  void *shm;           /* shm transport state */
-  void *memreg;        /* other processes' ncclMemAlloc regions mapped here (memreg.c) */
-  struct proxy *proxy; /* the stream path's thread (proxy.c), started on first use */
-  int peer_mem;        /* every peer reached through a transport with peer memory */
-  int peer_read;       /* every rank may read every peer's memory by copy (transport mem_read),
-                        * agreed by all ranks at setup */
-  uint64_t peer_calls; /* calls run with peer steps so far, alike on every rank */
-  int dev_peer;        /* every rank's device buffers can be mapped by every other rank
-                        * (transport/cuda_p2p.c), agreed by all ranks at setup */
-  void *cuda_p2p;      /* the peers' device allocations this communicator opened */
-  void *small;         /* the small-call path's regions (small.c); NULL on every rank when off */
+  conn_t *send_conn;    /* [nranks]: to peer */
+  conn_t *recv_conn;    /* [nranks]: from peer */
+  void *shm;            /* shm transport state */
+  void *memreg;         /* other processes' ncclMemAlloc regions mapped here (memreg.c) */
+  struct proxy *proxy;  /* the stream path's thread (proxy.c), started on first use */
+  int peer_mem;         /* every peer reached through a transport with peer memory */
+  int peer_read;        /* every rank may read every peer's memory by copy (transport mem_read),
+                         * agreed by all ranks at setup */
+  size_t rdv_min_bytes; /* every peer's connection takes whole steps of this many bytes or more
+                         * by rendezvous (transport.h, large_bytes); 0: some does not. Alike on
+                         * every rank (one host: the agreed TUTTI_SHM_RDV_MIN, peer_read) */
+  uint64_t peer_calls;  /* calls run with peer steps so far, alike on every rank */
+  int dev_peer;         /* every rank's device buffers can be mapped by every other rank
+                         * (transport/cuda_p2p.c), agreed by all ranks at setup */
+  void *cuda_p2p;       /* the peers' device allocations this communicator opened */
+  void *small;          /* the small-call path's regions (small.c); NULL on every rank when off */
 
   pthread_mutex_t lock;     /* one operation at a time on this communicator */
   volatile int abort_flag;  /* set by ncclCommAbort (any thread) */

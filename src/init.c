@@ -466,6 +466,14 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
       c->peer_read &= c->peer_mem && c->send_conn[p].transport->mem_read &&
                       c->send_conn[p].transport->mem_write;
   c->dev_peer &= c->peer_mem; /* device buffers too: set by cuda_p2p at setup, alike */
+  int all_rdv = c->peer_mem;  /* whole steps by rendezvous to every peer: from the largest floor */
+  c->rdv_min_bytes = 0;
+  for (int p = 0; p < nranks; p++)
+    if (p != rank) {
+      all_rdv &= c->send_conn[p].large_bytes > 0;
+      c->rdv_min_bytes = TUTTI_MAX(c->rdv_min_bytes, c->send_conn[p].large_bytes);
+    }
+  if (!all_rdv) c->rdv_min_bytes = 0;
   /* scratch: in-place one-shot (oneshot_max_bytes), tree reduce partials (one chunk) */
   c->scratch_bytes = TUTTI_MAX(TUTTI_MAX(c->oneshot_max_bytes, c->chunk_bytes), 64);
   c->scratch = malloc(c->scratch_bytes);

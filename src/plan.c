@@ -183,7 +183,8 @@ tuner_topo_t plan_topo(ncclComm_t comm) {
       .peer_read_min_bytes = (size_t)tutti_param_CmaMinBytes(),
       .peer_read_copy_min_bytes = (size_t)tutti_param_CmaCopyMinBytes(),
       .push_min_bytes = (size_t)tutti_param_PushMinBytes(),
-      .push_gather_min_bytes = (size_t)tutti_param_PushGatherMinBytes()};
+      .push_gather_min_bytes = (size_t)tutti_param_PushGatherMinBytes(),
+      .rdv_min_bytes = comm->rdv_min_bytes};
 }
 
 /* TUTTI_ALGO names algorithms that build collective c, but none of them can run this call (its

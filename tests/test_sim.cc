@@ -295,6 +295,39 @@ TEST(Sim, ConventionsAndApplicability) {
   EXPECT_EQ(sim_run(&c, COLL_ALLGATHER, ALGO_HIER, 1 << 20, 4, SIM_AUTO, 40000000, &r), -2);
 }
 
+// The p2p lanes' blocks through shared memory from --rdv-intra go by rendezvous, each in one
+// piece, as the library's engine sends them. Two ranks, an all-to-all of two-slot blocks (s/B
+// per slot), engine time o per piece: in one piece the send takes o + 2s/B and arrives a later,
+// its receive o more: 2o + 2s/B + a. Through the FIFOs (rdv-intra 0) the second piece leaves
+// o + s/B after the first and its receive ends 3o + 2s/B + a. The tuner's model knows it too:
+// on the default cluster's one node, a 1 MiB gather, all-to-all or scatter goes to the p2p
+// lanes' single copy (2 hops of latency), not to direct's handshake (3); without the rendezvous
+// the lanes copy twice and direct is the faster.
+TEST(Sim, RendezvousBlocksInOnePiece) {
+  sim_cluster_t c = uniform(2, false, 0);
+  double sb = 4e-6, o = 1e-6;
+  c.intra_bw = (double)c.slot_intra / sb;
+  c.overhead = o;
+  size_t bytes = 2 * 2 * c.slot_intra;  // two ranks' blocks of two slots
+  ASSERT_EQ(c.rdv_intra, 16u * 1024);   // TUTTI_SHM_RDV_MIN's default
+  expect_rel(run(c, COLL_ALLTOALL, ALGO_P2P, bytes), 2 * o + 2 * sb + kA);
+  c.rdv_intra = 0;
+  expect_rel(run(c, COLL_ALLTOALL, ALGO_P2P, bytes), 3 * o + 2 * sb + kA);
+  sim_cluster_t d;
+  sim_cluster_defaults(&d);
+  ASSERT_EQ(d.nodes * d.ppn, 2);
+  for (coll_t coll : {COLL_GATHER, COLL_ALLTOALL, COLL_SCATTER}) {
+    algo_t chosen;
+    size_t chunk;
+    d.rdv_intra = 16 * 1024;
+    ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 1 << 20, &chosen, &chunk), 0);
+    EXPECT_EQ(chosen, ALGO_P2P) << coll_name(coll);
+    d.rdv_intra = 0;
+    ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 1 << 20, &chosen, &chunk), 0);
+    EXPECT_EQ(chosen, ALGO_DIRECT) << coll_name(coll);
+  }
+}
+
 // 65,536 ranks (8,192 nodes x 8) through the fast method (8 ranks simulated), on links that are
 // all alike (network and shared memory: latency a, bandwidth B) with one 4,096-byte piece per
 // segment: the closed form of RingAllReduceClosedForm, 2(n - 1)(a + 4096 / B), holds at any n

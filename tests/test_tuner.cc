@@ -46,20 +46,27 @@ TEST(TunerParse, BadTokensAreReportedAndIgnored) {
 // Every TUTTI_TUNER_* variable sets its field of the model, and a value that is not a positive
 // number leaves the default.
 TEST(TunerModel, ReadsEveryVariableFromTheEnvironment) {
-  const char *const vars[] = {"SHM_LAT_US", "SHM_GBPS",   "NET_LAT_US",
-                              "NET_GBPS",   "MSG_CPU_US", "SHM_MSG_CPU_US"};
+  const char *const vars[] = {
+      "SHM_LAT_US",       "SHM_GBPS",       "NET_LAT_US", "NET_GBPS",         "MSG_CPU_US",
+      "SHM_MSG_CPU_US",   "PEER_LAT_US",    "PEER_GBPS",  "PEER_READ_LAT_US", "PEER_READ_GBPS",
+      "PEER_PUSH_LAT_US", "PEER_PUSH_GBPS", "RDV_LAT_US", "RDV_GBPS",         "CODEC_NS"};
+  const int nvars = (int)(sizeof(vars) / sizeof(vars[0]));
   tuner_model_t dflt, m;
   tuner_model_from_env(&dflt);
   auto fields = [](tuner_model_t &x) {
-    return std::vector<double *>{&x.shm.lat_us, &x.shm.gbps,   &x.net.lat_us,
-                                 &x.net.gbps,   &x.msg_cpu_us, &x.shm_msg_cpu_us};
+    return std::vector<double *>{&x.shm.lat_us,     &x.shm.gbps,         &x.net.lat_us,
+                                 &x.net.gbps,       &x.msg_cpu_us,       &x.shm_msg_cpu_us,
+                                 &x.peer.lat_us,    &x.peer.gbps,        &x.peer_read.lat_us,
+                                 &x.peer_read.gbps, &x.peer_push.lat_us, &x.peer_push.gbps,
+                                 &x.rdv.lat_us,     &x.rdv.gbps,         &x.codec_ns};
   };
-  for (int i = 0; i < 6; i++) {
+  ASSERT_EQ(fields(m).size(), (size_t)nvars);
+  for (int i = 0; i < nvars; i++) {
     std::string var = std::string("TUTTI_TUNER_") + vars[i];
     double value = 1000.0 + i;  // no default is 1000 + i
     setenv(var.c_str(), std::to_string(value).c_str(), 1);
     tuner_model_from_env(&m);
-    for (int j = 0; j < 6; j++)
+    for (int j = 0; j < nvars; j++)
       EXPECT_EQ(*fields(m)[j], j == i ? value : *fields(dflt)[j]) << var << ", field " << j;
     setenv(var.c_str(), "-3", 1);
     tuner_model_from_env(&m);
@@ -373,6 +380,51 @@ TEST(TunerModel, CmaFromItsTwoFloors) {
     EXPECT_LT(tuner_estimate_us(&m, &t, c, ALGO_CMA, 128 * 1024), 0);
     EXPECT_GT(tuner_estimate_us(&m, &t, c, ALGO_CMA, 256 * 1024), 0);
   }
+}
+
+// The p2p lanes' blocks from the rendezvous size (every connection of one host takes them whole,
+// one copy by the receiver): rendezvous latency + what the busiest rank copies / b_rdv, the bytes
+// direct reads (the root's n-1 blocks in a gather, one block per non-root in a scatter, n-1
+// blocks per rank in an all-to-all); below it, on several hosts or without a rendezvous, the
+// FIFOs' formula. Direct reads the same bytes after a handshake (peer latency), so on one host
+// the rendezvous takes the blocks direct would, unless the machine's CPUs are shared: then the
+// n-1 messages per rank cost more than direct's handshake.
+TEST(TunerModel, P2pBlocksByRendezvous) {
+  tuner_model_t m = model();
+  m.peer = {3.0, 20.0};
+  m.rdv = {1.5, 20.0};
+  m.shm_msg_cpu_us = 2.0;
+  tuner_topo_t t = one_host(4);
+  t.peer_mem = 1, t.peer_min_bytes = 32 * 1024, t.rdv_min_bytes = 16 * 1024;
+  const double S = 64 * 1024, b = 20e3;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_GATHER, ALGO_P2P, 64 * 1024), 1.5 + 3 * S / b);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLTOALL, ALGO_P2P, 64 * 1024), 1.5 + 3 * S / b);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_SCATTER, ALGO_P2P, 64 * 1024), 1.5 + S / b);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_SEND, ALGO_P2P, 64 * 1024), 1.5 + S / b);
+  // one byte below: through the FIFOs (shm level: 2 us, 10 GB/s)
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_GATHER, ALGO_P2P, 16 * 1024 - 1),
+                   2.0 + (16 * 1024 - 1) / 10e3);
+  // 2 ranks, a connection without rendezvous: the FIFOs' two copies lose to direct, as before
+  tuner_topo_t two_ranks = one_host(2);
+  two_ranks.peer_mem = 1, two_ranks.peer_min_bytes = 32 * 1024, two_ranks.rdv_min_bytes = 0;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &two_ranks, COLL_GATHER, ALGO_P2P, 64 * 1024),
+                   2.0 + S / 10e3);
+  for (coll_t c : {COLL_GATHER, COLL_SCATTER, COLL_ALLTOALL})
+    EXPECT_EQ(tuner_choose(&m, &two_ranks, c, 64 * 1024, TUNER_ALL_ALGOS, 0).algo, ALGO_DIRECT);
+  two_ranks.rdv_min_bytes = 16 * 1024;
+  for (coll_t c : {COLL_GATHER, COLL_SCATTER, COLL_ALLTOALL})
+    EXPECT_EQ(tuner_choose(&m, &two_ranks, c, 64 * 1024, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);
+  // 8 ranks on 2 CPUs: 7 messages x 2 us x 4 = 56 us of CPU per rank, above direct's
+  // 3 + 7 S / 20e3 = 25.9 us
+  tuner_topo_t shared = one_host(8);
+  shared.peer_mem = 1, shared.peer_min_bytes = 32 * 1024, shared.rdv_min_bytes = 16 * 1024;
+  shared.machine_ranks = 8, shared.ncpu = 2;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &shared, COLL_ALLTOALL, ALGO_P2P, 64 * 1024), 56.0);
+  EXPECT_EQ(tuner_choose(&m, &shared, COLL_ALLTOALL, 64 * 1024, TUNER_ALL_ALGOS, 0).algo,
+            ALGO_DIRECT);
+  tuner_topo_t two = t;  // two hosts: no rendezvous counted, the network's formula
+  two.nhosts = 2, two.local_size = 2, two.host_blocks = 1;
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &two, COLL_SEND, ALGO_P2P, 64 * 1024), 20.0 + S / 1e3);
 }
 
 TEST(TunerModel, PushForTheAllReduceOnMappedMemory) {

@@ -42,6 +42,9 @@ static const char *HELP =
     "                            --msg-cpu-us)\n"
     "  --slot-intra B --slot-inter B --fifo-intra S --fifo-inter S   FIFO geometry\n"
     "                            (default 128K, 512K, 8, 8: TUTTI_SHM_*/TCP_* defaults)\n"
+    "  --rdv-intra B             shm: whole steps (p2p blocks) of B bytes or more go by\n"
+    "                            rendezvous, one piece each (default 16K: TUTTI_SHM_RDV_MIN;\n"
+    "                            0: none)\n"
     "collective and sweep:\n"
     "  -c, --coll NAME           all_reduce (default), all_gather, reduce_scatter, broadcast,\n"
     "                            reduce, alltoall, gather, scatter\n"
@@ -144,7 +147,7 @@ static const char *CLUSTER_KEYS[] = {"nodes",         "ppn",         "intra-gbps
                                      "overhead-us",   "slot-intra",  "slot-inter",
                                      "fifo-intra",    "fifo-inter",  "cpus",
                                      "machine-nodes", "msg-cpu-us",  "intra-msg-cpu-us",
-                                     "codec-ns"};
+                                     "rdv-intra",     "codec-ns"};
 #define NKEYS (int)(sizeof CLUSTER_KEYS / sizeof CLUSTER_KEYS[0])
 enum {
   OPT_CLUSTER = 900,

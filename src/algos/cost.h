@@ -40,6 +40,9 @@ typedef struct tuner_model {
                               and system calls of one call, gbps of one rank's reads + writes */
   tuner_level_t peer_push; /* the push all-reduce on mapped peer memory: lat_us the handshake
                               and final wait of one call, gbps of one rank's reads + writes */
+  tuner_level_t rdv;       /* a whole step by rendezvous on one host (the receiver copies from
+                              the sender's buffer): lat_us the announcement and the answer,
+                              gbps of one rank's reads + writes */
   double piece_us;         /* engine time of one piece (slot) a rank sends (0: none) */
   double codec_ns;         /* CPU time of compression per element and pass over the buffer
                               (encode, select, decode, products), nanoseconds */
@@ -78,8 +81,10 @@ typedef struct tuner_topo {                /* what the communicator knows, the s
                                       gather, scatter, all-to-all (TUTTI_CMA_COPY_MIN_BYTES) */
   size_t push_min_bytes;           /* the same for the push all-reduce (TUTTI_PUSH_MIN_BYTES) */
   size_t push_gather_min_bytes;    /* and for the push all-gather (TUTTI_PUSH_GATHER_MIN_BYTES) */
-  int may_alloc; /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
-  int nics;      /* NICs per host, local rank l on NIC l mod nics (0: one) */
+  size_t rdv_min_bytes; /* one host: every connection takes a whole step (the p2p lanes' blocks)
+                           of this many bytes or more by rendezvous (TUTTI_SHM_RDV_MIN); 0 none */
+  int may_alloc;        /* 1: a schedule may use more scratch than scratch_bytes (a temporary) */
+  int nics;             /* NICs per host, local rank l on NIC l mod nics (0: one) */
   const tuner_compress_t *compress; /* the call's compressor (tuttiAllReduceCompressed): only
                                        lossy entries apply; NULL (every exact call): only the
                                        others */

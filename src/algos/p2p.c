@@ -6,7 +6,7 @@
  * copy in lanes[n + rank] (the receive lane from itself, otherwise empty), which the engine
  * advances after every send lane: a large block's rendezvous is announced first (transport.h),
  * so that the peer copies it while this rank copies its own. Cost: one hop; the root of
- * gather/scatter moves (n-1) * count elements.
+ * gather/scatter moves (n-1) * count elements; blocks by rendezvous are one copy (p2p_cost).
  */
 #include "algos/registry.h"
 
@@ -115,10 +115,16 @@ LANES_BUILDER(build_alltoall, p2p_alltoall)
 LANES_BUILDER(build_gather, p2p_gather)
 LANES_BUILDER(build_scatter, p2p_scatter)
 
-/* Cost: one hop, n-1 messages per rank (q = n-1); the root of gather/scatter moves S. */
+/* Cost: one hop, n-1 messages per rank (q = n-1); the root of gather/scatter moves S. Blocks
+ * (S: one rank's) that every connection of one host takes by rendezvous (t->rdv_min_bytes) are
+ * one copy each, the receiver's, from the sender's buffer: the rendezvous level's latency
+ * (announcement and answer, the lanes side by side) and the bytes the busiest rank copies,
+ * those of direct (direct_moved), which reads the same bytes after a handshake. */
 static double p2p_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
-  if (c == COLL_SEND || c == COLL_RECV) return cost(m, t, cost_level(m, t), 1, S);
-  return cost_q(m, t, cost_level(m, t), 1, t->nranks - 1, cost_peers_net_share(t), S);
+  int n = t->nranks, rdv = t->nhosts == 1 && t->rdv_min_bytes && S >= (double)t->rdv_min_bytes;
+  if (c == COLL_SEND || c == COLL_RECV) return cost(m, t, rdv ? &m->rdv : cost_level(m, t), 1, S);
+  if (rdv) return cost_q(m, t, &m->rdv, 1, n - 1, 0, direct_moved(c, n, S));
+  return cost_q(m, t, cost_level(m, t), 1, n - 1, cost_peers_net_share(t), S);
 }
 
 const algo_desc_t algo_p2p = {

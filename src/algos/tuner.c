@@ -30,6 +30,8 @@
 #define TUNER_PEER_READ_GBPS 14.0
 #define TUNER_PEER_PUSH_LAT_US 2.0
 #define TUNER_PEER_PUSH_GBPS 20.0
+#define TUNER_RDV_LAT_US 1.5
+#define TUNER_RDV_GBPS 20.0
 #define TUNER_CODEC_NS 1.0 /* an estimate: a few fp32 loads and stores per element and pass */
 
 /* A positive number setting (param.c; a bad one warns and keeps the default). */
@@ -48,6 +50,8 @@ void tuner_model_from_env(tuner_model_t *m) {
                                  env_double("TUNER_PEER_READ_GBPS", TUNER_PEER_READ_GBPS)};
   m->peer_push = (tuner_level_t){env_double("TUNER_PEER_PUSH_LAT_US", TUNER_PEER_PUSH_LAT_US),
                                  env_double("TUNER_PEER_PUSH_GBPS", TUNER_PEER_PUSH_GBPS)};
+  m->rdv = (tuner_level_t){env_double("TUNER_RDV_LAT_US", TUNER_RDV_LAT_US),
+                           env_double("TUNER_RDV_GBPS", TUNER_RDV_GBPS)};
   m->msg_cpu_us = env_double("TUNER_MSG_CPU_US", TUNER_MSG_CPU_US);
   m->shm_msg_cpu_us = env_double("TUNER_SHM_MSG_CPU_US", TUNER_SHM_MSG_CPU_US);
   /* engine time per piece: not charged unless set (the message CPU times stand for it) */

@@ -29,7 +29,8 @@ void sim_cluster_defaults(sim_cluster_t *c) {
                        .slot_inter = 512 * 1024,
                        .fifo_intra = 8,
                        .fifo_inter = 8,
-                       .codec_ns = 1.0}; /* TUTTI_TUNER_CODEC_NS */
+                       .rdv_intra = 16 * 1024, /* TUTTI_SHM_RDV_MIN */
+                       .codec_ns = 1.0};       /* TUTTI_TUNER_CODEC_NS */
 }
 
 static int parse_double(const char *s, double lo, double *out) {
@@ -74,6 +75,7 @@ int sim_cluster_set(sim_cluster_t *c, const char *key, const char *v) {
   if (!strcmp(key, "fifo-inter")) return parse_int(v, 1, &c->fifo_inter);
   if (!strcmp(key, "slot-intra")) return parse_size(v, &c->slot_intra);
   if (!strcmp(key, "slot-inter")) return parse_size(v, &c->slot_inter);
+  if (!strcmp(key, "rdv-intra")) return parse_size(v, &c->rdv_intra);
   if (!strcmp(key, "inter-burst")) return parse_size(v, &c->inter_burst);
   if (!strcmp(key, "oversub")) return parse_double(v, 1, &c->oversub);
   if ((rc = parse_double(v, 0, &d)) != 0) return -1;
@@ -131,12 +133,13 @@ void sim_cluster_print(const sim_cluster_t *c, void *file) {
           "%.3g us x %d NIC(s)/node (burst %zu B at %.4g Gbit/s); oversub %.3g (leaf %d nodes); "
           "reduce %s%.4g Gbit/s; "
           "overhead %.3g us/piece; cpus %d per %d node(s), %.3g us/message (shm %.3g); "
-          "slots %zu/%zu B x %d/%d\n",
+          "slots %zu/%zu B x %d/%d; shm rendezvous from %zu B\n",
           c->nodes, c->ppn, sim_nranks(c), c->intra_bw * 8 / 1e9, c->intra_lat * 1e6,
           c->inter_bw * 8 / 1e9, c->inter_lat * 1e6, c->nics, c->inter_burst,
           c->inter_peak_bw * 8 / 1e9, c->oversub, c->leaf_nodes, c->reduce_bw > 0 ? "" : "free ",
           c->reduce_bw * 8 / 1e9, c->overhead * 1e6, c->cpus, c->machine_nodes, c->msg_cpu * 1e6,
-          sim_intra_msg_cpu(c) * 1e6, c->slot_intra, c->slot_inter, c->fifo_intra, c->fifo_inter);
+          sim_intra_msg_cpu(c) * 1e6, c->slot_intra, c->slot_inter, c->fifo_intra, c->fifo_inter,
+          c->rdv_intra);
 }
 
 size_t sim_count_for(coll_t coll, size_t bytes, int esize, int nranks) {

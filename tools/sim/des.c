@@ -175,9 +175,13 @@ static int32_t chan_get(des_t *d, int src_rep, int dst) {
   return (int32_t)d->nch++;
 }
 
-/* Elements per piece of a step: one slot (local steps: all at once), as the engine. */
-static uint32_t piece_elems(const des_t *d, const sim_step_t *st) {
+/* Elements per piece of a step: one slot (local steps: all at once), as the engine; a whole
+ * step through shared memory (intra) of at least rdv_intra bytes goes by rendezvous, in one. */
+static uint32_t piece_elems(const des_t *d, const sim_step_t *st, int intra) {
   if (st->recv < 0 && st->send < 0) return st->count;
+  if (intra && (st->flags & STEP_WHOLE) && d->c->rdv_intra &&
+      (size_t)st->count * (size_t)d->esize >= d->c->rdv_intra)
+    return st->count;
   size_t e = d->slot / (size_t)d->esize;
   return e == 0 ? 1 : e < st->count ? (uint32_t)e : st->count;
 }
@@ -195,7 +199,7 @@ static int setup_proc(des_t *d, proc_t *p, const sim_lane_t *l) {
       return -1;
     if (st->send >= 0) {
       if ((sc = chan_get(d, l->rank, st->send)) < 0) return -1;
-      uint32_t pe = piece_elems(d, st);
+      uint32_t pe = piece_elems(d, st, d->ch[sc].intra);
       d->ch[sc].pieces += (st->count + pe - 1) / pe;
     }
     p->ch[2 * i] = rc, p->ch[2 * i + 1] = sc;
@@ -353,10 +357,10 @@ static void advance(des_t *d, int pi) {
   proc_t *p = &d->procs[pi];
   while (p->cur < p->n) {
     const sim_step_t *st = &p->steps[p->cur];
-    uint32_t pe = piece_elems(d, st), left = st->count - p->pos;
-    uint32_t elems = left < pe ? left : pe;
     chan_t *rc = st->recv >= 0 ? &d->ch[p->ch[2 * p->cur]] : NULL;
     chan_t *sc = st->send >= 0 ? &d->ch[p->ch[2 * p->cur + 1]] : NULL;
+    uint32_t pe = piece_elems(d, st, (rc ? rc : sc) && (rc ? rc : sc)->intra);
+    uint32_t left = st->count - p->pos, elems = left < pe ? left : pe;
     if (!piece_ready(d, pi, rc, sc)) return;
     /* an approximate symmetry (block sizes off by one) lets image pieces differ by one */
     if (rc && rc->size[rc->consumed % rc->cap] != elems && !d->sym->approx) {

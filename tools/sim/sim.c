@@ -40,6 +40,8 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
   m->peer_read = (tuner_level_t){6 * c->intra_lat * 1e6, 1.5 * c->intra_bw / 1e9};
   /* push: the single copy of direct, each line written by one core only; handshake + final wait */
   m->peer_push = (tuner_level_t){2 * c->intra_lat * 1e6, 2 * c->intra_bw / 1e9};
+  /* rendezvous: the single copy, after an announcement and before an answer */
+  m->rdv = (tuner_level_t){2 * c->intra_lat * 1e6, 2 * c->intra_bw / 1e9};
   m->msg_cpu_us = c->msg_cpu * 1e6;
   m->shm_msg_cpu_us = sim_intra_msg_cpu(c) * 1e6;
   m->piece_us = c->overhead * 1e6;
@@ -61,6 +63,7 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .peer_read_copy_min_bytes = 128 * 1024, /* TUTTI_CMA_COPY_MIN_BYTES */
                       .push_min_bytes = 16 * 1024,            /* TUTTI_PUSH_MIN_BYTES */
                       .push_gather_min_bytes = 1 << 20,       /* TUTTI_PUSH_GATHER_MIN_BYTES */
+                      .rdv_min_bytes = c->nodes == 1 ? c->rdv_intra : 0,
                       .slot_bytes = sim_comm_slot(c),
                       .chunk_bytes = comm_chunk_bytes(c),
                       .scratch_bytes = TUNER_SCRATCH_MAX_BYTES,

@@ -36,6 +36,9 @@ typedef struct sim_cluster {
   size_t slot_intra, slot_inter; /* FIFO slot bytes: shm, tcp (TUTTI_SHM/TCP_SLOT_BYTES); all
                                     connections use the smaller of those in use */
   int fifo_intra, fifo_inter;    /* FIFO slots: shm, tcp (TUTTI_SHM_NSLOTS, TUTTI_TCP_NSLOTS) */
+  size_t rdv_intra;              /* shm: whole steps (the p2p lanes' blocks) of at least this
+                                    many bytes go by rendezvous, one piece (TUTTI_SHM_RDV_MIN;
+                                    0: none) */
   double codec_ns;               /* compression CPU time per element and pass (nanoseconds) */
   const tuner_compress_t *compress; /* the calls' compressor (tutti-sim --compress; NULL: exact
                                        calls): the lossy entries apply, fp32 only */
@@ -49,8 +52,8 @@ static inline double sim_intra_msg_cpu(const sim_cluster_t *c) {
 /* Sets one key ("nodes", "ppn", "intra-gbps", "intra-lat-us", "inter-gbps", "inter-lat-us",
  * "nics", "inter-burst", "inter-peak-gbps", "oversub", "leaf-nodes", "reduce-gbps",
  * "overhead-us", "cpus", "machine-nodes", "msg-cpu-us", "intra-msg-cpu-us", "slot-intra",
- * "slot-inter", "fifo-intra", "fifo-inter", "codec-ns"). Returns 0, or -1 (unknown key or bad
- * value). */
+ * "slot-inter", "fifo-intra", "fifo-inter", "rdv-intra", "codec-ns"). Returns 0, or -1 (unknown key
+ * or bad value). */
 int sim_cluster_set(sim_cluster_t *c, const char *key, const char *value);
 /* Reads "key value" or "key = value" lines ('#' comments). Returns 0 or -1 (err says why). */
 int sim_cluster_load(sim_cluster_t *c, const char *path, char *err, size_t errlen);
