@@ -31,7 +31,7 @@
 #define TUNER_PEER_PUSH_LAT_US 2.0
 #define TUNER_PEER_PUSH_GBPS 20.0
 #define TUNER_RDV_LAT_US 1.5
-#define TUNER_RDV_GBPS 20.0
+#define TUNER_RDV_GBPS 19.5
 #define TUNER_CODEC_NS 1.0 /* an estimate: a few fp32 loads and stores per element and pass */
 
 /* A positive number setting (param.c; a bad one warns and keeps the default). */
