@@ -328,6 +328,24 @@ TEST(Sim, RendezvousBlocksInOnePiece) {
   }
 }
 
+// The tuner is asked about the bytes the library asks it about: for gather, scatter and
+// all-to-all one rank's block, not nccl-tests' whole buffer. On the default cluster's 2 ranks
+// without the rendezvous, a 32 KiB gather has 16 KiB blocks, below TUTTI_DIRECT_MIN_BYTES
+// (32 KiB): the FIFOs; a 64 KiB gather's 32 KiB blocks go to direct.
+TEST(Sim, TunerSeesTheLibrarysBytes) {
+  sim_cluster_t d;
+  sim_cluster_defaults(&d);
+  d.rdv_intra = 0;
+  algo_t chosen;
+  size_t chunk;
+  for (coll_t coll : {COLL_GATHER, COLL_SCATTER, COLL_ALLTOALL}) {
+    ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 32 * 1024, &chosen, &chunk), 0);
+    EXPECT_EQ(chosen, ALGO_P2P) << coll_name(coll);
+    ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 64 * 1024, &chosen, &chunk), 0);
+    EXPECT_EQ(chosen, ALGO_DIRECT) << coll_name(coll);
+  }
+}
+
 // 65,536 ranks (8,192 nodes x 8) through the fast method (8 ranks simulated), on links that are
 // all alike (network and shared memory: latency a, bandwidth B) with one 4,096-byte piece per
 // segment: the closed form of RingAllReduceClosedForm, 2(n - 1)(a + 4096 / B), holds at any n

@@ -78,11 +78,20 @@ static double codec_seconds(const sim_cluster_t *c, algo_t algo) {
   return c->compress->passes * (double)c->compress->count * c->codec_ns * 1e-9;
 }
 
+/* The call's bytes as the library's tuner counts them (plan.c: count x element size, times the
+ * ranks for all-gather and reduce-scatter): nccl-tests' size is the whole buffer, which for
+ * gather, scatter and all-to-all is n blocks of one rank's count. */
+static size_t tuner_bytes(coll_t coll, size_t bytes, int n) {
+  int blocks = coll == COLL_GATHER || coll == COLL_SCATTER || coll == COLL_ALLTOALL;
+  return blocks ? bytes / (size_t)n : bytes;
+}
+
 int sim_choose(const sim_cluster_t *c, coll_t coll, int algo, size_t bytes, algo_t *chosen,
                size_t *chunk_bytes) {
   tuner_model_t m;
   tuner_topo_t t;
   tuner_inputs(c, &m, &t);
+  bytes = tuner_bytes(coll, bytes, sim_nranks(c));
   uint32_t mask = algo == SIM_ALGO_AUTO ? TUNER_ALL_ALGOS : 1u << algo;
   tuner_choice_t ch = tuner_choose(&m, &t, coll, bytes, mask, 0);
   if (ch.algo == ALGO_NUM) { /* the library then chooses among all (plan.c) */
