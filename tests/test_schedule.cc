@@ -152,6 +152,16 @@ TEST(Schedule, PointToPointCollectives) {
       for (int r = 0; r < n; r++)
         for (size_t j = 0; j < c; j++) ASSERT_EQ(s[r].recv[j], input(root, r * c + j));
       free_all(s);
+      // broadcast: every rank the root's buffer; in place the root copies nothing (its send
+      // buffer is its receive buffer, apart here: it keeps -7)
+      for (bool ip : {false, true}) {
+        auto b = make(COLL_BROADCAST, n, c, 50, root, ip, c, c, 2 * n, p2p_broadcast);
+        run_all(b);
+        for (int r = 0; r < n; r++)
+          for (size_t j = 0; j < c; j++)
+            ASSERT_EQ(b[r].recv[j], ip && r == root ? -7 : input(root, j)) << r << " " << j;
+        free_all(b);
+      }
     }
 }
 

@@ -1,4 +1,5 @@
-/* Collectives built from point-to-point transfers: all-to-all, gather, scatter.
+/* Collectives built from point-to-point transfers: all-to-all, gather, scatter, and broadcast
+ * where its blocks go by rendezvous.
  *
  * Each (peer, direction) is its own lane: lanes[p] holds the sends to p, lanes[n + p] the
  * receives from p. The engine advances all lanes together, so no order of sends and receives
@@ -85,6 +86,19 @@ int p2p_scatter(const sched_args_t *a, sched_t *lanes) {
   return 0;
 }
 
+/* The root sends its buffer to every other rank (each reads it by rendezvous, side by side)
+ * and copies it into place (unless in place). Only where the blocks go by rendezvous
+ * (p2p_cost): through the FIFOs the root would copy every byte n-1 times, where chain and tree
+ * copy it once per rank. */
+int p2p_broadcast(const sched_args_t *a, sched_t *lanes) {
+  int n = a->nranks, r = a->rank, root = a->root;
+  size_t c = a->count;
+  if (r != root) return recv_block(lanes, n, root, 0, c);
+  for (int k = 1; k < n; k++)
+    if (send_block(lanes, (root + k) % n, 0, c)) return -1;
+  return a->in_place ? 0 : copy_block(lanes, n, r, 0, 0, c);
+}
+
 /* ncclSend / ncclRecv: one step in the lane of the peer. */
 static int p2p_send(const sched_args_t *a, sched_t *col, sched_t *lanes) {
   (void)col;
@@ -114,6 +128,7 @@ static int p2p_recv(const sched_args_t *a, sched_t *col, sched_t *lanes) {
 LANES_BUILDER(build_alltoall, p2p_alltoall)
 LANES_BUILDER(build_gather, p2p_gather)
 LANES_BUILDER(build_scatter, p2p_scatter)
+LANES_BUILDER(build_broadcast, p2p_broadcast)
 
 /* Cost: one hop, n-1 messages per rank (q = n-1); the root of gather/scatter moves S. Blocks
  * (S: one rank's) that every connection of one host takes by rendezvous (t->rdv_min_bytes) are
@@ -124,13 +139,17 @@ static double p2p_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, 
   int n = t->nranks, rdv = t->nhosts == 1 && t->rdv_min_bytes && S >= (double)t->rdv_min_bytes;
   if (c == COLL_SEND || c == COLL_RECV) return cost(m, t, rdv ? &m->rdv : cost_level(m, t), 1, S);
   if (rdv) return cost_q(m, t, &m->rdv, 1, n - 1, 0, direct_moved(c, n, S));
+  if (c == COLL_BROADCAST) return -1; /* by rendezvous only (p2p_broadcast) */
   return cost_q(m, t, cost_level(m, t), 1, n - 1, cost_peers_net_share(t), S);
 }
 
 const algo_desc_t algo_p2p = {
     .name = "p2p",
-    .summary = "point-to-point lanes, one per peer and direction: all-to-all, gather, scatter",
-    .build = {[COLL_ALLTOALL] = build_alltoall,
+    .summary =
+        "point-to-point lanes, one per peer and direction: all-to-all, gather, scatter "
+        "(broadcast by rendezvous)",
+    .build = {[COLL_BROADCAST] = build_broadcast,
+              [COLL_ALLTOALL] = build_alltoall,
               [COLL_GATHER] = build_gather,
               [COLL_SCATTER] = build_scatter,
               [COLL_SEND] = p2p_send,

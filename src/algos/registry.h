@@ -188,6 +188,7 @@ int chier_allreduce(const sched_args_t *a, sched_t *s);
 int p2p_alltoall(const sched_args_t *a, sched_t *lanes);
 int p2p_gather(const sched_args_t *a, sched_t *lanes);
 int p2p_scatter(const sched_args_t *a, sched_t *lanes);
+int p2p_broadcast(const sched_args_t *a, sched_t *lanes);
 
 #ifdef __cplusplus
 }
