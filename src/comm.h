@@ -42,6 +42,15 @@ struct bootstrap;
 
 #define PLAN_P2P_MAX 8 /* calls of a group of sends and receives the plan cache keeps */
 
+/* Steps a plan cache keeps (plan.c, plan_p2p.c): a point-to-point algorithm's lanes one after
+ * another, lane i steps [lane_end[i - 1], lane_end[i]) (nlanes of them; lane_end [2 * nranks],
+ * allocated at the first use and kept across plans); nlanes 0: the steps are one lane. */
+typedef struct kept_lanes {
+  sched_t steps;
+  int nlanes;
+  uint32_t *lane_end;
+} kept_lanes_t;
+
 struct ncclComm {
   uint64_t magic;
   uint64_t serial;        /* this process's n-th communicator: tells it from an earlier one at its
@@ -120,12 +129,7 @@ struct ncclComm {
     coll_t coll;
     size_t count, esize, chunk;
     algo_t algo;
-    sched_t steps;
-    /* A point-to-point algorithm's plan (ALGO_USES_LANES) is its lanes, one after another:
-     * lane i is steps [lane_end[i - 1], lane_end[i]) (nlanes of them, lane_end [2 * nranks]
-     * kept across plans); nlanes 0: the steps are one lane. */
-    int nlanes;
-    uint32_t *lane_end;
+    kept_lanes_t kept; /* a point-to-point algorithm's (ALGO_USES_LANES) are its lanes */
   } plan;
   /* The last two groups of sends and receives (or a send or receive alone) planned: a group of
    * the same calls in the same order (kind, peer, count, element size) as one of them runs its
@@ -137,9 +141,7 @@ struct ncclComm {
       int peer;
       size_t count, esize, chunk;
     } call[PLAN_P2P_MAX];
-    sched_t steps;
-    int nlanes;
-    uint32_t *lane_end;
+    kept_lanes_t kept;
   } p2p_plan[2];
   int p2p_older; /* the entry of p2p_plan used less recently: a group not kept replaces it */
   /* Keys (collective, count, element size) whose handshake showed that a kind of peer-memory

@@ -258,7 +258,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
       res = TUTTI_ERR(ncclSystemError, "out of memory");
       goto failed;
     }
-    res = engine_run(g->lanes, plan_cached_lanes(comm, cached, g->lanes), &ops[0].ctx);
+    res = engine_run(g->lanes, plan_cached_lanes(comm, g->lanes), &ops[0].ctx);
     goto failed;
   }
   if ((res = plan_group(ops, n)) != ncclSuccess) goto failed;
@@ -309,7 +309,7 @@ static int group_quick(pending_t *p, ncclResult_t *res) {
       pthread_mutex_unlock(&comm->lock);
       return 0;
     }
-    r = run_kept(comm, g->lanes, plan_cached_lanes(comm, steps, g->lanes), &p->ctx, 1, 1);
+    r = run_kept(comm, g->lanes, plan_cached_lanes(comm, g->lanes), &p->ctx, 1, 1);
   }
   pthread_mutex_unlock(&comm->lock);
   *res = r;

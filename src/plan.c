@@ -118,9 +118,7 @@ void plan_release(void) {
 
 void plan_free(ncclComm_t comm) {
   adapt_free(comm);
-  sched_free(&comm->plan.steps);
-  free(comm->plan.lane_end);
-  comm->plan.lane_end = NULL;
+  plan_lanes_free(&comm->plan.kept);
   comm->plan.valid = 0;
   plan_p2p_free(comm);
 }
@@ -404,7 +402,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
   if (!p->ctx.dev) exclude |= map_excluded(comm, p);
   if (plan_matches(comm, p)) {
     p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
-    *cached = comm->plan.steps_valid && !comm->plan.nlanes; /* lanes: plan_cached_lanes */
+    *cached = comm->plan.steps_valid && !comm->plan.kept.nlanes; /* lanes: plan_cached_lanes */
   } else {
     TUTTI_CHECK(choose_into(comm, p, exclude));
     comm->plan = (typeof(comm->plan)){.valid = 1,
@@ -417,8 +415,7 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
                                       .map_excluded = p->map_excluded,
                                       .algo = p->ctx.algo,
                                       .chunk = p->args.chunk,
-                                      .steps = comm->plan.steps,
-                                      .lane_end = comm->plan.lane_end};
+                                      .kept = comm->plan.kept};
   }
   int pairs = adapted(comm, p);
   if (pairs) TUTTI_CHECK(plan_adapt(comm, p, exclude, pairs, cached));
@@ -617,7 +614,7 @@ static int runs_cached_steps(const pending_t *p) {
 static void cache_done(ncclComm_t comm, const pending_t *p) {
   comm->plan.quick =
       comm->plan.steps_valid && !p->ctx.dev && !tutti_param_DumpSchedule() &&
-      engine_quick_steps(comm, comm->plan.steps.steps, comm->plan.steps.n, &p->ctx.esize);
+      engine_quick_steps(comm, comm->plan.kept.steps.steps, comm->plan.kept.steps.n, &p->ctx.esize);
   comm->plan.scratch_bytes = sched_scratch_elems(p->ctx.algo, &p->args) * p->ctx.esize;
 }
 
@@ -625,8 +622,7 @@ static void cache_done(ncclComm_t comm, const pending_t *p) {
  * the cached plan (lanes that stay lanes: plan_cached_lanes). */
 static void cache_lanes(ncclComm_t comm, const pending_t *p) {
   comm->plan.steps_valid =
-      plan_lanes_keep(comm, &comm->plan.steps, &comm->plan.lane_end, &comm->plan.nlanes) == 0 &&
-      comm->plan.nlanes > 0;
+      plan_lanes_keep(comm, &comm->plan.kept) == 0 && comm->plan.kept.nlanes > 0;
   cache_done(comm, p);
 }
 
@@ -634,7 +630,7 @@ static void cache_lanes(ncclComm_t comm, const pending_t *p) {
 static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *col) {
   size_t first = col->n;
   int lanes_empty = !comm->lanes_used; /* before this call */
-  int rc = cached ? sched_append(col, comm->plan.steps.steps, comm->plan.steps.n)
+  int rc = cached ? sched_append(col, comm->plan.kept.steps.steps, comm->plan.kept.steps.n)
                   : sched_build(p->ctx.algo, &p->args, comm->host_of_rank, col, comm->p2p_lanes);
   if (rc == -2)
     return TUTTI_ERR(ncclInvalidUsage, "nccl%s: algorithm %s does not implement this collective",
@@ -649,10 +645,10 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
   if (!cached && !(needs & ALGO_PEER_STEPS) && plan_matches(comm, p) &&
       comm->plan.algo == p->ctx.algo) {
     if (!(needs & ALGO_USES_LANES)) {
-      sched_reset(&comm->plan.steps);
-      comm->plan.nlanes = 0;
+      sched_reset(&comm->plan.kept.steps);
+      comm->plan.kept.nlanes = 0;
       comm->plan.steps_valid =
-          sched_append(&comm->plan.steps, col->steps + first, col->n - first) == 0;
+          sched_append(&comm->plan.kept.steps, col->steps + first, col->n - first) == 0;
       cache_done(comm, p);
     } else if (lanes_empty && !comm->plan.steps_valid && runs_cached_steps(p)) {
       cache_lanes(comm, p);
@@ -751,7 +747,7 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   p->ctx.seq = comm->op_count++;
   p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
   TUTTI_CHECK(plan_prepare(p));
-  *steps = &comm->plan.steps;
+  *steps = &comm->plan.kept.steps;
   return ncclSuccess;
 }
 
@@ -771,9 +767,9 @@ void plan_quick(pending_t *p, const sched_t **steps) {
   p->ctx.stream = stream_results(p);
   p->ctx.buf[BUF_SCRATCH] = comm->scratch;
   plan_log(p);
-  *steps = &comm->plan.steps;
+  *steps = &comm->plan.kept.steps;
 }
 
-int plan_cached_lanes(ncclComm_t comm, const sched_t *steps, lane_t *lanes) {
-  return plan_lanes_of(comm, steps, comm->plan.lane_end, comm->plan.nlanes, lanes);
+int plan_cached_lanes(ncclComm_t comm, lane_t *lanes) {
+  return plan_lanes_of(comm, &comm->plan.kept, lanes);
 }

@@ -48,9 +48,9 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed);
  * temporary is left for plan_release). p's map_checked and map_excluded are left as
  * they were (p may be the thread's cached call, enqueue.c). */
 void plan_quick(pending_t *p, const sched_t **steps);
-/* The lanes of comm's cached steps (plan_one_cached's or plan_quick's *steps) into lanes, room
+/* The lanes of comm's cached steps (those plan_one_cached and plan_quick give) into lanes, room
  * for 2 * nranks of them: one lane, or a point-to-point algorithm's lanes. Returns how many. */
-int plan_cached_lanes(ncclComm_t comm, const sched_t *steps, lane_t *lanes);
+int plan_cached_lanes(ncclComm_t comm, lane_t *lanes);
 /* The quick way for a group of sends and receives (a send or a receive alone included) on one
  * communicator, locked, that repeats one of the last two such groups planned there (the same
  * calls in the same order: kind, peer, count, element size; plan_group keeps them): does for each
@@ -78,13 +78,12 @@ TUTTI_PARAM_DECL(DumpSchedule); /* TUTTI_DUMP_SCHEDULE: print every call's steps
 /* After the choice (p->ctx.algo, p->args.chunk), before the steps: streaming stores, scratch,
  * the log line. */
 ncclResult_t plan_prepare(pending_t *p);
-/* The communicator's p2p lanes, one after another, into *steps (emptied first), where each ends
- * into *lane_end (allocated at the first use: 2 * nranks) and their number into *nlanes. 0, or
- * -1 out of memory. */
-int plan_lanes_keep(ncclComm_t comm, sched_t *steps, uint32_t **lane_end, int *nlanes);
-/* Such lanes (nlanes 0: steps as one lane) into lanes; returns how many. */
-int plan_lanes_of(ncclComm_t comm, const sched_t *steps, const uint32_t *lane_end, int nlanes,
-                  lane_t *lanes);
+/* The communicator's p2p lanes, one after another, into k (its steps emptied first). 0, or -1
+ * out of memory. */
+int plan_lanes_keep(ncclComm_t comm, kept_lanes_t *k);
+/* Kept lanes (nlanes 0: the steps as one lane) into lanes; returns how many. */
+int plan_lanes_of(ncclComm_t comm, const kept_lanes_t *k, lane_t *lanes);
+void plan_lanes_free(kept_lanes_t *k);
 /* After plan_group: a group of sends and receives whose lanes hold only its calls' steps,
  * not kept yet, replaces the one of the communicator's two used less recently
  * (plan_p2p_quick). */

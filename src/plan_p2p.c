@@ -14,33 +14,39 @@
 
 #include "plan.h"
 
-int plan_lanes_keep(ncclComm_t comm, sched_t *steps, uint32_t **lane_end, int *nlanes) {
-  int n2 = 2 * comm->nranks, k = 0;
-  *nlanes = 0;
-  if (!*lane_end && !(*lane_end = malloc((size_t)n2 * sizeof(uint32_t)))) return -1;
-  sched_reset(steps);
+int plan_lanes_keep(ncclComm_t comm, kept_lanes_t *k) {
+  int n2 = 2 * comm->nranks, at = 0;
+  k->nlanes = 0;
+  if (!k->lane_end && !(k->lane_end = malloc((size_t)n2 * sizeof(uint32_t)))) return -1;
+  sched_reset(&k->steps);
   for (int i = 0; i < n2; i++) {
     const sched_t *lane = &comm->p2p_lanes[i];
     if (!lane->n) continue;
-    if (sched_append(steps, lane->steps, lane->n) != 0) return -1;
-    (*lane_end)[k++] = (uint32_t)steps->n;
+    if (sched_append(&k->steps, lane->steps, lane->n) != 0) return -1;
+    k->lane_end[at++] = (uint32_t)k->steps.n;
   }
-  *nlanes = k;
+  k->nlanes = at;
   return 0;
 }
 
-int plan_lanes_of(ncclComm_t comm, const sched_t *steps, const uint32_t *lane_end, int nlanes,
-                  lane_t *lanes) {
-  if (!nlanes) {
-    lanes[0] = (lane_t){.comm = comm, .steps = steps->steps, .nsteps = steps->n};
+int plan_lanes_of(ncclComm_t comm, const kept_lanes_t *k, lane_t *lanes) {
+  if (!k->nlanes) {
+    lanes[0] = (lane_t){.comm = comm, .steps = k->steps.steps, .nsteps = k->steps.n};
     return 1;
   }
-  for (int i = 0; i < nlanes; i++) {
-    uint32_t from = i ? lane_end[i - 1] : 0;
+  for (int i = 0; i < k->nlanes; i++) {
+    uint32_t from = i ? k->lane_end[i - 1] : 0;
     lanes[i] = (lane_t){
-        .comm = comm, .steps = steps->steps + from, .nsteps = lane_end[i] - from, .phase = 1};
+        .comm = comm, .steps = k->steps.steps + from, .nsteps = k->lane_end[i] - from, .phase = 1};
   }
-  return nlanes;
+  return k->nlanes;
+}
+
+void plan_lanes_free(kept_lanes_t *k) {
+  sched_free(&k->steps);
+  free(k->lane_end);
+  k->lane_end = NULL;
+  k->nlanes = 0;
 }
 
 /* ---- groups of sends and receives ---- */
@@ -81,7 +87,7 @@ void plan_p2p_cache(const pending_t *ops, size_t n) {
   struct plan_p2p *c = &comm->p2p_plan[comm->p2p_older];
   size_t esize[PLAN_P2P_MAX];
   c->n = 0;
-  if (plan_lanes_keep(comm, &c->steps, &c->lane_end, &c->nlanes) != 0 || c->nlanes == 0) return;
+  if (plan_lanes_keep(comm, &c->kept) != 0 || c->kept.nlanes == 0) return;
   for (size_t i = 0; i < n; i++) {
     const pending_t *p = &ops[i];
     c->call[i] = (struct plan_p2p_call){.coll = p->args.coll,
@@ -91,7 +97,7 @@ void plan_p2p_cache(const pending_t *ops, size_t n) {
                                         .chunk = p->args.chunk};
     esize[i] = p->ctx.esize;
   }
-  c->quick = engine_quick_steps(comm, c->steps.steps, c->steps.n, esize);
+  c->quick = engine_quick_steps(comm, c->kept.steps.steps, c->kept.steps.n, esize);
   c->n = (int)n;
   comm->p2p_older ^= 1;
 }
@@ -110,16 +116,13 @@ ncclResult_t plan_p2p_quick(pending_t *ops, size_t n, lane_t *lanes, int *nlanes
     TUTTI_CHECK(plan_prepare(p));
   }
   *quick = c->quick;
-  *nlanes = plan_lanes_of(comm, &c->steps, c->lane_end, c->nlanes, lanes);
+  *nlanes = plan_lanes_of(comm, &c->kept, lanes);
   return ncclSuccess;
 }
 
 void plan_p2p_free(ncclComm_t comm) {
   for (int k = 0; k < 2; k++) {
-    struct plan_p2p *c = &comm->p2p_plan[k];
-    sched_free(&c->steps);
-    free(c->lane_end);
-    c->lane_end = NULL;
-    c->n = 0;
+    plan_lanes_free(&comm->p2p_plan[k].kept);
+    comm->p2p_plan[k].n = 0;
   }
 }
