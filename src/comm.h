@@ -153,6 +153,7 @@ struct ncclComm {
     coll_t coll;
     size_t count, esize;
     uint32_t skip, exclude;
+    uint32_t span; /* the skips this key was given last (they double while it keeps missing) */
   } map_miss[16];
   struct adapt_bucket *adapt; /* the measured choice's table (adapt.c), NULL until used */
   size_t adapt_min_bytes;     /* adapt_min_bytes(), read at the first call (0: not yet) */

@@ -31,10 +31,10 @@
 
 TUTTI_PARAM(DumpSchedule, "DUMP_SCHEDULE", 0) /* plan.h */
 TUTTI_PARAM(Direct, "DIRECT", 1)
-TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 32 * 1024)
+TUTTI_PARAM(DirectMinBytes, "DIRECT_MIN_BYTES", 16 * 1024)
 TUTTI_PARAM(CmaMinBytes, "CMA_MIN_BYTES", 256 * 1024)
 TUTTI_PARAM(CmaCopyMinBytes, "CMA_COPY_MIN_BYTES", 128 * 1024)
-TUTTI_PARAM(PushMinBytes, "PUSH_MIN_BYTES", 16 * 1024)
+TUTTI_PARAM(PushMinBytes, "PUSH_MIN_BYTES", 8 * 1024)
 TUTTI_PARAM(PushGatherMinBytes, "PUSH_GATHER_MIN_BYTES", 1024 * 1024)
 
 /* ---- temporaries of the running group ---- */
@@ -303,11 +303,14 @@ static int plan_matches(ncclComm_t comm, const pending_t *p) {
  * goes to the mapping algorithms or, by the model, the FIFOs). So once a key's handshake said
  * so, its next MAP_MISS_SKIP calls leave out the algorithms that did not fit (and the handshake,
  * unless the algorithm chosen without them has one); the call after them tries again, since
- * the program may have moved to other buffers. Every rank sees the same keys in the same order
- * and the same answers, so every rank skips alike. (Not keyed by in place: ranks may differ
- * there.) */
+ * the program may have moved to other buffers. A key that misses again at that try skips twice
+ * as many calls (up to MAP_MISS_SKIP_MAX): buffers that stay unmappable pay one handshake per
+ * 1023 calls in the end (at 16 KiB, one per 63 was 5-15 % of a 1 us call). Every rank sees the
+ * same keys in the same order and the same answers, so every rank skips alike. (Not keyed by in
+ * place: ranks may differ there.) */
 #define MAP_MISS_SLOTS (sizeof(((struct ncclComm *)0)->map_miss) / sizeof(struct map_miss))
 #define MAP_MISS_SKIP 63
+#define MAP_MISS_SKIP_MAX 1023
 
 static struct map_miss *map_miss_slot(ncclComm_t comm, const pending_t *p) {
   size_t h = ((size_t)p->args.coll * 0x9e3779b1u + p->args.count) * 31 + p->ctx.esize;
@@ -333,11 +336,16 @@ static uint32_t map_excluded(ncclComm_t comm, pending_t *p) {
 }
 
 static void map_missed(ncclComm_t comm, const pending_t *p, uint32_t exclude) {
-  *map_miss_slot(comm, p) = (struct map_miss){.coll = p->args.coll,
-                                              .count = p->args.count,
-                                              .esize = p->ctx.esize,
-                                              .skip = MAP_MISS_SKIP,
-                                              .exclude = exclude};
+  struct map_miss *m = map_miss_slot(comm, p);
+  int again = m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize &&
+              m->exclude == exclude && m->span;
+  uint32_t span = again ? TUTTI_MIN(2 * m->span + 1, MAP_MISS_SKIP_MAX) : MAP_MISS_SKIP;
+  *m = (struct map_miss){.coll = p->args.coll,
+                         .count = p->args.count,
+                         .esize = p->ctx.esize,
+                         .skip = span,
+                         .exclude = exclude,
+                         .span = span};
 }
 
 /* Which pairs of the measured choice (adapt.h) cover p: ADAPT_PAIR_*, 0 none. Small calls, most

@@ -330,8 +330,8 @@ TEST(Sim, RendezvousBlocksInOnePiece) {
 
 // The tuner is asked about the bytes the library asks it about: for gather, scatter and
 // all-to-all one rank's block, not nccl-tests' whole buffer. On the default cluster's 2 ranks
-// without the rendezvous, a 32 KiB gather has 16 KiB blocks, below TUTTI_DIRECT_MIN_BYTES
-// (32 KiB): the FIFOs; a 64 KiB gather's 32 KiB blocks go to direct.
+// without the rendezvous, a 16 KiB gather has 8 KiB blocks, below TUTTI_DIRECT_MIN_BYTES
+// (16 KiB): the FIFOs; a 32 KiB gather's 16 KiB blocks go to direct.
 TEST(Sim, TunerSeesTheLibrarysBytes) {
   sim_cluster_t d;
   sim_cluster_defaults(&d);
@@ -339,9 +339,9 @@ TEST(Sim, TunerSeesTheLibrarysBytes) {
   algo_t chosen;
   size_t chunk;
   for (coll_t coll : {COLL_GATHER, COLL_SCATTER, COLL_ALLTOALL}) {
-    ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 32 * 1024, &chosen, &chunk), 0);
+    ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 16 * 1024, &chosen, &chunk), 0);
     EXPECT_EQ(chosen, ALGO_P2P) << coll_name(coll);
-    ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 64 * 1024, &chosen, &chunk), 0);
+    ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 32 * 1024, &chosen, &chunk), 0);
     EXPECT_EQ(chosen, ALGO_DIRECT) << coll_name(coll);
   }
 }

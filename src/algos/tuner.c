@@ -24,14 +24,14 @@
 #define TUNER_NET_GBPS 3.0
 #define TUNER_MSG_CPU_US 10.0
 #define TUNER_SHM_MSG_CPU_US 2.0
-#define TUNER_PEER_LAT_US 3.0
+#define TUNER_PEER_LAT_US 1.5
 #define TUNER_PEER_GBPS 20.0
 #define TUNER_PEER_READ_LAT_US 10.0
 #define TUNER_PEER_READ_GBPS 14.0
-#define TUNER_PEER_PUSH_LAT_US 2.0
+#define TUNER_PEER_PUSH_LAT_US 0.5
 #define TUNER_PEER_PUSH_GBPS 20.0
-#define TUNER_RDV_LAT_US 1.5
-#define TUNER_RDV_GBPS 19.5
+#define TUNER_RDV_LAT_US 1.0
+#define TUNER_RDV_GBPS 19.85
 #define TUNER_CODEC_NS 1.0 /* an estimate: a few fp32 loads and stores per element and pass */
 
 /* A positive number setting (param.c; a bad one warns and keeps the default). */

@@ -57,11 +57,11 @@ static void tuner_inputs(const sim_cluster_t *c, tuner_model_t *m, tuner_topo_t 
                       .host_blocks = c->nodes > 1,
                       .nics = c->nics,
                       .peer_mem = c->nodes == 1 && sim_nranks(c) > 1,
-                      .peer_min_bytes = 32 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
+                      .peer_min_bytes = 16 * 1024, /* TUTTI_DIRECT_MIN_BYTES */
                       .peer_read = c->nodes == 1 && sim_nranks(c) > 1,
                       .peer_read_min_bytes = 256 * 1024,      /* TUTTI_CMA_MIN_BYTES */
                       .peer_read_copy_min_bytes = 128 * 1024, /* TUTTI_CMA_COPY_MIN_BYTES */
-                      .push_min_bytes = 16 * 1024,            /* TUTTI_PUSH_MIN_BYTES */
+                      .push_min_bytes = 8 * 1024,             /* TUTTI_PUSH_MIN_BYTES */
                       .push_gather_min_bytes = 1 << 20,       /* TUTTI_PUSH_GATHER_MIN_BYTES */
                       .rdv_min_bytes = c->nodes == 1 ? c->rdv_intra : 0,
                       .slot_bytes = sim_comm_slot(c),
