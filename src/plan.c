@@ -305,7 +305,8 @@ static int plan_matches(ncclComm_t comm, const pending_t *p) {
  * unless the algorithm chosen without them has one); the call after them tries again, since
  * the program may have moved to other buffers. A key that misses again at that try skips twice
  * as many calls (up to MAP_MISS_SKIP_MAX): buffers that stay unmappable pay one handshake per
- * 1023 calls in the end (at 16 KiB, one per 63 was 5-15 % of a 1 us call). Every rank sees the
+ * 1023 calls in the end (at 16 KiB, one per 63 was 5-15 % of a 1 us call); a handshake that
+ * fits starts the key over at MAP_MISS_SKIP. Every rank sees the
  * same keys in the same order and the same answers, so every rank skips alike. (Not keyed by in
  * place: ranks may differ there.) */
 #define MAP_MISS_SLOTS (sizeof(((struct ncclComm *)0)->map_miss) / sizeof(struct map_miss))
@@ -333,6 +334,12 @@ static uint32_t map_excluded(ncclComm_t comm, pending_t *p) {
   p->map_excluded = m ? m->exclude : 0;
   if (m) m->skip--;
   return p->map_excluded;
+}
+
+/* A handshake of p's key that let its algorithm run: the next miss skips MAP_MISS_SKIP again. */
+static void map_fitted(ncclComm_t comm, const pending_t *p) {
+  struct map_miss *m = map_miss_slot(comm, p);
+  if (m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize) m->span = 0;
 }
 
 static void map_missed(ncclComm_t comm, const pending_t *p, uint32_t exclude) {
@@ -454,8 +461,12 @@ static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   ncclComm_t comm = p->ctx.comm;
   adapt_agreed(comm, &p->ctx, &p->args, agreed);
   uint32_t readers = algos_needing(ALGO_NEEDS_PEER_READ);
-  if (agreed != PEER_AGREE_MAP && !p->ctx.dev &&
-      (algo_get(p->ctx.algo)->needs & ALGO_NEEDS_PEER_MEMORY))
+  unsigned needs = algo_get(p->ctx.algo)->needs;
+  int mapper = (needs & ALGO_NEEDS_PEER_MEMORY) != 0, reader = (needs & ALGO_NEEDS_PEER_READ) != 0;
+  if (!p->ctx.dev &&
+      ((mapper && agreed == PEER_AGREE_MAP) || (reader && agreed == PEER_AGREE_READ)))
+    map_fitted(comm, p);
+  if (agreed != PEER_AGREE_MAP && !p->ctx.dev && mapper)
     map_missed(comm, p, algos_needing(ALGO_NEEDS_PEER_MEMORY));
   if (p->ctx.dev && agreed != PEER_AGREE_MAP)
     TUTTI_CHECK(plan_stage(p, "some rank's device buffers cannot be mapped by the others"));

@@ -387,8 +387,8 @@ TEST(TunerModel, CmaFromItsTwoFloors) {
 // direct reads (the root's n-1 blocks in a gather, one block per non-root in a scatter, n-1
 // blocks per rank in an all-to-all); below it, on several hosts or without a rendezvous, the
 // FIFOs' formula. Direct reads the same bytes after a handshake (peer latency), so on one host
-// the rendezvous takes the blocks direct would, unless the machine's CPUs are shared: then the
-// n-1 messages per rank cost more than direct's handshake.
+// the rendezvous takes the blocks direct would, also where the machine's CPUs are shared: the
+// blocks' notes, like direct's handshake, are not messages of the CPU model.
 TEST(TunerModel, P2pBlocksByRendezvous) {
   tuner_model_t m = model();
   m.peer = {3.0, 20.0};
@@ -414,14 +414,15 @@ TEST(TunerModel, P2pBlocksByRendezvous) {
   two_ranks.rdv_min_bytes = 16 * 1024;
   for (coll_t c : {COLL_GATHER, COLL_SCATTER, COLL_ALLTOALL})
     EXPECT_EQ(tuner_choose(&m, &two_ranks, c, 64 * 1024, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);
-  // 8 ranks on 2 CPUs: 7 messages x 2 us x 4 = 56 us of CPU per rank, above direct's
-  // 3 + 7 S / 20e3 = 25.9 us
+  // 8 ranks on 2 CPUs: 1.5 + 7 S / 20e3, no CPU term (the FIFOs' formula has one: 7 messages x
+  // 2 us x 4 = 56 us), below direct's 3 + 7 S / 20e3
   tuner_topo_t shared = one_host(8);
   shared.peer_mem = 1, shared.peer_min_bytes = 32 * 1024, shared.rdv_min_bytes = 16 * 1024;
   shared.machine_ranks = 8, shared.ncpu = 2;
-  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &shared, COLL_ALLTOALL, ALGO_P2P, 64 * 1024), 56.0);
-  EXPECT_EQ(tuner_choose(&m, &shared, COLL_ALLTOALL, 64 * 1024, TUNER_ALL_ALGOS, 0).algo,
-            ALGO_DIRECT);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &shared, COLL_ALLTOALL, ALGO_P2P, 64 * 1024),
+                   1.5 + 7 * S / b);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &shared, COLL_ALLTOALL, ALGO_P2P, 16 * 1024 - 1), 56.0);
+  EXPECT_EQ(tuner_choose(&m, &shared, COLL_ALLTOALL, 64 * 1024, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);
   tuner_topo_t two = t;  // two hosts: no rendezvous counted, the network's formula
   two.nhosts = 2, two.local_size = 2, two.host_blocks = 1;
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &two, COLL_SEND, ALGO_P2P, 64 * 1024), 20.0 + S / 1e3);

@@ -132,13 +132,15 @@ LANES_BUILDER(build_broadcast, p2p_broadcast)
 
 /* Cost: one hop, n-1 messages per rank (q = n-1); the root of gather/scatter moves S. Blocks
  * (S: one rank's) that every connection of one host takes by rendezvous (t->rdv_min_bytes) are
- * one copy each, the receiver's, from the sender's buffer: the rendezvous level's latency
- * (announcement and answer, the lanes side by side) and the bytes the busiest rank copies,
- * those of direct (direct_moved), which reads the same bytes after a handshake. */
+ * one copy each, the receiver's, from the sender's buffer: an algorithm on peer memory
+ * (cost_peer) at the rendezvous level, its latency the announcements and answers (the lanes side
+ * by side), and the bytes the busiest rank copies, those of direct (direct_moved), which reads
+ * the same bytes after a handshake. Like direct's handshake, the blocks' notes are no messages
+ * of the CPU model. */
 static double p2p_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks, rdv = t->nhosts == 1 && t->rdv_min_bytes && S >= (double)t->rdv_min_bytes;
   if (c == COLL_SEND || c == COLL_RECV) return cost(m, t, rdv ? &m->rdv : cost_level(m, t), 1, S);
-  if (rdv) return cost_q(m, t, &m->rdv, 1, n - 1, 0, direct_moved(c, n, S));
+  if (rdv) return cost_peer(m, &m->rdv, n, direct_moved(c, n, S));
   if (c == COLL_BROADCAST) return -1; /* by rendezvous only (p2p_broadcast) */
   return cost_q(m, t, cost_level(m, t), 1, n - 1, cost_peers_net_share(t), S);
 }
