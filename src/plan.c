@@ -318,12 +318,15 @@ static struct map_miss *map_miss_slot(ncclComm_t comm, const pending_t *p) {
   return &comm->map_miss[h % MAP_MISS_SLOTS];
 }
 
+/* Whether slot m holds p's key. */
+static int map_miss_is(const struct map_miss *m, const pending_t *p) {
+  return m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize;
+}
+
 /* The slot of p's key while it still has skips for it; NULL: none. */
 static struct map_miss *map_miss_live(ncclComm_t comm, const pending_t *p) {
   struct map_miss *m = map_miss_slot(comm, p);
-  int live =
-      m->skip && m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize;
-  return live ? m : NULL;
+  return m->skip && map_miss_is(m, p) ? m : NULL;
 }
 
 /* The algorithms (bits) this call leaves out (asked once per call: it counts the skip). */
@@ -339,13 +342,12 @@ static uint32_t map_excluded(ncclComm_t comm, pending_t *p) {
 /* A handshake of p's key that let its algorithm run: the next miss skips MAP_MISS_SKIP again. */
 static void map_fitted(ncclComm_t comm, const pending_t *p) {
   struct map_miss *m = map_miss_slot(comm, p);
-  if (m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize) m->span = 0;
+  if (map_miss_is(m, p)) m->span = 0;
 }
 
 static void map_missed(ncclComm_t comm, const pending_t *p, uint32_t exclude) {
   struct map_miss *m = map_miss_slot(comm, p);
-  int again = m->coll == p->args.coll && m->count == p->args.count && m->esize == p->ctx.esize &&
-              m->exclude == exclude && m->span;
+  int again = map_miss_is(m, p) && m->exclude == exclude && m->span;
   uint32_t span = again ? TUTTI_MIN(2 * m->span + 1, MAP_MISS_SKIP_MAX) : MAP_MISS_SKIP;
   *m = (struct map_miss){.coll = p->args.coll,
                          .count = p->args.count,

@@ -135,12 +135,13 @@ LANES_BUILDER(build_broadcast, p2p_broadcast)
  * one copy each, the receiver's, from the sender's buffer: an algorithm on peer memory
  * (cost_peer) at the rendezvous level, its latency the announcements and answers (the lanes side
  * by side), and the bytes the busiest rank copies, those of direct (direct_moved), which reads
- * the same bytes after a handshake. Like direct's handshake, the blocks' notes are no messages
- * of the CPU model. */
+ * the same bytes after a handshake (a send or a receive: one block between two ranks). Like
+ * direct's handshake, the blocks' notes are no messages of the CPU model. */
 static double p2p_cost(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, double S) {
   int n = t->nranks, rdv = t->nhosts == 1 && t->rdv_min_bytes && S >= (double)t->rdv_min_bytes;
-  if (c == COLL_SEND || c == COLL_RECV) return cost(m, t, rdv ? &m->rdv : cost_level(m, t), 1, S);
-  if (rdv) return cost_peer(m, &m->rdv, n, direct_moved(c, n, S));
+  int p2p = c == COLL_SEND || c == COLL_RECV;
+  if (rdv) return cost_peer(m, &m->rdv, p2p ? 2 : n, p2p ? S : direct_moved(c, n, S));
+  if (p2p) return cost(m, t, cost_level(m, t), 1, S);
   if (c == COLL_BROADCAST) return -1; /* by rendezvous only (p2p_broadcast) */
   return cost_q(m, t, cost_level(m, t), 1, n - 1, cost_peers_net_share(t), S);
 }

@@ -359,7 +359,8 @@ static void advance(des_t *d, int pi) {
     const sim_step_t *st = &p->steps[p->cur];
     chan_t *rc = st->recv >= 0 ? &d->ch[p->ch[2 * p->cur]] : NULL;
     chan_t *sc = st->send >= 0 ? &d->ch[p->ch[2 * p->cur + 1]] : NULL;
-    uint32_t pe = piece_elems(d, st, (rc ? rc : sc) && (rc ? rc : sc)->intra);
+    const chan_t *any = rc ? rc : sc;
+    uint32_t pe = piece_elems(d, st, any && any->intra);
     uint32_t left = st->count - p->pos, elems = left < pe ? left : pe;
     if (!piece_ready(d, pi, rc, sc)) return;
     /* an approximate symmetry (block sizes off by one) lets image pieces differ by one */
