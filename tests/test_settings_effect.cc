@@ -4,8 +4,10 @@
 // all-gather) under tutti-run as separate processes, reading INFO lines from their output; or
 // the harness's ranks (processes) where a rank's own measurements are needed.
 //   DEBUG_FILE, DUMP_SCHEDULE, NT_THRESHOLD, ONESHOT_MAX_BYTES, SHM_NSLOTS, SHM_SLOT_BYTES,
+//   SHM_PREFETCH,
 //   TUNER_SHM_LAT_US (the other TUNER_* in test_tuner.cc), HOSTID, SPIN_US, TIMEOUT=0, and a valid
 //   ncclCommInitRankConfig. DIRECT=0 is in test_direct.cc.
+#include <cpuid.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -258,6 +260,31 @@ TEST(Settings, ShmSlotsAndSlotBytesShapeTheFifos) {
   for (long c : chunks) {
     EXPECT_EQ(c % 3072, 0) << c;
     EXPECT_LT(c, 131072) << c;
+  }
+}
+
+// The sender's prefetch size (INFO SHM line): 0 with TUTTI_SHM_PREFETCH=0 or a CPU without
+// prefetchw; a size given in bytes, at most 16 KiB; by default 2 KiB on AMD CPUs and 16 KiB on
+// others (shm_prefetch_bytes). The FIFO all-reduce's sums stay exact with each.
+TEST(Settings, ShmPrefetchSizeFromTheSettingAndTheCpu) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  bool prefetchw = __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_PRFCHW);
+  __get_cpuid(0, &a, &b, &c, &d);
+  bool amd = std::string((char *)&b, 4) + std::string((char *)&d, 4) + std::string((char *)&c, 4) ==
+             "AuthenticAMD";
+  const struct {
+    const char *value;
+    unsigned bytes;
+  } cases[] = {{"", amd ? 2048u : 16384u}, {"0", 0}, {"4096", 4096}, {"1000000", 16384}};
+  for (const auto &k : cases) {
+    std::string env = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM TUTTI_CMA=0 ";
+    if (*k.value) env += std::string("TUTTI_SHM_PREFETCH=") + k.value;
+    Out o = launch(env, ENV_ALLREDUCE_PATH, 2, "--heap private");
+    expect_ok(o);
+    unsigned want = prefetchw ? k.bytes : 0;
+    EXPECT_EQ(count(o.text, ", prefetch to " + std::to_string(want) + " bytes"), 2)
+        << "TUTTI_SHM_PREFETCH=" << k.value << "\n"
+        << o.text;
   }
 }
 

@@ -30,8 +30,8 @@
  * Both ends place message k alike from the sizes of the messages before it; the receiver also
  * publishes tail_at, how far in the ring it released. The sender keeps cached copies of tail
  * and tail_at and rereads them only when the FIFO looks full. Having published a message of 241
- * B-16 KiB, it takes the lines the next one of that size would go to for writing
- * (shm_prefetch_next; TUTTI_SHM_PREFETCH=0 turns that off).
+ * B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), it takes the lines the next one of that
+ * size would go to for writing (shm_prefetch_next; TUTTI_SHM_PREFETCH=0 turns that off).
  * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
  * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
  * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
@@ -75,6 +75,7 @@ TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
 TUTTI_PARAM(ShmSlots, "SHM_NSLOTS", 8)
 TUTTI_PARAM(ShmRingWindow, "SHM_RING_WINDOW", 0)
 TUTTI_PARAM(ShmPrefetch, "SHM_PREFETCH", 1)
+#define SHM_PREFETCH_MAX (16 << 10) /* the next message's lines are prefetched up to this */
 
 static size_t seg_hot_bytes(uint32_t nslots, int local_size) {
   return TUTTI_ALIGN_UP((size_t)local_size * nslots * SHM_PAGE, SHM_PAGE);
@@ -160,11 +161,23 @@ static ncclResult_t map_segment(const char *name, size_t bytes, int create, char
   return ncclSuccess;
 }
 
-/* Does the CPU have prefetchw (older Intel CPUs may not; AMD64 ones all do)? */
-static int cpu_has_prefetchw(void) {
+/* The longest FIFO message after which the sender takes the next one's lines (shm_prefetch_next),
+ * from TUTTI_SHM_PREFETCH: 0 none, 1 as measured for this CPU, more: that many bytes (at most
+ * SHM_PREFETCH_MAX). None where the CPU lacks prefetchw (cpuid 0x80000001 ECX bit 8; older Intel).
+ * As measured: on an Intel Xeon guest messages to 16 KiB gain (ring places too); on an AMD Zen 5
+ * guest the hot places' messages (to SHM_HOT_BYTES) gained 1.04-1.27x at 1-4 KiB calls but
+ * prefetching the ring's next region cost 0.82-0.87x at 4-16 KiB, so AMD CPUs stop there
+ * (docs/perf-issue20-2.md, forty-third session). */
+static uint32_t shm_prefetch_bytes(void) {
+  int64_t v = tutti_param_ShmPrefetch();
+  if (v <= 0) return 0;
 #if defined(__x86_64__)
   unsigned a, b, c, d;
-  return __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_PRFCHW);
+  if (!__get_cpuid(0x80000001, &a, &b, &c, &d) || !(c & bit_PRFCHW)) return 0;
+  if (v > 1) return (uint32_t)TUTTI_MIN(v, SHM_PREFETCH_MAX);
+  __get_cpuid(0, &a, &b, &c, &d); /* vendor string in b, d, c: "AuthenticAMD" */
+  int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+  return amd ? SHM_HOT_BYTES : SHM_PREFETCH_MAX;
 #else
   return 0;
 #endif
@@ -187,7 +200,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
     st->local_index[p] =
         (comm->peers[p].host_hash == comm->peers[comm->rank].host_hash) ? local++ : -1;
   if (local <= 1) return ncclSuccess; /* no local peer: nothing to share */
-  st->prefetch = tutti_param_ShmPrefetch() && cpu_has_prefetchw();
+  st->prefetch = shm_prefetch_bytes();
   uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
   /* at most SHM_SLOT_MAX: a message's size and the flags share 32 bits */
   size_t slot_bytes = TUTTI_ALIGN_UP(
@@ -213,8 +226,8 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
                   .local_index = st->local_index[comm->rank]};
   snprintf(b.name, sizeof(b.name), "%s", st->name);
   memcpy(blob, &b, sizeof(b));
-  INFO(SUB_SHM, "created %s: %d local ranks x %u slots x %zu bytes", st->name, local, nslots,
-       slot_bytes);
+  INFO(SUB_SHM, "created %s: %d local ranks x %u slots x %zu bytes, prefetch to %u bytes", st->name,
+       local, nslots, slot_bytes, st->prefetch);
   return ncclSuccess;
 }
 
@@ -345,8 +358,7 @@ static char *end_where(const shm_end_t *e, size_t start, size_t bytes) {
   return bytes <= SHM_HOT_BYTES ? e->hot + (size_t)e->desc * SHM_PAGE : e->ring + start;
 }
 
-#define SHM_RESTART_MAX (32 << 10)  /* messages at most this long may */
-#define SHM_PREFETCH_MAX (16 << 10) /* the next message's lines are prefetched up to this */
+#define SHM_RESTART_MAX (32 << 10) /* messages at most this long may */
 
 /* The sender's copy of the receiver's tail and tail_at, reread. tail_at never moves it back: the
  * sender may have moved it past the ring's end itself (a start over, shm_send_slot). */
@@ -367,7 +379,7 @@ void shm_end_reread(shm_end_t *e) {
  * thirty-fifth session). */
 static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
 #if defined(__x86_64__)
-  if (bytes <= SHM_INLINE || bytes > SHM_PREFETCH_MAX || e->pos - e->seen >= e->ndesc) return;
+  if (bytes <= SHM_INLINE || bytes > e->prefetch || e->pos - e->seen >= e->ndesc) return;
   if (bytes > SHM_HOT_BYTES && /* in the ring: only without a wrap, and where it is free */
       (e->off + bytes > e->ring_bytes || e->at + bytes - e->seen_at > e->ring_bytes))
     return;

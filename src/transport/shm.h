@@ -75,12 +75,13 @@ typedef struct shm_end { /* one end of one FIFO */
   size_t off;     /* the ring offset after the last message placed (ring_place) */
   uint64_t at;    /* ring bytes passed so far, wrapped ends included (flow control) */
   uint64_t seen;  /* sender: cached copy of the receiver's tail ... */
-  uint64_t seen_at; /* ... and of its tail_at */
-  char *cur;        /* where message pos lies (send_slot, recv_slot) */
-  int restart;      /* sender: message pos starts the ring over (SHM_RESTART) */
-  size_t cur_bytes; /* receiver: message pos's size */
-  int sleepy;       /* oversubscribed: the other end may sleep, wake it (shm_wait) */
-  int prefetch;     /* sender: take the next message's lines for writing (shm_prefetch_next) */
+  uint64_t seen_at;  /* ... and of its tail_at */
+  char *cur;         /* where message pos lies (send_slot, recv_slot) */
+  int restart;       /* sender: message pos starts the ring over (SHM_RESTART) */
+  size_t cur_bytes;  /* receiver: message pos's size */
+  int sleepy;        /* oversubscribed: the other end may sleep, wake it (shm_wait) */
+  uint32_t prefetch; /* sender: after messages up to this long, take the next one's lines
+                        (shm_prefetch_next) */
   volatile int32_t *peer_failed;
   char small[SHM_INLINE]; /* sender: a message that goes inline is computed here */
   struct ncclComm *comm;  /* this rank's */
@@ -99,7 +100,7 @@ typedef struct shm_state {
   uint64_t *peer_seg_addr; /* [nranks] that segment's address in the peer's process */
   int *local_index;        /* [nranks]: index among this host's ranks, -1 if remote */
   shm_end_t *ends;         /* [2 * nranks]: send end to p, then receive end from p */
-  int prefetch;            /* send ends prefetch (TUTTI_SHM_PREFETCH and the CPU's prefetchw) */
+  uint32_t prefetch;       /* the send ends' prefetch size (shm_prefetch_bytes) */
 } shm_state_t;
 
 typedef struct shm_blob {
