@@ -67,6 +67,9 @@ void plan_timed(const pending_t *p, uint64_t ns);
 /* Memory that lives until plan_release (scratch beyond the communicator's, copies, peer
  * address tables): released once the group's engine run is over. */
 void *plan_temp_alloc(size_t bytes);
+/* Keeps p (malloc'd, may be NULL) to be freed by plan_release; 0, or -1 out of memory (p is then
+ * not kept, the caller frees it). */
+int plan_temp_keep(void *p);
 void plan_release(void);
 /* What the tuner knows of comm (the same on every rank); compress NULL: an exact call. */
 tuner_topo_t plan_topo(ncclComm_t comm);
