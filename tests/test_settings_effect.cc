@@ -269,9 +269,7 @@ TEST(Settings, ShmSlotsAndSlotBytesShapeTheFifos) {
 TEST(Settings, ShmPrefetchSizeFromTheSettingAndTheCpu) {
   unsigned a = 0, b = 0, c = 0, d = 0;
   bool prefetchw = __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_PRFCHW);
-  __get_cpuid(0, &a, &b, &c, &d);
-  bool amd = std::string((char *)&b, 4) + std::string((char *)&d, 4) + std::string((char *)&c, 4) ==
-             "AuthenticAMD";
+  bool amd = __builtin_cpu_is("amd");
   const struct {
     const char *value;
     unsigned bytes;

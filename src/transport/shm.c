@@ -175,9 +175,7 @@ static uint32_t shm_prefetch_bytes(void) {
   unsigned a, b, c, d;
   if (!__get_cpuid(0x80000001, &a, &b, &c, &d) || !(c & bit_PRFCHW)) return 0;
   if (v > 1) return (uint32_t)TUTTI_MIN(v, SHM_PREFETCH_MAX);
-  __get_cpuid(0, &a, &b, &c, &d); /* vendor string in b, d, c: "AuthenticAMD" */
-  int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
-  return amd ? SHM_HOT_BYTES : SHM_PREFETCH_MAX;
+  return __builtin_cpu_is("amd") ? SHM_HOT_BYTES : SHM_PREFETCH_MAX;
 #else
   return 0;
 #endif
