@@ -265,23 +265,31 @@ TEST(Settings, ShmSlotsAndSlotBytesShapeTheFifos) {
 
 // The sender's prefetch size (INFO SHM line): 0 with TUTTI_SHM_PREFETCH=0 or a CPU without
 // prefetchw; a size given in bytes, at most 16 KiB; by default 2 KiB on AMD CPUs and 16 KiB on
-// others (shm_prefetch_bytes). The FIFO all-reduce's sums stay exact with each.
+// others (shm_prefetch_bytes). Taken late (shm_prefetch_due: the line says "(late)") by default
+// on AMD CPUs only, always with TUTTI_SHM_PREFETCH_LATE=1, never with 0. The FIFO all-reduce's
+// sums stay exact with each.
 TEST(Settings, ShmPrefetchSizeFromTheSettingAndTheCpu) {
   unsigned a = 0, b = 0, c = 0, d = 0;
   bool prefetchw = __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_PRFCHW);
   bool amd = __builtin_cpu_is("amd");
+  const unsigned fit = amd ? 2048u : 16384u;
   const struct {
-    const char *value;
+    const char *value, *late;
     unsigned bytes;
-  } cases[] = {{"", amd ? 2048u : 16384u}, {"0", 0}, {"4096", 4096}, {"1000000", 16384}};
+    bool is_late;
+  } cases[] = {{"", "", fit, amd},          {"0", "", 0, false},  {"4096", "", 4096, amd},
+               {"1000000", "", 16384, amd}, {"", "1", fit, true}, {"", "0", fit, false},
+               {"4096", "1", 4096, true}};
   for (const auto &k : cases) {
     std::string env = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM TUTTI_CMA=0 ";
-    if (*k.value) env += std::string("TUTTI_SHM_PREFETCH=") + k.value;
+    if (*k.value) env += std::string("TUTTI_SHM_PREFETCH=") + k.value + " ";
+    if (*k.late) env += std::string("TUTTI_SHM_PREFETCH_LATE=") + k.late;
     Out o = launch(env, ENV_ALLREDUCE_PATH, 2, "--heap private");
     expect_ok(o);
     unsigned want = prefetchw ? k.bytes : 0;
-    EXPECT_EQ(count(o.text, ", prefetch to " + std::to_string(want) + " bytes"), 2)
-        << "TUTTI_SHM_PREFETCH=" << k.value << "\n"
+    std::string line = ", prefetch to " + std::to_string(want) + " bytes";
+    EXPECT_EQ(count(o.text, line + (want && k.is_late ? " (late)\n" : "\n")), 2)
+        << "TUTTI_SHM_PREFETCH=" << k.value << " TUTTI_SHM_PREFETCH_LATE=" << k.late << "\n"
         << o.text;
   }
 }

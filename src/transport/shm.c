@@ -31,7 +31,8 @@
  * publishes tail_at, how far in the ring it released. The sender keeps cached copies of tail
  * and tail_at and rereads them only when the FIFO looks full. Having published a message of 241
  * B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), it takes the lines the next one of that
- * size would go to for writing (shm_prefetch_next; TUTTI_SHM_PREFETCH=0 turns that off).
+ * size would go to for writing (shm_prefetch_next; on AMD CPUs once it next waits for a message
+ * or has read one, shm_prefetch_due; TUTTI_SHM_PREFETCH=0 turns that off).
  * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
  * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
  * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
@@ -75,6 +76,7 @@ TUTTI_PARAM(ShmSlotBytes, "SHM_SLOT_BYTES", 128 * 1024)
 TUTTI_PARAM(ShmSlots, "SHM_NSLOTS", 8)
 TUTTI_PARAM(ShmRingWindow, "SHM_RING_WINDOW", 0)
 TUTTI_PARAM(ShmPrefetch, "SHM_PREFETCH", 1)
+TUTTI_PARAM(ShmPrefetchLate, "SHM_PREFETCH_LATE", -1)
 #define SHM_PREFETCH_MAX (16 << 10) /* the next message's lines are prefetched up to this */
 
 static size_t seg_hot_bytes(uint32_t nslots, int local_size) {
@@ -199,6 +201,11 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
         (comm->peers[p].host_hash == comm->peers[comm->rank].host_hash) ? local++ : -1;
   if (local <= 1) return ncclSuccess; /* no local peer: nothing to share */
   st->prefetch = shm_prefetch_bytes();
+  st->prefetch_late = (int)tutti_param_ShmPrefetchLate();
+#if defined(__x86_64__)
+  if (st->prefetch_late < 0) st->prefetch_late = __builtin_cpu_is("amd");
+#endif
+  if (st->prefetch_late < 0) st->prefetch_late = 0;
   uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
   /* at most SHM_SLOT_MAX: a message's size and the flags share 32 bits */
   size_t slot_bytes = TUTTI_ALIGN_UP(
@@ -224,8 +231,9 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
                   .local_index = st->local_index[comm->rank]};
   snprintf(b.name, sizeof(b.name), "%s", st->name);
   memcpy(blob, &b, sizeof(b));
-  INFO(SUB_SHM, "created %s: %d local ranks x %u slots x %zu bytes, prefetch to %u bytes", st->name,
-       local, nslots, slot_bytes, st->prefetch);
+  INFO(SUB_SHM, "created %s: %d local ranks x %u slots x %zu bytes, prefetch to %u bytes%s",
+       st->name, local, nslots, slot_bytes, st->prefetch,
+       st->prefetch && st->prefetch_late ? " (late)" : "");
   return ncclSuccess;
 }
 
@@ -366,31 +374,55 @@ void shm_end_reread(shm_end_t *e) {
   if (at > e->seen_at) e->seen_at = at;
 }
 
-/* Once message pos - 1 is published: takes the lines the next message would be written to, if it
- * is as long and they are free by the cached tail, into this core's cache for writing
- * (prefetchw), while the receiver handles this one. Those lines were last read by the receiver
- * (a hot place nslots messages ago, the ring a lap ago), or by nobody since the program's other
- * memory pushed them out of the caches; taking them back line by line while copying the next
- * message in held that copy up. On an Intel Xeon guest, against TUTTI_SHM_PREFETCH=0: 1.06-1.5x
- * at 512 B-16 KiB for all-reduce, all-gather and reduce-scatter back to back, 1.03-1.44x in the
- * first 200 calls of each size after the program filled 256 MiB buffers (docs/perf-issue20-2.md,
- * thirty-fifth session). */
-static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
+/* Takes `bytes` from `at` into this core's cache for writing (prefetchw). */
+static void prefetch_lines(const char *at, size_t bytes) {
 #if defined(__x86_64__)
+  for (size_t i = 0; i < bytes; i += TUTTI_CACHELINE) __asm__ volatile("prefetchw %0" ::"m"(at[i]));
+#else
+  (void)at, (void)bytes;
+#endif
+}
+
+/* Once message pos - 1 is published: takes the lines the next message would be written to, if it
+ * is as long and they are free by the cached tail, into this core's cache for writing, while the
+ * receiver handles this one. Those lines were last read by the receiver (a hot place nslots
+ * messages ago, the ring a lap ago), or by nobody since the program's other memory pushed them
+ * out of the caches; taking them back line by line while copying the next message in held that
+ * copy up. On an Intel Xeon guest, against TUTTI_SHM_PREFETCH=0: 1.06-1.5x at 512 B-16 KiB for
+ * all-reduce, all-gather and reduce-scatter back to back, 1.03-1.44x in the first 200 calls of
+ * each size after the program filled 256 MiB buffers (docs/perf-issue20-2.md, thirty-fifth
+ * session). Where the state says late (TUTTI_SHM_PREFETCH_LATE: -1, the default, on AMD CPUs
+ * only; 0 never, 1 always) the lines are only noted
+ * here and taken by shm_prefetch_due. */
+static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
   if (bytes <= SHM_INLINE || bytes > e->prefetch || e->pos - e->seen >= e->ndesc) return;
   if (bytes > SHM_HOT_BYTES && /* in the ring: only without a wrap, and where it is free */
       (e->off + bytes > e->ring_bytes || e->at + bytes - e->seen_at > e->ring_bytes))
     return;
   const char *next = end_where(e, e->off, bytes);
-  for (size_t i = 0; i < bytes; i += TUTTI_CACHELINE)
-    __asm__ volatile("prefetchw %0" ::"m"(next[i]));
-#else
-  (void)e, (void)bytes;
-#endif
+  shm_state_t *st = e->comm->shm;
+  if (st->prefetch_late) {
+    st->prefetch_at = next;
+    st->prefetch_len = (uint32_t)bytes;
+  } else {
+    prefetch_lines(next, bytes);
+  }
+}
+
+/* A late prefetch is taken once this rank waits for a message or has read one (shm_recv_done),
+ * not right after publishing, when the rank's next work is mostly reading the peer's message:
+ * on an AMD Zen 5 guest the lines taken then held up the all-gather's copy out of the FIFO
+ * (0.95x at 2-4 KiB in place against no prefetch); taken late, 1.02-1.06x against taking them at
+ * once, the all-reduce and the reduce-scatter even (docs/perf-issue20-2.md, forty-fourth
+ * session). A send first forgets it (shm_send_slot): its lines may be the ones just written. */
+static inline void shm_prefetch_due(const shm_end_t *e) {
+  shm_state_t *st = e->comm->shm;
+  if (st->prefetch_at) prefetch_lines(st->prefetch_at, st->prefetch_len), st->prefetch_at = NULL;
 }
 
 void *shm_send_slot(conn_t *c, size_t bytes) {
   shm_end_t *e = c->priv;
+  ((shm_state_t *)e->comm->shm)->prefetch_at = NULL;
   size_t start = ring_place(e, bytes);
   e->restart = 0;
   if (bytes > SHM_HOT_BYTES && bytes <= SHM_RESTART_MAX && start >= e->window && bytes <= start) {
@@ -430,7 +462,10 @@ void shm_post(conn_t *c, size_t bytes, uint32_t flags) {
 static inline const void *peek(conn_t *c, size_t *bytes, uint32_t *flags) {
   shm_end_t *e = c->priv;
   shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
-  if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) return NULL;
+  if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) {
+    shm_prefetch_due(e);
+    return NULL;
+  }
   uint32_t b = h->bytes;
   *flags = b & (SHM_RESTART | SHM_LARGE);
   *bytes = e->cur_bytes = b & ~(SHM_RESTART | SHM_LARGE);
@@ -459,6 +494,7 @@ static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
 
 void shm_recv_done(conn_t *c) {
   shm_end_t *e = c->priv;
+  shm_prefetch_due(e);
   end_advance(e, e->cur_bytes);
   __atomic_store_n(&e->ctrl->tail_at, e->at, __ATOMIC_RELAXED);
   __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);

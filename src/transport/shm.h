@@ -101,6 +101,9 @@ typedef struct shm_state {
   int *local_index;        /* [nranks]: index among this host's ranks, -1 if remote */
   shm_end_t *ends;         /* [2 * nranks]: send end to p, then receive end from p */
   uint32_t prefetch;       /* the send ends' prefetch size (shm_prefetch_bytes) */
+  int prefetch_late;       /* ... taken when this rank next waits or reads (shm_prefetch_due) */
+  const char *prefetch_at; /* late: the lines noted, not yet taken (NULL: none) */
+  uint32_t prefetch_len;   /* ... and how many bytes */
 } shm_state_t;
 
 typedef struct shm_blob {
