@@ -542,8 +542,10 @@ static void bench_format_time(char *out, size_t len, double time_us) {
     snprintf(out, len, "%7.0f", time_us);
   else if (time_us >= 100.0)
     snprintf(out, len, "%7.1f", time_us);
-  else
+  else if (time_us >= 1.0)
     snprintf(out, len, "%7.2f", time_us);
+  else /* a 0.01 us step is 7 % of a 0.14 us call: too coarse for an A/B of small calls */
+    snprintf(out, len, "%7.3f", time_us);
 }
 
 static void bench_print_half(const bench_result_t *r) {

@@ -117,6 +117,8 @@ def iters_for(a, nbytes):
 
 
 def fmt_time(us):
+    if us < 1:
+        return f"{us:7.3f}"
     return f"{us:7.0f}" if us >= 10000 else f"{us:7.1f}" if us >= 100 else f"{us:7.2f}"
 
 
