@@ -391,9 +391,8 @@ static void prefetch_lines(const char *at, size_t bytes) {
  * copy up. On an Intel Xeon guest, against TUTTI_SHM_PREFETCH=0: 1.06-1.5x at 512 B-16 KiB for
  * all-reduce, all-gather and reduce-scatter back to back, 1.03-1.44x in the first 200 calls of
  * each size after the program filled 256 MiB buffers (docs/perf-issue20-2.md, thirty-fifth
- * session). Where the state says late (TUTTI_SHM_PREFETCH_LATE: -1, the default, on AMD CPUs
- * only; 0 never, 1 always) the lines are only noted
- * here and taken by shm_prefetch_due. */
+ * session). Where the state says late (TUTTI_SHM_PREFETCH_LATE=1; -1, the default, is 1 on AMD
+ * CPUs and 0 on others) the lines are only noted here and taken by shm_prefetch_due. */
 static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
   if (bytes <= SHM_INLINE || bytes > e->prefetch || e->pos - e->seen >= e->ndesc) return;
   if (bytes > SHM_HOT_BYTES && /* in the ring: only without a wrap, and where it is free */
