@@ -394,12 +394,13 @@ static void prefetch_lines(const char *at, size_t bytes) {
  * session). Where the state says late (TUTTI_SHM_PREFETCH_LATE=1; -1, the default, is 1 on AMD
  * CPUs and 0 on others) the lines are only noted here and taken by shm_prefetch_due. */
 static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
+  shm_state_t *st = e->comm->shm;
+  if (st->prefetch_late) st->prefetch_at = NULL;
   if (bytes <= SHM_INLINE || bytes > e->prefetch || e->pos - e->seen >= e->ndesc) return;
   if (bytes > SHM_HOT_BYTES && /* in the ring: only without a wrap, and where it is free */
       (e->off + bytes > e->ring_bytes || e->at + bytes - e->seen_at > e->ring_bytes))
     return;
   const char *next = end_where(e, e->off, bytes);
-  shm_state_t *st = e->comm->shm;
   if (st->prefetch_late) {
     st->prefetch_at = next;
     st->prefetch_len = (uint32_t)bytes;
@@ -413,7 +414,8 @@ static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
  * on an AMD Zen 5 guest the lines taken then held up the all-gather's copy out of the FIFO
  * (0.95x at 2-4 KiB in place against no prefetch); taken late, 1.02-1.06x against taking them at
  * once, the all-reduce and the reduce-scatter even (docs/perf-issue20-2.md, forty-fourth
- * session). A send first forgets it (shm_send_slot): its lines may be the ones just written. */
+ * session). The rank's next publication replaces or forgets the note (shm_prefetch_next): the
+ * lines noted may be the ones it just wrote. */
 static inline void shm_prefetch_due(const shm_end_t *e) {
   shm_state_t *st = e->comm->shm;
   if (st->prefetch_at) prefetch_lines(st->prefetch_at, st->prefetch_len), st->prefetch_at = NULL;
@@ -421,7 +423,6 @@ static inline void shm_prefetch_due(const shm_end_t *e) {
 
 void *shm_send_slot(conn_t *c, size_t bytes) {
   shm_end_t *e = c->priv;
-  ((shm_state_t *)e->comm->shm)->prefetch_at = NULL;
   size_t start = ring_place(e, bytes);
   e->restart = 0;
   if (bytes > SHM_HOT_BYTES && bytes <= SHM_RESTART_MAX && start >= e->window && bytes <= start) {
