@@ -3,17 +3,17 @@
  * Each rank owns one POSIX shared-memory segment holding the FIFOs its local peers send to it:
  *
  *   [ header: magic, owner, failed flag                 ]  4 KiB
- *   [ ctrl[local_size]: tail, tail_at | hdr[64]         ]  20 KiB each, 4 cache lines apiece
+ *   [ ctrl[local_size]: tail, tail_at | hdr[nslots]     ]  20 KiB each, 4 cache lines apiece
  *   [ hot[local_size][nslots][4 KiB]                    ]  FIFO i is written by local rank i:
  *   [ ring[local_size][nslots * slot_bytes]             ]  short messages here, long ones here
  *
- * Message k's header is hdr[k % 64], 4 lines holding {seq, bytes, 240 inline bytes}: the
+ * Message k's header is hdr[k % nslots], 4 lines holding {seq, bytes, 240 inline bytes}: the
  * sender writes the data and publishes seq = k + 1 (release); the receiver polls that line, uses
  * the data in place and publishes tail = k + 1 so its room can be reused. Where the data lies
  * depends on its size:
  *   - up to 240 bytes inline in the header (what makes small collectives fast: the receiver
  *     then touches the lines it polls and the ones right after);
- *   - up to SHM_HOT_BYTES in a hot place (hot[k % nslots]), lines both caches keep;
+ *   - up to SHM_HOT_BYTES in the header's hot place (hot[k % nslots]), lines both caches keep;
  *   - longer ones in the ring of nslots * slot_bytes bytes, one after another, each from a cache
  *     line (one that would cross the ring's end starts at its beginning), so that a line is
  *     written again only once the whole ring has been, whatever the messages' size. With a
@@ -29,14 +29,10 @@
  *     (docs/perf-issue20-2.md).
  * Both ends place message k alike from the sizes of the messages before it; the receiver also
  * publishes tail_at, how far in the ring it released. The sender keeps cached copies of tail
- * and tail_at and rereads them only when the FIFO looks full. Every FIFO has 64 headers whatever
- * nslots: a sender may run 64 inline messages ahead of its receiver, one for a hot place only
- * while fewer than nslots are unreleased (end_room); the headers past nslots took a stream of
- * 8-32 B gathers from 0.27 to 0.20 us a call on an AMD Zen 5 guest (docs/perf-rooted.md).
- * Having published a message of 241 B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), it
- * takes the lines the next one of that size would go to for writing (shm_prefetch_next; on AMD
- * CPUs once it next waits for a message or has read one, shm_prefetch_due; TUTTI_SHM_PREFETCH=0
- * turns that off).
+ * and tail_at and rereads them only when the FIFO looks full. Having published a message of 241
+ * B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), it takes the lines the next one of that
+ * size would go to for writing (shm_prefetch_next; on AMD CPUs once it next waits for a message
+ * or has read one, shm_prefetch_due; TUTTI_SHM_PREFETCH=0 turns that off).
  * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
  * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
  * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
@@ -273,8 +269,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
       .ring = seg_ring(st->peer_seg[peer], me, ls, mh->nslots, mh->slot_bytes),
       .ring_bytes = ring_bytes,
       .window = tutti_param_ShmRingWindow() > 0 ? (size_t)tutti_param_ShmRingWindow() : ring_bytes,
-      .ndesc = SHM_MAX_SLOTS,
-      .nhot = mh->nslots,
+      .ndesc = mh->nslots,
       .sleepy = comm->oversubscribed,
       .prefetch = st->prefetch,
       .peer_failed = &ph->failed,
@@ -284,8 +279,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
                     .hot = seg_hot(st->seg, them, ls, mh->nslots),
                     .ring = seg_ring(st->seg, them, ls, mh->nslots, mh->slot_bytes),
                     .ring_bytes = ring_bytes,
-                    .ndesc = SHM_MAX_SLOTS,
-                    .nhot = mh->nslots,
+                    .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
                     .peer_failed = &ph->failed,
                     .comm = comm,
@@ -354,24 +348,20 @@ static void end_advance(shm_end_t *e, size_t bytes) {
   }
   e->pos++;
   if (++e->desc == e->ndesc) e->desc = 0;
-  if (++e->hot_i == e->nhot) e->hot_i = 0;
 }
 
-/* Is there a header free and, for a message of `bytes`, its place: a hot one is free once the
- * messages nhot and more before it are released; in the ring, what lies from the receiver's
- * tail_at on is still in use. */
+/* Is there a header free and, for a message of `bytes` going into the ring at `start`, room in
+ * the ring (what lies from the receiver's tail_at on is still in use)? */
 static int end_room(const shm_end_t *e, size_t start, size_t bytes) {
-  uint64_t out = e->pos - e->seen;
-  if (out >= e->ndesc) return 0;
-  if (bytes <= SHM_INLINE) return 1;
-  if (bytes <= SHM_HOT_BYTES) return out < e->nhot;
+  if (e->pos - e->seen >= e->ndesc) return 0;
+  if (bytes <= SHM_HOT_BYTES) return 1;
   uint64_t end = e->at + ring_skip(e, start) + bytes;
   return end - e->seen_at <= e->ring_bytes;
 }
 
 /* Where message pos of `bytes` lies (inline messages excepted), ring placement at `start`. */
 static char *end_where(const shm_end_t *e, size_t start, size_t bytes) {
-  return bytes <= SHM_HOT_BYTES ? e->hot + (size_t)e->hot_i * SHM_PAGE : e->ring + start;
+  return bytes <= SHM_HOT_BYTES ? e->hot + (size_t)e->desc * SHM_PAGE : e->ring + start;
 }
 
 #define SHM_RESTART_MAX (32 << 10) /* messages at most this long may */
@@ -406,9 +396,7 @@ static void prefetch_lines(const char *at, size_t bytes) {
 static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
   shm_state_t *st = e->comm->shm;
   if (st->prefetch_late) st->prefetch_at = NULL;
-  if (bytes <= SHM_INLINE || bytes > e->prefetch ||
-      e->pos - e->seen >= (bytes <= SHM_HOT_BYTES ? e->nhot : e->ndesc))
-    return;
+  if (bytes <= SHM_INLINE || bytes > e->prefetch || e->pos - e->seen >= e->ndesc) return;
   if (bytes > SHM_HOT_BYTES && /* in the ring: only without a wrap, and where it is free */
       (e->off + bytes > e->ring_bytes || e->at + bytes - e->seen_at > e->ring_bytes))
     return;

@@ -68,10 +68,8 @@ typedef struct shm_end { /* one end of one FIFO */
   char *ring; /* nslots * slot_bytes bytes */
   size_t ring_bytes;
   size_t window;  /* sender: past this offset, a short message starts over when the ring is empty */
-  uint32_t ndesc; /* headers in ctrl->hdr, all SHM_MAX_SLOTS: the most messages in flight */
+  uint32_t ndesc; /* headers in ctrl->hdr, one per slot: the most messages in flight */
   uint32_t desc;  /* pos % ndesc, kept as pos grows (a division costs tens of cycles) */
-  uint32_t nhot;  /* hot places, one per slot (nslots) */
-  uint32_t hot_i; /* pos % nhot: message pos's hot place */
   uint64_t pos;   /* messages sent (sender) or consumed (receiver) */
   size_t off;     /* the ring offset after the last message placed (ring_place) */
   uint64_t at;    /* ring bytes passed so far, wrapped ends included (flow control) */
