@@ -225,16 +225,10 @@ typedef struct last_call {
 static TUTTI_TLS last_call_t last[2];
 static TUTTI_TLS unsigned last_older; /* the entry a call not cached replaces */
 
-/* a is the call just made, its type and op two 4-byte stores maybe still in the store buffer:
- * read as they were written (atomic loads are not merged), since one 8-byte load over both
- * cannot be served from there and waits until they, and every older store, reach the cache (the
- * non-root of a stream of 8-32 B gathers spent most of its samples there; 1.04-1.05x). */
 static int same_call(const call_t *a, const call_t *b) {
   return a->comm == b->comm && a->coll == b->coll && a->sendbuff == b->sendbuff &&
-         a->recvbuff == b->recvbuff && a->count == b->count &&
-         __atomic_load_n(&a->type, __ATOMIC_RELAXED) == b->type &&
-         __atomic_load_n(&a->op, __ATOMIC_RELAXED) == b->op && a->root == b->root &&
-         a->stream == b->stream;
+         a->recvbuff == b->recvbuff && a->count == b->count && a->type == b->type &&
+         a->op == b->op && a->root == b->root && a->stream == b->stream;
 }
 
 /* *use: the validated call, the cached record itself on a repeat (*keep 1: the group must leave
