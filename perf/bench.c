@@ -557,8 +557,19 @@ static void bench_print_half(const bench_result_t *r) {
     printf("  %7s  %6.2f  %6.2f  %5g", time, r->algbw, r->busbw, r->wrong);
 }
 
+/* The shortest timed window of the rows printed, and its size (bench_print_footer). */
+static double shortest_ms = -1;
+static size_t shortest_bytes;
+
+static void bench_note_window(size_t bytes, const bench_result_t *r) {
+  if (r->window_ms > 0 && (shortest_ms < 0 || r->window_ms < shortest_ms))
+    shortest_ms = r->window_ms, shortest_bytes = bytes;
+}
+
 void bench_print_row(size_t bytes, size_t count, const char *type, const char *op, int root,
                      const bench_result_t *out_of_place, const bench_result_t *in_place) {
+  bench_note_window(bytes, out_of_place);
+  bench_note_window(bytes, in_place);
   printf("%12zu  %12zu  %8s  %6s  %6d", bytes, count, type, op, root);
   bench_print_half(out_of_place);
   bench_print_half(in_place);
@@ -566,7 +577,16 @@ void bench_print_row(size_t bytes, size_t count, const char *type, const char *o
   fflush(stdout);
 }
 
+/* A size timed over a few milliseconds is a figure of its first calls: A/B runs of 8-32 B
+ * gathers at 1-7 ms a size showed 1.3-1.7x that runs of 50 ms did not (docs/perf-rooted.md). */
+#define BENCH_SHORT_WINDOW_MS 20.0
+
 void bench_print_footer(int results_wrong, double avg_busbw) {
+  if (shortest_ms >= 0 && shortest_ms < BENCH_SHORT_WINDOW_MS)
+    printf(
+        "# shortest timed window: %.1f ms at %zu B, under %.0f ms: raise -n to compare small "
+        "sizes\n",
+        shortest_ms, shortest_bytes, BENCH_SHORT_WINDOW_MS);
   printf("# Out of bounds values : %d %s\n", results_wrong, results_wrong > 0 ? "FAILED" : "OK");
   printf("# Avg bus bandwidth    : %g \n#\n", avg_busbw);
   fflush(stdout);

@@ -117,6 +117,7 @@ typedef struct bench_result {
   double algbw;
   double busbw;
   double wrong;
+  double window_ms; /* the timed calls' whole wall time (0: not timed so) */
 } bench_result_t;
 
 void bench_print_row(size_t bytes, size_t count, const char *type, const char *op, int root,

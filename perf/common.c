@@ -327,7 +327,9 @@ static bench_result_t perf_measure(perf_state_t *st, perf_case_t *c, int in_plac
     }
   }
   perf_aggregate(st, &seconds, &wrong);
-  bench_result_t r = {.time_us = seconds * 1e6, .wrong = wrong};
+  bench_result_t r = {.time_us = seconds * 1e6,
+                      .wrong = wrong,
+                      .window_ms = seconds * 1e3 * iters * st->opts.agg_iters};
   r.algbw = bench_algbw(c->counts.bw_count * c->type->size, seconds);
   r.busbw = r.algbw * st->coll->bus_factor(st->nranks);
   return r;

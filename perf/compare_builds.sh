@@ -88,12 +88,16 @@ out, reps, place, thresh, a, b, state_us, env_a, env_b, args, again, coll = sys.
 reps, thresh, state_us = int(reps), float(thresh), float(state_us)
 col = 5 if place == "out" else 9  # nccl-tests columns: time of out-of-place, of in-place
 
+short = []  # the perf programs' "# shortest timed window: <ms> ms at <size> B" notes
+
 def run(d, which, r):
     rows = {}
     for line in open(f"{d}/{which}.{r}.txt"):
         f = line.split()
         if len(f) >= 13 and f[0].isdigit():
             rows[int(f[0])] = float(f[col])
+        elif line.startswith("# shortest timed window:"):
+            short.append((float(f[4]), int(f[7])))
     return rows
 
 def pairs_of(d):
@@ -138,6 +142,10 @@ print(f"# B = {b}{'  [' + env_b + ']' if env_b else ''}")
 print(f"# state per pair (mean {small} B time, fast <= {state_us} us): {nfast} fast, "
       f"{reps - nfast} slow: {''.join(s[0] for s in state)}")
 print(f"# ratio = B busbw / A busbw of one pair; verdict against {limit:.2f} on the 95 % interval")
+if short:
+    ms, size = min(short)
+    print(f"# note: runs timed a size over as little as {ms} ms ({size} B): small sizes' ratios "
+          "from windows under 20 ms can mislead; raise -n")
 if len(blocks) > 1:
     print(f"# {len(blocks)} blocks (runs) of {', '.join(str(n) for d, n in blocks)} pairs; 'blocks': "
           "each block's median ratio, lowest..highest (a spread wider than the interval means "

@@ -309,7 +309,9 @@ static bench_result_t mpi_measure(mpi_perf_t *p, int in_place) {
     }
   }
   mpi_aggregate(p, &seconds, &wrong);
-  bench_result_t r = {.time_us = seconds * 1e6, .wrong = wrong};
+  bench_result_t r = {.time_us = seconds * 1e6,
+                      .wrong = wrong,
+                      .window_ms = seconds * 1e3 * iters * p->opts.agg_iters};
   r.algbw = bench_algbw(mpi_bw_bytes(p), seconds);
   r.busbw = r.algbw * mpi_bus_factor(p);
   if (r.wrong > 0) p->results_wrong++;
