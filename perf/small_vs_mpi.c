@@ -2,7 +2,8 @@
  * timed in alternating blocks of calls, so that both see the same machine state:
  *
  *   mpirun -np 2 --bind-to core small_vs_mpi [-b 8] [-e 4K] [-f 2] [-k 100] [-B 301] [-P out|in]
- *                                            [-M] [-c allreduce|allgather|reducescatter]
+ *                                            [-M] [-c allreduce|allgather|reducescatter|gather|
+ *                                                      scatter]
  *
  * Small all-reduces cost little more than a cache-line transfer each way, and on a virtual
  * machine that transfer's time moves with where the hypervisor puts the vCPUs, within a
@@ -16,9 +17,12 @@
  * issue #20 for 8 B-4 KiB), "FAIL" where its lower end is above 1, "?" otherwise.
  * -c: ncclAllReduce / MPI_Allreduce (default), ncclAllGather / MPI_Allgather, ncclReduceScatter /
  * MPI_Reduce_scatter_block, a size meaning what it means for the perf programs (all-gather: the
- * whole output; reduce-scatter: the whole input). fp32 sums on heap buffers (-M: tutti's from
- * ncclMemAlloc, which the peers map; MPI's stay on the heap); every result is checked once per size
- * (exact sums). Exit status 0 when no size fails (FAIL), 1 otherwise, 2 on an error.
+ * whole output; reduce-scatter: the whole input); ncclGather / MPI_Gather and ncclScatter /
+ * MPI_Scatter with root 0, a size being the root's whole buffer (nranks blocks), in place as
+ * nccl-tests has it (the own block of the root's buffer; MPI_IN_PLACE at the root). fp32 sums on
+ * heap buffers (-M: tutti's from ncclMemAlloc, which the peers map; MPI's stay on the heap); every
+ * result is checked once per size (exact sums). Exit status 0 when no size fails (FAIL), 1
+ * otherwise, 2 on an error.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -30,8 +34,9 @@
 #include "bench.h"
 #include "nccl.h"
 
-enum { COLL_AR, COLL_AG, COLL_RS };
-static const char *const coll_names[] = {"all_reduce", "all_gather", "reduce_scatter"};
+enum { COLL_AR, COLL_AG, COLL_RS, COLL_GATHER, COLL_SCATTER };
+static const char *const coll_names[] = {"all_reduce", "all_gather", "reduce_scatter", "gather",
+                                         "scatter"};
 
 typedef struct opts {
   bench_blocks_t r;
@@ -64,22 +69,37 @@ static void parse(int argc, char **argv, opts_t *o) {
     o->coll = !strcmp(optarg, "allreduce")       ? COLL_AR
               : !strcmp(optarg, "allgather")     ? COLL_AG
               : !strcmp(optarg, "reducescatter") ? COLL_RS
+              : !strcmp(optarg, "gather")        ? COLL_GATHER
+              : !strcmp(optarg, "scatter")       ? COLL_SCATTER
                                                  : -1;
-    if (o->coll < 0) die("-c takes allreduce, allgather or reducescatter");
+    if (o->coll < 0) die("-c takes allreduce, allgather, reducescatter, gather or scatter");
   }
   if ((why = bench_blocks_check(&o->r)) != NULL) die(why);
 }
 
 /* One call's buffers: the whole send and receive buffers are s and r (the same in place), c
- * elements per rank (all-gather, reduce-scatter) or in all (all-reduce). */
+ * elements per rank (all-gather, reduce-scatter, gather, scatter) or in all (all-reduce). */
 typedef struct call {
   int coll, in_place, rank, nranks;
   float *s, *r;
   size_t c;
 } call_t;
 
+/* Where a rank's own block lies in a whole buffer (the in-place input of all-gather and gather,
+ * the in-place output of reduce-scatter and scatter). */
+static float *own(const call_t *k, float *whole) {
+  return whole + (size_t)k->rank * k->c;
+}
+
 static void fill(const call_t *k) {
-  float *in = k->coll == COLL_AG && k->in_place ? k->r + (size_t)k->rank * k->c : k->s;
+  if (k->coll == COLL_SCATTER) { /* the root's blocks, block b for rank b */
+    if (k->rank == 0)
+      for (size_t e = 0; e < k->c * (size_t)k->nranks; e++)
+        k->s[e] = bench_blocks_input(e % k->c, (int)(e / k->c));
+    return;
+  }
+  int gathers = k->coll == COLL_AG || k->coll == COLL_GATHER;
+  float *in = gathers && k->in_place ? own(k, k->r) : k->s;
   size_t n = k->coll == COLL_RS ? k->c * (size_t)k->nranks : k->c;
   for (size_t e = 0; e < n; e++) in[e] = bench_blocks_input(e, k->rank);
 }
@@ -91,8 +111,14 @@ static int call_tutti(const call_t *k, ncclComm_t comm) {
       return ncclAllReduce(k->s, k->in_place ? k->s : k->r, k->c, ncclFloat32, ncclSum, comm,
                            NULL) != ncclSuccess;
     case COLL_AG:
-      return ncclAllGather(k->in_place ? k->r + (size_t)k->rank * k->c : k->s, k->r, k->c,
-                           ncclFloat32, comm, NULL) != ncclSuccess;
+      return ncclAllGather(k->in_place ? own(k, k->r) : k->s, k->r, k->c, ncclFloat32, comm,
+                           NULL) != ncclSuccess;
+    case COLL_GATHER:
+      return ncclGather(k->in_place ? own(k, k->r) : k->s, k->r, k->c, ncclFloat32, 0, comm,
+                        NULL) != ncclSuccess;
+    case COLL_SCATTER:
+      return ncclScatter(k->s, k->in_place ? own(k, k->s) : k->r, k->c, ncclFloat32, 0, comm,
+                         NULL) != ncclSuccess;
     default:
       return ncclReduceScatter(k->s, rs_out, k->c, ncclFloat32, ncclSum, comm, NULL) != ncclSuccess;
   }
@@ -110,6 +136,19 @@ static void call_mpi(const call_t *k) {
       MPI_Allgather(k->in_place ? MPI_IN_PLACE : k->s, (int)k->c, MPI_FLOAT, k->r, (int)k->c,
                     MPI_FLOAT, MPI_COMM_WORLD);
       break;
+    case COLL_GATHER: /* in place: only the root's input is MPI_IN_PLACE */
+      MPI_Gather(!k->in_place   ? k->s
+                 : k->rank == 0 ? MPI_IN_PLACE
+                                : own(k, k->r),
+                 (int)k->c, MPI_FLOAT, k->r, (int)k->c, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      break;
+    case COLL_SCATTER:
+      MPI_Scatter(k->s, (int)k->c, MPI_FLOAT,
+                  !k->in_place   ? k->r
+                  : k->rank == 0 ? MPI_IN_PLACE
+                                 : own(k, k->s),
+                  (int)k->c, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      break;
     default:
       MPI_Reduce_scatter_block(k->in_place ? MPI_IN_PLACE : k->s, k->in_place ? k->s : k->r,
                                (int)k->c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -119,7 +158,13 @@ static void call_mpi(const call_t *k) {
 /* The wrong elements of a call's output (lib 0: tutti, 1: MPI). */
 static size_t check(const call_t *k, int lib) {
   size_t wrong = 0;
-  if (k->coll == COLL_AG) {
+  if (k->coll == COLL_SCATTER) { /* every rank its block */
+    const float *y = k->in_place ? own(k, k->s) : k->r;
+    for (size_t e = 0; e < k->c; e++) wrong += y[e] != bench_blocks_input(e, k->rank);
+    return wrong;
+  }
+  if (k->coll == COLL_GATHER && k->rank != 0) return 0; /* only the root receives */
+  if (k->coll == COLL_AG || k->coll == COLL_GATHER) {
     for (int b = 0; b < k->nranks; b++)
       for (size_t e = 0; e < k->c; e++)
         wrong += k->r[(size_t)b * k->c + e] != bench_blocks_input(e, b);
