@@ -1,7 +1,7 @@
 /* builds_ab: two builds of tutti in the same processes, timed in alternating blocks of calls:
  *
  *   mpirun -np 2 --bind-to core builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in]
- *                                         [-M] LIB_A LIB_B
+ *                                         [-M] [-c allreduce|gather|scatter] LIB_A LIB_B
  *
  * LIB_A and LIB_B are two libtutti.so files (e.g. a baseline's build and this one's). Each is
  * loaded privately (dlopen, RTLD_LOCAL | RTLD_DEEPBIND: its own globals, its own symbols), and
@@ -13,14 +13,16 @@
  * Separate runs of two builds compare the virtual machine's states as much as the builds:
  * a small all-reduce costs a cache-line transfer or two, whose time moves with where the
  * hypervisor puts the vCPUs, within a fraction of a second (perf/linert). Here both builds see
- * the same states. Verdict per size (issue #18's "within 5 %"): "LOSS" where the interval's
- * lower end is above 1.05 (B slower by more than 5 %), "ok" where its upper end is at most
- * 1.05, "?" otherwise. Every result is checked once per size (exact sums). Exit status 0 when
- * no size is a LOSS and every result is right, 1 otherwise, 2 on an error. -M: each build's
- * buffers from its own ncclMemAlloc (memory the other ranks of the host map); otherwise both
- * use the same heap buffers. The same file as A and B (an A/A run) loads a copy of it as B.
- * A build whose thread-locals are initial-exec (STATIC_TLS in `readelf -d`, e.g. f6aa53c's)
- * needs room for them: `mpirun -x GLIBC_TUNABLES=glibc.rtld.optional_static_tls=262144`.
+ * the same states. -c gather / scatter: ncclGather / ncclScatter with root 0 instead, a size
+ * being the root's whole buffer (nranks blocks), in place as nccl-tests has it. Verdict per size
+ * (issue #18's "within 5 %"): "LOSS" where the interval's lower end is above 1.05 (B slower by more
+ * than 5 %), "ok" where its upper end is at most 1.05, "?" otherwise. Every result is checked once
+ * per size (exact sums). Exit status 0 when no size is a LOSS and every result is right, 1
+ * otherwise, 2 on an error. -M: each build's buffers from its own ncclMemAlloc (memory the other
+ * ranks of the host map); otherwise both use the same heap buffers. The same file as A and B (an
+ * A/A run) loads a copy of it as B. A build whose thread-locals are initial-exec (STATIC_TLS in
+ * `readelf -d`, e.g. f6aa53c's) needs room for them: `mpirun -x
+ * GLIBC_TUNABLES=glibc.rtld.optional_static_tls=262144`.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -44,12 +46,18 @@ typedef struct build {
   ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int);
   ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                              cudaStream_t);
+  ncclResult_t (*rooted[2])(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
+                            cudaStream_t); /* ncclGather, ncclScatter */
   ncclResult_t (*destroy)(ncclComm_t);
   ncclResult_t (*mem_alloc)(void **, size_t);
   ncclResult_t (*mem_free)(void *);
   ncclComm_t comm;
   float *s, *r; /* this build's buffers */
 } build_t;
+
+enum { COLL_AR, COLL_GATHER, COLL_SCATTER };
+static const char *const coll_names[] = {"all_reduce", "gather", "scatter"};
+static int coll = COLL_AR; /* -c */
 
 typedef bench_blocks_t opts_t;
 
@@ -62,13 +70,19 @@ static void die(const char *what, const char *detail) {
 static void parse(int argc, char **argv, opts_t *o, build_t b[2]) {
   bench_blocks_init(o);
   const char *why = NULL;
-  for (int opt; (opt = getopt(argc, argv, "b:e:f:k:n:P:Mh")) != -1;) {
+  for (int opt; (opt = getopt(argc, argv, "b:e:f:k:n:P:Mc:h")) != -1;) {
     int k = bench_blocks_option(o, opt, optarg, 'n', &why);
     if (k < 0) die(why, optarg);
-    if (k == 0)
-      die("usage: builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in] [-M] LIB_A "
-          "LIB_B",
+    if (k > 0) continue;
+    if (opt != 'c')
+      die("usage: builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in] [-M] [-c "
+          "allreduce|gather|scatter] LIB_A LIB_B",
           NULL);
+    coll = !strcmp(optarg, "allreduce") ? COLL_AR
+           : !strcmp(optarg, "gather")  ? COLL_GATHER
+           : !strcmp(optarg, "scatter") ? COLL_SCATTER
+                                        : -1;
+    if (coll < 0) die("-c takes allreduce, gather or scatter", optarg);
   }
   if ((why = bench_blocks_check(o)) != NULL) die(why, NULL);
   if (argc - optind != 2) die("two libraries to compare: LIB_A LIB_B", NULL);
@@ -115,6 +129,8 @@ static void load(build_t *b, const build_t *other) {
   *(void **)&b->get_id = sym(b, "ncclGetUniqueId");
   *(void **)&b->init = sym(b, "ncclCommInitRank");
   *(void **)&b->all_reduce = sym(b, "ncclAllReduce");
+  *(void **)&b->rooted[0] = sym(b, "ncclGather");
+  *(void **)&b->rooted[1] = sym(b, "ncclScatter");
   *(void **)&b->destroy = sym(b, "ncclCommDestroy");
   *(void **)&b->mem_alloc = sym(b, "ncclMemAlloc");
   *(void **)&b->mem_free = sym(b, "ncclMemFree");
@@ -127,15 +143,41 @@ static void connect(build_t *b, int rank, int nranks) {
   if (b->init(&b->comm, nranks, id, rank) != ncclSuccess) die(b->path, "ncclCommInitRank failed");
 }
 
-static int call(const build_t *b, size_t n, int in_place) {
-  return b->all_reduce(b->s, in_place ? b->s : b->r, n, ncclFloat32, ncclSum, b->comm, NULL) !=
-         ncclSuccess;
+/* n: the elements of the whole buffer; a gather's or scatter's block is n / nranks of them, at
+ * rank * that in the whole buffer (the in-place input of a gather, output of a scatter). */
+static int call(const build_t *b, size_t n, int in_place, int rank, int nranks) {
+  if (coll == COLL_AR)
+    return b->all_reduce(b->s, in_place ? b->s : b->r, n, ncclFloat32, ncclSum, b->comm, NULL) !=
+           ncclSuccess;
+  size_t c = n / (size_t)nranks;
+  if (coll == COLL_GATHER)
+    return b->rooted[0](in_place ? b->r + (size_t)rank * c : b->s, b->r, c, ncclFloat32, 0, b->comm,
+                        NULL) != ncclSuccess;
+  return b->rooted[1](b->s, in_place ? b->s + (size_t)rank * c : b->r, c, ncclFloat32, 0, b->comm,
+                      NULL) != ncclSuccess;
 }
 
 static size_t wrong_elements(const build_t *b, size_t n, int in_place, int rank, int nranks) {
-  for (size_t e = 0; e < n; e++) b->s[e] = bench_blocks_input(e, rank);
-  if (call(b, n, in_place)) die(b->path, "ncclAllReduce failed");
-  return bench_blocks_wrong_sums(in_place ? b->s : b->r, n, 0, nranks);
+  size_t c = n / (size_t)nranks, wrong = 0;
+  if (coll == COLL_AR)
+    for (size_t e = 0; e < n; e++) b->s[e] = bench_blocks_input(e, rank);
+  else if (coll == COLL_GATHER)
+    for (size_t e = 0; e < c; e++)
+      (in_place ? b->r + (size_t)rank * c : b->s)[e] = bench_blocks_input(e, rank);
+  else if (rank == 0)
+    for (size_t e = 0; e < c * (size_t)nranks; e++)
+      b->s[e] = bench_blocks_input(e % c, (int)(e / c));
+  if (call(b, n, in_place, rank, nranks)) die(b->path, "the checked call failed");
+  if (coll == COLL_AR) return bench_blocks_wrong_sums(in_place ? b->s : b->r, n, 0, nranks);
+  if (coll == COLL_GATHER) {
+    if (rank == 0)
+      for (size_t e = 0; e < c * (size_t)nranks; e++)
+        wrong += b->r[e] != bench_blocks_input(e % c, (int)(e / c));
+    return wrong;
+  }
+  const float *y = in_place ? b->s + (size_t)rank * c : b->r;
+  for (size_t e = 0; e < c; e++) wrong += y[e] != bench_blocks_input(e, rank);
+  return wrong;
 }
 
 int main(int argc, char **argv) {
@@ -162,9 +204,9 @@ int main(int argc, char **argv) {
   }
   if (rank == 0) {
     printf(
-        "# builds_ab: all_reduce, %d ranks, fp32 (sum), %s, buffers from %s, %d blocks of %d "
+        "# builds_ab: %s, %d ranks, fp32 (sum), %s, buffers from %s, %d blocks of %d "
         "calls each per size\n",
-        nranks, o.in_place ? "in place" : "out of place",
+        coll_names[coll], nranks, o.in_place ? "in place" : "out of place",
         o.memalloc ? "each build's ncclMemAlloc" : "the heap", o.blocks, o.calls);
     printf("# A: %s\n# B: %s\n", b[0].path, b[1].path);
     printf(
@@ -176,17 +218,18 @@ int main(int argc, char **argv) {
   int fails = 0;
   for (size_t bytes = o.minb; bytes <= o.maxb; bytes *= (size_t)o.factor) {
     size_t n = bytes / sizeof(float);
+    if (coll != COLL_AR && n < (size_t)nranks) continue; /* under a float per rank */
     unsigned long long bad = 0;
     for (int i = 0; i < 2; i++) { /* warm-up, then one checked call of each */
       for (int w = 0; w < 20; w++)
-        if (call(&b[i], n, o.in_place)) die(b[i].path, "ncclAllReduce failed");
+        if (call(&b[i], n, o.in_place, rank, nranks)) die(b[i].path, "a call failed");
       bad += wrong_elements(&b[i], n, o.in_place, rank, nranks);
     }
     for (int k = 0; k < o.blocks; k++)
       for (int j = 0; j < 2; j++) {
         int i = (k + j) % 2; /* alternate which build goes first */
         double t0 = bench_now();
-        for (int c = 0; c < o.calls; c++) call(&b[i], n, o.in_place);
+        for (int c = 0; c < o.calls; c++) call(&b[i], n, o.in_place, rank, nranks);
         t[i][k] = (bench_now() - t0) * 1e6 / o.calls;
       }
     for (int i = 0; i < 2; i++)
