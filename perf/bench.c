@@ -432,6 +432,19 @@ size_t bench_blocks_wrong_sums(const float *y, size_t n, size_t first, int nrank
   return wrong;
 }
 
+void bench_blocks_fill(float *y, size_t c, int first, int nblocks) {
+  for (int b = 0; b < nblocks; b++)
+    for (size_t e = 0; e < c; e++) y[(size_t)b * c + e] = bench_blocks_input(e, first + b);
+}
+
+size_t bench_blocks_wrong(const float *y, size_t c, int first, int nblocks) {
+  size_t wrong = 0;
+  for (int b = 0; b < nblocks; b++)
+    for (size_t e = 0; e < c; e++)
+      wrong += y[(size_t)b * c + e] != bench_blocks_input(e, first + b);
+  return wrong;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);

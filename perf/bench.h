@@ -85,6 +85,10 @@ const char *bench_blocks_check(const bench_blocks_t *o);
  * element `first` of the inputs, summed over nranks ranks) that are not the exact sum. */
 float bench_blocks_input(size_t k, int r);
 size_t bench_blocks_wrong_sums(const float *y, size_t n, size_t first, int nranks);
+/* Blocks of c elements holding ranks first .. first + nblocks - 1's inputs one after another (a
+ * scatter's input, a gather's output): written, or their elements that differ counted. */
+void bench_blocks_fill(float *y, size_t c, int first, int nblocks);
+size_t bench_blocks_wrong(const float *y, size_t c, int first, int nblocks);
 /* The median of v[0..n) (sorts v) and the order statistics that bound a distribution-free 95 %
  * interval of it: ranks n/2 -+ 1.96 sqrt(n)/2 (normal approximation of the binomial); lo and hi
  * may be NULL. For per-block ratios of two libraries timed in alternating blocks. */

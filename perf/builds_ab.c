@@ -158,26 +158,17 @@ static int call(const build_t *b, size_t n, int in_place, int rank, int nranks) 
 }
 
 static size_t wrong_elements(const build_t *b, size_t n, int in_place, int rank, int nranks) {
-  size_t c = n / (size_t)nranks, wrong = 0;
+  size_t c = n / (size_t)nranks;
   if (coll == COLL_AR)
-    for (size_t e = 0; e < n; e++) b->s[e] = bench_blocks_input(e, rank);
+    bench_blocks_fill(b->s, n, rank, 1);
   else if (coll == COLL_GATHER)
-    for (size_t e = 0; e < c; e++)
-      (in_place ? b->r + (size_t)rank * c : b->s)[e] = bench_blocks_input(e, rank);
+    bench_blocks_fill(in_place ? b->r + (size_t)rank * c : b->s, c, rank, 1);
   else if (rank == 0)
-    for (size_t e = 0; e < c * (size_t)nranks; e++)
-      b->s[e] = bench_blocks_input(e % c, (int)(e / c));
+    bench_blocks_fill(b->s, c, 0, nranks);
   if (call(b, n, in_place, rank, nranks)) die(b->path, "the checked call failed");
   if (coll == COLL_AR) return bench_blocks_wrong_sums(in_place ? b->s : b->r, n, 0, nranks);
-  if (coll == COLL_GATHER) {
-    if (rank == 0)
-      for (size_t e = 0; e < c * (size_t)nranks; e++)
-        wrong += b->r[e] != bench_blocks_input(e % c, (int)(e / c));
-    return wrong;
-  }
-  const float *y = in_place ? b->s + (size_t)rank * c : b->r;
-  for (size_t e = 0; e < c; e++) wrong += y[e] != bench_blocks_input(e, rank);
-  return wrong;
+  if (coll == COLL_GATHER) return rank == 0 ? bench_blocks_wrong(b->r, c, 0, nranks) : 0;
+  return bench_blocks_wrong(in_place ? b->s + (size_t)rank * c : b->r, c, rank, 1);
 }
 
 int main(int argc, char **argv) {

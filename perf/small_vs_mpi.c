@@ -93,15 +93,12 @@ static float *own(const call_t *k, float *whole) {
 
 static void fill(const call_t *k) {
   if (k->coll == COLL_SCATTER) { /* the root's blocks, block b for rank b */
-    if (k->rank == 0)
-      for (size_t e = 0; e < k->c * (size_t)k->nranks; e++)
-        k->s[e] = bench_blocks_input(e % k->c, (int)(e / k->c));
+    if (k->rank == 0) bench_blocks_fill(k->s, k->c, 0, k->nranks);
     return;
   }
   int gathers = k->coll == COLL_AG || k->coll == COLL_GATHER;
   float *in = gathers && k->in_place ? own(k, k->r) : k->s;
-  size_t n = k->coll == COLL_RS ? k->c * (size_t)k->nranks : k->c;
-  for (size_t e = 0; e < n; e++) in[e] = bench_blocks_input(e, k->rank);
+  bench_blocks_fill(in, k->coll == COLL_RS ? k->c * (size_t)k->nranks : k->c, k->rank, 1);
 }
 
 static int call_tutti(const call_t *k, ncclComm_t comm) {
@@ -157,19 +154,11 @@ static void call_mpi(const call_t *k) {
 
 /* The wrong elements of a call's output (lib 0: tutti, 1: MPI). */
 static size_t check(const call_t *k, int lib) {
-  size_t wrong = 0;
-  if (k->coll == COLL_SCATTER) { /* every rank its block */
-    const float *y = k->in_place ? own(k, k->s) : k->r;
-    for (size_t e = 0; e < k->c; e++) wrong += y[e] != bench_blocks_input(e, k->rank);
-    return wrong;
-  }
+  if (k->coll == COLL_SCATTER) /* every rank its block */
+    return bench_blocks_wrong(k->in_place ? own(k, k->s) : k->r, k->c, k->rank, 1);
   if (k->coll == COLL_GATHER && k->rank != 0) return 0; /* only the root receives */
-  if (k->coll == COLL_AG || k->coll == COLL_GATHER) {
-    for (int b = 0; b < k->nranks; b++)
-      for (size_t e = 0; e < k->c; e++)
-        wrong += k->r[(size_t)b * k->c + e] != bench_blocks_input(e, b);
-    return wrong;
-  }
+  if (k->coll == COLL_AG || k->coll == COLL_GATHER)
+    return bench_blocks_wrong(k->r, k->c, 0, k->nranks);
   const float *y = !k->in_place                ? k->r
                    : k->coll == COLL_AR || lib ? k->s
                                                : k->s + (size_t)k->rank * k->c;

@@ -272,6 +272,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
       .ndesc = mh->nslots,
       .sleepy = comm->oversubscribed,
       .prefetch = st->prefetch,
+      .late = st->prefetch && st->prefetch_late,
       .peer_failed = &ph->failed,
       .comm = comm,
       .peer = peer};
@@ -281,6 +282,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
                     .ring_bytes = ring_bytes,
                     .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
+                    .late = st->prefetch && st->prefetch_late,
                     .peer_failed = &ph->failed,
                     .comm = comm,
                     .peer = peer};
@@ -395,13 +397,13 @@ static void prefetch_lines(const char *at, size_t bytes) {
  * CPUs and 0 on others) the lines are only noted here and taken by shm_prefetch_due. */
 static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
   shm_state_t *st = e->comm->shm;
-  if (st->prefetch_late) st->prefetch_at = NULL;
+  if (e->late) st->prefetch_at = NULL;
   if (bytes <= SHM_INLINE || bytes > e->prefetch || e->pos - e->seen >= e->ndesc) return;
   if (bytes > SHM_HOT_BYTES && /* in the ring: only without a wrap, and where it is free */
       (e->off + bytes > e->ring_bytes || e->at + bytes - e->seen_at > e->ring_bytes))
     return;
   const char *next = end_where(e, e->off, bytes);
-  if (st->prefetch_late) {
+  if (e->late) {
     st->prefetch_at = next;
     st->prefetch_len = (uint32_t)bytes;
   } else {
@@ -417,6 +419,7 @@ static void shm_prefetch_next(const shm_end_t *e, size_t bytes) {
  * session). The rank's next publication replaces or forgets the note (shm_prefetch_next): the
  * lines noted may be the ones it just wrote. */
 static inline void shm_prefetch_due(const shm_end_t *e) {
+  if (!e->late) return; /* taken at once, or none */
   shm_state_t *st = e->comm->shm;
   if (st->prefetch_at) prefetch_lines(st->prefetch_at, st->prefetch_len), st->prefetch_at = NULL;
 }

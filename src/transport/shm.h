@@ -81,6 +81,8 @@ typedef struct shm_end { /* one end of one FIFO */
   int sleepy;        /* oversubscribed: the other end may sleep, wake it (shm_wait) */
   uint32_t prefetch; /* sender: after messages up to this long, take the next one's lines
                         (shm_prefetch_next) */
+  int late; /* this rank's prefetches are noted by its sends (shm_prefetch_next) and taken when
+               it waits or reads (shm_prefetch_due) */
   volatile int32_t *peer_failed;
   char small[SHM_INLINE]; /* sender: a message that goes inline is computed here */
   struct ncclComm *comm;  /* this rank's */
