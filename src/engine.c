@@ -401,6 +401,8 @@ static ncclResult_t run_phase(lane_t *lanes, int nlanes, const op_ctx_t *ops, in
     now = tutti_time_ns();
     if (idle++ == 0) {
       idle_since = last_check = now;
+      for (int i = 0; i < nlanes; i++)
+        if (i == 0 || lanes[i].comm != lanes[i - 1].comm) transport_idle(lanes[i].comm);
       if (!max_spin) {
         max_spin = (uint64_t)tutti_param_SpinUs() * 1000;
         spin_limit = TUTTI_MIN(spin_limit_ns, max_spin); /* read once: the loop polls */

@@ -4,7 +4,7 @@
 // all-gather) under tutti-run as separate processes, reading INFO lines from their output; or
 // the harness's ranks (processes) where a rank's own measurements are needed.
 //   DEBUG_FILE, DUMP_SCHEDULE, NT_THRESHOLD, ONESHOT_MAX_BYTES, SHM_NSLOTS, SHM_SLOT_BYTES,
-//   SHM_PREFETCH,
+//   SHM_PREFETCH, SHM_RELEASE_BATCH,
 //   TUNER_SHM_LAT_US (the other TUNER_* in test_tuner.cc), HOSTID, SPIN_US, TIMEOUT=0, and a valid
 //   ncclCommInitRankConfig. DIRECT=0 is in test_direct.cc.
 #include <cpuid.h>
@@ -288,9 +288,34 @@ TEST(Settings, ShmPrefetchSizeFromTheSettingAndTheCpu) {
     expect_ok(o);
     unsigned want = prefetchw ? k.bytes : 0;
     std::string line = ", prefetch to " + std::to_string(want) + " bytes";
-    EXPECT_EQ(count(o.text, line + (want && k.is_late ? " (late)\n" : "\n")), 2)
+    EXPECT_EQ(count(o.text, line + (want && k.is_late ? " (late)," : ",")), 2)
         << "TUTTI_SHM_PREFETCH=" << k.value << " TUTTI_SHM_PREFETCH_LATE=" << k.late << "\n"
         << o.text;
+  }
+}
+
+// How many messages a receive end takes before it publishes their release (INFO SHM line,
+// shm.c's release_batch): half the FIFO's headers by default (8 -> 4, 16 -> 8), the setting up
+// to that half (2; 100 -> 4; 0 -> 1), and 1 where the ranks outnumber the machine's CPUs (one
+// rank more than it has). The all-reduce's sums stay exact with each.
+TEST(Settings, ShmReleaseBatchFromTheSettingAndTheFifo) {
+  const int over = (int)sysconf(_SC_NPROCESSORS_ONLN) + 1;
+  const struct {
+    const char *env;
+    int nranks;
+    unsigned batch;
+  } cases[] = {{"", 2, 4},
+               {"TUTTI_SHM_NSLOTS=16", 2, 8},
+               {"TUTTI_SHM_RELEASE_BATCH=2", 2, 2},
+               {"TUTTI_SHM_RELEASE_BATCH=100", 2, 4},
+               {"TUTTI_SHM_RELEASE_BATCH=0", 2, 1},
+               {"", over, 1}};
+  for (const auto &k : cases) {
+    Out o = launch(std::string("TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM TUTTI_CMA=0 ") + k.env,
+                   ENV_ALLREDUCE_PATH, k.nranks, "--heap private");
+    expect_ok(o, k.nranks);
+    std::string line = ", releases published every " + std::to_string(k.batch) + " messages\n";
+    EXPECT_EQ(count(o.text, line), k.nranks) << k.env << " on " << k.nranks << " ranks\n" << o.text;
   }
 }
 

@@ -23,9 +23,9 @@ using th::Coll;
 using th::Mode;
 using th::RankCtx;
 
-th::Options small_fifos(const std::string &algo) {
+th::Options small_fifos(const std::string &algo, const char *nslots = "3") {
   th::Options o;
-  o.env = {{"TUTTI_SHM_NSLOTS", "3"},
+  o.env = {{"TUTTI_SHM_NSLOTS", nslots},
            {"TUTTI_SHM_SLOT_BYTES", "12288"},
            {"TUTTI_CMA", "0"}, /* heap buffers through the FIFOs, not peer reads */
            {"TUTTI_ALGO", algo}};
@@ -103,37 +103,78 @@ TEST(ShmRing, ShortMessagesStartTheRingOverWhenItIsEmpty) {
 }
 
 // Rank 0 sends back to back while rank 1 sleeps before its first receives, so that the sender
-// runs ahead as far as the FIFO lets it (3 headers here): runs of messages for the hot places
-// (241 B-2 KiB), runs of inline ones longer than the FIFO, ring messages, and the three kinds
-// mixed. Each message's bytes depend on its number and position, checked one by one: a header,
-// hot place or ring room reused before the receiver read it fails the case.
+// runs ahead as far as the FIFO lets it: runs of messages for the hot places (241 B-2 KiB), runs
+// of inline ones longer than the FIFO, ring messages, and the three kinds mixed. Each message's
+// bytes depend on its number and position, checked one by one: a header, hot place or ring room
+// reused before the receiver read it fails the case. With 3 headers every message is released
+// as it is taken; with 8 the receiver holds the releases of up to 3 inline or hot ones back
+// (TUTTI_SHM_RELEASE_BATCH 4), publishing them with the next ring message, the fourth, or
+// when it waits.
+void run_ahead(RankCtx &ctx);
+
 TEST(ShmRing, SendersRunAheadOnlyAsFarAsTheFifoAllows) {
+  th::run_ranks_ok(Mode::kProcs, 2, run_ahead, small_fifos("ring"),
+                   "2 ranks, sends running ahead, 3 x 12 KiB FIFOs");
+}
+
+TEST(ShmRing, SendersRunAheadOnlyAsFarAsHeldReleasesAllow) {
+  th::Options o = small_fifos("ring", "8");
+  o.env.push_back({"TUTTI_SHM_RELEASE_BATCH", "4"});
+  th::run_ranks_ok(Mode::kProcs, 2, run_ahead, o,
+                   "2 ranks, sends running ahead, 8 x 12 KiB FIFOs, releases held back");
+}
+
+// Both ranks send 7 inline messages to each other and then take the other's 7, round after
+// round (each call alone: the FIFO holds them until the peer takes them). From the second round
+// on a rank finds only 5 headers free where the peer holds back the release of the 3 it took
+// last: it can send its sixth only once the peer, itself waiting for room, publishes them
+// (shm_release_held). A receiver that held them on would leave both ranks waiting until the
+// timeout, which then fails the case naming the peer.
+TEST(ShmRing, RanksWaitingForRoomPublishTheReleasesTheyHold) {
+  th::Options o;
+  o.env = {{"TUTTI_SHM_NSLOTS", "8"}, {"TUTTI_SHM_RELEASE_BATCH", "4"}, {"TUTTI_TIMEOUT", "20"}};
   th::run_ranks_ok(
       Mode::kProcs, 2,
       [](RankCtx &ctx) {
-        std::vector<size_t> sizes;
-        for (int i = 0; i < 9; i++) sizes.push_back(241 + (size_t)i * 225);        // hot
-        for (int i = 0; i < 80; i++) sizes.push_back(1 + (size_t)(i * 37) % 240);  // inline
-        for (int i = 0; i < 5; i++) sizes.push_back(3000 + (size_t)i * 2300);      // ring
-        const size_t mixed[] = {8, 240, 241, 2048, 5000};
-        for (int i = 0; i < 60; i++) sizes.push_back(mixed[i % 5]);
-        auto byte = [](size_t msg, size_t j) { return (uint8_t)(msg * 31 + j * 7 + 1); };
-        std::vector<uint8_t> buf(12288);
-        for (size_t m = 0; m < sizes.size(); m++) {
-          if (ctx.rank == 0) {
-            for (size_t j = 0; j < sizes[m]; j++) buf[j] = byte(m, j);
-            NCCL_OK(ctx, ncclSend(buf.data(), sizes[m], ncclUint8, 1, ctx.comm, nullptr));
-            continue;
+        int peer = 1 - ctx.rank;
+        uint32_t out = 0, in = 0;
+        for (uint32_t round = 0; round < 50; round++) {
+          for (uint32_t m = 0; m < 7; m++) {
+            out = (uint32_t)ctx.rank << 24 | round << 8 | m;
+            NCCL_OK(ctx, ncclSend(&out, 1, ncclUint32, peer, ctx.comm, nullptr));
           }
-          if (m < 100) usleep(2000);  // the sender runs ahead as far as the FIFO lets it
-          std::fill(buf.begin(), buf.end(), 0);
-          NCCL_OK(ctx, ncclRecv(buf.data(), sizes[m], ncclUint8, 0, ctx.comm, nullptr));
-          for (size_t j = 0; j < sizes[m]; j++)
-            RCHECK(ctx, buf[j] == byte(m, j), "message %zu (%zu bytes): byte %zu is %u, not %u", m,
-                   sizes[m], j, buf[j], byte(m, j));
+          for (uint32_t m = 0; m < 7; m++) {
+            NCCL_OK(ctx, ncclRecv(&in, 1, ncclUint32, peer, ctx.comm, nullptr));
+            uint32_t want = (uint32_t)peer << 24 | round << 8 | m;
+            RCHECK(ctx, in == want, "round %u message %u: got %#x, not %#x", round, m, in, want);
+          }
         }
       },
-      small_fifos("ring"), "2 ranks, sends running ahead, 3 x 12 KiB FIFOs");
+      o, "2 ranks, 7 sends then 7 receives each, 50 rounds, releases held back");
+}
+
+void run_ahead(RankCtx &ctx) {
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 9; i++) sizes.push_back(241 + (size_t)i * 225);        // hot
+  for (int i = 0; i < 80; i++) sizes.push_back(1 + (size_t)(i * 37) % 240);  // inline
+  for (int i = 0; i < 5; i++) sizes.push_back(3000 + (size_t)i * 2300);      // ring
+  const size_t mixed[] = {8, 240, 241, 2048, 5000};
+  for (int i = 0; i < 60; i++) sizes.push_back(mixed[i % 5]);
+  auto byte = [](size_t msg, size_t j) { return (uint8_t)(msg * 31 + j * 7 + 1); };
+  std::vector<uint8_t> buf(12288);
+  for (size_t m = 0; m < sizes.size(); m++) {
+    if (ctx.rank == 0) {
+      for (size_t j = 0; j < sizes[m]; j++) buf[j] = byte(m, j);
+      NCCL_OK(ctx, ncclSend(buf.data(), sizes[m], ncclUint8, 1, ctx.comm, nullptr));
+      continue;
+    }
+    if (m < 100) usleep(2000);  // the sender runs ahead as far as the FIFO lets it
+    std::fill(buf.begin(), buf.end(), 0);
+    NCCL_OK(ctx, ncclRecv(buf.data(), sizes[m], ncclUint8, 0, ctx.comm, nullptr));
+    for (size_t j = 0; j < sizes[m]; j++)
+      RCHECK(ctx, buf[j] == byte(m, j), "message %zu (%zu bytes): byte %zu is %u, not %u", m,
+             sizes[m], j, buf[j], byte(m, j));
+  }
 }
 
 }  // namespace

@@ -29,17 +29,22 @@
  *     (docs/perf-issue20-2.md).
  * Both ends place message k alike from the sizes of the messages before it; the receiver also
  * publishes tail_at, how far in the ring it released. The sender keeps cached copies of tail
- * and tail_at and rereads them only when the FIFO looks full. Having published a message of 241
- * B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), it takes the lines the next one of that
- * size would go to for writing (shm_prefetch_next; on AMD CPUs once it next waits for a message
- * or has read one, shm_prefetch_due; TUTTI_SHM_PREFETCH=0 turns that off).
- * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
- * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
- * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
- * docs/perf.md, "Figures behind the code"): the waiter raises a flag next to the word it waits
- * for (the slot's seq, or tail), rechecks, and sleeps in futex(2) on that word's low 32 bits; the
- * other end, after publishing the word, fences and wakes it if the flag is up (one cache line it
- * writes anyway).
+ * and tail_at and rereads them only when the FIFO looks full. A sender that runs ahead (a
+ * stream of gathers) finds it full at every message, and each release it rereads costs the line
+ * a trip each way, so the receiver holds back the releases of messages that took no ring room
+ * (inline or hot) and publishes them with every TUTTI_SHM_RELEASE_BATCH-th (half the headers
+ * by default; 1 where the ranks outnumber the CPUs), with the next ring message, and whenever
+ * this rank waits: for a message, for room, or in the engine (transport idle). So a sender
+ * waits for room only when over half the headers hold messages not yet taken. Having published a
+ * message of 241 B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), it takes the lines the
+ * next one of that size would go to for writing (shm_prefetch_next; on AMD CPUs once it next waits
+ * for a message or has read one, shm_prefetch_due; TUTTI_SHM_PREFETCH=0 turns that off). Waiting
+ * when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank of a
+ * machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather than
+ * yielding on (a long wait's yields keep the CPU from the ranks with work; figures in docs/perf.md,
+ * "Figures behind the code"): the waiter raises a flag next to the word it waits for (the slot's
+ * seq, or tail), rechecks, and sleeps in futex(2) on that word's low 32 bits; the other end, after
+ * publishing the word, fences and wakes it if the flag is up (one cache line it writes anyway).
  * Elsewhere nobody sleeps and the flags are never looked at.
  * Peer memory (a rank's buffers read or written by its peers in place) is shm_peer.c's; large
  * steps by rendezvous, one copy from the sender's buffer into the receiver's, shm_rdv.c's.
@@ -77,6 +82,7 @@ TUTTI_PARAM(ShmSlots, "SHM_NSLOTS", 8)
 TUTTI_PARAM(ShmRingWindow, "SHM_RING_WINDOW", 0)
 TUTTI_PARAM(ShmPrefetch, "SHM_PREFETCH", 1)
 TUTTI_PARAM(ShmPrefetchLate, "SHM_PREFETCH_LATE", -1)
+TUTTI_PARAM(ShmReleaseBatch, "SHM_RELEASE_BATCH", -1)
 #define SHM_PREFETCH_MAX (16 << 10) /* the next message's lines are prefetched up to this */
 
 static size_t seg_hot_bytes(uint32_t nslots, int local_size) {
@@ -183,6 +189,15 @@ static uint32_t shm_prefetch_bytes(void) {
 #endif
 }
 
+/* How many messages a receive end may take before it publishes their release (shm_recv_done):
+ * TUTTI_SHM_RELEASE_BATCH, at most and by default half the headers; 1 (each at once) where the
+ * ranks outnumber the CPUs, whose senders sleep until a release wakes them. */
+static uint32_t release_batch(uint32_t nslots, int oversubscribed) {
+  int64_t b = tutti_param_ShmReleaseBatch(), half = nslots / 2;
+  if (oversubscribed) return 1;
+  return (uint32_t)TUTTI_MAX(1, b < 0 || b > half ? half : b);
+}
+
 static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]) {
   int n = comm->nranks;
   shm_state_t *st = calloc(1, sizeof(*st));
@@ -207,6 +222,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
 #endif
   if (st->prefetch_late < 0) st->prefetch_late = 0;
   uint32_t nslots = (uint32_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlots(), 2), SHM_MAX_SLOTS);
+  st->release_batch = release_batch(nslots, comm->oversubscribed);
   /* at most SHM_SLOT_MAX: a message's size and the flags share 32 bits */
   size_t slot_bytes = TUTTI_ALIGN_UP(
       (size_t)TUTTI_MIN(TUTTI_MAX(tutti_param_ShmSlotBytes(), 4096), (int64_t)SHM_SLOT_MAX), 4096);
@@ -231,9 +247,11 @@ static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BY
                   .local_index = st->local_index[comm->rank]};
   snprintf(b.name, sizeof(b.name), "%s", st->name);
   memcpy(blob, &b, sizeof(b));
-  INFO(SUB_SHM, "created %s: %d local ranks x %u slots x %zu bytes, prefetch to %u bytes%s",
+  INFO(SUB_SHM,
+       "created %s: %d local ranks x %u slots x %zu bytes, prefetch to %u bytes%s, releases "
+       "published every %u messages",
        st->name, local, nslots, slot_bytes, st->prefetch,
-       st->prefetch && st->prefetch_late ? " (late)" : "");
+       st->prefetch && st->prefetch_late ? " (late)" : "", st->release_batch);
   return ncclSuccess;
 }
 
@@ -273,6 +291,7 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
       .sleepy = comm->oversubscribed,
       .prefetch = st->prefetch,
       .late = st->prefetch && st->prefetch_late,
+      .held = &st->held,
       .peer_failed = &ph->failed,
       .comm = comm,
       .peer = peer};
@@ -283,6 +302,8 @@ static ncclResult_t shm_connect(struct ncclComm *comm, int peer, const char *pee
                     .ndesc = mh->nslots,
                     .sleepy = comm->oversubscribed,
                     .late = st->prefetch && st->prefetch_late,
+                    .batch = st->release_batch,
+                    .held = &st->held,
                     .peer_failed = &ph->failed,
                     .comm = comm,
                     .peer = peer};
@@ -437,7 +458,10 @@ void *shm_send_slot(conn_t *c, size_t bytes) {
   }
   if (!end_room(e, start, bytes)) {
     shm_end_reread(e);
-    if (!end_room(e, start, bytes)) return NULL;
+    if (!end_room(e, start, bytes)) {
+      if (*e->held) shm_release_held(e->comm); /* the peer may wait for room to this rank */
+      return NULL;
+    }
   }
   return e->cur = bytes <= SHM_INLINE ? e->small : end_where(e, start, bytes);
 }
@@ -466,6 +490,7 @@ static inline const void *peek(conn_t *c, size_t *bytes, uint32_t *flags) {
   shm_end_t *e = c->priv;
   shm_slot_hdr_t *h = &e->ctrl->hdr[e->desc];
   if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != e->pos + 1) {
+    if (*e->held) shm_release_held(e->comm);
     shm_prefetch_due(e);
     return NULL;
   }
@@ -495,13 +520,33 @@ static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
   return NULL;
 }
 
+/* Publishes what the receive end e took: its header, hot place and ring bytes are free again. */
+static void end_release(shm_end_t *e) {
+  __atomic_store_n(&e->ctrl->tail_at, e->at, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);
+  e->released = e->pos;
+  if (e->holding) e->holding = 0, (*e->held)--;
+  if (e->sleepy) wake_sleeper(&e->ctrl->tail, &e->ctrl->sleeping);
+}
+
+void shm_release_held(struct ncclComm *comm) {
+  shm_state_t *st = comm->shm;
+  if (!st) return;
+  for (int p = 0; p < comm->nranks && st->held; p++) {
+    shm_end_t *e = &st->ends[comm->nranks + p];
+    if (e->holding) end_release(e);
+  }
+}
+
 void shm_recv_done(conn_t *c) {
   shm_end_t *e = c->priv;
   shm_prefetch_due(e);
   end_advance(e, e->cur_bytes);
-  __atomic_store_n(&e->ctrl->tail_at, e->at, __ATOMIC_RELAXED);
-  __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);
-  if (e->sleepy) wake_sleeper(&e->ctrl->tail, &e->ctrl->sleeping);
+  if (e->cur_bytes <= SHM_HOT_BYTES && e->pos - e->released < e->batch) {
+    if (!e->holding) e->holding = 1, (*e->held)++;
+    return; /* released with a later message, or when this rank waits */
+  }
+  end_release(e);
 }
 
 /* Sleeps until the connection can probably move (a message in, or room to send), at most
@@ -602,6 +647,7 @@ const transport_t shm_transport = {
     .recv_done = shm_recv_done,
     .wait = shm_wait,
     .wait_oversubscribed_only = 1,
+    .idle = shm_release_held,
     .peer_failed = shm_peer_failed,
     .peer_reason = shm_peer_reason,
     .mark_failed = shm_mark_failed,

@@ -83,6 +83,10 @@ typedef struct shm_end { /* one end of one FIFO */
                         (shm_prefetch_next) */
   int late; /* this rank's prefetches are noted by its sends (shm_prefetch_next) and taken when
                it waits or reads (shm_prefetch_due) */
+  uint64_t released; /* receiver: the tail it last published */
+  uint32_t batch;    /* receiver: messages whose release may wait for the next ones (1: none) */
+  int holding;       /* receiver: released < pos (counted in the state's held) */
+  uint32_t *held;    /* the state's count of such ends */
   volatile int32_t *peer_failed;
   char small[SHM_INLINE]; /* sender: a message that goes inline is computed here */
   struct ncclComm *comm;  /* this rank's */
@@ -105,6 +109,8 @@ typedef struct shm_state {
   int prefetch_late;       /* ... taken when this rank next waits or reads (shm_prefetch_due) */
   const char *prefetch_at; /* late: the lines noted, not yet taken (NULL: none) */
   uint32_t prefetch_len;   /* ... and how many bytes */
+  uint32_t release_batch;  /* the receive ends' batch (shm_end_t) */
+  uint32_t held;           /* receive ends holding releases back (shm_release_held) */
 } shm_state_t;
 
 typedef struct shm_blob {
@@ -126,6 +132,8 @@ void shm_post(conn_t *c, size_t bytes, uint32_t flags);
 const void *shm_peek(conn_t *c, size_t *bytes, uint32_t *flags);
 void shm_recv_done(conn_t *c);
 void shm_end_reread(shm_end_t *e);
+/* Publishes every release this rank's receive ends hold back (shm_recv_done). */
+void shm_release_held(struct ncclComm *comm);
 /* Stops the end with a reason (printf-style): its peer_failed then says so. */
 void shm_end_break(shm_end_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -132,6 +132,11 @@ out:
   return res;
 }
 
+void transport_idle(ncclComm_t comm) {
+  for (int t = 0; t < NTRANSPORTS; t++)
+    if (transports[t]->idle) transports[t]->idle(comm);
+}
+
 void transport_mark_failed(ncclComm_t comm) {
   for (int t = 0; t < NTRANSPORTS; t++) transports[t]->mark_failed(comm);
 }

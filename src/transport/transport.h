@@ -119,6 +119,10 @@ typedef struct transport {
   void (*wait)(conn_t *conn, int send, uint64_t timeout_ns);
   int wait_oversubscribed_only; /* wait is for machines with more ranks than CPUs; elsewhere
                                  * the engine spins and yields as for a transport without */
+  /* Optional: called when this rank starts to wait (its lanes moved nothing): publishes what the
+   * transport held back to save traffic (shm: releases of messages taken), which a peer may
+   * be waiting for. */
+  void (*idle)(struct ncclComm *comm);
   const void *(*recv_slot)(conn_t *conn, size_t *bytes);
   void (*recv_done)(conn_t *conn);
   int (*peer_failed)(conn_t *conn);
@@ -147,6 +151,8 @@ extern const transport_t ib_transport;
 /* Picks a transport per peer and connects every pair (collective over the communicator). */
 ncclResult_t transport_connect_all(struct ncclComm *comm);
 void transport_mark_failed(struct ncclComm *comm);
+/* A rank starts to wait: every transport's idle (publishes what it held back). */
+void transport_idle(struct ncclComm *comm);
 void transport_close_all(struct ncclComm *comm);
 
 #endif
