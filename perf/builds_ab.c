@@ -1,7 +1,8 @@
 /* builds_ab: two builds of tutti in the same processes, timed in alternating blocks of calls:
  *
  *   mpirun -np 2 --bind-to core builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in]
- *                                         [-M] [-c allreduce|gather|scatter] LIB_A LIB_B
+ *                                         [-M] [-c allreduce|allgather|reducescatter|gather|
+ *                                               scatter] LIB_A LIB_B
  *
  * LIB_A and LIB_B are two libtutti.so files (e.g. a baseline's build and this one's). Each is
  * loaded privately (dlopen, RTLD_LOCAL | RTLD_DEEPBIND: its own globals, its own symbols), and
@@ -13,8 +14,10 @@
  * Separate runs of two builds compare the virtual machine's states as much as the builds:
  * a small all-reduce costs a cache-line transfer or two, whose time moves with where the
  * hypervisor puts the vCPUs, within a fraction of a second (perf/linert). Here both builds see
- * the same states. -c gather / scatter: ncclGather / ncclScatter with root 0 instead, a size
- * being the root's whole buffer (nranks blocks), in place as nccl-tests has it. Verdict per size
+ * the same states. -c allgather / reducescatter: ncclAllGather / ncclReduceScatter instead, a
+ * size being the whole output / input (nranks blocks); -c gather / scatter: ncclGather /
+ * ncclScatter with root 0, a size being the root's whole buffer; in place as nccl-tests has
+ * them. Verdict per size
  * (issue #18's "within 5 %"): "LOSS" where the interval's lower end is above 1.05 (B slower by more
  * than 5 %), "ok" where its upper end is at most 1.05, "?" otherwise. Every result is checked once
  * per size (exact sums). Exit status 0 when no size is a LOSS and every result is right, 1
@@ -46,6 +49,10 @@ typedef struct build {
   ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int);
   ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                              cudaStream_t);
+  ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
+                             cudaStream_t);
+  ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                                 ncclComm_t, cudaStream_t);
   ncclResult_t (*rooted[2])(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
                             cudaStream_t); /* ncclGather, ncclScatter */
   ncclResult_t (*destroy)(ncclComm_t);
@@ -55,8 +62,9 @@ typedef struct build {
   float *s, *r; /* this build's buffers */
 } build_t;
 
-enum { COLL_AR, COLL_GATHER, COLL_SCATTER };
-static const char *const coll_names[] = {"all_reduce", "gather", "scatter"};
+enum { COLL_AR, COLL_AG, COLL_RS, COLL_GATHER, COLL_SCATTER };
+static const char *const coll_names[] = {"all_reduce", "all_gather", "reduce_scatter", "gather",
+                                         "scatter"};
 static int coll = COLL_AR; /* -c */
 
 typedef bench_blocks_t opts_t;
@@ -76,13 +84,15 @@ static void parse(int argc, char **argv, opts_t *o, build_t b[2]) {
     if (k > 0) continue;
     if (opt != 'c')
       die("usage: builds_ab [-b 8] [-e 4K] [-f 2] [-k 100] [-n 301] [-P out|in] [-M] [-c "
-          "allreduce|gather|scatter] LIB_A LIB_B",
+          "allreduce|allgather|reducescatter|gather|scatter] LIB_A LIB_B",
           NULL);
-    coll = !strcmp(optarg, "allreduce") ? COLL_AR
-           : !strcmp(optarg, "gather")  ? COLL_GATHER
-           : !strcmp(optarg, "scatter") ? COLL_SCATTER
-                                        : -1;
-    if (coll < 0) die("-c takes allreduce, gather or scatter", optarg);
+    coll = !strcmp(optarg, "allreduce")       ? COLL_AR
+           : !strcmp(optarg, "allgather")     ? COLL_AG
+           : !strcmp(optarg, "reducescatter") ? COLL_RS
+           : !strcmp(optarg, "gather")        ? COLL_GATHER
+           : !strcmp(optarg, "scatter")       ? COLL_SCATTER
+                                              : -1;
+    if (coll < 0) die("-c takes allreduce, allgather, reducescatter, gather or scatter", optarg);
   }
   if ((why = bench_blocks_check(o)) != NULL) die(why, NULL);
   if (argc - optind != 2) die("two libraries to compare: LIB_A LIB_B", NULL);
@@ -129,6 +139,8 @@ static void load(build_t *b, const build_t *other) {
   *(void **)&b->get_id = sym(b, "ncclGetUniqueId");
   *(void **)&b->init = sym(b, "ncclCommInitRank");
   *(void **)&b->all_reduce = sym(b, "ncclAllReduce");
+  *(void **)&b->all_gather = sym(b, "ncclAllGather");
+  *(void **)&b->reduce_scatter = sym(b, "ncclReduceScatter");
   *(void **)&b->rooted[0] = sym(b, "ncclGather");
   *(void **)&b->rooted[1] = sym(b, "ncclScatter");
   *(void **)&b->destroy = sym(b, "ncclCommDestroy");
@@ -143,13 +155,19 @@ static void connect(build_t *b, int rank, int nranks) {
   if (b->init(&b->comm, nranks, id, rank) != ncclSuccess) die(b->path, "ncclCommInitRank failed");
 }
 
-/* n: the elements of the whole buffer; a gather's or scatter's block is n / nranks of them, at
- * rank * that in the whole buffer (the in-place input of a gather, output of a scatter). */
+/* n: the elements of the whole buffer; a block is n / nranks of them, at rank * that in the
+ * whole buffer (the in-place input of a gather, output of a scatter). */
 static int call(const build_t *b, size_t n, int in_place, int rank, int nranks) {
   if (coll == COLL_AR)
     return b->all_reduce(b->s, in_place ? b->s : b->r, n, ncclFloat32, ncclSum, b->comm, NULL) !=
            ncclSuccess;
   size_t c = n / (size_t)nranks;
+  if (coll == COLL_AG)
+    return b->all_gather(in_place ? b->r + (size_t)rank * c : b->s, b->r, c, ncclFloat32, b->comm,
+                         NULL) != ncclSuccess;
+  if (coll == COLL_RS)
+    return b->reduce_scatter(b->s, in_place ? b->s + (size_t)rank * c : b->r, c, ncclFloat32,
+                             ncclSum, b->comm, NULL) != ncclSuccess;
   if (coll == COLL_GATHER)
     return b->rooted[0](in_place ? b->r + (size_t)rank * c : b->s, b->r, c, ncclFloat32, 0, b->comm,
                         NULL) != ncclSuccess;
@@ -159,14 +177,18 @@ static int call(const build_t *b, size_t n, int in_place, int rank, int nranks) 
 
 static size_t wrong_elements(const build_t *b, size_t n, int in_place, int rank, int nranks) {
   size_t c = n / (size_t)nranks;
-  if (coll == COLL_AR)
-    bench_blocks_fill(b->s, n, rank, 1);
-  else if (coll == COLL_GATHER)
+  if (coll == COLL_AR || coll == COLL_RS)
+    bench_blocks_fill(b->s, coll == COLL_AR ? n : c * (size_t)nranks, rank, 1);
+  else if (coll == COLL_GATHER || coll == COLL_AG)
     bench_blocks_fill(in_place ? b->r + (size_t)rank * c : b->s, c, rank, 1);
   else if (rank == 0)
     bench_blocks_fill(b->s, c, 0, nranks);
   if (call(b, n, in_place, rank, nranks)) die(b->path, "the checked call failed");
   if (coll == COLL_AR) return bench_blocks_wrong_sums(in_place ? b->s : b->r, n, 0, nranks);
+  if (coll == COLL_AG) return bench_blocks_wrong(b->r, c, 0, nranks);
+  if (coll == COLL_RS)
+    return bench_blocks_wrong_sums(in_place ? b->s + (size_t)rank * c : b->r, c, (size_t)rank * c,
+                                   nranks);
   if (coll == COLL_GATHER) return rank == 0 ? bench_blocks_wrong(b->r, c, 0, nranks) : 0;
   return bench_blocks_wrong(in_place ? b->s + (size_t)rank * c : b->r, c, rank, 1);
 }
