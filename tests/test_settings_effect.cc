@@ -296,8 +296,8 @@ TEST(Settings, ShmPrefetchSizeFromTheSettingAndTheCpu) {
 
 // How many messages a receive end takes before it publishes their release (INFO SHM line,
 // shm.c's release_batch): half the FIFO's headers by default (8 -> 4, 16 -> 8), the setting up
-// to that half (2; 100 -> 4; 0 -> 1), and 1 where the ranks outnumber the machine's CPUs (one
-// rank more than it has). The all-reduce's sums stay exact with each.
+// to that half (2; 100 -> 4; 0 -> 1); unset, 1 where the ranks outnumber the machine's CPUs (one
+// rank more than it has), which the setting overrides. The all-reduce's sums stay exact with each.
 TEST(Settings, ShmReleaseBatchFromTheSettingAndTheFifo) {
   const int over = (int)sysconf(_SC_NPROCESSORS_ONLN) + 1;
   const struct {
@@ -309,7 +309,8 @@ TEST(Settings, ShmReleaseBatchFromTheSettingAndTheFifo) {
                {"TUTTI_SHM_RELEASE_BATCH=2", 2, 2},
                {"TUTTI_SHM_RELEASE_BATCH=100", 2, 4},
                {"TUTTI_SHM_RELEASE_BATCH=0", 2, 1},
-               {"", over, 1}};
+               {"", over, 1},
+               {"TUTTI_SHM_RELEASE_BATCH=3", over, 3}};
   for (const auto &k : cases) {
     Out o = launch(std::string("TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=SHM TUTTI_CMA=0 ") + k.env,
                    ENV_ALLREDUCE_PATH, k.nranks, "--heap private");

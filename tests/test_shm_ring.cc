@@ -67,6 +67,21 @@ TEST(ShmRing, AllGatherAndReduceScatterWrapTheRingExactly) {
       small_fifos("ring"), "3 ranks, ring all-gather and reduce-scatter, 3 x 12 KiB FIFOs");
 }
 
+// The same with 8 headers whose receivers hold back the releases of up to 3 inline or hot
+// messages (TUTTI_SHM_RELEASE_BATCH, set: also where the 3 ranks outnumber the CPUs and waiting
+// senders sleep until a release wakes them).
+TEST(ShmRing, HeldReleasesWrapTheRingExactly) {
+  th::Options o = small_fifos("ring", "8");
+  o.env.push_back({"TUTTI_SHM_RELEASE_BATCH", "4"});
+  th::run_ranks_ok(
+      Mode::kProcs, 3,
+      [](RankCtx &ctx) {
+        sizes_up_and_down(ctx, Coll::kAllReduce);
+        sizes_up_and_down(ctx, Coll::kAllGather);
+      },
+      o, "3 ranks, ring all-reduce and all-gather, 8 x 12 KiB FIFOs, releases held back");
+}
+
 // Ranks as threads share one process: the same FIFOs, with ends in one address space.
 TEST(ShmRing, ThreadsWrapTheRingExactly) {
   th::Options o = small_fifos("allreduce:ring");

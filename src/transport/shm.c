@@ -33,7 +33,7 @@
  * stream of gathers) finds it full at every message, and each release it rereads costs the line
  * a trip each way, so the receiver holds back the releases of messages that took no ring room
  * (inline or hot) and publishes them with every TUTTI_SHM_RELEASE_BATCH-th (half the headers
- * by default; 1 where the ranks outnumber the CPUs), with the next ring message, and whenever
+ * by default, 1 where the ranks outnumber the CPUs), with the next ring message, and whenever
  * this rank waits: for a message, for room, or in the engine (transport idle). So a sender
  * waits for room only when over half the headers hold messages not yet taken. Having published a
  * message of 241 B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), it takes the lines the
@@ -190,12 +190,12 @@ static uint32_t shm_prefetch_bytes(void) {
 }
 
 /* How many messages a receive end may take before it publishes their release (shm_recv_done):
- * TUTTI_SHM_RELEASE_BATCH, at most and by default half the headers; 1 (each at once) where the
- * ranks outnumber the CPUs, whose senders sleep until a release wakes them. */
+ * TUTTI_SHM_RELEASE_BATCH, at most half the headers; unset, half the headers, or 1 (each at
+ * once) where the ranks outnumber the CPUs, whose senders sleep until a release wakes them. */
 static uint32_t release_batch(uint32_t nslots, int oversubscribed) {
   int64_t b = tutti_param_ShmReleaseBatch(), half = nslots / 2;
-  if (oversubscribed) return 1;
-  return (uint32_t)TUTTI_MAX(1, b < 0 || b > half ? half : b);
+  if (b < 0) b = oversubscribed ? 1 : half;
+  return (uint32_t)TUTTI_MAX(1, TUTTI_MIN(b, half));
 }
 
 static ncclResult_t shm_setup(struct ncclComm *comm, char blob[TRANSPORT_BLOB_BYTES]) {
