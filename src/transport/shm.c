@@ -35,16 +35,18 @@
  * (inline or hot) and publishes them with every TUTTI_SHM_RELEASE_BATCH-th (half the headers
  * by default, 1 where the ranks outnumber the CPUs), with the next ring message, and whenever
  * this rank waits: for a message, for room, or in the engine (transport idle). So a sender
- * waits for room only when over half the headers hold messages not yet taken. Having published a
- * message of 241 B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), it takes the lines the
- * next one of that size would go to for writing (shm_prefetch_next; on AMD CPUs once it next waits
- * for a message or has read one, shm_prefetch_due; TUTTI_SHM_PREFETCH=0 turns that off). Waiting
- * when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank of a
- * machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather than
- * yielding on (a long wait's yields keep the CPU from the ranks with work; figures in docs/perf.md,
- * "Figures behind the code"): the waiter raises a flag next to the word it waits for (the slot's
- * seq, or tail), rechecks, and sleeps in futex(2) on that word's low 32 bits; the other end, after
- * publishing the word, fences and wakes it if the flag is up (one cache line it writes anyway).
+ * waits for room only when over half the headers hold messages not yet taken.
+ * Having published a message of 241 B up to shm_prefetch_bytes (16 KiB; 2 KiB on AMD CPUs), the
+ * sender takes the lines the next one of that size would go to for writing (shm_prefetch_next;
+ * on AMD CPUs once it next waits for a message or has read one, shm_prefetch_due;
+ * TUTTI_SHM_PREFETCH=0 turns that off).
+ * Waiting when the machine has more ranks than CPUs (comm->oversubscribed, the same on every rank
+ * of a machine): after yielding for a while (engine.c), a waiting rank sleeps in shm_wait rather
+ * than yielding on (a long wait's yields keep the CPU from the ranks with work; figures in
+ * docs/perf.md, "Figures behind the code"): the waiter raises a flag next to the word it waits
+ * for (the slot's seq, or tail), rechecks, and sleeps in futex(2) on that word's low 32 bits; the
+ * other end, after publishing the word, fences and wakes it if the flag is up (one cache line it
+ * writes anyway).
  * Elsewhere nobody sleeps and the flags are never looked at.
  * Peer memory (a rank's buffers read or written by its peers in place) is shm_peer.c's; large
  * steps by rendezvous, one copy from the sender's buffer into the receiver's, shm_rdv.c's.
