@@ -526,8 +526,7 @@ static const void *shm_recv_slot(conn_t *c, size_t *bytes) {
 static void end_release(shm_end_t *e) {
   __atomic_store_n(&e->ctrl->tail_at, e->at, __ATOMIC_RELAXED);
   __atomic_store_n(&e->ctrl->tail, e->pos, __ATOMIC_RELEASE);
-  e->released = e->pos;
-  if (e->holding) e->holding = 0, (*e->held)--;
+  if (e->taken) e->taken = 0, (*e->held)--;
   if (e->sleepy) wake_sleeper(&e->ctrl->tail, &e->ctrl->sleeping);
 }
 
@@ -536,7 +535,7 @@ void shm_release_held(struct ncclComm *comm) {
   if (!st) return;
   for (int p = 0; p < comm->nranks && st->held; p++) {
     shm_end_t *e = &st->ends[comm->nranks + p];
-    if (e->holding) end_release(e);
+    if (e->taken) end_release(e);
   }
 }
 
@@ -544,8 +543,8 @@ void shm_recv_done(conn_t *c) {
   shm_end_t *e = c->priv;
   shm_prefetch_due(e);
   end_advance(e, e->cur_bytes);
-  if (e->cur_bytes <= SHM_HOT_BYTES && e->pos - e->released < e->batch) {
-    if (!e->holding) e->holding = 1, (*e->held)++;
+  if (e->cur_bytes <= SHM_HOT_BYTES && e->taken + 1 < e->batch) {
+    if (e->taken++ == 0) (*e->held)++;
     return; /* released with a later message, or when this rank waits */
   }
   end_release(e);

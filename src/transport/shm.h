@@ -83,10 +83,9 @@ typedef struct shm_end { /* one end of one FIFO */
                         (shm_prefetch_next) */
   int late; /* this rank's prefetches are noted by its sends (shm_prefetch_next) and taken when
                it waits or reads (shm_prefetch_due) */
-  uint64_t released; /* receiver: the tail it last published */
-  uint32_t batch;    /* receiver: messages whose release may wait for the next ones (1: none) */
-  int holding;       /* receiver: released < pos (counted in the state's held) */
-  uint32_t *held;    /* the state's count of such ends */
+  uint32_t batch; /* receiver: a release is published every batch-th message (1: each) */
+  uint32_t taken; /* receiver: messages taken whose release it holds back (shm_recv_done) */
+  uint32_t *held; /* the state's count of receive ends with taken > 0 */
   volatile int32_t *peer_failed;
   char small[SHM_INLINE]; /* sender: a message that goes inline is computed here */
   struct ncclComm *comm;  /* this rank's */
