@@ -21,11 +21,10 @@
 #include "topology/topo.h"
 
 TUTTI_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", 16384)
-/* Out-of-place calls from 8 MiB up write their results with streaming stores: below, the
- * buffers of both ranks still fit the caches and normal stores are as fast. In-place all-gathers
- * also need the receive buffers of the machine's ranks together to exceed the last-level cache
- * (TUTTI_CACHE_BYTES; 0: the size the CPU reports). docs/perf.md, "Figures behind the code";
- * plan.c decides per call. */
+/* Calls from 8 MiB up whose buffers, those of the machine's ranks together, outgrow the
+ * last-level cache (TUTTI_CACHE_BYTES; 0: the size the CPU reports) write their results with
+ * streaming stores: below, the buffers stay in the caches and normal stores are as fast or
+ * faster. docs/perf.md, "Figures behind the code"; plan.c decides per call (stream_results). */
 TUTTI_PARAM(NtThreshold, "NT_THRESHOLD", 8 << 20)
 TUTTI_PARAM(CacheBytes, "CACHE_BYTES", 0)
 /* The last-level cache assumed where the kernel does not report one. */

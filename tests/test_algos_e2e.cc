@@ -282,15 +282,18 @@ int logged(const std::string &needle) {
   return log_capture::count(needle);
 }
 
-// With TUTTI_NT_THRESHOLD=1 every call writes its results with streaming stores, local copies
-// too (the engine's piece_local and piece_recv): every pair and the ring and chain schedules
-// stay exact, Sum, Avg and PreMulSum (whose transforms keep plain stores), in and out of
-// place, and the calls say they streamed.
+// With TUTTI_NT_THRESHOLD=1 and TUTTI_CACHE_BYTES=1 every out-of-place call (and in-place
+// all-gather) writes its results with streaming stores, local copies too (the engine's
+// piece_local and piece_recv): every pair and the ring and chain schedules stay exact, Sum, Avg
+// and PreMulSum (whose transforms keep plain stores), in and out of place, and the calls say
+// they streamed.
 void run_streaming(const Pair &p) {
   setenv("TUTTI_NT_THRESHOLD", "1", 1);
+  setenv("TUTTI_CACHE_BYTES", "1", 1);
   run_pair(p, Mode::kThreads, p.pow2_only ? 4 : 3, {p.type}, {Op::kSum, Op::kAvg, Op::kPreMulSum},
            {1, 1023, 70001});
   unsetenv("TUTTI_NT_THRESHOLD");
+  unsetenv("TUTTI_CACHE_BYTES");
   EXPECT_GT(logged("results written with streaming stores"), 0) << pair_name(p);
 }
 

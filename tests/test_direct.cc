@@ -204,13 +204,14 @@ TEST(Direct, CountsAndRanksThreads) {
                  algo);
 }
 
-// Every out-of-place call writes its results with streaming stores (push: also into the peers'
-// buffers, the all-reduce's block by block from its reduction), whose ordering before the
-// progress and done words the engine must keep; Avg divides before the stores.
+// Every out-of-place call writes its results with streaming stores (TUTTI_NT_THRESHOLD and
+// TUTTI_CACHE_BYTES at 1; push: also into the peers' buffers, the all-reduce's block by block
+// from its reduction), whose ordering before the progress and done words the engine must keep;
+// Avg divides before the stores.
 TEST(Direct, StreamingStoresProcs) {
   for (const char *algo : {"push", "direct"})
     run_direct(Mode::kProcs, 3, {ncclFloat32, ncclInt8}, {Op::kSum, Op::kAvg}, kCounts, algo,
-               {{"TUTTI_NT_THRESHOLD", "1"}});
+               {{"TUTTI_NT_THRESHOLD", "1"}, {"TUTTI_CACHE_BYTES", "1"}});
 }
 
 // Per collective (all-reduce, reduce-scatter, all-gather), the calls that logged "results written
@@ -263,6 +264,19 @@ TEST(Direct, InPlaceAllGatherStreamsInPlaceReductionsDoNot) {
   EXPECT_EQ(streamed_calls("1", {gather_out}, "1120016"), (std::vector<int>{0, 0, 2}));
   EXPECT_EQ(streamed_calls("560009", {gather_in, gather_out}), (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(streamed_calls("560008", {gather_in, gather_out}), (std::vector<int>{0, 0, 4}));
+}
+
+// Out of place, a call streams where the send and receive buffers of the machine's ranks together
+// fill TUTTI_CACHE_BYTES: 70001 floats a rank, the all-reduce's buffers 2 x 2 x 280004 bytes
+// (1120016), the reduce-scatter's and the all-gather's 2 x (560008 + 280004) (1680024); each rank
+// compares its own with its share of the cache (cache / 2, rounded down).
+TEST(Direct, OutOfPlaceCallsStreamWhereTheirBuffersFillTheCache) {
+  std::vector<Case> out_of_place;
+  for (Coll coll : kDirectColls) out_of_place.push_back(call(coll, 70001, false));
+  EXPECT_EQ(streamed_calls("1", out_of_place, "1120017"), (std::vector<int>{2, 2, 2}));
+  EXPECT_EQ(streamed_calls("1", out_of_place, "1120018"), (std::vector<int>{0, 2, 2}));
+  EXPECT_EQ(streamed_calls("1", out_of_place, "1680025"), (std::vector<int>{0, 2, 2}));
+  EXPECT_EQ(streamed_calls("1", out_of_place, "1680026"), (std::vector<int>{0, 0, 0}));
 }
 
 // With no TUTTI_CACHE_BYTES, every rank logs the last-level cache of its CPU as sysfs gives it

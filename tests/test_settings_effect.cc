@@ -193,14 +193,15 @@ TEST(Settings, OneshotMaxBytesLimitsTheOneShot) {
   }
 }
 
-// Out-of-place calls of at least TUTTI_NT_THRESHOLD bytes write their results with streaming
-// stores (and say so at INFO): with the threshold at 1 byte all three of env_allreduce's calls
-// on each rank (two all-reduces, an all-gather) do, with the default (16 MiB) none does; the
-// results are exact either way.
+// Out-of-place calls of at least TUTTI_NT_THRESHOLD bytes, whose buffers fill the last-level
+// cache (TUTTI_CACHE_BYTES), write their results with streaming stores (and say so at INFO):
+// with the threshold at 1 byte and a 1-byte cache all three of env_allreduce's calls on each
+// rank (two all-reduces, an all-gather) do, with the defaults (8 MiB, the CPU's cache) none does;
+// the results are exact either way.
 TEST(Settings, NtThresholdTurnsOnStreamingStores) {
   const std::string log = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=COLL ";
   for (bool low : {false, true}) {
-    Out o = launch(log + (low ? "TUTTI_NT_THRESHOLD=1" : ""));
+    Out o = launch(log + (low ? "TUTTI_NT_THRESHOLD=1 TUTTI_CACHE_BYTES=1" : ""));
     expect_ok(o);
     EXPECT_EQ(count(o.text, "results written with streaming stores"), low ? 6 : 0) << o.text;
   }
