@@ -602,23 +602,29 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
 
 /* After the choice, before the steps: streaming stores, scratch, the log line. Streaming stores
  * pay where the lines written were not just read and will not be read soon from the caches:
- * calls from TUTTI_NT_THRESHOLD whose buffers, those of all the machine's ranks together, do
- * not stay in the last-level cache between calls. Out of place that is the send and the receive
- * buffers, from where they fill the cache (2 ranks, 32 MiB L3: an all-gather of 8 MiB, 24 MiB
- * of buffers, 1.65x faster with plain stores; an all-reduce of 8 MiB, 32 MiB, 1.18-1.25x faster
- * streamed on a Zen 3 guest, alike on a Zen 5 one). In place only all-gathers stream (the blocks
- * from the peers land in lines nobody just read), from where the receive buffers exceed the
- * cache (16 MiB L3: streamed 2.2x faster at 16 MiB, alike at 8 MiB; 32 MiB L3: plain 1.6x
- * faster at 16 MiB, streamed 1.1x at 32 MiB); an in-place all-reduce or reduce-scatter writes
- * over its own input and never streams. docs/perf-issue20.md, docs/perf-issue20-2.md. */
+ * calls from TUTTI_NT_THRESHOLD whose bytes, over the machine's ranks, do not stay in the
+ * last-level cache between calls. Out of place that is the send and the receive buffers, from
+ * where they fill the cache (2 ranks, 32 MiB L3: an all-gather of 8 MiB, 24 MiB of buffers, 1.65x
+ * faster with plain stores; an all-reduce of 8 MiB, 32 MiB, 1.18-1.25x faster streamed on a Zen 3
+ * guest, alike on a Zen 5 one). In place a reduction writes over its own input, just read, and
+ * never streams; the others write only what comes from the peers, read from there and written
+ * here, and stream where twice those bytes exceed the cache (2 ranks, 32 MiB L3: the all-gather
+ * plain 1.2-1.6x faster at 16 MiB, streamed 1.1x at 32 MiB; the broadcast plain 1.2x faster at 8
+ * MiB, streamed 1.28x at 16 MiB; gather and scatter plain 1.1x faster at 16 MiB, streamed
+ * 1.13-1.41x at 32-64 MiB). docs/perf-issue20.md, docs/perf-issue20-3.md. */
 static int stream_results(const pending_t *p) {
   const ncclComm_t comm = p->ctx.comm;
-  int gather = p->args.coll == COLL_ALLGATHER;
-  size_t bytes = p->args.count * p->ctx.esize * (size_t)(gather ? comm->nranks : 1);
+  coll_t coll = p->args.coll;
+  int n = comm->nranks;
+  size_t bytes = p->args.count * p->ctx.esize * (size_t)(coll == COLL_ALLGATHER ? n : 1);
   if (bytes < comm->nt_threshold) return 0;
   size_t share = comm->cache_bytes / (size_t)TUTTI_MAX(comm->machine_size, 1);
   if (!p->args.in_place) return p->bytes[0] + p->bytes[1] >= share;
-  return gather && bytes > share;
+  if (coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER || coll == COLL_REDUCE) return 0;
+  size_t from_peers = coll == COLL_ALLTOALL       ? p->bytes[1] / (size_t)n * (size_t)(n - 1)
+                      : p->bytes[1] > p->bytes[0] ? p->bytes[1] - p->bytes[0]
+                                                  : 0;
+  return from_peers > share / 2;
 }
 
 /* plan_prepare's log lines (INFO), once the call's scratch and streaming are set. */

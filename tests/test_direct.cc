@@ -214,11 +214,14 @@ TEST(Direct, StreamingStoresProcs) {
                {{"TUTTI_NT_THRESHOLD", "1"}, {"TUTTI_CACHE_BYTES", "1"}});
 }
 
-// Per collective (all-reduce, reduce-scatter, all-gather), the calls that logged "results written
-// with streaming stores", all ranks, after running `cases` with TUTTI_NT_THRESHOLD=`threshold`
-// and TUTTI_CACHE_BYTES=`cache` (exact results: run_ranks_ok).
+// Per collective (all-reduce, reduce-scatter, all-gather; or the API functions `names`), the
+// calls that logged "results written with streaming stores", all ranks, after running `cases`
+// with TUTTI_NT_THRESHOLD=`threshold` and TUTTI_CACHE_BYTES=`cache` (exact results:
+// run_ranks_ok).
 std::vector<int> streamed_calls(const std::string &threshold, const std::vector<Case> &cases,
-                                const std::string &cache = "1") {
+                                const std::string &cache = "1",
+                                const std::vector<std::string> &names = {
+                                    "ncclAllReduce", "ncclReduceScatter", "ncclAllGather"}) {
   th::case_buffers_from_memalloc(true);
   th::Options opt;
   opt.env = {{"TUTTI_NT_THRESHOLD", threshold},
@@ -233,11 +236,10 @@ std::vector<int> streamed_calls(const std::string &threshold, const std::vector<
         for (const Case &c : cases) th::run_case(ctx, c);
       },
       opt, "calls with TUTTI_NT_THRESHOLD=" + threshold + " TUTTI_CACHE_BYTES=" + cache);
-  std::vector<int> streamed(3, 0);
-  const char *names[3] = {"ncclAllReduce (", "ncclReduceScatter (", "ncclAllGather ("};
+  std::vector<int> streamed(names.size(), 0);
   for (const std::string &l : log_capture::lines())
-    for (int k = 0; k < 3; k++)
-      streamed[k] += l.find(names[k]) != std::string::npos &&
+    for (size_t k = 0; k < names.size(); k++)
+      streamed[k] += l.find(names[k] + " (") != std::string::npos &&
                      l.find("results written with streaming stores") != std::string::npos;
   return streamed;
 }
@@ -264,6 +266,21 @@ TEST(Direct, InPlaceAllGatherStreamsInPlaceReductionsDoNot) {
   EXPECT_EQ(streamed_calls("1", {gather_out}, "1120016"), (std::vector<int>{0, 0, 2}));
   EXPECT_EQ(streamed_calls("560009", {gather_in, gather_out}), (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(streamed_calls("560008", {gather_in, gather_out}), (std::vector<int>{0, 0, 4}));
+}
+
+// In place, a broadcast, gather, scatter or all-to-all writes only the blocks from the peers, read
+// there first, and streams where twice their bytes exceed the rank's share of TUTTI_CACHE_BYTES
+// (cache / 2 / 2 < bytes, both rounded down): 70001 floats (280004 bytes) to the broadcast's
+// and the scatter's receiving rank, from the gather's non-root to the root, and from the peer
+// to each rank of the all-to-all; a rank that receives nothing does not stream.
+TEST(Direct, InPlaceMovesStreamWhereTwiceTheBytesFromThePeersExceedTheCache) {
+  std::vector<Case> in_place;
+  for (Coll coll : {Coll::kBroadcast, Coll::kGather, Coll::kScatter, Coll::kAlltoAll})
+    in_place.push_back(call(coll, 70001, true));
+  const std::vector<std::string> names = {"ncclBroadcast", "ncclGather", "ncclScatter",
+                                          "ncclAlltoAll"};
+  EXPECT_EQ(streamed_calls("1", in_place, "1120015", names), (std::vector<int>{1, 1, 1, 2}));
+  EXPECT_EQ(streamed_calls("1", in_place, "1120016", names), (std::vector<int>{0, 0, 0, 0}));
 }
 
 // Out of place, a call streams where the send and receive buffers of the machine's ranks together
