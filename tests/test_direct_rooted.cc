@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness.h"
@@ -53,8 +54,9 @@ struct Sweep {
 // ncclMemAlloc; cma: heap buffers) and checks that each collective logged exactly the calls the
 // peer path must have taken: every case. An in-place all-to-all sends from a copy of its input
 // made before the handshake, heap memory here, which peers in other processes read by copy but
-// cannot map: direct on processes leaves it out (InPlaceAllToAll below).
-void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
+// cannot map: direct on processes leaves it out (InPlaceAllToAll below). `more`: settings added.
+void run_sweep(const char *algo, Mode mode, int n, const Sweep &s,
+               const std::vector<std::pair<std::string, std::string>> &more = {}) {
   const bool direct = std::string(algo) == "direct";
   const bool a2a_in_place = !direct || mode == Mode::kThreads;
   th::case_buffers_from_memalloc(direct);
@@ -64,6 +66,7 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s) {
              {"TUTTI_CMA_MIN_BYTES", "1"},
              {"TUTTI_CMA_COPY_MIN_BYTES", "1"},
              {"TUTTI_CMA_PIECE_BYTES", "4096"}};
+  opt.env.insert(opt.env.end(), more.begin(), more.end());
   th::ThreadEnv thread_env(mode, opt);
   log_capture::clear();
   th::run_ranks_ok(
@@ -110,6 +113,23 @@ TEST(DirectRooted, EveryTypeProcs) {
 TEST(DirectRooted, CountsAndRanksProcs) {
   for (const char *algo : {"direct", "cma"})
     for (int n : {2, 4}) run_sweep(algo, Mode::kProcs, n, kCounts);
+}
+
+// Every call streaming its results (TUTTI_NT_THRESHOLD and TUTTI_CACHE_BYTES at 1), in place
+// too, where the blocks from the peers are written with streaming stores: the same exact results.
+TEST(DirectRooted, StreamingStoresProcs) {
+  for (const char *algo : {"direct", "cma"}) {
+    run_sweep(algo, Mode::kProcs, 3, kCounts,
+              {{"TUTTI_NT_THRESHOLD", "1"}, {"TUTTI_CACHE_BYTES", "1"}});
+    for (Coll coll : kColls) {
+      const std::string call = std::string("nccl") + th::coll_name(coll) + " (op #";
+      int streamed = 0;
+      for (const std::string &l : log_capture::lines())
+        streamed += l.find(call) != std::string::npos &&
+                    l.find("results written with streaming stores") != std::string::npos;
+      EXPECT_GT(streamed, 0) << call << " " << algo;
+    }
+  }
 }
 
 TEST(DirectRooted, CountsAndRanksThreads) {
