@@ -83,7 +83,7 @@ done
 
 "$PY" - "$out" "$reps" "$place" "$thresh" "$a" "$b" "$state_us" "$env_a" "$env_b" \
   "${perf_args[*]}" "$again" "$coll" <<'PYEOF'
-import math, os, statistics, sys
+import math, os, re, statistics, sys
 out, reps, place, thresh, a, b, state_us, env_a, env_b, args, again, coll = sys.argv[1:13]
 reps, thresh, state_us = int(reps), float(thresh), float(state_us)
 col = 5 if place == "out" else 9  # nccl-tests columns: time of out-of-place, of in-place
@@ -96,8 +96,8 @@ def run(d, which, r):
         f = line.split()
         if len(f) >= 13 and f[0].isdigit():
             rows[int(f[0])] = float(f[col])
-        elif line.startswith("# shortest timed window:"):
-            short.append((float(f[4]), int(f[7])))
+        elif m := re.match(r"# shortest timed window: ([0-9.]+) ms at ([0-9]+) B", line):
+            short.append((float(m.group(1)), int(m.group(2))))
     return rows
 
 def pairs_of(d):
