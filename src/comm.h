@@ -162,7 +162,7 @@ struct ncclComm {
   /* Settings read at init. */
   int64_t timeout_ms;
   size_t oneshot_max_bytes;
-  size_t nt_threshold;          /* calls at least this large write results with streaming stores */
+  size_t nt_threshold;          /* calls at least this large may stream their results (plan.c) */
   size_t cache_bytes;           /* last-level cache (TUTTI_CACHE_BYTES or sysfs), for the same */
   int device_possible;          /* a device layer or a CUDA driver exists: buffers may be device */
   uint32_t algo_mask[COLL_NUM]; /* algorithms TUTTI_ALGO / NCCL_ALGO allows, per collective */

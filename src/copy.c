@@ -13,7 +13,8 @@
  * Large results are written to the user's buffer with
  * non-temporal (streaming) stores: the buffer is not read for ownership first and does not
  * evict the FIFO slots from the cache, which matters once a collective is larger than the
- * caches (TUTTI_NT_THRESHOLD, bytes per call). Below that, plain memcpy keeps data cached.
+ * caches (TUTTI_NT_THRESHOLD and the cache, per call: plan.c). Below that, plain memcpy keeps
+ * data cached.
  * copy_stream_multi writes one source to several destinations (a push into every rank's buffer),
  * two at a time, loading each line of the source once per pair: out of place, 2 ranks each
  * pushing 128 MiB into both receive buffers at once, that took 11-17 ms where two copies of 64 KiB

@@ -318,9 +318,9 @@ static ncclResult_t gather_inputs(const op_ctx_t *o, const step_t *st, size_t at
   return ncclSuccess;
 }
 
-/* A copy in host memory (a peer's, mapped, or this rank's): streaming stores for calls from
- * TUTTI_NT_THRESHOLD (large, and written where nothing was just read: plan.c; past the caches, so
- * no read for ownership). */
+/* A copy in host memory (a peer's, mapped, or this rank's): streaming stores for calls that
+ * stream (from TUTTI_NT_THRESHOLD, written where nothing was just read, their buffers past the
+ * cache: plan.c; no read for ownership). */
 static void host_copy(const op_ctx_t *o, char *dst, const char *src, size_t bytes) {
   if (o->stream)
     copy_stream(dst, src, bytes);

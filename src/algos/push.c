@@ -17,9 +17,9 @@
  * lines rank r's core has just written, and rank r writes its segment over lines rank k read in
  * the last call; each is a cache-line transfer between cores, paid per line and slow where the
  * two cores sit far apart. Here segment r of every buffer is written by rank r alone, call
- * after call, and no line another core has just written is read. Calls from TUTTI_NT_THRESHOLD
- * (out of place, and all-gathers in place) store into the peers' buffers and their own with
- * streaming stores (engine_peer.c).
+ * after call, and no line another core has just written is read. Calls that stream (plan.c,
+ * stream_results: from TUTTI_NT_THRESHOLD where the buffers outgrow the cache) store into the
+ * peers' buffers and their own with streaming stores (engine_peer.c).
  *
  * Cost: direct's bytes (2(n-1)/n S per rank for the all-reduce, (n-1)/n S for the all-gather)
  * at its own level of the model, lat + moved / b with TUTTI_TUNER_PEER_PUSH_LAT_US and _GBPS
