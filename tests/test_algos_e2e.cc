@@ -282,8 +282,8 @@ int logged(const std::string &needle) {
   return log_capture::count(needle);
 }
 
-// With TUTTI_NT_THRESHOLD=1 and TUTTI_CACHE_BYTES=1 every out-of-place call (and in-place
-// all-gather) writes its results with streaming stores, local copies too (the engine's
+// With TUTTI_NT_THRESHOLD=1 and TUTTI_CACHE_BYTES=1 every out-of-place call (and in-place call
+// without a reduction) writes its results with streaming stores, local copies too (the engine's
 // piece_local and piece_recv): every pair and the ring and chain schedules stay exact, Sum, Avg
 // and PreMulSum (whose transforms keep plain stores), in and out of place, and the calls say
 // they streamed.

@@ -36,13 +36,18 @@ std::string forced(const char *algo) {
   return v;
 }
 
-// The calls of collective `fn` ("ncclBroadcast") that logged "<algo>, the peers' buffers ..."
-int peer_calls(const std::string &fn, const char *algo) {
-  const std::string call = fn + " (op #", line = std::string("): ") + algo + ", the peers' buffers";
+// The calls of collective `fn` ("ncclBroadcast") whose log line says `what`.
+int calls_logging(const std::string &fn, const std::string &what) {
+  const std::string call = fn + " (op #";
   int n = 0;
   for (const std::string &l : log_capture::lines())
-    n += l.find(call) != std::string::npos && l.find(line) != std::string::npos;
+    n += l.find(call) != std::string::npos && l.find(what) != std::string::npos;
   return n;
+}
+
+// The calls of collective `fn` that logged "<algo>, the peers' buffers ..."
+int peer_calls(const std::string &fn, const char *algo) {
+  return calls_logging(fn, std::string("): ") + algo + ", the peers' buffers");
 }
 
 struct Sweep {
@@ -122,12 +127,8 @@ TEST(DirectRooted, StreamingStoresProcs) {
     run_sweep(algo, Mode::kProcs, 3, kCounts,
               {{"TUTTI_NT_THRESHOLD", "1"}, {"TUTTI_CACHE_BYTES", "1"}});
     for (Coll coll : kColls) {
-      const std::string call = std::string("nccl") + th::coll_name(coll) + " (op #";
-      int streamed = 0;
-      for (const std::string &l : log_capture::lines())
-        streamed += l.find(call) != std::string::npos &&
-                    l.find("results written with streaming stores") != std::string::npos;
-      EXPECT_GT(streamed, 0) << call << " " << algo;
+      const std::string fn = std::string("nccl") + th::coll_name(coll);
+      EXPECT_GT(calls_logging(fn, "results written with streaming stores"), 0) << fn << " " << algo;
     }
   }
 }
