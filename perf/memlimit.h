@@ -28,6 +28,7 @@
  *   PEER_REDUCE   reads every rank's src (n b), writes dst (b) and, with STEP_PUSH, every other
  *                 rank's dst ((n-1) b): pieces staged in a cache-sized buffer are not counted
  *   PEER_COPY     reads b (the peer's buffer), writes b
+ *   PEER_EXCHANGE reads 2b (the own src, the peer's), writes 2b (the own dst, the peer's)
  * Point-to-point lanes (alltoall, gather, scatter) count their send and receive steps alike.
  * Caches are not modelled: at sizes that fit the last-level cache the limit is the cache's, and
  * the fraction is of the measured copy rate at that size, whatever memory served it.

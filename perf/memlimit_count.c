@@ -49,6 +49,10 @@ static void step_traffic(const step_t *st, int nranks, size_t esize, const alias
       t->read += b;
       t->written += b * (st->flags & STEP_PUSH ? nranks - same_elements(st, al) : 1);
       return;
+    case STEP_PEER_EXCHANGE: /* the own src and the peer's, into the own dst and the peer's */
+      t->read += 2 * b;
+      t->written += 2 * b;
+      return;
     case STEP_PEER_DONE:
       return;
     default:
@@ -80,7 +84,8 @@ int memlimit_traffic(coll_t c, algo_t algo, int n, size_t count, int in_place, s
                       .root = 0,
                       .count = count,
                       .chunk = 131072 / esize,
-                      .in_place = in_place};
+                      .in_place = in_place,
+                      .exchange = in_place && c == COLL_ALLTOALL};
     memlimit_traffic_t t = {0, 0};
     rc = sched_build(algo, &a, NULL, &col, lanes);
     if (rc != 0) break;

@@ -25,6 +25,9 @@ typedef struct op_ctx { /* one collective or p2p call */
   peer_handle_t *peer_h[2]; /* the same buffers' handles, as exposed ([nranks] each) */
   int peer_read;            /* 1: peers' buffers are read by copy (transport mem_read) */
   uint64_t peer_seq;
+  /* All-to-all: before the handshake, 1 where this rank is in place and sends from its live
+   * buffer; after it, 1 where any rank does (every rank then exchanges blocks: direct.c). */
+  int exchange;
   /* Device buffers in place (the stream path with cuda_p2p): buf[BUF_SEND] and buf[BUF_RECV]
    * are device memory, the peers' mapped ones too; every step of the call is run by
    * engine_peer.c through `dev` on the proxy's queue dev_q (kernels and copies, never a host

@@ -57,6 +57,7 @@ typedef struct agree_msg { /* where one rank's buffers are, for one call */
   int32_t exposed[2]; /* send, receive: PEER_EXPOSE_*, PEER_EXPOSE_UNUSED */
   peer_handle_t h[2];
   float adapt_t[2]; /* a deciding call's latest times of this rank (adapt.h), else 0 */
+  int32_t exchange; /* 1: an in-place all-to-all sending from its live buffer (op_ctx.exchange) */
 } agree_msg_t;
 
 /* The transport that reaches `rank`'s words and buffers from here (this rank's own: through any
@@ -157,6 +158,7 @@ static void expose(const op_ctx_t *o, const size_t bytes[2], agree_msg_t *m) {
                                     : PEER_EXPOSE_NONE;
   }
   if (o->adapt_decide) m->adapt_t[0] = o->adapt_t[0], m->adapt_t[1] = o->adapt_t[1];
+  m->exchange = o->exchange;
 }
 
 /* *ok: PEER_AGREE_* from every rank's answers for both buffers (the same on every rank: all
@@ -164,7 +166,7 @@ static void expose(const op_ctx_t *o, const size_t bytes[2], agree_msg_t *m) {
  * when a peer sent no handshake. */
 static ncclResult_t decide(op_ctx_t *o, const agree_msg_t *all, int *ok) {
   ncclComm_t comm = o->comm;
-  int map = 1, read = 1;
+  int map = 1, read = 1, exchange = 0;
   for (int p = 0; p < comm->nranks; p++) {
     if (all[p].magic != PEER_MSG_MAGIC)
       return TUTTI_ERR(ncclInvalidUsage,
@@ -177,7 +179,9 @@ static ncclResult_t decide(op_ctx_t *o, const agree_msg_t *all, int *ok) {
       read &= e != PEER_EXPOSE_NONE;
       if (o->peer_h[b]) o->peer_h[b][p] = all[p].h[b];
     }
+    exchange |= all[p].exchange != 0;
   }
+  o->exchange = exchange;
   *ok = map ? PEER_AGREE_MAP : read && comm->peer_read ? PEER_AGREE_READ : PEER_AGREE_NONE;
   for (int p = 0; o->adapt_decide && p < comm->nranks; p++)
     for (int k = 0; k < 2; k++) o->adapt_t[k] = TUTTI_MAX(o->adapt_t[k], all[p].adapt_t[k]);
@@ -557,6 +561,45 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
   return l->pos < st->count ? block(l, q) : 1;
 }
 
+/* PEER_EXCHANGE with rank q (schedule.h), piece by piece through a buffer in cache: this rank's
+ * piece of src into it, q's piece into this rank's dst, then the buffer into q's dst (both
+ * streamed where the call streams). Read by copy: q's piece into the buffer (mem_read), this
+ * rank's piece into q's dst (mem_write), then the buffer into place. The piece is L1-sized on
+ * mapped buffers (three copies per piece) and TUTTI_CMA_PIECE_BYTES read by copy (two system
+ * calls per piece). */
+static int step_exchange(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
+  ncclComm_t comm = l->comm;
+  int q = st->recv_peer, sb = st->src_buf == BUF_SEND ? 0 : 1, db = st->dst_buf == BUF_SEND ? 0 : 1;
+  size_t es = o->esize;
+  size_t bytes = o->peer_read ? (size_t)tutti_param_CmaPieceBytes() : PEER_BLOCK_BYTES;
+  size_t piece = TUTTI_MAX(bytes / es, 1);
+  char *tmp = tls_read_buffer(piece * es);
+  if (!tmp) {
+    TUTTI_ERR(ncclSystemError, "rank %d: out of memory for an all-to-all exchange", comm->rank);
+    return -1;
+  }
+  const char *mine = o->buf[st->src_buf] + st->dst_off * es;
+  char *into = o->buf[st->dst_buf] + st->dst_off * es;
+  const transport_t *t = peer_transport(comm, q);
+  test_delay(comm, o);
+  for (size_t at = 0; at < st->count; at += piece) {
+    size_t len = TUTTI_MIN(piece, st->count - at), off = (st->src_off + at) * es;
+    if (o->peer_read) {
+      ncclResult_t res = t->mem_read(comm, q, &o->peer_h[sb][q], off, tmp, len * es);
+      if (res == ncclSuccess)
+        res = t->mem_write(comm, q, &o->peer_h[db][q], off, mine + at * es, len * es);
+      if (res != ncclSuccess) return access_failed(l, o, q, res);
+      host_copy(o, into + at * es, tmp, len * es);
+      continue;
+    }
+    copy_bytes(tmp, mine + at * es, len * es);
+    host_copy(o, into + at * es, o->peer_buf[sb][q] + off, len * es);
+    host_copy(o, (char *)o->peer_buf[db][q] + off, tmp, len * es);
+  }
+  *moved = 1;
+  return 1;
+}
+
 /* l->pos: 0 before this rank said it is done, then 1 + the peers found done so far. */
 static int step_done(lane_t *l, const op_ctx_t *o, int *moved) {
   ncclComm_t comm = l->comm;
@@ -575,11 +618,12 @@ static int step_done(lane_t *l, const op_ctx_t *o, int *moved) {
 }
 
 int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
-  int rc = st->kind == STEP_FIFO && o->dev ? step_local_dev(l, o, st, moved)
-           : st->kind == STEP_PEER_REDUCE  ? step_reduce(l, o, st, moved)
-           : st->kind == STEP_PEER_COPY    ? step_copy(l, o, st, moved)
-           : st->kind == STEP_PEER_DONE    ? step_done(l, o, moved)
-                                           : -2;
+  int rc = st->kind == STEP_FIFO && o->dev             ? step_local_dev(l, o, st, moved)
+           : st->kind == STEP_PEER_REDUCE              ? step_reduce(l, o, st, moved)
+           : st->kind == STEP_PEER_COPY                ? step_copy(l, o, st, moved)
+           : st->kind == STEP_PEER_DONE                ? step_done(l, o, moved)
+           : st->kind == STEP_PEER_EXCHANGE && !o->dev ? step_exchange(l, o, st, moved)
+                                                       : -2;
   if (rc == -2)
     TUTTI_ERR(ncclInternalError, "rank %d: unknown step kind %d in nccl%s", l->comm->rank,
               (int)st->kind, coll_name(o->coll));

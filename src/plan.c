@@ -324,15 +324,16 @@ static ncclResult_t plan_adapt(ncclComm_t comm, pending_t *p, uint32_t exclude, 
 static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
   *cached = 0;
   p->ctx.adapt = -1, p->ctx.adapt_decide = 0;
+  p->ctx.exchange = 0, p->args.exchange = 0;
   if (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) {
     p->ctx.algo = ALGO_P2P;
     set_chunk(comm, p, comm->chunk_bytes);
     return ncclSuccess;
   }
   uint32_t exclude = p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0;
-  /* an in-place all-to-all sends from a copy of its input that the host makes
-   * (copy_alltoall_input), and every rank must choose alike whether or not its own call is in
-   * place: on device buffers every all-to-all is staged */
+  /* an in-place all-to-all exchanges blocks on host buffers, or sends from a copy of its input
+   * that the host makes (copy_alltoall_input), and every rank must choose alike whether or not
+   * its own call is in place: on device buffers every all-to-all is staged */
   if (p->args.coll == COLL_ALLTOALL && p->ctx.dev) exclude |= algos_needing(ALGO_PEER_STEPS);
   int on_device = 0;
   if (p->ctx.dev) TUTTI_CHECK(choose_device(comm, p, exclude, &on_device));
@@ -409,19 +410,22 @@ static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   }
   int peer = needs_peer_memory(p);
   p->ctx.peer_read = peer && (algo_get(p->ctx.algo)->needs & ALGO_NEEDS_PEER_READ) != 0;
-  INFO(SUB_COLL, "nccl%s (op #%llu): %s%s", coll_name(p->args.coll), (unsigned long long)p->ctx.seq,
-       peer ? algo_name(p->ctx.algo) : "",
+  p->args.exchange = peer && p->ctx.exchange;
+  INFO(SUB_COLL, "nccl%s (op #%llu): %s%s%s", coll_name(p->args.coll),
+       (unsigned long long)p->ctx.seq, peer ? algo_name(p->ctx.algo) : "",
        !peer              ? "some rank's buffers cannot be mapped by the others: another algorithm"
        : p->ctx.peer_read ? ", the peers' buffers read by copy"
        : p->ctx.dev       ? " on device buffers, the peers' mapped (cuda_p2p)"
-                          : ", the peers' buffers mapped");
+                          : ", the peers' buffers mapped",
+       p->args.exchange ? "; blocks exchanged pairwise (a rank is in place)" : "");
   if (peer) p->ctx.peer_seq = comm->peer_calls++;
   return ncclSuccess;
 }
 
 /* In-place all-to-all: receives land in blocks still to be sent (and, on the peer path, blocks
- * the peers still read), so it sends from a copy: made before the handshake when the call may
- * take peer steps (the peers then read the copy), else here. Once made, send != recv. */
+ * the peers still read). With peer steps its ranks exchange blocks instead (agree_all: it says
+ * so in its handshake, and every rank then swaps each pair's blocks, direct.c); otherwise it
+ * sends from a copy, made here. Once made, send != recv. */
 static int alltoall_needs_copy(const pending_t *p) {
   return p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0 &&
          p->ctx.buf[BUF_SEND] == p->ctx.buf[BUF_RECV];
@@ -470,7 +474,7 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
     ops[i].ctx.peer_buf[0] = tables, ops[i].ctx.peer_buf[1] = tables + nr;
     ops[i].ctx.peer_h[0] = handles, ops[i].ctx.peer_h[1] = handles + nr;
     ctx[k] = &ops[i].ctx, idx[k] = (int)i;
-    if (alltoall_needs_copy(&ops[i])) TUTTI_CHECK(copy_alltoall_input(ops[i].ctx.comm, &ops[i]));
+    ops[i].ctx.exchange = alltoall_needs_copy(&ops[i]);
     /* the extents this rank uses (0: a buffer NCCL ignores here, a non-root's) */
     bytes[k][0] = ops[i].bytes[0], bytes[k][1] = ops[i].bytes[1], k++;
   }
@@ -652,7 +656,7 @@ ncclResult_t plan_prepare(pending_t *p) {
 static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
   ncclComm_t comm = p->ctx.comm;
   TUTTI_CHECK(plan_prepare(p));
-  if (alltoall_needs_copy(p)) TUTTI_CHECK(copy_alltoall_input(comm, p));
+  if (alltoall_needs_copy(p) && !p->args.exchange) TUTTI_CHECK(copy_alltoall_input(comm, p));
   TUTTI_CHECK(build(comm, p, cached, &comm->sched_scratch));
   tag_steps(&comm->sched_scratch, op_index);
   if (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) {

@@ -63,12 +63,18 @@ struct Setup {
   size_t count, chunk;
   bool in_place;
   const int *hosts = nullptr;  // host_of_rank for sched_build (nullptr: none)
+  bool exchange = false;       // sched_args_t.exchange (an all-to-all on peer steps)
+  bool mixed = false;          // the even ranks in place, the odd ones not (in_place ignored)
   bool plain = false;          // an algorithm without PreMulSum (ALGO_NEEDS_PLAIN_OP): no PRE
   const int *ring = nullptr;   // ring order (position -> rank) for sched_args_t (nullptr: none)
   std::vector<size_t> slots;   // slot sizes to run with (empty: 1, chunk/2, chunk)
 };
 
 // Buffers per NCCL's layout for the collective (sizes: non-roots get none where NCCL allows NULL).
+bool in_place_at(const Setup &u, int r) {
+  return u.mixed ? r % 2 == 0 : u.in_place;
+}
+
 void layout(const Setup &u, int r, Rank &rk) {
   size_t c = u.count, n = (size_t)u.n, ns = c, nr = c;
   bool root = r == u.root;
@@ -81,7 +87,7 @@ void layout(const Setup &u, int r, Rank &rk) {
   if ((u.coll == COLL_BROADCAST || u.coll == COLL_SCATTER) && !root) ns = 0;
   if ((u.coll == COLL_REDUCE || u.coll == COLL_GATHER) && !root) nr = 0;
   size_t in_elem = scatters ? ns : (gathers ? nr : std::max(ns, nr));
-  if (u.in_place && ns && nr) {
+  if (in_place_at(u, r) && ns && nr) {
     rk.send_store.assign(in_elem, -7);
     size_t so = gathers ? (size_t)r * c : 0, ro = scatters ? (size_t)r * c : 0;
     rk.buf[BUF_SEND] = {&rk.send_store, so};
@@ -101,8 +107,9 @@ std::vector<Rank> build(const Setup &u, int *rc) {
   std::vector<int> pos(u.n);
   for (int i = 0; u.ring && i < u.n; i++) pos[u.ring[i]] = i;
   for (int r = 0; r < u.n; r++) {
-    sched_args_t a = {u.coll, r, u.n, u.root, u.count, u.chunk, u.in_place};
+    sched_args_t a = {u.coll, r, u.n, u.root, u.count, u.chunk, in_place_at(u, r)};
     a.premul = !u.plain;  // PRE scales by kPre: a PreMulSum
+    a.exchange = u.exchange;
     if (u.ring) a.ring = u.ring, a.ring_pos = pos.data();
     layout(u, r, ranks[r]);
     ranks[r].scratch.assign(sched_scratch_elems(u.algo, &a), -9);
@@ -116,7 +123,11 @@ std::vector<Rank> build(const Setup &u, int *rc) {
 std::string name(const Setup &u) {
   return std::string(algo_name(u.algo)) + " " + coll_name(u.coll) + " n=" + std::to_string(u.n) +
          " count=" + std::to_string(u.count) + " chunk=" + std::to_string(u.chunk) +
-         " root=" + std::to_string(u.root) + (u.in_place ? " in place" : "");
+         " root=" + std::to_string(u.root) +
+         (u.mixed      ? " mixed"
+          : u.in_place ? " in place"
+                       : "") +
+         (u.exchange ? " exchange" : "");
 }
 
 // Expected output element j on rank r (reducing collectives: PRE on every input, POST once).
@@ -199,8 +210,9 @@ TEST(Algos, AllReduceTreeRhdRd) {
 // Direct reads the other ranks' buffers in place, cma by copy and pushes its all-reduce results
 // (peer steps, STEP_PUSH), push does the same on mapped buffers: direct and cma every collective
 // (push: all-reduce and all-gather), any number of ranks, the first and the last rank as the
-// root, in place or not (all-to-all out of place only: the planner gives an in-place one a copy
-// of its input as the send buffer), the same closed forms without PreMulSum.
+// root, in place or not, the same closed forms without PreMulSum. An all-to-all in place, and
+// one where only the even ranks are, exchanges blocks pairwise (sched_args_t.exchange, as the
+// planner sets it); out of place it pulls them, or exchanges them too.
 TEST(Algos, DirectCmaAndPushPeerSteps) {
   int built = 0;
   for (algo_t algo : {ALGO_DIRECT, ALGO_CMA, ALGO_PUSH})
@@ -208,16 +220,19 @@ TEST(Algos, DirectCmaAndPushPeerSteps) {
       for (int n = 1; n <= 8 && algo_implements(algo, (coll_t)coll); n++)
         for (int root : {0, n - 1})
           for (size_t c : kCounts)
-            for (bool ip : {false, true}) {
-              if (ip && coll == COLL_ALLTOALL) continue;
-              ::Setup u{(coll_t)coll, algo, n, root, c, 4, ip};
+            for (int placement = 0; placement < 4; placement++) {
+              // 0 out of place, 1 in place; all-to-all: 2 out of place exchanging, 3 mixed
+              if (placement >= 2 && coll != COLL_ALLTOALL) continue;
+              ::Setup u{(coll_t)coll, algo, n, root, c, 4, placement == 1};
+              u.exchange = coll == COLL_ALLTOALL && placement > 0;
+              u.mixed = placement == 3;
               u.plain = true;
               check(u);
               built++;
             }
   // direct and cma: 8 collectives, push 2; 8 rank counts, 2 roots, 8 counts, 2 placements (but
-  // all-to-all's one)
-  EXPECT_EQ(built, (8 + 8 + 2) * 8 * 2 * 8 * 2 - 2 * 8 * 2 * 8);
+  // all-to-all's 4)
+  EXPECT_EQ(built, (8 + 8 + 2) * 8 * 2 * 8 * 2 + 2 * 8 * 2 * 8 * 2);
 }
 
 // rd across hosts folds each host into its first rank: hosts in blocks, interleaved, uneven,

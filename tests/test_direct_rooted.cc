@@ -45,6 +45,9 @@ int calls_logging(const std::string &fn, const std::string &what) {
   return n;
 }
 
+// What a peer-path all-to-all logs where some rank is in place (its ranks swap blocks).
+const char *const kExchanged = "blocks exchanged pairwise";
+
 // The calls of collective `fn` that logged "<algo>, the peers' buffers ..."
 int peer_calls(const std::string &fn, const char *algo) {
   return calls_logging(fn, std::string("): ") + algo + ", the peers' buffers");
@@ -57,13 +60,11 @@ struct Sweep {
 
 // Runs every case of the five collectives on n ranks with `algo` forced (direct: buffers from
 // ncclMemAlloc; cma: heap buffers) and checks that each collective logged exactly the calls the
-// peer path must have taken: every case. An in-place all-to-all sends from a copy of its input
-// made before the handshake, heap memory here, which peers in other processes read by copy but
-// cannot map: direct on processes leaves it out (InPlaceAllToAll below). `more`: settings added.
+// peer path must have taken: every case (the in-place all-to-alls exchanging blocks pairwise).
+// `more`: settings added.
 void run_sweep(const char *algo, Mode mode, int n, const Sweep &s,
                const std::vector<std::pair<std::string, std::string>> &more = {}) {
   const bool direct = std::string(algo) == "direct";
-  const bool a2a_in_place = !direct || mode == Mode::kThreads;
   th::case_buffers_from_memalloc(direct);
   th::Options opt;
   opt.env = {{"TUTTI_ALGO", forced(algo)},
@@ -85,7 +86,6 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s,
                              : std::vector<Op>{Op::kSum})
               for (size_t count : s.counts)
                 for (int in_place = 0; in_place < 2; in_place++) {
-                  if (in_place && coll == Coll::kAlltoAll && !a2a_in_place) continue;
                   Case c;
                   c.coll = coll, c.type = t, c.op = op, c.count = count, c.in_place = in_place;
                   c.root = seq % n, c.align = static_cast<size_t>(seq) % 3;
@@ -102,10 +102,10 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s,
   const int reduce_ops = static_cast<int>(std::size(th::kAllOps)) - 1;
   for (Coll coll : kColls) {
     const std::string fn = std::string("nccl") + th::coll_name(coll);
-    int placements = coll == Coll::kAlltoAll && !a2a_in_place ? 1 : 2;
-    int want = per * placements * (coll == Coll::kReduce ? reduce_ops : 1);
+    int want = per * 2 * (coll == Coll::kReduce ? reduce_ops : 1);
     EXPECT_EQ(peer_calls(fn, algo), want) << fn << " calls logged as " << algo << ", nranks " << n;
   }
+  EXPECT_EQ(calls_logging("ncclAlltoAll", kExchanged), per) << "in-place all-to-alls exchanging";
 }
 
 const Sweep kWide = {{std::begin(th::kAllTypes), std::end(th::kAllTypes)}, {1, 1023}};
@@ -205,37 +205,46 @@ void run_null_buffers(const char *algo) {
         << th::coll_name(coll) << ": every rank's call should go " << algo;
 }
 
-// In-place all-to-alls on ncclMemAlloc buffers in processes, cma forced: each sends from a copy
-// of its input (heap memory, made before the handshake) that the peers read by copy; exact, and
-// the out-of-place calls between them too. (With direct, the peers cannot map that copy outside
-// tutti-run's shared heap: the call then falls back, and the next calls of its count skip the
-// mapping, plan.c.)
-TEST(DirectRooted, InPlaceAllToAllProcs) {
-  th::case_buffers_from_memalloc(true);
-  th::Options opt;
-  opt.env = {{"TUTTI_ALGO", "alltoall:cma"},
-             {"TUTTI_CMA_MIN_BYTES", "1"},
-             {"TUTTI_CMA_COPY_MIN_BYTES", "1"}};
-  log_capture::clear();
-  th::run_ranks_ok(
-      Mode::kProcs, 3,
-      [&](RankCtx &ctx) {
-        int seq = 0;
-        for (int rep = 0; rep < 2; rep++)
+// All-to-alls whose ranks differ in placement, in processes, direct on ncclMemAlloc buffers and
+// cma on heap buffers: in each call some ranks are in place (sending from their live buffers)
+// and the others not, so every rank swaps each pair's blocks with its peer, out-of-place ranks
+// too; exact results on every rank (the odd counts split a pair's blocks unevenly), every call
+// logged as exchanging on every rank, and the out-of-place calls between them exact too.
+TEST(DirectRooted, AllToAllMixedPlacementProcs) {
+  for (const char *algo : {"direct", "cma"}) {
+    const bool direct = std::string(algo) == "direct";
+    th::case_buffers_from_memalloc(direct);
+    th::Options opt;
+    opt.env = {{"TUTTI_ALGO", std::string("alltoall:") + algo},
+               {"TUTTI_DIRECT_MIN_BYTES", "1"},
+               {"TUTTI_CMA_MIN_BYTES", "1"},
+               {"TUTTI_CMA_COPY_MIN_BYTES", "1"},
+               {"TUTTI_CMA_PIECE_BYTES", "4096"}};
+    log_capture::clear();
+    const int n = 3;
+    th::run_ranks_ok(
+        Mode::kProcs, n,
+        [&](RankCtx &ctx) {
+          int seq = 0;
           for (size_t count : kCounts.counts)
-            for (int in_place : {1, 0}) {
+            for (int pattern = 0; pattern < 3; pattern++) {
               Case c;
               c.coll = Coll::kAlltoAll, c.type = ncclInt32, c.count = count;
-              c.in_place = in_place, c.align = static_cast<size_t>(seq++) % 3;
+              // pattern 0, 1: every other rank in place (the even ones, the odd one); 2: none
+              c.in_place = pattern < 2 && (ctx.rank + pattern) % 2 == 0;
+              c.align = static_cast<size_t>(seq++) % 3;
               bool broken = false;
               th::run_case(ctx, c, &broken);
               if (broken) return;
             }
-      },
-      opt, "in-place all-to-alls on ncclMemAlloc buffers");
-  th::case_buffers_from_memalloc(false);
-  // 2 reps x 5 counts x 2 placements x 3 ranks
-  EXPECT_EQ(peer_calls("ncclAlltoAll", "cma"), 2 * 5 * 2 * 3);
+        },
+        opt, std::string("all-to-alls of mixed placement, ") + algo);
+    th::case_buffers_from_memalloc(false);
+    // 5 counts x 3 patterns x 3 ranks, two patterns of three exchanging
+    const int calls = 5 * 3 * n;
+    EXPECT_EQ(peer_calls("ncclAlltoAll", algo), calls) << algo;
+    EXPECT_EQ(calls_logging("ncclAlltoAll", kExchanged), calls * 2 / 3) << algo;
+  }
 }
 
 TEST(DirectRooted, NullBuffersOfNonRootsDirect) {

@@ -300,9 +300,11 @@ TEST(Sim, ConventionsAndApplicability) {
 // per slot), engine time o per piece: in one piece the send takes o + 2s/B and arrives a later,
 // its receive o more: 2o + 2s/B + a. Through the FIFOs (rdv-intra 0) the second piece leaves
 // o + s/B after the first and its receive ends 3o + 2s/B + a. The tuner's model knows it too:
-// on the default cluster's one node, a 1 MiB gather, all-to-all or scatter goes to the p2p
-// lanes' single copy (2 hops of latency), not to direct's handshake (3); without the rendezvous
-// the lanes copy twice and direct is the faster.
+// on the default cluster's one node, a 1 MiB gather or scatter goes to the p2p lanes' single
+// copy (2 hops of latency), not to direct's handshake (3), while an all-to-all, which takes a
+// peer algorithm estimated within 4% of the others (tuner.c: in place it exchanges blocks where
+// the lanes copy the input first), goes to direct; without the rendezvous the lanes copy twice
+// and direct is the faster.
 TEST(Sim, RendezvousBlocksInOnePiece) {
   sim_cluster_t c = uniform(2, false, 0);
   double sb = 4e-6, o = 1e-6;
@@ -321,7 +323,7 @@ TEST(Sim, RendezvousBlocksInOnePiece) {
     size_t chunk;
     d.rdv_intra = 16 * 1024;
     ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 1 << 20, &chosen, &chunk), 0);
-    EXPECT_EQ(chosen, ALGO_P2P) << coll_name(coll);
+    EXPECT_EQ(chosen, coll == COLL_ALLTOALL ? ALGO_DIRECT : ALGO_P2P) << coll_name(coll);
     d.rdv_intra = 0;
     ASSERT_EQ(sim_choose(&d, coll, SIM_ALGO_AUTO, 1 << 20, &chosen, &chunk), 0);
     EXPECT_EQ(chosen, ALGO_DIRECT) << coll_name(coll);

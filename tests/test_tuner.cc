@@ -415,7 +415,7 @@ TEST(TunerModel, P2pBlocksByRendezvous) {
   for (coll_t c : {COLL_GATHER, COLL_SCATTER, COLL_ALLTOALL})
     EXPECT_EQ(tuner_choose(&m, &two_ranks, c, 64 * 1024, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);
   // 8 ranks on 2 CPUs: 1.5 + 7 S / 20e3, no CPU term (the FIFOs' formula has one: 7 messages x
-  // 2 us x 4 = 56 us), below direct's 3 + 7 S / 20e3
+  // 2 us x 4 = 56 us), below direct's 3 + 7 S / 20e3 (1.06x: beyond the all-to-all's margin)
   tuner_topo_t shared = one_host(8);
   shared.peer_mem = 1, shared.peer_min_bytes = 32 * 1024, shared.rdv_min_bytes = 16 * 1024;
   shared.machine_ranks = 8, shared.ncpu = 2;
@@ -426,6 +426,28 @@ TEST(TunerModel, P2pBlocksByRendezvous) {
   tuner_topo_t two = t;  // two hosts: no rendezvous counted, the network's formula
   two.nhosts = 2, two.local_size = 2, two.host_blocks = 1;
   EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &two, COLL_SEND, ALGO_P2P, 64 * 1024), 20.0 + S / 1e3);
+}
+
+// An all-to-all takes a peer algorithm (in place they exchange blocks; the others copy the input
+// first, which the model cannot charge) unless it is estimated more than 1.04x the best other:
+// 2 ranks, 64 KiB, p2p by rendezvous 1 + S / 20e3 = 4.28 us against direct's lat + S / 20e3:
+// direct at lat 1.1 (1.02x), p2p at lat 1.3 (1.07x); the gather, alike in bytes, takes p2p.
+TEST(TunerModel, AllToAllTakesPeerStepsWithinAMargin) {
+  tuner_model_t m = model();
+  m.rdv = {1.0, 20.0};
+  tuner_topo_t t = one_host(2);
+  t.peer_mem = 1, t.peer_min_bytes = 16 * 1024, t.rdv_min_bytes = 16 * 1024;
+  const double S = 64 * 1024;
+  m.peer = {1.1, 20.0};
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLTOALL, ALGO_P2P, 64 * 1024), 1.0 + S / 20e3);
+  EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, COLL_ALLTOALL, ALGO_DIRECT, 64 * 1024),
+                   1.1 + S / 20e3);
+  tuner_choice_t ch = tuner_choose(&m, &t, COLL_ALLTOALL, 64 * 1024, TUNER_ALL_ALGOS, 0);
+  EXPECT_EQ(ch.algo, ALGO_DIRECT);
+  EXPECT_DOUBLE_EQ(ch.us, 1.1 + S / 20e3);  // the estimate, not the compared figure
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_GATHER, 64 * 1024, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);
+  m.peer = {1.3, 20.0};
+  EXPECT_EQ(tuner_choose(&m, &t, COLL_ALLTOALL, 64 * 1024, TUNER_ALL_ALGOS, 0).algo, ALGO_P2P);
 }
 
 TEST(TunerModel, PushForTheAllReduceOnMappedMemory) {

@@ -24,11 +24,16 @@
  *                  send buffer (the root copies its own); all-to-all: every rank copies its own
  *                  block (unless in place) and PEER_COPYs block r of every other rank's send
  *                  buffer; then PEER_DONE
+ *   all-to-all where some rank is in place (sched_args_t.exchange, agreed in the handshake):
+ *                  every rank copies its own block (unless in place); for every other rank q,
+ *                  PEER_EXCHANGE of its half of the pair's two blocks (the lower rank the first
+ *                  half, the higher the second): its block q with q's block r, each side read
+ *                  before it is written; then PEER_DONE
  *   The buffers a rank does not use (NCCL's: a non-root's send buffer in broadcast and
- *   scatter, receive buffer in reduce and gather) are exposed as unused and never read. An
- *   in-place all-to-all gets a copy of its input as the send buffer before the handshake
- *   (plan.c: every rank overwrites blocks its peers read), so the schedule sees it out of place;
- *   on device buffers every all-to-all is staged.
+ *   scatter, receive buffer in reduce and gather) are exposed as unused and never read. In an
+ *   in-place all-to-all every rank overwrites blocks its peers read: pulling them, as out of
+ *   place, would need a copy of each rank's input written and read every call; exchanging them
+ *   moves every byte once each way, no copy. On device buffers every all-to-all is staged.
  *
  * Cost per rank: each byte of the result read from peers once and written once; no FIFO
  * hops, but a handshake before the call (every rank exposes its buffers and maps the others',
@@ -39,7 +44,8 @@
  * input once, unscaled). Results are bitwise identical on every rank (each segment has one
  * owner; the others copy its bits) and run to run. In place is safe: in the all-reduce rank k
  * reads rank r's buffer only in segment k, which r overwrites only after k's progress says it is
- * final; in the others no rank writes what a peer reads.
+ * final; in the exchanging all-to-all each element of every buffer is read and written by one
+ * rank alone; in the others no rank writes what a peer reads.
  * Device buffers (ALGO_RUNS_ON_DEVICE): the same schedule runs on GPU memory mapped through
  * CUDA IPC (transport/cuda_p2p.c), the reductions as kernels and the copies on the copy
  * engine (engine_peer.c); the planner then takes it at any size (the alternative is staging
@@ -133,14 +139,29 @@ static int direct_scatter(const sched_args_t *a, sched_t *s) {
   return direct_done(s);
 }
 
+/* The pair of ranks r and q: each exchanges half of the two blocks, the lower rank the first. */
+static int exchange_half(const sched_args_t *a, sched_t *s, int q) {
+  int r = a->rank;
+  size_t c = a->count, half = c / 2, lo = r < q ? 0 : half, hi = r < q ? half : c;
+  if (hi > lo)
+    SCHED_PUSH(.kind = STEP_PEER_EXCHANGE, .recv_peer = q, .send_peer = -1, .src_buf = BUF_SEND,
+               .dst_buf = BUF_RECV, .flags = STEP_STORE, .src_off = (size_t)r * c + lo,
+               .dst_off = (size_t)q * c + lo, .count = hi - lo);
+  return 0;
+}
+
 static int direct_alltoall(const sched_args_t *a, sched_t *s) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count, mine = (size_t)r * c;
-  if (!a->in_place) /* in place the own block is where it belongs (the input is a copy, plan.c) */
+  if (!a->in_place) /* in place the own block is where it belongs */
     SCHED_PUSH(.recv_peer = -1, .send_peer = -1, .src_buf = BUF_SEND, .dst_buf = BUF_RECV,
                .flags = STEP_STORE, .src_off = mine, .dst_off = mine, .count = c);
   for (int k = 1; k < n; k++) {
     int q = tutti_mod(r + k, n);
+    if (a->exchange) {
+      if (exchange_half(a, s, q) != 0) return -1;
+      continue;
+    }
     SCHED_PUSH(.kind = STEP_PEER_COPY, .recv_peer = q, .send_peer = -1, .src_buf = BUF_SEND,
                .dst_buf = BUF_RECV, .flags = STEP_STORE, .src_off = mine, .dst_off = (size_t)q * c,
                .count = c);

@@ -138,6 +138,16 @@ static int peer_step(interp_t *in, int me, const step_t *st, lane_state_t *ls) {
         return fail(in, "rank %d: PEER_COPY pushes outside rank %d's buffer", me, (me + k) % n);
       memmove(y, x, st->count * sizeof(int64_t));
     }
+  } else if (st->kind == STEP_PEER_EXCHANGE) {
+    int64_t *mine = at(in, me, st->src_buf, st->dst_off, st->count);
+    int64_t *theirs = at(in, q, st->src_buf, st->src_off, st->count);
+    int64_t *there = at(in, q, st->dst_buf, st->src_off, st->count);
+    if (!mine || !theirs || !there)
+      return fail(in, "rank %d: PEER_EXCHANGE reaches outside its or rank %d's buffers", me, q);
+    for (size_t i = 0; i < st->count; i++) {
+      int64_t a = mine[i], b = theirs[i];
+      dst[i] = b, there[i] = a;
+    }
   } else {
     in->done[me] = 1;
     for (int k = 0; k < n; k++)

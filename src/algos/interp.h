@@ -13,7 +13,8 @@
  *   wrong size is an error.
  *   Peer steps: PEER_REDUCE writes the sum over ranks k (from recv_peer on) of pre(k's src) plus
  *   post and publishes it as final; PEER_COPY reads rank recv_peer's buffer, with
- *   STEP_AFTER_PROGRESS only once that rank's PEER_REDUCE is final; PEER_DONE waits for every
+ *   STEP_AFTER_PROGRESS only once that rank's PEER_REDUCE is final; PEER_EXCHANGE swaps its
+ *   elements with rank recv_peer's (both read, then both written); PEER_DONE waits for every
  *   rank's PEER_DONE.
  * Every access is checked against the buffers' lengths.
  */

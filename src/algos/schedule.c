@@ -57,8 +57,8 @@ static const char *peer_str(int peer, char *buf, size_t len) {
  *      1  recv 4   send 0   recv-reduce+send  src recv+0         dst -              count 4 */
 static void dump_step(FILE *f, size_t i, const step_t *st) {
   char rp[16], sp[16], src[40], dst[40], kind[24];
-  static const char *peer_kinds[] = {"", "peer-reduce", "peer-copy", "peer-done"};
-  const char *what = st->kind != STEP_FIFO     ? peer_kinds[st->kind % 4]
+  static const char *peer_kinds[] = {"", "peer-reduce", "peer-copy", "peer-done", "peer-exchange"};
+  const char *what = st->kind != STEP_FIFO     ? peer_kinds[st->kind % 5]
                      : st->recv_peer >= 0      ? (st->flags & STEP_REDUCE ? "recv-reduce" : "recv")
                      : st->send_peer >= 0      ? "send"
                      : st->flags & STEP_REDUCE ? "local-reduce"

@@ -71,8 +71,20 @@ enum {
  *                the same place (host memory the peers map)
  *   PEER_DONE    says this rank is done with the call and waits until every rank is: nobody
  *                returns (and may reuse its buffers) while another rank still reads them
+ *   PEER_EXCHANGE  with q = recv_peer: dst[dst_off, +count) = q's src_buf at [src_off, +count)
+ *                and q's dst_buf at [src_off, +count) = this rank's src_buf at [dst_off,
+ *                +count), each element of both read before either is written, so either side
+ *                may be in place (src_buf and dst_buf one buffer); q touches none of these
+ *                elements in the call (an in-place all-to-all's pair of blocks, swapped half by
+ *                each of the two ranks)
  */
-typedef enum { STEP_FIFO = 0, STEP_PEER_REDUCE, STEP_PEER_COPY, STEP_PEER_DONE } step_kind_t;
+typedef enum {
+  STEP_FIFO = 0,
+  STEP_PEER_REDUCE,
+  STEP_PEER_COPY,
+  STEP_PEER_DONE,
+  STEP_PEER_EXCHANGE
+} step_kind_t;
 
 typedef struct step {
   int32_t recv_peer; /* -1: none */
@@ -141,6 +153,9 @@ typedef struct sched_args {
   const int *ring;         /* [nranks]: the rank at each ring position (NULL: rank order) */
   const int *ring_pos;     /* [nranks]: the ring position of each rank (with ring) */
   const struct tuner_compress *compress; /* lossy entries: the call's compressor (cost.h) */
+  /* all-to-all with peer steps: some rank sends from its live buffer (in place, no copy), so
+   * every rank swaps each pair's blocks with PEER_EXCHANGE (the same on every rank) */
+  int exchange;
 } sched_args_t;
 
 /* The rank at ring position p (any integer: taken mod nranks) and this rank's position. */

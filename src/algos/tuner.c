@@ -151,9 +151,24 @@ double tuner_estimate_us(const tuner_model_t *m, const tuner_topo_t *t, coll_t c
   return algo_get(a)->cost_us(m, t, c, (double)bytes);
 }
 
+/* In place, an all-to-all without peer steps first copies the other ranks' blocks of its input
+ * (plan.c), while the peer algorithms exchange blocks in place (direct.c): on 2 ranks 2-9x
+ * faster from 64 KiB to 4 MiB. The model cannot charge that copy (every rank must choose alike,
+ * whether or not its own call is in place), so between the two kinds it takes the peer algorithm
+ * unless it is estimated TUNER_A2A_PEER_MARGIN times as long: out of place (2 ranks) direct and
+ * p2p ran alike from 512 KiB calls (0.98-1.06), which the defaults estimate 1.03x and less, and
+ * direct 0.81-0.91x at 128-256 KiB, estimated 1.11x and 1.06x. docs/perf-issue20-3.md. */
+#define TUNER_A2A_PEER_MARGIN 1.04
+
+static double compared_us(coll_t c, algo_t a, double us) {
+  int peer = (algo_get(a)->needs & ALGO_PEER_STEPS) != 0;
+  return c == COLL_ALLTOALL && peer ? us / TUNER_A2A_PEER_MARGIN : us;
+}
+
 static tuner_choice_t pick(const tuner_model_t *m, const tuner_topo_t *t, coll_t c, size_t bytes,
                            uint32_t mask, int log) {
   tuner_choice_t best = {.algo = ALGO_NUM, .us = -1};
+  double best_cmp = -1;
   for (int a = 0; a < ALGO_NUM; a++) {
     if (!(mask & (1u << a))) continue;
     /* a call with a compressor runs a compressed entry; an exact call never does */
@@ -163,7 +178,8 @@ static tuner_choice_t pick(const tuner_model_t *m, const tuner_topo_t *t, coll_t
     if (log)
       INFO(SUB_TUNING, "tuner: %s %zu bytes nranks %d hosts %d: %s %.2f us", coll_name(c), bytes,
            t->nranks, t->nhosts, algo_name((algo_t)a), us);
-    if (best.us < 0 || us < best.us) best = (tuner_choice_t){(algo_t)a, 0, us};
+    double cmp = compared_us(c, (algo_t)a, us);
+    if (best.us < 0 || cmp < best_cmp) best = (tuner_choice_t){(algo_t)a, 0, us}, best_cmp = cmp;
   }
   return best;
 }

@@ -17,6 +17,8 @@
  *     (send_peer t)                 (received before its PEER_DONE)
  *   PEER_COPY of the own buffer     a local copy, then one message of it to every other rank
  *     + STEP_PUSH                   (received before its PEER_DONE)
+ *   PEER_EXCHANGE with q           a receive from q (q sends at the start of its schedule) and
+ *                                   a message to q (received before its PEER_DONE)
  *   PEER_DONE                      one element to every other rank and one from each
  *
  * A message through shared memory costs its sender a copy (b / intra_bw), where the real copy
@@ -51,8 +53,8 @@ static int serve(lane_buf_t *main, const sched_t *all, int n, int q, int after) 
   for (int r = 0; r < n; r++)
     for (size_t i = 0; r != q && i < all[r].n; i++) {
       const step_t *st = &all[r].steps[i];
-      if (st->kind == STEP_PEER_COPY && st->recv_peer == q &&
-          !!(st->flags & STEP_AFTER_PROGRESS) == after &&
+      int reads = st->kind == STEP_PEER_COPY || (st->kind == STEP_PEER_EXCHANGE && !after);
+      if (reads && st->recv_peer == q && !!(st->flags & STEP_AFTER_PROGRESS) == after &&
           lane_push(main, (sim_step_t){-1, r, (uint32_t)st->count, 0}))
         return -1;
     }
@@ -66,9 +68,11 @@ static int pushes(const step_t *st, int q) {
          (st->kind == STEP_PEER_REDUCE || (st->kind == STEP_PEER_COPY && st->recv_peer == q));
 }
 
-/* Whether rank q's step st reduces into rank r's buffer (PEER_REDUCE with send_peer r). */
-static int reduces_into(const step_t *st, int q, int r) {
-  return st->kind == STEP_PEER_REDUCE && st->send_peer == r && q != r;
+/* Whether rank q's step st writes into rank r's buffer alone (PEER_REDUCE with send_peer r,
+ * PEER_EXCHANGE with r). */
+static int writes_into(const step_t *st, int q, int r) {
+  return q != r && ((st->kind == STEP_PEER_REDUCE && st->send_peer == r) ||
+                    (st->kind == STEP_PEER_EXCHANGE && st->recv_peer == r));
 }
 
 /* Rank r's receives of what the other ranks push or reduce into its buffer. */
@@ -76,7 +80,7 @@ static int receive_pushes(const sched_t *all, int n, int r, lane_buf_t *lanes) {
   for (int q = 0; q < n; q++)
     for (size_t i = 0; q != r && i < all[q].n; i++) {
       const step_t *st = &all[q].steps[i];
-      if ((pushes(st, q) || reduces_into(st, q, r)) &&
+      if ((pushes(st, q) || writes_into(st, q, r)) &&
           lane_push(&lanes[1 + q], (sim_step_t){q, -1, (uint32_t)st->count, STEP_STORE}))
         return -1;
     }
@@ -103,12 +107,15 @@ static int translate(const sched_t *all, int n, int r, lane_buf_t *lanes) {
     else if (st->kind == STEP_PEER_REDUCE)
       rc = lane_push(main, (sim_step_t){-1, -1, c * (uint32_t)(n - 1), STEP_REDUCE}) ||
            serve(main, all, n, r, 1) || ((st->flags & STEP_PUSH) && push_all(main, n, r, c)) ||
-           (st->send_peer >= 0 && reduces_into(st, r, st->send_peer) &&
+           (st->send_peer >= 0 && writes_into(st, r, st->send_peer) &&
             lane_push(main, (sim_step_t){-1, st->send_peer, c, 0}));
     else if (st->kind == STEP_PEER_COPY && pushes(st, r)) /* a local copy, then to every rank */
       rc = lane_push(main, (sim_step_t){-1, -1, c, STEP_STORE}) || push_all(main, n, r, c);
     else if (st->kind == STEP_PEER_COPY)
       rc = lane_push(&lanes[1 + st->recv_peer], (sim_step_t){st->recv_peer, -1, c, STEP_STORE});
+    else if (st->kind == STEP_PEER_EXCHANGE)
+      rc = lane_push(&lanes[1 + st->recv_peer], (sim_step_t){st->recv_peer, -1, c, STEP_STORE}) ||
+           lane_push(main, (sim_step_t){-1, st->recv_peer, c, 0});
     else if ((rc = receive_pushes(all, n, r, lanes)) == 0)
       for (int q = 0; q < n && rc == 0; q++)
         if (q != r)
