@@ -365,15 +365,19 @@ TEST(TunerModel, DirectWherePeerMemoryAndLargeEnough) {
 // reduce-scatter's.
 // Reading by copy (cma) from TUTTI_CMA_MIN_BYTES for the collectives that reduce (and the
 // all-gather), from TUTTI_CMA_COPY_MIN_BYTES for those that only copy (the size of one block):
-// peer-read latency + what the busiest rank reads / b_read.
+// peer-read latency + what the busiest rank reads / b_read; the all-to-all, whose blocks go in
+// one system call each as the rendezvous's do, direct's latency + the same bytes / b_rdv.
 TEST(TunerModel, CmaFromItsTwoFloors) {
   tuner_model_t m = model();
   m.peer_read = {5.0, 10.0};
+  m.peer = {2.0, 30.0};
+  m.rdv = {1.0, 20.0};
   tuner_topo_t t = one_host(2);
   t.peer_read = 1, t.peer_read_min_bytes = 256 * 1024, t.peer_read_copy_min_bytes = 128 * 1024;
   const double S = 128 * 1024;
   for (coll_t c : {COLL_BROADCAST, COLL_GATHER, COLL_SCATTER, COLL_ALLTOALL}) {
-    EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, c, ALGO_CMA, 128 * 1024), 5.0 + S / 10e3);
+    double want = c == COLL_ALLTOALL ? 2.0 + S / 20e3 : 5.0 + S / 10e3;
+    EXPECT_DOUBLE_EQ(tuner_estimate_us(&m, &t, c, ALGO_CMA, 128 * 1024), want) << coll_name(c);
     EXPECT_LT(tuner_estimate_us(&m, &t, c, ALGO_CMA, 128 * 1024 - 1), 0);
   }
   for (coll_t c : {COLL_ALLREDUCE, COLL_REDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER}) {
