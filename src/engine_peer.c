@@ -16,7 +16,9 @@
  * piece, so the reads of the next piece follow the reduction of the last and the progress word
  * moves per piece; with STEP_PUSH it then writes the piece, still in cache, into every other
  * rank's destination (mem_write). PEER_COPY reads what the owner's progress says is final
- * straight into the destination.
+ * straight into the destination. PEER_EXCHANGE (an all-to-all with a rank in place: the
+ * handshake carries each rank's wish, and any rank's makes every rank exchange) swaps a pair's
+ * elements through a buffer in cache, mapped or by mem_read and mem_write.
  *
  * Device buffers (o->dev, the stream path with cuda_p2p): the same steps, run by the proxy
  * thread through the device interface: PEER_REDUCE is a reduction kernel reading the peers'
