@@ -58,6 +58,16 @@ inline int count(const std::string &needle) {
   return n;
 }
 
+// The lines about calls of collective `fn` ("ncclBroadcast": the planner's lines name a call
+// "ncclBroadcast (op #N): ...") that say `what`.
+inline int calls_saying(const std::string &fn, const std::string &what) {
+  const std::string call = fn + " (op #";
+  int n = 0;
+  for (const std::string &l : lines())
+    n += l.find(call) != std::string::npos && l.find(what) != std::string::npos;
+  return n;
+}
+
 // The rank in a line's "host:pid:tid [rank]" prefix, -1 when it has none (ranks forked after the
 // test process opened its log write to its file, so a file is not a rank).
 inline int rank_of(const std::string &line) {

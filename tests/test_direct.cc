@@ -237,10 +237,8 @@ std::vector<int> streamed_calls(const std::string &threshold, const std::vector<
       },
       opt, "calls with TUTTI_NT_THRESHOLD=" + threshold + " TUTTI_CACHE_BYTES=" + cache);
   std::vector<int> streamed(names.size(), 0);
-  for (const std::string &l : log_capture::lines())
-    for (size_t k = 0; k < names.size(); k++)
-      streamed[k] += l.find(names[k] + " (") != std::string::npos &&
-                     l.find("results written with streaming stores") != std::string::npos;
+  for (size_t k = 0; k < names.size(); k++)
+    streamed[k] = log_capture::calls_saying(names[k], "results written with streaming stores");
   return streamed;
 }
 

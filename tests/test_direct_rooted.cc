@@ -36,21 +36,12 @@ std::string forced(const char *algo) {
   return v;
 }
 
-// The calls of collective `fn` ("ncclBroadcast") whose log line says `what`.
-int calls_logging(const std::string &fn, const std::string &what) {
-  const std::string call = fn + " (op #";
-  int n = 0;
-  for (const std::string &l : log_capture::lines())
-    n += l.find(call) != std::string::npos && l.find(what) != std::string::npos;
-  return n;
-}
-
 // What a peer-path all-to-all logs where some rank is in place (its ranks swap blocks).
 const char *const kExchanged = "blocks exchanged pairwise";
 
 // The calls of collective `fn` that logged "<algo>, the peers' buffers ..."
 int peer_calls(const std::string &fn, const char *algo) {
-  return calls_logging(fn, std::string("): ") + algo + ", the peers' buffers");
+  return log_capture::calls_saying(fn, std::string("): ") + algo + ", the peers' buffers");
 }
 
 struct Sweep {
@@ -105,7 +96,8 @@ void run_sweep(const char *algo, Mode mode, int n, const Sweep &s,
     int want = per * 2 * (coll == Coll::kReduce ? reduce_ops : 1);
     EXPECT_EQ(peer_calls(fn, algo), want) << fn << " calls logged as " << algo << ", nranks " << n;
   }
-  EXPECT_EQ(calls_logging("ncclAlltoAll", kExchanged), per) << "in-place all-to-alls exchanging";
+  EXPECT_EQ(log_capture::calls_saying("ncclAlltoAll", kExchanged), per)
+      << "in-place all-to-alls exchanging";
 }
 
 const Sweep kWide = {{std::begin(th::kAllTypes), std::end(th::kAllTypes)}, {1, 1023}};
@@ -128,7 +120,8 @@ TEST(DirectRooted, StreamingStoresProcs) {
               {{"TUTTI_NT_THRESHOLD", "1"}, {"TUTTI_CACHE_BYTES", "1"}});
     for (Coll coll : kColls) {
       const std::string fn = std::string("nccl") + th::coll_name(coll);
-      EXPECT_GT(calls_logging(fn, "results written with streaming stores"), 0) << fn << " " << algo;
+      EXPECT_GT(log_capture::calls_saying(fn, "results written with streaming stores"), 0)
+          << fn << " " << algo;
     }
   }
 }
@@ -243,7 +236,7 @@ TEST(DirectRooted, AllToAllMixedPlacementProcs) {
     // 5 counts x 3 patterns x 3 ranks, two patterns of three exchanging
     const int calls = 5 * 3 * n;
     EXPECT_EQ(peer_calls("ncclAlltoAll", algo), calls) << algo;
-    EXPECT_EQ(calls_logging("ncclAlltoAll", kExchanged), calls * 2 / 3) << algo;
+    EXPECT_EQ(log_capture::calls_saying("ncclAlltoAll", kExchanged), calls * 2 / 3) << algo;
   }
 }
 
