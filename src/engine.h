@@ -31,7 +31,8 @@ typedef struct op_ctx { /* one collective or p2p call */
   /* Device buffers in place (the stream path with cuda_p2p): buf[BUF_SEND] and buf[BUF_RECV]
    * are device memory, the peers' mapped ones too; every step of the call is run by
    * engine_peer.c through `dev` on the proxy's queue dev_q (kernels and copies, never a host
-   * load or store). dev_scratch (dev_scratch_bytes) holds partial sums. NULL: host memory. */
+   * load or store). dev_scratch (dev_scratch_bytes) holds partial sums and an all-to-all
+   * exchange's pieces. NULL: host memory. */
   const struct device_ops *dev;
   void *dev_q;
   void *dev_scratch;

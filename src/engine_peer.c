@@ -24,7 +24,8 @@
  * thread through the device interface: PEER_REDUCE is a reduction kernel reading the peers'
  * mapped device buffers in place (load/store over NVLink/PCIe, or the same GPU), one launch per
  * operand and piece (o->dev_scratch_bytes), waited for before the progress word moves;
- * PEER_COPY is a copy-engine copy; the schedule's local copies go through the device too.
+ * PEER_COPY is a copy-engine copy (PEER_EXCHANGE three of them through the scratch); the
+ * schedule's local copies go through the device too.
  *
  * Words: each rank publishes two words through its transport (PEER_WORD_PROGRESS, _DONE) that
  * only grow: progress = call << 40 | elements of its PEER_REDUCE final so far, done = calls
@@ -568,14 +569,17 @@ static int step_copy(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
  * streamed where the call streams). Read by copy: q's piece into the buffer (mem_read), this
  * rank's piece into q's dst (mem_write), then the buffer into place. The piece is L1-sized on
  * mapped buffers (three copies per piece) and TUTTI_CMA_PIECE_BYTES read by copy (two system
- * calls per piece). */
+ * calls per piece); on device buffers the same three copies through o->dev_scratch, each waited
+ * for (dev_copy), so in its order. */
 static int step_exchange(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   ncclComm_t comm = l->comm;
   int q = st->recv_peer, sb = st->src_buf == BUF_SEND ? 0 : 1, db = st->dst_buf == BUF_SEND ? 0 : 1;
   size_t es = o->esize;
-  size_t bytes = o->peer_read ? (size_t)tutti_param_CmaPieceBytes() : PEER_BLOCK_BYTES;
+  size_t bytes = o->dev         ? o->dev_scratch_bytes
+                 : o->peer_read ? (size_t)tutti_param_CmaPieceBytes()
+                                : PEER_BLOCK_BYTES;
   size_t piece = TUTTI_MAX(bytes / es, 1);
-  char *tmp = tls_read_buffer(piece * es);
+  char *tmp = o->dev ? o->dev_scratch : tls_read_buffer(piece * es);
   if (!tmp) {
     TUTTI_ERR(ncclSystemError, "rank %d: out of memory for an all-to-all exchange", comm->rank);
     return -1;
@@ -586,6 +590,13 @@ static int step_exchange(lane_t *l, const op_ctx_t *o, const step_t *st, int *mo
   test_delay(comm, o);
   for (size_t at = 0; at < st->count; at += piece) {
     size_t len = TUTTI_MIN(piece, st->count - at), off = (st->src_off + at) * es;
+    if (o->dev) {
+      int rc = dev_copy(o, tmp, mine + at * es, len * es);
+      if (!rc) rc = dev_copy(o, into + at * es, o->peer_buf[sb][q] + off, len * es);
+      if (!rc) rc = dev_copy(o, (char *)o->peer_buf[db][q] + off, tmp, len * es);
+      if (rc) return device_failed(l, o, "an all-to-all exchange", rc);
+      continue;
+    }
     if (o->peer_read) {
       ncclResult_t res = t->mem_read(comm, q, &o->peer_h[sb][q], off, tmp, len * es);
       if (res == ncclSuccess)
@@ -620,12 +631,12 @@ static int step_done(lane_t *l, const op_ctx_t *o, int *moved) {
 }
 
 int engine_peer_step(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
-  int rc = st->kind == STEP_FIFO && o->dev             ? step_local_dev(l, o, st, moved)
-           : st->kind == STEP_PEER_REDUCE              ? step_reduce(l, o, st, moved)
-           : st->kind == STEP_PEER_COPY                ? step_copy(l, o, st, moved)
-           : st->kind == STEP_PEER_DONE                ? step_done(l, o, moved)
-           : st->kind == STEP_PEER_EXCHANGE && !o->dev ? step_exchange(l, o, st, moved)
-                                                       : -2;
+  int rc = st->kind == STEP_FIFO && o->dev  ? step_local_dev(l, o, st, moved)
+           : st->kind == STEP_PEER_REDUCE   ? step_reduce(l, o, st, moved)
+           : st->kind == STEP_PEER_COPY     ? step_copy(l, o, st, moved)
+           : st->kind == STEP_PEER_DONE     ? step_done(l, o, moved)
+           : st->kind == STEP_PEER_EXCHANGE ? step_exchange(l, o, st, moved)
+                                            : -2;
   if (rc == -2)
     TUTTI_ERR(ncclInternalError, "rank %d: unknown step kind %d in nccl%s", l->comm->rank,
               (int)st->kind, coll_name(o->coll));

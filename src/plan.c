@@ -191,14 +191,10 @@ static ncclResult_t choose_device(ncclComm_t comm, pending_t *p, uint32_t exclud
   if (mask) ch = tuner_choose(&comm->tuner, &t, c, bytes, mask, 0);
   *ok = ch.algo != ALGO_NUM;
   if (!*ok)
-    return plan_stage(p,
-                      c == COLL_ALLTOALL
-                          ? "an all-to-all on device buffers is staged (in place it sends from a "
-                            "copy the host makes, and the ranks must choose alike)"
-                      : !can        ? "no algorithm runs this collective on device memory"
-                      : !t.peer_mem ? "the ranks' devices cannot map each other's memory "
-                                      "(cuda_p2p off, or TUTTI_DIRECT=0)"
-                                    : "TUTTI_ALGO allows no algorithm that runs on the device");
+    return plan_stage(p, !can          ? "no algorithm runs this collective on device memory"
+                         : !t.peer_mem ? "the ranks' devices cannot map each other's memory "
+                                         "(cuda_p2p off, or TUTTI_DIRECT=0)"
+                                       : "TUTTI_ALGO allows no algorithm that runs on the device");
   p->ctx.algo = ch.algo;
   set_chunk(comm, p, ch.chunk_bytes);
   return ncclSuccess;
@@ -331,10 +327,6 @@ static ncclResult_t plan_choose(ncclComm_t comm, pending_t *p, int *cached) {
     return ncclSuccess;
   }
   uint32_t exclude = p->ctx.rop.premul ? algos_needing(ALGO_NEEDS_PLAIN_OP) : 0;
-  /* an in-place all-to-all exchanges blocks on host buffers, or sends from a copy of its input
-   * that the host makes (copy_alltoall_input), and every rank must choose alike whether or not
-   * its own call is in place: on device buffers every all-to-all is staged */
-  if (p->args.coll == COLL_ALLTOALL && p->ctx.dev) exclude |= algos_needing(ALGO_PEER_STEPS);
   int on_device = 0;
   if (p->ctx.dev) TUTTI_CHECK(choose_device(comm, p, exclude, &on_device));
   if (on_device) return ncclSuccess; /* not cached: its handshake runs every time */

@@ -102,7 +102,7 @@ struct proxy {
   size_t stage_bytes;
   char *retired;     /* outgrown arenas, freed when the thread ends (proxy_stage_reserve) */
   char *stage_at;    /* the next free byte of stage while an item is set up and planned */
-  void *dev_scratch; /* device memory for partial sums (engine_peer.c), when nranks > 2 */
+  void *dev_scratch; /* device memory for partial sums and exchanges (engine_peer.c) */
   pending_t *run;
   proxy_out_t *out;
   size_t run_cap;
@@ -359,10 +359,13 @@ static void *proxy_main(void *arg) {
     proxy_complete(px, it, res);
   }
   /* Every item is done: no stream waits for this thread, so the frees (which wait until the
-   * device is idle) can return. */
-  if (px->dev_scratch) px->dev->dev_free(px->dev_scratch);
+   * device is idle) can return; unless the communicator was aborted, whose streams may still
+   * wait for the caller's own work (ncclCommAbort must return): its device scratch and pinned
+   * staging are then left allocated. */
+  int aborted = __atomic_load_n(&px->comm->abort_flag, __ATOMIC_ACQUIRE) != 0;
+  if (px->dev_scratch && !aborted) px->dev->dev_free(px->dev_scratch);
   px->dev->copy_queue_destroy(px->copy_q);
-  proxy_stage_free(px);
+  if (!aborted) proxy_stage_free(px);
   return NULL;
 }
 
@@ -429,10 +432,10 @@ static ncclResult_t proxy_start(ncclComm_t comm, struct proxy **out) {
     return TUTTI_ERR(ncclUnhandledCudaError, "rank %d: pinned flag memory: %s (%d)", comm->rank,
                      dev->error_string(rc), rc);
   }
-  /* Device scratch for partial sums (engine_peer.c, more than 2 ranks), taken here, in the
-   * calling thread before any stream waits for this proxy, and never while one does: CUDA's
-   * allocation calls may wait for the device. */
-  if (comm->dev_peer && comm->nranks > 2)
+  /* Device scratch for partial sums (engine_peer.c, more than 2 ranks) and the in-place
+   * all-to-all's exchanges, taken here, in the calling thread before any stream waits for this
+   * proxy, and never while one does: CUDA's allocation calls may wait for the device. */
+  if (comm->dev_peer && comm->nranks > 1)
     rc = dev->dev_alloc(&px->dev_scratch, proxy_scratch_bytes());
   if (switched) dev->bind(caller);
   if (rc) {

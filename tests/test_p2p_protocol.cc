@@ -52,9 +52,9 @@ int32_t sum(int n, size_t j) {
 }
 
 // All-reduce (out of place, in place, max), reduce-scatter (out of place, in place), all-gather
-// (out of place, in place), broadcast, reduce, gather and scatter on device buffers,
-// exact, in one rank of n; k crosses the reduction's pieces (TUTTI_P2P_PIECE_BYTES set small by
-// the caller) unevenly.
+// (out of place, in place), all-to-all (out of place, in place, mixed), broadcast, reduce, gather
+// and scatter on device buffers, exact, in one rank of n; k crosses the reduction's pieces
+// (TUTTI_P2P_PIECE_BYTES set small by the caller) unevenly.
 int collectives(int rank, ncclComm_t comm, int n, size_t k) {
   void *st = device_emu_stream_create();
   DevBuf s(k * n * 4), r(k * n * 4);
@@ -93,8 +93,21 @@ int collectives(int rank, ncclComm_t comm, int n, size_t k) {
   for (int q = 0; q < n; q++)
     for (size_t j = 0; j < k; j++)
       CHILD_CHECK(r.h()[q * k + j] == in(q, j), 11, "allgather in place %d at %zu", q, j);
+  // all-to-all out of place, in place (each pair's blocks exchanged), and with the even ranks in
+  // place and the odd ones not (every rank then exchanges)
+  for (int mode = 0; mode < 3; mode++) {
+    const bool ip = mode == 1 || (mode == 2 && rank % 2 == 0);
+    for (size_t j = 0; j < k * n; j++) s.h()[j] = in(rank, j);
+    CHILD_CHECK(run(ncclAlltoAll(s.d, ip ? s.d : r.d, k, ncclInt32, comm, cs)), 10, "alltoall %d",
+                mode);
+    const int32_t *out = ip ? s.h() : r.h();
+    for (int q = 0; q < n; q++)
+      for (size_t j = 0; j < k; j++)
+        CHILD_CHECK(out[q * k + j] == in(q, rank * k + j), 11, "alltoall %d: block %d at %zu", mode,
+                    q, j);
+  }
   // broadcast (out of place, then in place), reduce, gather, scatter to or from the last rank,
-  // the buffers a non-root does not use NULL (an all-to-all is staged: test_stream_path.cc)
+  // the buffers a non-root does not use NULL
   const int root = n - 1;
   const bool is_root = rank == root;
   for (size_t j = 0; j < k * n; j++) s.h()[j] = in(rank, j);

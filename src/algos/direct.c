@@ -33,7 +33,7 @@
  *   scatter, receive buffer in reduce and gather) are exposed as unused and never read. In an
  *   in-place all-to-all every rank overwrites blocks its peers read: pulling them, as out of
  *   place, would need a copy of each rank's input written and read every call; exchanging them
- *   moves every byte once each way, no copy. On device buffers every all-to-all is staged.
+ *   moves every byte once each way, no copy (on device buffers too).
  *
  * Cost per rank: each byte of the result read from peers once and written once; no FIFO
  * hops, but a handshake before the call (every rank exposes its buffers and maps the others',

@@ -177,6 +177,12 @@ void check_type(Rank &R, ncclDataType_t dt, const char *tname, size_t k) {
   expect(
       R, b, WHAT("alltoall"), k * n, [&] { return ncclAlltoAll(b.send, b.recv, k, dt, c, s); },
       [&](size_t j) { return (long)in((int)(j / k), me * k + j % k); });
+  b.put(b.send, mine);  // in place: each pair of ranks swaps its blocks (direct on cuda_p2p)
+  expect(
+      R, b, WHAT("alltoall in place"), k * n,
+      [&] { return ncclAlltoAll(b.send, b.send, k, dt, c, s); },
+      [&](size_t j) { return (long)in((int)(j / k), me * k + j % k); }, b.send);
+  b.put(b.send, mine);
   expect(
       R, b, WHAT("gather"), me == 0 ? k * n : 0,
       [&] { return ncclGather(b.send, b.recv, k, dt, 0, c, s); },
