@@ -85,7 +85,7 @@ int memlimit_traffic(coll_t c, algo_t algo, int n, size_t count, int in_place, s
                       .count = count,
                       .chunk = 131072 / esize,
                       .in_place = in_place,
-                      .exchange = in_place && c == COLL_ALLTOALL};
+                      .exchange = sched_exchanges(c, in_place)};
     memlimit_traffic_t t = {0, 0};
     rc = sched_build(algo, &a, NULL, &col, lanes);
     if (rc != 0) break;

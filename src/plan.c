@@ -541,7 +541,8 @@ static void tag_steps(sched_t *s, uint16_t op) {
 }
 
 /* Whether a call of p's kind may run its key's cached steps as they are: not a send or receive
- * (the p2p lanes), not on the device, not an in-place all-to-all (its input is copied first). */
+ * (the p2p lanes), not on the device, not an in-place all-to-all (its input is copied first, or
+ * its ranks exchange blocks as its handshake says). */
 static int runs_cached_steps(const pending_t *p) {
   return p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev &&
          !(p->args.coll == COLL_ALLTOALL && p->args.in_place);

@@ -36,6 +36,19 @@ std::string forced(const char *algo) {
   return v;
 }
 
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// Options that force TUTTI_ALGO=`algos` at every size (no floor for direct or cma), `more` added.
+th::Options forcing(const std::string &algos, const Env &more = {}) {
+  th::Options opt;
+  opt.env = {{"TUTTI_ALGO", algos},
+             {"TUTTI_DIRECT_MIN_BYTES", "1"},
+             {"TUTTI_CMA_MIN_BYTES", "1"},
+             {"TUTTI_CMA_COPY_MIN_BYTES", "1"}};
+  opt.env.insert(opt.env.end(), more.begin(), more.end());
+  return opt;
+}
+
 // What a peer-path all-to-all logs where some rank is in place (its ranks swap blocks).
 const char *const kExchanged = "blocks exchanged pairwise";
 
@@ -53,16 +66,10 @@ struct Sweep {
 // ncclMemAlloc; cma: heap buffers) and checks that each collective logged exactly the calls the
 // peer path must have taken: every case (the in-place all-to-alls exchanging blocks pairwise).
 // `more`: settings added.
-void run_sweep(const char *algo, Mode mode, int n, const Sweep &s,
-               const std::vector<std::pair<std::string, std::string>> &more = {}) {
+void run_sweep(const char *algo, Mode mode, int n, const Sweep &s, const Env &more = {}) {
   const bool direct = std::string(algo) == "direct";
   th::case_buffers_from_memalloc(direct);
-  th::Options opt;
-  opt.env = {{"TUTTI_ALGO", forced(algo)},
-             {"TUTTI_DIRECT_MIN_BYTES", "1"},
-             {"TUTTI_CMA_MIN_BYTES", "1"},
-             {"TUTTI_CMA_COPY_MIN_BYTES", "1"},
-             {"TUTTI_CMA_PIECE_BYTES", "4096"}};
+  th::Options opt = forcing(forced(algo), {{"TUTTI_CMA_PIECE_BYTES", "4096"}});
   opt.env.insert(opt.env.end(), more.begin(), more.end());
   th::ThreadEnv thread_env(mode, opt);
   log_capture::clear();
@@ -142,11 +149,7 @@ void run_null_buffers(const char *algo) {
   const bool direct = std::string(algo) == "direct";
   const int n = 3;
   const size_t k = 20000;  // 80 KB per block
-  th::Options opt;
-  opt.env = {{"TUTTI_ALGO", forced(algo)},
-             {"TUTTI_DIRECT_MIN_BYTES", "1"},
-             {"TUTTI_CMA_MIN_BYTES", "1"},
-             {"TUTTI_CMA_COPY_MIN_BYTES", "1"}};
+  const th::Options opt = forcing(forced(algo));
   log_capture::clear();
   th::run_ranks_ok(
       Mode::kProcs, n,
@@ -207,12 +210,8 @@ TEST(DirectRooted, AllToAllMixedPlacementProcs) {
   for (const char *algo : {"direct", "cma"}) {
     const bool direct = std::string(algo) == "direct";
     th::case_buffers_from_memalloc(direct);
-    th::Options opt;
-    opt.env = {{"TUTTI_ALGO", std::string("alltoall:") + algo},
-               {"TUTTI_DIRECT_MIN_BYTES", "1"},
-               {"TUTTI_CMA_MIN_BYTES", "1"},
-               {"TUTTI_CMA_COPY_MIN_BYTES", "1"},
-               {"TUTTI_CMA_PIECE_BYTES", "4096"}};
+    const th::Options opt =
+        forcing(std::string("alltoall:") + algo, {{"TUTTI_CMA_PIECE_BYTES", "4096"}});
     log_capture::clear();
     const int n = 3;
     th::run_ranks_ok(

@@ -182,7 +182,7 @@ static int print_rank(const opts_t *o, int c, int algo, int r, const int *host, 
                       sched_t *lanes) {
   int n = o->nranks;
   sched_args_t a = {(coll_t)c, r, n, o->root, o->count, o->chunk, o->in_place};
-  a.exchange = o->in_place && c == COLL_ALLTOALL; /* as the planner runs it on peer memory */
+  a.exchange = sched_exchanges((coll_t)c, o->in_place); /* as the planner runs it */
   a.compress = o->compressed ? &o->view : NULL;
   int rc = sched_build((algo_t)algo, &a, host, col, lanes);
   if (rc == -2)

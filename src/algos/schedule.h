@@ -158,6 +158,12 @@ typedef struct sched_args {
   int exchange;
 } sched_args_t;
 
+/* sched_args_t.exchange for tools that build a call whose ranks are all in place or all not (the
+ * planner learns it from the handshake): an in-place all-to-all exchanges. */
+static inline int sched_exchanges(coll_t c, int in_place) {
+  return c == COLL_ALLTOALL && in_place;
+}
+
 /* The rank at ring position p (any integer: taken mod nranks) and this rank's position. */
 static inline int sched_ring_rank(const sched_args_t *a, int p) {
   int n = a->nranks, q = ((p % n) + n) % n;
