@@ -78,4 +78,28 @@ void adapt_record(ncclComm_t comm, const op_ctx_t *o, uint64_t ns);
 /* Frees the communicator's table. */
 void adapt_free(ncclComm_t comm);
 
+/* Plain or streaming stores for a large call (adapt_stream.c). Whether streaming stores pay
+ * depends on how much of the call's buffers the caches hold between calls: the rule (plan.c,
+ * stream_results) guesses from the last-level cache's size, but on a virtual machine the guest
+ * may not know it, and what the rank shares with its peers changes with where the host puts the
+ * vCPUs (2 ranks, Zen 5 guest: out-of-place all-reduces of 8 MiB 1.02x faster with plain stores
+ * in one placement and 1.47x in another; all-gathers of 16 MiB 1.08x and 1.24x;
+ * docs/perf-issue20-3.md). So a repeated call the rule would stream (from TUTTI_NT_THRESHOLD;
+ * never a reduction in place) is timed, alone in its group, per collective, placement,
+ * algorithm and power-of-two size: streaming stores for NT_WARM calls, then plain ones 3
+ * times (once where the first is 1.5x the streamed time), then the faster of the two (each the
+ * faster of its last two calls) for a period that grows 4x while probes keep it (16 to 1024 calls).
+ * Where the rule says plain stores the buffers fit the cache, and streaming there was never
+ * measured faster (an all-gather of 8 MiB: 2.3x slower), so nothing is probed. A rank decides
+ * alone: stores are its own, and a
+ * streaming copy is fenced before anything says it is done (copy.c), so ranks that choose
+ * differently stay correct; the same bits either way. Off with TUTTI_NT_MEASURE=0 or
+ * TUTTI_ADAPT=0 (the rule alone). */
+int nt_measure_enabled(void);
+/* The call's choice (1: streaming stores) where `model` is the rule's; sets o->nt_bucket so that
+ * nt_measure_record files its time. */
+int nt_measure_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, size_t bytes, int model);
+void nt_measure_record(ncclComm_t comm, const op_ctx_t *o, uint64_t ns);
+void nt_measure_free(ncclComm_t comm);
+
 #endif

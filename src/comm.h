@@ -158,6 +158,9 @@ struct ncclComm {
   struct adapt_bucket *adapt; /* the measured choice's table (adapt.c), NULL until used */
   size_t adapt_min_bytes;     /* adapt_min_bytes(), read at the first call (0: not yet) */
   uint32_t adapt_calls;       /* calls the measured choice covered (the same on every rank) */
+  struct nt_bucket *nt_adapt; /* plain or streaming stores, measured (adapt_stream.c), or NULL */
+  uint32_t nt_calls;          /* calls that choice covered (this rank's) */
+  int nt_measure;             /* nt_measure_enabled() at init */
 
   /* Settings read at init. */
   int64_t timeout_ms;

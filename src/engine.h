@@ -42,6 +42,9 @@ typedef struct op_ctx { /* one collective or p2p call */
    * slowest rank's back in their place. */
   int adapt, adapt_decide;
   float adapt_t[2];
+  /* Plain or streaming stores, measured (adapt.h): nt_timed, the call is timed alone (its
+   * stores may be measured); nt_bucket, 1 + the bucket its time goes to (0: none). */
+  int nt_timed, nt_bucket;
 } op_ctx_t;
 
 typedef struct lane {

@@ -7,6 +7,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "adapt.h"
 #include "agreed.h"
 #include "bootstrap.h"
 #include "comm.h"
@@ -449,6 +450,7 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, const ncclUniqueId *i
   tuner_parse_algo(tutti_getenv("ALGO"), c->algo_mask);
   tuner_model_from_env(&c->tuner);
   c->nt_threshold = (size_t)tutti_param_NtThreshold();
+  c->nt_measure = nt_measure_enabled();
   c->device_possible = device_get() != NULL || cuda_driver_ready();
   TUTTI_CHECK_GOTO(bind_setting(&bind), res, fail);
   TUTTI_CHECK_GOTO(bootstrap_join(c, id, t0), res, fail);

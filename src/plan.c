@@ -39,6 +39,7 @@ TUTTI_PARAM(PushGatherMinBytes, "PUSH_GATHER_MIN_BYTES", 1024 * 1024)
 
 void plan_free(ncclComm_t comm) {
   adapt_free(comm);
+  nt_measure_free(comm);
   plan_lanes_free(&comm->plan.kept);
   comm->plan.valid = 0;
   plan_p2p_free(comm);
@@ -289,6 +290,7 @@ static inline __attribute__((always_inline)) int adapted(ncclComm_t comm, const 
 
 void plan_timed(const pending_t *p, uint64_t ns) {
   adapt_record(p->ctx.comm, &p->ctx, ns);
+  nt_measure_record(p->ctx.comm, &p->ctx, ns);
 }
 
 /* A call the measured choice covers (pairs: ADAPT_PAIR_*): the FIFOs' best or cma, direct or
@@ -609,19 +611,48 @@ static ncclResult_t build(ncclComm_t comm, pending_t *p, int cached, sched_t *co
  * plain 1.2-1.6x faster at 16 MiB, streamed 1.1x at 32 MiB; the broadcast plain 1.2x faster at 8
  * MiB, streamed 1.28x at 16 MiB; gather and scatter plain 1.1x faster at 16 MiB, streamed
  * 1.13-1.41x at 32-64 MiB). docs/perf-issue20.md, docs/perf-issue20-3.md. */
-static int stream_results(const pending_t *p) {
+static int stream_rule(const pending_t *p) {
   const ncclComm_t comm = p->ctx.comm;
   coll_t coll = p->args.coll;
   int n = comm->nranks;
-  size_t bytes = p->args.count * p->ctx.esize * (size_t)(coll == COLL_ALLGATHER ? n : 1);
-  if (bytes < comm->nt_threshold) return 0;
   size_t share = comm->cache_bytes / (size_t)TUTTI_MAX(comm->machine_size, 1);
   if (!p->args.in_place) return p->bytes[0] + p->bytes[1] >= share;
-  if (coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER || coll == COLL_REDUCE) return 0;
   size_t from_peers = coll == COLL_ALLTOALL       ? p->bytes[1] / (size_t)n * (size_t)(n - 1)
                       : p->bytes[1] > p->bytes[0] ? p->bytes[1] - p->bytes[0]
                                                   : 0;
   return from_peers > share / 2;
+}
+
+static size_t stream_bytes(const pending_t *p) {
+  return p->args.count * p->ctx.esize *
+         (size_t)(p->args.coll == COLL_ALLGATHER ? p->ctx.comm->nranks : 1);
+}
+
+/* Whether streaming stores are a choice for the call: from the threshold, and in place not a
+ * reduction (it writes over its own input, just read). */
+static int may_stream(const pending_t *p) {
+  coll_t coll = p->args.coll;
+  if (stream_bytes(p) < p->ctx.comm->nt_threshold) return 0;
+  return !p->args.in_place ||
+         !(coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER || coll == COLL_REDUCE);
+}
+
+/* Whether the call's stores are measured (adapt.h, nt_measure_plan): host memory, a collective,
+ * alone in its group, that the rule would stream (where it would not, its buffers fit the cache
+ * and plain stores were never measured slower). */
+static int stream_measured(ncclComm_t comm, const pending_t *p) {
+  return comm->nt_measure && !p->ctx.dev && p->args.coll != COLL_SEND &&
+         p->args.coll != COLL_RECV && may_stream(p) && stream_rule(p);
+}
+
+/* The call's choice: the rule's, or the measured one's where the call is timed (p->ctx.nt_timed);
+ * sets p->ctx.nt_bucket. */
+static int stream_results(pending_t *p) {
+  p->ctx.nt_bucket = 0;
+  if (!may_stream(p)) return 0;
+  int rule = stream_rule(p);
+  if (!p->ctx.nt_timed) return rule;
+  return nt_measure_plan(p->ctx.comm, &p->ctx, &p->args, stream_bytes(p), rule);
 }
 
 /* plan_prepare's log lines (INFO), once the call's scratch and streaming are set. */
@@ -687,10 +718,12 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
 ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
-  *timed = adapted(comm, p);
+  int pairs = adapted(comm, p);
+  p->ctx.nt_timed = stream_measured(comm, p);
+  *timed = pairs || p->ctx.nt_timed;
   if (p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev)
     (void)map_excluded(comm, p);
-  if (*timed || !runs_cached_steps(p) || !plan_matches(comm, p) || !comm->plan.steps_valid ||
+  if (pairs || !runs_cached_steps(p) || !plan_matches(comm, p) || !comm->plan.steps_valid ||
       tutti_param_DumpSchedule())
     return ncclSuccess;
   p->ctx.seq = comm->op_count++;
@@ -703,7 +736,8 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
 void plan_quick(pending_t *p, const sched_t **steps) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
-  if (!comm->plan.quick || !runs_cached_steps(p) || adapted(comm, p)) return;
+  if (!comm->plan.quick || !runs_cached_steps(p) || adapted(comm, p) || stream_measured(comm, p))
+    return;
   /* map_excluded's answer, counted only once the call is known to take this way */
   struct map_miss *m = map_miss_live(comm, p);
   /* scratch the communicator has already (plan_prepare's without a temporary to release) */

@@ -36,9 +36,10 @@ ncclResult_t plan_group(pending_t *ops, size_t n);
  * they are (the key of the last call, no peer steps, no input to copy first, not a send or a
  * receive): does for it what plan_group does and sets *steps to the cached steps, which the
  * engine runs in place as the lanes plan_cached_lanes gives (their op index is 0). *steps NULL:
- * plan it with plan_group. *timed: the planner wants the call's time (the measured choice between
- * the FIFOs and cma, adapt.h): the caller times it from here to the engine's end and hands it to
- * plan_timed; such a call never takes the fast way. */
+ * plan it with plan_group. *timed: the planner wants the call's time (the measured choices,
+ * adapt.h: the FIFOs against cma, direct against push, plain against streaming stores): the
+ * caller times it from here to the engine's end and hands it to plan_timed; a call of the first
+ * two never takes the fast way (nor, of the last, the quick way). */
 ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed);
 /* The quick way, tried first for a host call outside any group: when p repeats the cached plan
  * (its key, the same answer from map_excluded) and its cached steps are ones engine_run_quick

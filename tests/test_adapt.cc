@@ -3,7 +3,7 @@
 // (one held back by TUTTI_TEST_PEER_DELAY_US loses), every rank makes the same choices in the
 // same order, results stay exact while the algorithm changes from call to call, and it stays
 // out of calls whose bits could depend on the algorithm, of all-reduces on buffers the peers
-// can map, and of TUTTI_ADAPT=0.
+// can map, and of TUTTI_ADAPT=0. And plain against streaming stores (NtMeasure).
 #include <gtest/gtest.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -222,6 +222,91 @@ TEST(Adapt, MappedAllGathersKeepTheFasterOfDirectAndPush) {
     }
     EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
   }
+}
+
+// The stores' decisions each rank logged ("plain stores for the next 16 calls"), in order.
+std::vector<std::vector<std::string>> store_decisions(int n) {
+  std::vector<std::vector<std::string>> out(n);
+  for (const std::string &line : log_capture::lines()) {
+    int rank = log_capture::rank_of(line);
+    if (line.find("measured on this rank: plain stores") != std::string::npos && rank >= 0 &&
+        rank < n)
+      out[rank].push_back(line.substr(line.rfind(": ") + 2));
+  }
+  return out;
+}
+
+const int kStoreCalls = 24;
+
+// Before a forked rank starts: every out-of-place all-reduce of 1 MiB is one the rule streams,
+// on any machine (threshold 1 MiB, a 1-byte cache), and the algorithm stays the ring (the
+// FIFOs against cma is not measured as well); `extra` on top ("NAME=VALUE").
+void streaming_rule(const char *extra) {
+  setenv("TUTTI_NT_THRESHOLD", "1048576", 1);
+  setenv("TUTTI_CACHE_BYTES", "1", 1);
+  setenv("TUTTI_ALGO", "allreduce:ring", 1);
+  if (extra) putenv(const_cast<char *>(extra));
+}
+
+// 2 ranks, 24 out-of-place all-reduces of 1 MiB (exact): with streamed calls counted 20 ms
+// slower on each rank (TUTTI_TEST_STREAMED_PENALTY_US) every decision keeps plain stores and at
+// most 5 calls a rank stream (the rule's 3 before the first probe, one probe later, which loses
+// by far and decides alone); with plain calls counted slower every decision keeps streaming
+// stores and at most 4 calls a rank store plainly (one probe each time).
+TEST(NtMeasure, KeepsTheFasterStores) {
+  for (bool streamed_slow : {true, false}) {
+    SCOPED_TRACE(streamed_slow ? "streamed calls slower" : "plain calls slower");
+    log_capture::clear();
+    auto codes = forked(
+        2,
+        [streamed_slow](int) {
+          streaming_rule(streamed_slow ? "TUTTI_TEST_STREAMED_PENALTY_US=20000"
+                                       : "TUTTI_TEST_PLAIN_PENALTY_US=20000");
+        },
+        [](int rank, ncclComm_t comm) {
+          return run_calls(rank, 2, comm, 262144, kStoreCalls, false, false);
+        });
+    expect_all_ok(codes);
+    auto d = store_decisions(2);
+    const char *kept =
+        streamed_slow ? "plain stores for the next" : "streaming stores for the next";
+    for (const auto &mine : d) {
+      ASSERT_GE(mine.size(), 1u) << "logs in " << log_capture::g_dir;
+      for (const std::string &line : mine) EXPECT_EQ(line.find(kept), 0u) << line;
+    }
+    int streamed = log_capture::calls_saying("ncclAllReduce", "results written with streaming");
+    if (streamed_slow)
+      EXPECT_LE(streamed, 2 * 5);
+    else
+      EXPECT_GE(streamed, 2 * (kStoreCalls - 4));
+  }
+}
+
+// Nothing is measured with TUTTI_NT_MEASURE=0 (every call streams, as the rule says), nor for
+// in-place all-reduces (which never stream), nor below the threshold (512 KiB).
+TEST(NtMeasure, StaysOutWhereItMustNot) {
+  log_capture::clear();
+  auto codes = forked(
+      2, [](int) { streaming_rule("TUTTI_NT_MEASURE=0"); },
+      [](int rank, ncclComm_t comm) {
+        return run_calls(rank, 2, comm, 262144, kStoreCalls, false, false);
+      });
+  expect_all_ok(codes);
+  EXPECT_EQ(store_decisions(2), std::vector<std::vector<std::string>>(2)) << "TUTTI_NT_MEASURE=0";
+  EXPECT_EQ(log_capture::calls_saying("ncclAllReduce", "results written with streaming"),
+            2 * kStoreCalls);
+
+  log_capture::clear();
+  codes = forked(
+      2, [](int) { streaming_rule(nullptr); },
+      [](int rank, ncclComm_t comm) {
+        int rc = run_calls(rank, 2, comm, 262144, kStoreCalls, false, true);
+        return rc ? rc : run_calls(rank, 2, comm, 131072, kStoreCalls, false, false);
+      });
+  expect_all_ok(codes);
+  EXPECT_EQ(store_decisions(2), std::vector<std::vector<std::string>>(2))
+      << "in place, and below the threshold";
+  EXPECT_EQ(log_capture::calls_saying("ncclAllReduce", "results written with streaming"), 0);
 }
 
 }  // namespace

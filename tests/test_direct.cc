@@ -210,8 +210,9 @@ TEST(Direct, CountsAndRanksThreads) {
 // Avg divides before the stores.
 TEST(Direct, StreamingStoresProcs) {
   for (const char *algo : {"push", "direct"})
-    run_direct(Mode::kProcs, 3, {ncclFloat32, ncclInt8}, {Op::kSum, Op::kAvg}, kCounts, algo,
-               {{"TUTTI_NT_THRESHOLD", "1"}, {"TUTTI_CACHE_BYTES", "1"}});
+    run_direct(
+        Mode::kProcs, 3, {ncclFloat32, ncclInt8}, {Op::kSum, Op::kAvg}, kCounts, algo,
+        {{"TUTTI_NT_THRESHOLD", "1"}, {"TUTTI_CACHE_BYTES", "1"}, {"TUTTI_NT_MEASURE", "0"}});
 }
 
 // Per collective (all-reduce, reduce-scatter, all-gather; or the API functions `names`), the
@@ -224,10 +225,9 @@ std::vector<int> streamed_calls(const std::string &threshold, const std::vector<
                                     "ncclAllReduce", "ncclReduceScatter", "ncclAllGather"}) {
   th::case_buffers_from_memalloc(true);
   th::Options opt;
-  opt.env = {{"TUTTI_NT_THRESHOLD", threshold},
-             {"TUTTI_CACHE_BYTES", cache},
-             {"TUTTI_DIRECT_MIN_BYTES", "1"},
-             {"TUTTI_PUSH_MIN_BYTES", "1"},
+  opt.env = {{"TUTTI_NT_THRESHOLD", threshold},   {"TUTTI_CACHE_BYTES", cache},
+             {"TUTTI_NT_MEASURE", "0"},  // the rule alone: no call probes the other stores
+             {"TUTTI_DIRECT_MIN_BYTES", "1"},     {"TUTTI_PUSH_MIN_BYTES", "1"},
              {"TUTTI_PUSH_GATHER_MIN_BYTES", "1"}};
   log_capture::clear();
   th::run_ranks_ok(

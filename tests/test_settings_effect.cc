@@ -201,7 +201,8 @@ TEST(Settings, OneshotMaxBytesLimitsTheOneShot) {
 TEST(Settings, NtThresholdTurnsOnStreamingStores) {
   const std::string log = "TUTTI_DEBUG=INFO TUTTI_DEBUG_SUBSYS=COLL ";
   for (bool low : {false, true}) {
-    Out o = launch(log + (low ? "TUTTI_NT_THRESHOLD=1 TUTTI_CACHE_BYTES=1" : ""));
+    Out o =
+        launch(log + (low ? "TUTTI_NT_THRESHOLD=1 TUTTI_CACHE_BYTES=1 TUTTI_NT_MEASURE=0" : ""));
     expect_ok(o);
     EXPECT_EQ(count(o.text, "results written with streaming stores"), low ? 6 : 0) << o.text;
   }
