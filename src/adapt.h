@@ -87,8 +87,9 @@ void adapt_free(ncclComm_t comm);
  * docs/perf-issue20-3.md). So a repeated call the rule would stream (from TUTTI_NT_THRESHOLD;
  * never a reduction in place) is timed, alone in its group, per collective, placement,
  * algorithm and power-of-two size: streaming stores for NT_WARM calls, then plain ones 3
- * times (once where the first is 1.5x the streamed time), then the faster of the two (each the
- * faster of its last two calls) for a period that grows 4x while probes keep it (16 to 1024 calls).
+ * times (once where the first is 1.25x the streamed time), then the faster of the two (each the
+ * faster of its last two calls) for a period that grows 4x while probes keep it (16 to 1024
+ * calls; 64 after a first decision for the rule).
  * Where the rule says plain stores the buffers fit the cache, and streaming there was never
  * measured faster (an all-gather of 8 MiB: 2.3x slower), so nothing is probed. A rank decides
  * alone: stores are its own, and a

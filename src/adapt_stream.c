@@ -14,9 +14,9 @@ TUTTI_PARAM(TestPlainPenaltyUs, "TEST_PLAIN_PENALTY_US", 0)
 #define NT_WARM 3        /* calls of the rule's choice before the first probe */
 #define NT_PERIOD_MIN 16 /* steady calls between probes after a change */
 #define NT_PERIOD_MAX 1024
-#define NT_PROBE_CALLS 3   /* calls of the other way per probe */
-#define NT_CLEAR_LOSS 1.5f /* a first probe this much slower decides alone */
-#define NT_BUCKETS 32      /* sizes remembered per communicator (least recently used replaced) */
+#define NT_PROBE_CALLS 3    /* calls of the other way per probe */
+#define NT_CLEAR_LOSS 1.25f /* a first probe this much slower decides alone */
+#define NT_BUCKETS 32       /* sizes remembered per communicator (least recently used replaced) */
 
 enum { NT_WARMING = 0, NT_STEADY, NT_PROBING };
 
@@ -52,7 +52,7 @@ static struct nt_bucket *find(ncclComm_t comm, uint32_t key, int model) {
     if (b[i].used < old->used) old = &b[i];
   }
   *old = (struct nt_bucket){.key = key, .used = comm->nt_calls, .pick = (uint8_t)(model != 0)};
-  old->left = NT_WARM;
+  old->left = NT_WARM, old->period = NT_PERIOD_MIN; /* a first decision for the rule: 4x that */
   return old;
 }
 
