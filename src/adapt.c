@@ -84,12 +84,6 @@ static struct adapt_bucket *bucket(ncclComm_t comm, const sched_args_t *a, size_
   return &comm->adapt[*idx];
 }
 
-/* A candidate's time for a decision: the faster of its last two (0: none yet), so that one
- * call slowed by something else (the first touch of new buffers' pages) decides nothing. */
-static float best_of_two(const float t[2]) {
-  return t[1] > 0 && t[1] < t[0] ? t[1] : t[0];
-}
-
 /* The pick of the nearest size of the same collective and placement decided recently (counted
  * in calls, the same on every rank), or 0. Which of the two is faster moves with the machine
  * (adapt.h) alike at neighbouring sizes, and a large call is seldom repeated often enough to
@@ -155,7 +149,7 @@ int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, a
     default: /* PH_DECIDE: a call with a peer-memory handshake, which carries every rank's
                 times: cma, or on mapped buffers the kept candidate (both have one) */
       o->adapt_decide = 1;
-      o->adapt_t[0] = best_of_two(b->mine[0]), o->adapt_t[1] = best_of_two(b->mine[1]);
+      o->adapt_t[0] = adapt_best_of_two(b->mine[0]), o->adapt_t[1] = adapt_best_of_two(b->mine[1]);
       return b->mapped ? run[b->pick - 1] : ADAPT_CMA;
   }
 }

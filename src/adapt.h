@@ -57,6 +57,12 @@ enum {
 /* The pairs a call qualifies for (adapt_qualifies). */
 enum { ADAPT_PAIR_HEAP = 1, ADAPT_PAIR_MAP = 2 };
 
+/* A candidate's time for a decision: the faster of its last two (0: none yet), so that one call
+ * slowed by something else (the first touch of new buffers' pages) decides nothing. */
+static inline float adapt_best_of_two(const float t[2]) {
+  return t[1] > 0 && t[1] < t[0] ? t[1] : t[0];
+}
+
 /* The smallest call (the tuner's bytes) that may qualify; SIZE_MAX with TUTTI_ADAPT=0. Callers
  * on the small-call path compare with it (kept per communicator) before asking more. */
 size_t adapt_min_bytes(void);
@@ -92,10 +98,9 @@ void adapt_free(ncclComm_t comm);
  * calls; 64 after a first decision for the rule).
  * Where the rule says plain stores the buffers fit the cache, and streaming there was never
  * measured faster (an all-gather of 8 MiB: 2.3x slower), so nothing is probed. A rank decides
- * alone: stores are its own, and a
- * streaming copy is fenced before anything says it is done (copy.c), so ranks that choose
- * differently stay correct; the same bits either way. Off with TUTTI_NT_MEASURE=0 or
- * TUTTI_ADAPT=0 (the rule alone). */
+ * alone: stores are its own, and a streaming copy is fenced before anything says it is done
+ * (copy.c), so ranks that choose differently stay correct; the same bits either way. Off with
+ * TUTTI_NT_MEASURE=0 or TUTTI_ADAPT=0 (the rule alone). */
 int nt_measure_enabled(void);
 /* The call's choice (1: streaming stores) where `model` is the rule's; sets o->nt_bucket so that
  * nt_measure_record files its time. */

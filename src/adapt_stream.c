@@ -56,18 +56,11 @@ static struct nt_bucket *find(ncclComm_t comm, uint32_t key, int model) {
   return old;
 }
 
-/* A candidate's time for a decision: the faster of its last two (0: none yet). */
-static float best_of_two(const float t[2]) {
-  return t[1] > 0 && t[1] < t[0] ? t[1] : t[0];
-}
-
 static void decide(const op_ctx_t *o, const sched_args_t *a, size_t bytes, struct nt_bucket *b) {
-  float plain = best_of_two(b->mine[0]), streamed = best_of_two(b->mine[1]);
+  float plain = adapt_best_of_two(b->mine[0]), streamed = adapt_best_of_two(b->mine[1]);
   int pick = plain > 0 && streamed > 0 ? streamed < plain : b->pick;
   unsigned period = pick == b->pick ? 4u * b->period : NT_PERIOD_MIN;
-  b->period = (uint16_t)(period < NT_PERIOD_MIN   ? NT_PERIOD_MIN
-                         : period > NT_PERIOD_MAX ? NT_PERIOD_MAX
-                                                  : period);
+  b->period = (uint16_t)(period > NT_PERIOD_MAX ? NT_PERIOD_MAX : period);
   b->pick = (uint8_t)pick, b->left = b->period, b->phase = NT_STEADY;
   INFO(SUB_COLL | SUB_TUNING,
        "nccl%s of %zu bytes%s (%s), measured on this rank: plain stores %.1f us, streaming "
@@ -88,7 +81,7 @@ int nt_measure_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, size_t 
     default: { /* NT_PROBING: the other way NT_PROBE_CALLS times (its first calls after a switch
                   run slower: they find what the other way left in the caches); once where the
                   first already lost by far */
-      float kept = best_of_two(b->mine[b->pick]), first = b->mine[!b->pick][0];
+      float kept = adapt_best_of_two(b->mine[b->pick]), first = b->mine[!b->pick][0];
       int lost = b->probed == 1 && kept > 0 && first > NT_CLEAR_LOSS * kept;
       if (b->probed++ < NT_PROBE_CALLS && !lost) return !b->pick;
       decide(o, a, bytes, b);

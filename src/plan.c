@@ -641,8 +641,8 @@ static int may_stream(const pending_t *p) {
  * alone in its group, that the rule would stream (where it would not, its buffers fit the cache
  * and plain stores were never measured slower). */
 static int stream_measured(ncclComm_t comm, const pending_t *p) {
-  return comm->nt_measure && !p->ctx.dev && p->args.coll != COLL_SEND &&
-         p->args.coll != COLL_RECV && may_stream(p) && stream_rule(p);
+  return may_stream(p) && comm->nt_measure && !p->ctx.dev && p->args.coll != COLL_SEND &&
+         p->args.coll != COLL_RECV && stream_rule(p);
 }
 
 /* The call's choice: the rule's, or the measured one's where the call is timed (p->ctx.nt_timed);
