@@ -16,6 +16,9 @@ void copy_stream(void *dst, const void *src, size_t bytes);
 /* copy_stream of src into each of dst[0..k): two destinations per load of each source line where
  * their addresses agree modulo 64 (copy.c). */
 void copy_stream_multi(char *const *dst, int k, const void *src, size_t bytes);
+/* copy_bytes of src into each of dst[0..k): two destinations per load of each source line, plain
+ * stores (copy.c). */
+void copy_bytes_multi(char *const *dst, int k, const void *src, size_t bytes);
 #ifdef __cplusplus
 }
 #endif

@@ -502,13 +502,13 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
 /* PEER_COPY of this rank's own src with STEP_PUSH: piece by piece into its own dst (unless in
  * place) and, while the piece is in cache, into every other rank's dst at the same place. Both
  * copies stream where the call does (host_copy): the own dst, like the peers', is a line nobody
- * just read, and a plain store would read it for ownership first. Streamed to mapped peers, each
- * line of src is loaded once for all destinations (copy_stream_multi). */
+ * just read, and a plain store would read it for ownership first. To mapped peers each line of
+ * src is loaded once for every two destinations (copy_stream_multi, copy_bytes_multi). */
 static int step_copy_push(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   size_t es = o->esize, piece = TUTTI_MAX(PEER_PIECE_BYTES / es, 1);
   const char *src = o->buf[st->src_buf] + st->src_off * es;
   char *dst = o->buf[st->dst_buf] + st->dst_off * es;
-  int n = l->comm->nranks, fused = o->stream && !o->peer_read;
+  int n = l->comm->nranks, fused = !o->peer_read;
   char *to[n];
   test_delay(l->comm, o);
   for (size_t at = 0; at < st->count; at += piece) {
@@ -517,7 +517,10 @@ static int step_copy_push(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
     if (fused) {
       if (src != dst) to[k++] = dst + at * es;
       for (int j = 1; j < n; j++) to[k++] = push_dst(o, st, tutti_mod(l->comm->rank + j, n), at);
-      copy_stream_multi(to, k, src + at * es, len * es);
+      if (o->stream)
+        copy_stream_multi(to, k, src + at * es, len * es);
+      else
+        copy_bytes_multi(to, k, src + at * es, len * es);
       continue;
     }
     if (src != dst) host_copy(o, dst + at * es, src + at * es, len * es);

@@ -1,4 +1,5 @@
-// The engine's bulk copies (src/copy.c): copy_bytes, copy_stream and copy_stream_multi give
+// The engine's bulk copies (src/copy.c): copy_bytes, copy_stream and the two multi-destination
+// copies (copy_stream_multi, copy_bytes_multi) give
 // exactly the source's bytes and touch nothing around the destination, at every distance between
 // the two buffers' page offsets that decides copy_bytes' path (memcpy, or the vector loop where the
 // destination's offset is 1-63 bytes past the source's) and at sizes around the loop widths and
@@ -56,9 +57,10 @@ TEST(Copy, CopyStreamIsExactAtEveryPageOffsetDistance) {
   check_copy(copy_stream, "copy_stream");
 }
 
-// copy_stream_multi into 1-3 destinations whose offsets within a cache line agree (the paired
-// loop) or differ (one copy_stream each), each in its own page block with guards around it.
-TEST(Copy, CopyStreamMultiIsExactInEveryDestination) {
+// A multi-destination copy into 1-3 destinations whose offsets within a cache line agree or differ
+// (copy_stream_multi pairs only the first, copy_bytes_multi both), each in its own page block
+// with guards around it.
+void check_multi(void (*copy)(char *const *, int, const void *, size_t), const char *name) {
   const size_t span = 65536 + 3 * 4096;
   Pages src(span), d0(span), d1(span), d2(span);
   Pages *dsts[3] = {&d0, &d1, &d2};
@@ -78,12 +80,12 @@ TEST(Copy, CopyStreamMultiIsExactInEveryDestination) {
           memset(dsts[j]->p, 0xA5, span);
           to[j] = reinterpret_cast<char *>(dsts[j]->p + 4096 + off[j]);
         }
-        copy_stream_multi(to, k, s, n);
+        copy(to, k, s, n);
         for (int j = 0; j < 3; j++) {
           const uint8_t *d = reinterpret_cast<uint8_t *>(to[j]), *p = dsts[j]->p;
-          const std::string what = std::to_string(k) + " destinations, " + std::to_string(n) +
-                                   " bytes, destination " + std::to_string(j) + " at offset " +
-                                   std::to_string(off[j]);
+          const std::string what = std::string(name) + ": " + std::to_string(k) +
+                                   " destinations, " + std::to_string(n) + " bytes, destination " +
+                                   std::to_string(j) + " at offset " + std::to_string(off[j]);
           if (j < k) {
             ASSERT_EQ(memcmp(d, s, n), 0) << what;
           }
@@ -93,6 +95,14 @@ TEST(Copy, CopyStreamMultiIsExactInEveryDestination) {
             ASSERT_EQ(*g, 0xA5) << what << ": wrote past";
         }
       }
+}
+
+TEST(Copy, CopyStreamMultiIsExactInEveryDestination) {
+  check_multi(copy_stream_multi, "copy_stream_multi");
+}
+
+TEST(Copy, CopyBytesMultiIsExactInEveryDestination) {
+  check_multi(copy_bytes_multi, "copy_bytes_multi");
 }
 
 // The path copy_bytes takes, so that the exactness test above covers the vector loop too.
