@@ -69,9 +69,15 @@ static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char
     }
     return;
   }
+  int transform = reduce_transforms(&o->rop, rflags & REDUCE_POST);
+  if (out && (st->flags & STEP_STORE) && !o->stream && !transform) {
+    char *to[2] = {out, dst}; /* forwarded and stored: each line of the slot loaded once */
+    copy_bytes_multi(to, 2, in, n * o->esize);
+    return;
+  }
   if (out) copy_bytes(out, in, n * o->esize);
   if (!(st->flags & STEP_STORE)) return;
-  if (o->stream && !reduce_transforms(&o->rop, rflags & REDUCE_POST))
+  if (o->stream && !transform)
     copy_stream(dst, in, n * o->esize);
   else
     reduce_copy(&o->rop, dst, in, n, rflags & REDUCE_POST);
