@@ -1,4 +1,4 @@
-/* Measured choice between the FIFOs and cma, or direct and push (adapt.h). */
+/* Measured choice between the FIFOs and cma, direct and push, or the FIFOs and direct (adapt.h). */
 #include "adapt.h"
 
 #include <stdint.h>
@@ -21,13 +21,19 @@ TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
 
 enum { PH_FRESH = 0, PH_WARM, PH_STEADY, PH_PROBE, PH_PROBE2, PH_DECIDE };
 
-/* The two candidates of each kind of buffers: what adapt_plan returns for candidate 0 and 1. */
-static const int8_t run_of[2][2] = {{ADAPT_FIFO, ADAPT_CMA}, {ADAPT_DIRECT, ADAPT_PUSH}};
+/* The pairs measured: on buffers read by copy the FIFOs against cma; on buffers the peers map
+ * direct against push (all-gather) or the FIFOs against direct (all-to-all). */
+enum { PAIR_FIFO_CMA = 0, PAIR_DIRECT_PUSH, PAIR_FIFO_DIRECT };
+/* What adapt_plan returns for candidate 0 and 1 of each pair, and their names. */
+static const int8_t run_of[3][2] = {
+    {ADAPT_FIFO, ADAPT_CMA}, {ADAPT_DIRECT, ADAPT_PUSH}, {ADAPT_FIFO, ADAPT_DIRECT}};
+static const char *const name_of[3][2] = {
+    {"the FIFOs", "cma"}, {"direct", "push"}, {"the FIFOs", "direct"}};
 
 struct adapt_bucket { /* one collective and size; all but `mine` the same on every rank */
   uint8_t off;        /* 1: left to the model (unreadable buffers, or no pair to choose from) */
-  uint8_t mapped;     /* the last handshake mapped the buffers: direct against push */
-  uint8_t pick;       /* 1 + the candidate kept (0 and 1 of run_of[mapped]) */
+  uint8_t mapped;     /* the last handshake mapped the buffers (pair_of) */
+  uint8_t pick;       /* 1 + the candidate kept (0 and 1 of run_of[pair_of]) */
   uint8_t phase;
   uint8_t pairs;         /* ADAPT_PAIR_* the call qualified for (adapt_qualifies) */
   uint16_t left, period; /* calls before the next probe; steady calls between probes */
@@ -35,23 +41,30 @@ struct adapt_bucket { /* one collective and size; all but `mine` the same on eve
   float mine[2][2];      /* this rank's last two times of candidate 0 [0] and 1 [1], us */
 };
 
+#define ADAPT_COLLS 4 /* the collectives measured (coll_slot) */
+
 static int coll_slot(coll_t c) {
-  return c == COLL_ALLREDUCE ? 0 : c == COLL_ALLGATHER ? 1 : c == COLL_REDUCESCATTER ? 2 : -1;
+  return c == COLL_ALLREDUCE       ? 0
+         : c == COLL_ALLGATHER     ? 1
+         : c == COLL_REDUCESCATTER ? 2
+         : c == COLL_ALLTOALL      ? 3
+                                   : -1;
 }
 
-/* The call's bytes as the tuner counts them (all-gather, reduce-scatter: the whole buffer). */
+/* The call's bytes as the tuner counts them (all-gather, reduce-scatter, all-to-all: the whole
+ * buffer). */
 static size_t call_bytes(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a) {
   size_t b = a->count * o->esize;
   return a->coll == COLL_ALLREDUCE ? b : b * (size_t)comm->nranks;
 }
 
-/* Both candidates give the same bits: no reduction (all-gather), two operands (x0 (+) x1 is
- * commutative), integers (exact), or float max and min (order-free, reduce_ops.h). */
+/* Both candidates give the same bits: no reduction (all-gather, all-to-all), two operands (x0
+ * (+) x1 is commutative), integers (exact), or float max and min (order-free, reduce_ops.h). */
 static int same_bits(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a) {
   ncclDataType_t t = o->rop.type;
   int is_float = t == ncclFloat64 || ro_type_is_f32(t);
-  return a->coll == COLL_ALLGATHER || comm->nranks == 2 || !is_float || o->rop.base == ncclMax ||
-         o->rop.base == ncclMin;
+  return a->coll == COLL_ALLGATHER || a->coll == COLL_ALLTOALL || comm->nranks == 2 || !is_float ||
+         o->rop.base == ncclMax || o->rop.base == ncclMin;
 }
 
 size_t adapt_min_bytes(void) {
@@ -69,15 +82,19 @@ int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, i
   int pairs = 0;
   /* TUTTI_ALGO allows cma and some algorithm without peer steps */
   if (peer_read && (mask & (1u << ALGO_CMA)) && (mask & fifo)) pairs |= ADAPT_PAIR_HEAP;
-  /* the all-gather on mapped buffers, both allowed (push's all-reduce is the faster by 1.2-6x,
-   * docs/perf-issue20-2.md: nothing to measure) */
+  /* on mapped buffers the all-gather's direct and push, both allowed (push's all-reduce is the
+   * faster by 1.2-6x, docs/perf-issue20-2.md: nothing to measure), and the all-to-all's FIFOs and
+   * direct (in place the FIFOs send from a copy, direct exchanges blocks) */
   uint32_t both = (1u << ALGO_DIRECT) | (1u << ALGO_PUSH);
   if (a->coll == COLL_ALLGATHER && peer_map && (mask & both) == both) pairs |= ADAPT_PAIR_MAP;
+  if (a->coll == COLL_ALLTOALL && peer_map && (mask & (1u << ALGO_DIRECT)) && (mask & fifo))
+    pairs |= ADAPT_PAIR_MAP;
   return pairs;
 }
 
 static struct adapt_bucket *bucket(ncclComm_t comm, const sched_args_t *a, size_t bytes, int *idx) {
-  if (!comm->adapt) comm->adapt = calloc(6 * ADAPT_SIZES, sizeof(struct adapt_bucket));
+  if (!comm->adapt)
+    comm->adapt = calloc(2 * ADAPT_COLLS * ADAPT_SIZES, sizeof(struct adapt_bucket));
   if (!comm->adapt) return NULL;
   int lg = 63 - __builtin_clzll((unsigned long long)bytes);
   *idx = (coll_slot(a->coll) * 2 + (a->in_place != 0)) * ADAPT_SIZES + lg;
@@ -102,15 +119,24 @@ static uint8_t neighbour_pick(ncclComm_t comm, int idx) {
   return 0;
 }
 
-/* Which candidate of the bucket's pair algorithm a is (0 or 1), or -1: neither. On buffers read
- * by copy, direct (the model's guess before a handshake said otherwise) counts as cma, whose
- * place the planner gives it after the handshake (plan.c, peer_outcome). */
-static int candidate(const struct adapt_bucket *b, algo_t a) {
-  if (b->mapped) return a == ALGO_DIRECT ? 0 : a == ALGO_PUSH ? 1 : -1;
+static int pair_of(const struct adapt_bucket *b, coll_t c) {
+  return !b->mapped ? PAIR_FIFO_CMA : c == COLL_ALLTOALL ? PAIR_FIFO_DIRECT : PAIR_DIRECT_PUSH;
+}
+
+/* Which candidate of the bucket's pair algorithm a is (0 or 1), or -1: neither. Against the
+ * FIFOs any algorithm with peer steps counts as the other candidate: on buffers read by copy,
+ * direct (the model's guess before a handshake said otherwise) counts as cma, whose place the
+ * planner gives it after the handshake (plan.c, peer_outcome). */
+static int candidate(const struct adapt_bucket *b, coll_t c, algo_t a) {
+  if (pair_of(b, c) == PAIR_DIRECT_PUSH) return a == ALGO_DIRECT ? 0 : a == ALGO_PUSH ? 1 : -1;
   return (algo_get(a)->needs & ALGO_PEER_STEPS) ? 1 : 0;
 }
 
 int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, algo_t model) {
+  /* an all-to-all the model already gives an algorithm with peer steps keeps it: in place that
+   * exchanges blocks, which the FIFOs (sending from a copy) never beat, and out of place the
+   * FIFOs won nothing measured there (the same choice on every rank: the model's) */
+  if (a->coll == COLL_ALLTOALL && (algo_get(model)->needs & ALGO_PEER_STEPS)) return ADAPT_MODEL;
   int idx;
   struct adapt_bucket *b = bucket(comm, a, call_bytes(comm, o, a), &idx);
   if (!b) return ADAPT_NOMEM; /* an error: a rank whose state stood still would choose apart */
@@ -118,14 +144,14 @@ int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, a
   b->pairs = (uint8_t)pairs;
   if (b->off) return ADAPT_MODEL;
   o->adapt = idx; /* the handshake's answer may still switch the pair (adapt_agreed) */
-  /* a size not measured yet whose model expects mapped buffers starts on direct against push
-   * (and may borrow a neighbour's pick there); a handshake that cannot map switches it back */
+  /* a size not measured yet whose model expects mapped buffers starts on the mapped pair (and
+   * may borrow a neighbour's pick there); a handshake that cannot map switches it back */
   if (b->phase == PH_FRESH && !b->mapped && (pairs & ADAPT_PAIR_MAP) &&
       (algo_get(model)->needs & ALGO_NEEDS_PEER_MEMORY))
     b->mapped = 1;
-  int m = candidate(b, model);
+  int m = candidate(b, a->coll, model), pair = pair_of(b, a->coll);
   if (m < 0 || !(pairs & (b->mapped ? ADAPT_PAIR_MAP : ADAPT_PAIR_HEAP))) return ADAPT_MODEL;
-  const int8_t *run = run_of[b->mapped];
+  const int8_t *run = run_of[pair];
   switch (b->phase) {
     case PH_FRESH:
       if ((b->pick = neighbour_pick(comm, idx)) != 0) { /* the neighbour's, as if decided here */
@@ -147,10 +173,11 @@ int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, a
       b->phase = b->phase == PH_PROBE ? PH_PROBE2 : PH_DECIDE;
       return run[2 - b->pick];
     default: /* PH_DECIDE: a call with a peer-memory handshake, which carries every rank's
-                times: cma, or on mapped buffers the kept candidate (both have one) */
+                times: the candidate with peer steps (cma, direct), or direct against push the
+                kept one (both have one) */
       o->adapt_decide = 1;
       o->adapt_t[0] = adapt_best_of_two(b->mine[0]), o->adapt_t[1] = adapt_best_of_two(b->mine[1]);
-      return b->mapped ? run[b->pick - 1] : ADAPT_CMA;
+      return pair == PAIR_DIRECT_PUSH ? run[b->pick - 1] : run[1];
   }
 }
 
@@ -164,10 +191,11 @@ static void switch_pair(struct adapt_bucket *b, const sched_args_t *a, size_t by
     b->off = 1;
     return;
   }
-  INFO(SUB_COLL | SUB_TUNING, "nccl%s of %zu bytes: the peers' buffers can %s: measuring %s",
-       coll_name(a->coll), bytes, mapped ? "be mapped" : "be read by copy only",
-       mapped ? "direct against push" : "the FIFOs against cma");
   *b = (struct adapt_bucket){.mapped = (uint8_t)mapped, .pairs = b->pairs};
+  const char *const *name = name_of[pair_of(b, a->coll)];
+  INFO(SUB_COLL | SUB_TUNING,
+       "nccl%s of %zu bytes: the peers' buffers can %s: measuring %s against %s",
+       coll_name(a->coll), bytes, mapped ? "be mapped" : "be read by copy only", name[0], name[1]);
 }
 
 void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agreed) {
@@ -197,19 +225,18 @@ void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agree
   b->period = (uint16_t)(period > ADAPT_PERIOD_MAX ? ADAPT_PERIOD_MAX : period);
   b->pick = (uint8_t)pick, b->left = b->period, b->phase = PH_STEADY;
   b->decided_at = comm->adapt_calls;
+  const char *const *name = name_of[pair_of(b, a->coll)];
   INFO(SUB_COLL | SUB_TUNING,
        "nccl%s of %zu bytes, measured (slowest rank): %s %.1f us, %s %.1f us: %s for the "
        "next %u calls",
-       coll_name(a->coll), bytes, b->mapped ? "direct" : "FIFOs", t0, b->mapped ? "push" : "cma",
-       t1, b->mapped ? (pick == 2 ? "push" : "direct") : (pick == 2 ? "cma" : "the FIFOs"),
-       b->period);
+       coll_name(a->coll), bytes, name[0], t0, name[1], t1, name[pick - 1], b->period);
 }
 
 void adapt_record(ncclComm_t comm, const op_ctx_t *o, uint64_t ns) {
   if (o->adapt < 0 || !comm->adapt) return;
   struct adapt_bucket *b = &comm->adapt[o->adapt];
   if (b->off || (!b->mapped && (algo_get(o->algo)->needs & ALGO_NEEDS_PEER_MEMORY))) return;
-  int k = candidate(b, o->algo); /* what ran: a candidate of the bucket's pair, or not */
+  int k = candidate(b, o->coll, o->algo); /* what ran: a candidate of the bucket's pair, or not */
   if (k < 0) return;
   float *t = b->mine[k];
   t[1] = t[0], t[0] = (float)ns / 1000.0f;

@@ -1,5 +1,6 @@
 // The measured choices (src/adapt.h) of forked ranks: the FIFOs against cma on heap buffers,
-// direct against push for all-gathers on buffers the peers map. It keeps the faster candidate
+// direct against push for all-gathers on buffers the peers map, the FIFOs against direct for
+// all-to-alls there. It keeps the faster candidate
 // (one held back by TUTTI_TEST_PEER_DELAY_US loses), every rank makes the same choices in the
 // same order, results stay exact while the algorithm changes from call to call, and it stays
 // out of calls whose bits could depend on the algorithm, of all-reduces on buffers the peers
@@ -222,6 +223,81 @@ TEST(Adapt, MappedAllGathersKeepTheFasterOfDirectAndPush) {
     }
     EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
   }
+}
+
+// `calls` in-place all-to-alls of `count` int32 per peer, on heap buffers (malloc: the peers
+// read them by copy) or ncclMemAlloc ones (mapped); every result checked exactly: block q of rank
+// r's input is r * 1000003 + q * 1009 + i % 1000 + call, so block q of its result is
+// q * 1000003 + r * 1009 + i % 1000 + call.
+int run_alltoalls(int rank, int n, ncclComm_t comm, size_t count, int calls, bool memalloc) {
+  size_t bytes = count * (size_t)n * 4;
+  void *b = nullptr;
+  if (memalloc) {
+    CHILD_CHECK(ncclMemAlloc(&b, bytes) == ncclSuccess, 40, "ncclMemAlloc");
+  } else {
+    CHILD_CHECK((b = malloc(bytes)) != nullptr, 40, "malloc");
+  }
+  int32_t *v = static_cast<int32_t *>(b);
+  for (int c = 0; c < calls; c++) {
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < count; i++)
+        v[(size_t)q * count + i] = rank * 1000003 + q * 1009 + (int32_t)(i % 1000) + c;
+    CHILD_CHECK(ncclAlltoAll(v, v, count, ncclInt32, comm, nullptr) == ncclSuccess, 41,
+                "call %d: %s", c, ncclGetLastError(comm));
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < count; i++) {
+        int32_t want = q * 1000003 + rank * 1009 + (int32_t)(i % 1000) + c;
+        CHILD_CHECK(v[(size_t)q * count + i] == want, 42,
+                    "call %d block %d element %zu: %d, want %d", c, q, i, v[(size_t)q * count + i],
+                    want);
+      }
+  }
+  if (memalloc) {
+    ncclMemFree(b);
+  } else {
+    free(b);
+  }
+  return 0;
+}
+
+// In-place all-to-alls of 128 KiB, 2 ranks, where the model says the FIFOs: on heap buffers the
+// FIFOs are measured against cma, on mapped ones (ncclMemAlloc, shared memory) against direct,
+// both of which exchange the blocks. With the exchange held back 20 ms per call on rank 1 every
+// decision keeps the FIFOs; left alone, the exchange runs some calls and the FIFOs others; either
+// way every result is exact and both ranks decide alike.
+TEST(Adapt, InPlaceAllToAllsMeasureTheFifosAgainstTheExchange) {
+  for (bool memalloc : {false, true})
+    for (bool held : {true, false}) {
+      SCOPED_TRACE(std::string(memalloc ? "mapped" : "heap") +
+                   (held ? ", exchange held back" : ""));
+      log_capture::clear();
+      auto codes = forked(
+          2,
+          [memalloc, held](int) {
+            if (memalloc) setenv("TUTTI_MEM_ALLOC", "shared", 1);
+            if (!held) return;
+            setenv("TUTTI_TEST_PEER_DELAY_US", "20000", 1);
+            setenv("TUTTI_TEST_PEER_DELAY_RANK", "1", 1);
+          },
+          [memalloc](int rank, ncclComm_t comm) {
+            return run_alltoalls(rank, 2, comm, 16384, 40, memalloc);
+          });
+      expect_all_ok(codes);
+      auto d = decisions_per_rank(2);
+      ASSERT_GE(d[0].size(), 1u) << "logs in " << log_capture::g_dir;
+      EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
+      if (held) {
+        for (const std::string &kept : d[0])
+          EXPECT_EQ(kept.find("the FIFOs for the next"), 0u) << kept;
+      }
+      if (memalloc) {
+        EXPECT_EQ(log_capture::count("be mapped: measuring the FIFOs against direct"), 2);
+      }
+      const char *exchange = memalloc ? "direct, the peers' buffers mapped; blocks exchanged"
+                                      : "cma, the peers' buffers read by copy; blocks exchanged";
+      EXPECT_GE(log_capture::count(exchange), 2)
+          << "the exchange ran (logs in " << log_capture::g_dir << ")";
+    }
 }
 
 // The stores' decisions each rank logged ("plain stores for the next 16 calls"), in order.
