@@ -92,12 +92,16 @@ int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, i
   return pairs;
 }
 
+static int bucket_index(const sched_args_t *a, size_t bytes) {
+  int lg = 63 - __builtin_clzll((unsigned long long)bytes);
+  return (coll_slot(a->coll) * 2 + (a->in_place != 0)) * ADAPT_SIZES + lg;
+}
+
 static struct adapt_bucket *bucket(ncclComm_t comm, const sched_args_t *a, size_t bytes, int *idx) {
   if (!comm->adapt)
     comm->adapt = calloc(2 * ADAPT_COLLS * ADAPT_SIZES, sizeof(struct adapt_bucket));
   if (!comm->adapt) return NULL;
-  int lg = 63 - __builtin_clzll((unsigned long long)bytes);
-  *idx = (coll_slot(a->coll) * 2 + (a->in_place != 0)) * ADAPT_SIZES + lg;
+  *idx = bucket_index(a, bytes);
   return &comm->adapt[*idx];
 }
 
@@ -179,6 +183,18 @@ int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, a
       o->adapt_t[0] = adapt_best_of_two(b->mine[0]), o->adapt_t[1] = adapt_best_of_two(b->mine[1]);
       return pair == PAIR_DIRECT_PUSH ? run[b->pick - 1] : run[1];
   }
+}
+
+int adapt_keeps_model(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int pairs,
+                      algo_t model) {
+  if (a->coll == COLL_ALLTOALL && (algo_get(model)->needs & ALGO_PEER_STEPS)) return 1;
+  if (!comm->adapt) return 0;
+  const struct adapt_bucket *b = &comm->adapt[bucket_index(a, call_bytes(comm, o, a))];
+  if (b->off) return 1;
+  if (b->phase == PH_FRESH) return 0; /* it may take a neighbour's pick, or the mapped pair */
+  int m = candidate(b, a->coll, model);
+  if (m < 0 || !(pairs & (b->mapped ? ADAPT_PAIR_MAP : ADAPT_PAIR_HEAP))) return 1;
+  return b->phase == PH_WARM || (b->phase == PH_STEADY && b->pick == 1 + m);
 }
 
 /* The bucket starts over on the pair of the buffers the handshake found (adapt.h). */

@@ -82,6 +82,11 @@ int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, i
  * o->adapt (the bucket, -1 none) and, for a deciding call, o->adapt_decide and o->adapt_t (this
  * rank's times, for the handshake). */
 int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, algo_t model);
+/* Whether adapt_plan, asked now for this call, would run the model's choice (ADAPT_MODEL, or
+ * the candidate that is the model's): then a call repeating the cached plan may take its cached
+ * steps, with adapt_plan still asked (it moves the bucket, as on every rank). No side effects. */
+int adapt_keeps_model(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int pairs,
+                      algo_t model);
 /* After the handshake of a call: agreed (PEER_AGREE_*), and in o->adapt_t the slowest rank's
  * times when it decides. */
 void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agreed);

@@ -57,6 +57,7 @@ struct ncclComm {
                            * address (enqueue.c's cache of the last call) */
   uint64_t calls_checked; /* calls validated in full, not taken from that cache (tests read it) */
   uint64_t calls_quick;   /* calls run on the quick way (engine_run_quick; tests read it) */
+  uint64_t calls_cached;  /* calls group_run ran from the cached steps (plan_one_cached; tests) */
   int rank, nranks;
   int local_rank, local_size; /* ranks sharing this rank's host */
   int *host_of_rank;          /* [nranks]: host of each rank (its first rank), for hier */

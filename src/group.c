@@ -259,6 +259,7 @@ static ncclResult_t group_run(pending_t *ops, size_t n) {
       goto failed;
     }
     res = engine_run(g->lanes, plan_cached_lanes(comm, g->lanes), &ops[0].ctx);
+    comm->calls_cached++;
     if (t0 && res == ncclSuccess) plan_timed(&ops[0], tutti_time_ns() - t0);
     goto failed;
   }

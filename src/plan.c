@@ -718,14 +718,27 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
 ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
+  p->ctx.adapt = -1;
   int pairs = adapted(comm, p);
   p->ctx.nt_timed = stream_measured(comm, p);
   *timed = pairs || p->ctx.nt_timed;
   if (p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev)
     (void)map_excluded(comm, p);
-  if (pairs || !runs_cached_steps(p) || !plan_matches(comm, p) || !comm->plan.steps_valid ||
+  if (!runs_cached_steps(p) || !plan_matches(comm, p) || !comm->plan.steps_valid ||
       tutti_param_DumpSchedule())
     return ncclSuccess;
+  /* a measured call takes the cached steps where it keeps their algorithm, the model's, and that
+   * has no handshake (peer steps); its bucket moves here as plan_choose would move it */
+  if (pairs) {
+    algo_t model = comm->plan.algo;
+    if ((algo_get(model)->needs & ALGO_PEER_STEPS) ||
+        !adapt_keeps_model(comm, &p->ctx, &p->args, pairs, model))
+      return ncclSuccess;
+    p->ctx.adapt_decide = 0;
+    if (adapt_plan(comm, &p->ctx, &p->args, pairs, model) == ADAPT_NOMEM)
+      return TUTTI_ERR(ncclSystemError, "nccl%s: out of memory for the measured choice's table",
+                       coll_name(p->args.coll));
+  }
   p->ctx.seq = comm->op_count++;
   p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
   TUTTI_CHECK(plan_prepare(p));

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "comm.h"
 #include "forked_ranks.h"
 #include "log_capture.h"  // first: sets the logging variables before anything reads them
 #include "nccl.h"
@@ -298,6 +299,44 @@ TEST(Adapt, InPlaceAllToAllsMeasureTheFifosAgainstTheExchange) {
       EXPECT_GE(log_capture::count(exchange), 2)
           << "the exchange ran (logs in " << log_capture::g_dir << ")";
     }
+}
+
+// Out-of-place all-to-alls of 128 KiB on heap buffers, 2 ranks, cma held back (the FIFOs, the
+// model's p2p, kept): a measured call that keeps the model's algorithm runs its cached steps. Of
+// 60 calls, the first plans them, the 8 calls of the warm-up (2-8) and every steady call take
+// them, and the probes' calls do not: cma twice and the deciding handshake after call 8
+// (9-11), the steady period of 32 calls (12-43), and again (44-46). 53 calls a rank, and the
+// same decisions on both.
+TEST(Adapt, CallsThatKeepTheModelTakeTheCachedSteps) {
+  log_capture::clear();
+  auto codes = forked(2, hold_back_cma, [](int rank, ncclComm_t comm) {
+    const size_t count = 16384;
+    std::vector<int32_t> in(count * 2), out(count * 2);
+    uint64_t before = comm->calls_cached;
+    for (int c = 0; c < 60; c++) {
+      for (int q = 0; q < 2; q++)
+        for (size_t i = 0; i < count; i++)
+          in[(size_t)q * count + i] = rank * 1000003 + q * 1009 + (int32_t)(i % 1000) + c;
+      CHILD_CHECK(
+          ncclAlltoAll(in.data(), out.data(), count, ncclInt32, comm, nullptr) == ncclSuccess, 41,
+          "call %d: %s", c, ncclGetLastError(comm));
+      for (int q = 0; q < 2; q++)
+        for (size_t i = 0; i < count; i++) {
+          int32_t want = q * 1000003 + rank * 1009 + (int32_t)(i % 1000) + c;
+          CHILD_CHECK(out[(size_t)q * count + i] == want, 42, "call %d block %d element %zu", c, q,
+                      i);
+        }
+    }
+    uint64_t cached = comm->calls_cached - before;
+    CHILD_CHECK(cached == 53, 43, "%llu calls from the cached steps, want 53",
+                (unsigned long long)cached);
+    return 0;
+  });
+  expect_all_ok(codes);
+  auto d = decisions_per_rank(2);
+  ASSERT_EQ(d[0].size(), 2u) << "logs in " << log_capture::g_dir;
+  EXPECT_EQ(d[0], d[1]);
+  for (const std::string &kept : d[0]) EXPECT_EQ(kept.find("the FIFOs for the next"), 0u) << kept;
 }
 
 // The stores' decisions each rank logged ("plain stores for the next 16 calls"), in order.
