@@ -136,11 +136,35 @@ static int candidate(const struct adapt_bucket *b, coll_t c, algo_t a) {
   return (algo_get(a)->needs & ALGO_PEER_STEPS) ? 1 : 0;
 }
 
+/* An all-to-all the model already gives an algorithm with peer steps keeps it: in place that
+ * exchanges blocks, which the FIFOs (sending from a copy) never beat, and out of place the FIFOs
+ * won nothing measured there (the same choice on every rank: the model's). */
+static int model_stands(const sched_args_t *a, algo_t model) {
+  return a->coll == COLL_ALLTOALL && (algo_get(model)->needs & ALGO_PEER_STEPS);
+}
+
+/* What a bucket past its first call runs for the next one, nothing moved (adapt_plan moves it;
+ * adapt_keeps_model only looks). */
+static int next_run(const struct adapt_bucket *b, int pair) {
+  const int8_t *run = run_of[pair];
+  switch (b->phase) {
+    case PH_WARM:
+      return ADAPT_MODEL;
+    case PH_STEADY:
+      return run[b->pick - 1];
+    case PH_PROBE: /* the other candidate twice: the first call after a switch runs slower
+                      (caches, pages), the faster of the two counts */
+    case PH_PROBE2:
+      return run[2 - b->pick];
+    default: /* PH_DECIDE: a call with a peer-memory handshake, which carries every rank's
+                times: the candidate with peer steps (cma, direct), or direct against push the
+                kept one (both have one) */
+      return pair == PAIR_DIRECT_PUSH ? run[b->pick - 1] : run[1];
+  }
+}
+
 int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, algo_t model) {
-  /* an all-to-all the model already gives an algorithm with peer steps keeps it: in place that
-   * exchanges blocks, which the FIFOs (sending from a copy) never beat, and out of place the
-   * FIFOs won nothing measured there (the same choice on every rank: the model's) */
-  if (a->coll == COLL_ALLTOALL && (algo_get(model)->needs & ALGO_PEER_STEPS)) return ADAPT_MODEL;
+  if (model_stands(a, model)) return ADAPT_MODEL;
   int idx;
   struct adapt_bucket *b = bucket(comm, a, call_bytes(comm, o, a), &idx);
   if (!b) return ADAPT_NOMEM; /* an error: a rank whose state stood still would choose apart */
@@ -155,46 +179,44 @@ int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, a
     b->mapped = 1;
   int m = candidate(b, a->coll, model), pair = pair_of(b, a->coll);
   if (m < 0 || !(pairs & (b->mapped ? ADAPT_PAIR_MAP : ADAPT_PAIR_HEAP))) return ADAPT_MODEL;
-  const int8_t *run = run_of[pair];
-  switch (b->phase) {
-    case PH_FRESH:
-      if ((b->pick = neighbour_pick(comm, idx)) != 0) { /* the neighbour's, as if decided here */
-        b->period = b->left = ADAPT_PERIOD_MIN, b->phase = PH_STEADY;
-        return run[b->pick - 1];
-      }
-      b->phase = PH_WARM, b->left = ADAPT_WARM;
-      /* fall through */
+  if (b->phase == PH_FRESH) {
+    if ((b->pick = neighbour_pick(comm, idx)) != 0) { /* the neighbour's, as if decided here */
+      b->period = b->left = ADAPT_PERIOD_MIN, b->phase = PH_STEADY;
+      return run_of[pair][b->pick - 1];
+    }
+    b->phase = PH_WARM, b->left = ADAPT_WARM;
+  }
+  int run = next_run(b, pair);
+  switch (b->phase) { /* the bucket moves on */
     case PH_WARM:
       if (--b->left == 0)
         b->pick = (uint8_t)(1 + m), b->period = ADAPT_PERIOD_MIN / 2, b->phase = PH_PROBE;
-      return ADAPT_MODEL;
+      break;
     case PH_STEADY:
       if (--b->left == 0) b->phase = PH_PROBE;
-      return run[b->pick - 1];
-    case PH_PROBE: /* the other candidate twice: the first call after a switch runs slower
-                      (caches, pages), the faster of the two counts */
+      break;
+    case PH_PROBE:
     case PH_PROBE2:
       b->phase = b->phase == PH_PROBE ? PH_PROBE2 : PH_DECIDE;
-      return run[2 - b->pick];
-    default: /* PH_DECIDE: a call with a peer-memory handshake, which carries every rank's
-                times: the candidate with peer steps (cma, direct), or direct against push the
-                kept one (both have one) */
+      break;
+    default: /* PH_DECIDE */
       o->adapt_decide = 1;
       o->adapt_t[0] = adapt_best_of_two(b->mine[0]), o->adapt_t[1] = adapt_best_of_two(b->mine[1]);
-      return pair == PAIR_DIRECT_PUSH ? run[b->pick - 1] : run[1];
   }
+  return run;
 }
 
 int adapt_keeps_model(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int pairs,
                       algo_t model) {
-  if (a->coll == COLL_ALLTOALL && (algo_get(model)->needs & ALGO_PEER_STEPS)) return 1;
+  if (model_stands(a, model)) return 1;
   if (!comm->adapt) return 0;
   const struct adapt_bucket *b = &comm->adapt[bucket_index(a, call_bytes(comm, o, a))];
   if (b->off) return 1;
   if (b->phase == PH_FRESH) return 0; /* it may take a neighbour's pick, or the mapped pair */
-  int m = candidate(b, a->coll, model);
+  int m = candidate(b, a->coll, model), pair = pair_of(b, a->coll);
   if (m < 0 || !(pairs & (b->mapped ? ADAPT_PAIR_MAP : ADAPT_PAIR_HEAP))) return 1;
-  return b->phase == PH_WARM || (b->phase == PH_STEADY && b->pick == 1 + m);
+  int run = next_run(b, pair);
+  return b->phase != PH_DECIDE && (run == ADAPT_MODEL || run == run_of[pair][m]);
 }
 
 /* The bucket starts over on the pair of the buffers the handshake found (adapt.h). */

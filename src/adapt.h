@@ -83,8 +83,9 @@ int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, i
  * rank's times, for the handshake). */
 int adapt_plan(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int pairs, algo_t model);
 /* Whether adapt_plan, asked now for this call, would run the model's choice (ADAPT_MODEL, or
- * the candidate that is the model's): then a call repeating the cached plan may take its cached
- * steps, with adapt_plan still asked (it moves the bucket, as on every rank). No side effects. */
+ * the candidate that is the model's) without a deciding handshake: then a call repeating the
+ * cached plan may take its cached steps, with adapt_plan still asked (it moves the bucket, as on
+ * every rank). No side effects; adapt_plan cannot run out of memory after it said yes. */
 int adapt_keeps_model(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, int pairs,
                       algo_t model);
 /* After the handshake of a call: agreed (PEER_AGREE_*), and in o->adapt_t the slowest rank's

@@ -335,6 +335,15 @@ static void host_copy(const op_ctx_t *o, char *dst, const char *src, size_t byte
     copy_bytes(dst, src, bytes);
 }
 
+/* host_copy into each of to[0..k), each line of src loaded once for every two of them. */
+static void host_copy_multi(const op_ctx_t *o, char *const *to, int k, const char *src,
+                            size_t bytes) {
+  if (o->stream)
+    copy_stream_multi(to, k, src, bytes);
+  else
+    copy_bytes_multi(to, k, src, bytes);
+}
+
 /* Where element `at` of st's dst lies in rank q's mapped dst buffer (a push's destination). */
 static char *push_dst(const op_ctx_t *o, const step_t *st, int q, size_t at) {
   return (char *)o->peer_buf[st->dst_buf == BUF_SEND ? 0 : 1][q] + (st->dst_off + at) * o->esize;
@@ -503,7 +512,7 @@ static int step_reduce(lane_t *l, const op_ctx_t *o, const step_t *st, int *move
  * place) and, while the piece is in cache, into every other rank's dst at the same place. Both
  * copies stream where the call does (host_copy): the own dst, like the peers', is a line nobody
  * just read, and a plain store would read it for ownership first. To mapped peers each line of
- * src is loaded once for every two destinations (copy_stream_multi, copy_bytes_multi). */
+ * src is loaded once for every two destinations (host_copy_multi). */
 static int step_copy_push(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
   size_t es = o->esize, piece = TUTTI_MAX(PEER_PIECE_BYTES / es, 1);
   const char *src = o->buf[st->src_buf] + st->src_off * es;
@@ -517,10 +526,7 @@ static int step_copy_push(lane_t *l, const op_ctx_t *o, const step_t *st, int *m
     if (fused) {
       if (src != dst) to[k++] = dst + at * es;
       for (int j = 1; j < n; j++) to[k++] = push_dst(o, st, tutti_mod(l->comm->rank + j, n), at);
-      if (o->stream)
-        copy_stream_multi(to, k, src + at * es, len * es);
-      else
-        copy_bytes_multi(to, k, src + at * es, len * es);
+      host_copy_multi(o, to, k, src + at * es, len * es);
       continue;
     }
     if (src != dst) host_copy(o, dst + at * es, src + at * es, len * es);

@@ -735,9 +735,7 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
         !adapt_keeps_model(comm, &p->ctx, &p->args, pairs, model))
       return ncclSuccess;
     p->ctx.adapt_decide = 0;
-    if (adapt_plan(comm, &p->ctx, &p->args, pairs, model) == ADAPT_NOMEM)
-      return TUTTI_ERR(ncclSystemError, "nccl%s: out of memory for the measured choice's table",
-                       coll_name(p->args.coll));
+    (void)adapt_plan(comm, &p->ctx, &p->args, pairs, model); /* the model's, its table there */
   }
   p->ctx.seq = comm->op_count++;
   p->ctx.algo = comm->plan.algo, p->args.chunk = comm->plan.chunk;
