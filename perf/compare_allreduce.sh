@@ -14,8 +14,9 @@
 #   ncclMemAlloc (-M):   busbw >= 2 x Open MPI    for 256 KiB .. 256 MiB
 #   both:                time  <= Open MPI        for 8 B .. 4 KiB
 # Every tutti figure is also put against the memory system (docs/perf.md, "memory limit"):
-# per size, the copy bandwidth of one core (membw -p 1: memcpy of the same size, one process)
-# and of n cores copying at once (membw -p n, n = the ranks), measured in the same repetitions;
+# per size, the copy bandwidth of one core (membw -p 1: memcpy over the working set of the
+# rank's buffers, the size out of place, half of it in place, one process) and of n cores
+# copying at once (membw -p n, n = the ranks), measured in the same repetitions;
 # the algorithm the library ran for that size (one extra run with TUTTI_DEBUG=INFO reads the
 # COLL lines); the bytes that algorithm's schedule makes the busiest rank copy per byte of
 # busbw (memlimit, from the steps sched_build gives); and so the busbw the memory allows,
@@ -168,12 +169,18 @@ run_svm() {
 run_svmfifo() { run_svm --mca btl_vader_single_copy_mechanism none; }
 run_svmcma() { run_svm; }
 
-# The memory reference: one process copying, and as many as there are ranks at once.
+# The memory reference: one process copying, and as many as there are ranks at once, each
+# over the working set of a rank's buffers (send and receive: the size copied; in place one
+# buffer: half of it).
+mcpy_fraction=1
+[[ $place == in ]] && mcpy_fraction=0.5
 run_mcpy1() {
-  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/membw" -p 1 "${perf_args[@]}"
+  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/membw" -p 1 --fraction "$mcpy_fraction" \
+    "${perf_args[@]}"
 }
 run_mcpyn() {
-  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/membw" -p "$nranks" "${perf_args[@]}"
+  timeout -k 10 "$run_timeout" "${rt_cmd[@]}" "$bindir/membw" -p "$nranks" \
+    --fraction "$mcpy_fraction" "${perf_args[@]}"
 }
 # The algorithm of every call, from the COLL lines of one short run (2 iterations per size).
 run_algos() {
@@ -281,13 +288,14 @@ def ratio(a, b):
 
 
 def read_copy(path):
-    """membw's rows: size, time (us), copy rate per process (GB/s), all processes."""
+    """membw's rows: size, bytes copied, time (us), copy rate per process (GB/s), all
+    processes (before --fraction: no bytes copied)."""
     rows = {}
     with open(path) as f:
         for line in f:
             fields = line.split()
-            if len(fields) == 4 and fields[0].isdigit():
-                rows[int(fields[0])] = float(fields[2])
+            if len(fields) in (4, 5) and fields[0].isdigit():
+                rows[int(fields[0])] = float(fields[-2])
     return rows
 
 
@@ -374,7 +382,8 @@ bw_range = "{}-{}".format(*(f"{v >> 20}M" if v >= 1 << 20 else f"{v >> 10}K"
 if limits:
     print(f"# memory limit: algo = what tutti ran; B/bus = bytes the busiest rank copies per byte "
           f"of busbw (its schedule); mcpy1, mcpy{nranks} = memcpy GB/s per process, 1 and "
-          f"{nranks} processes at once; limit = mcpy{nranks} / (B/bus); frac = tutti busbw / limit")
+          f"{nranks} processes at once, over {'half' if place == 'in' else 'all'} of each "
+          f"size; limit = mcpy{nranks} / (B/bus); frac = tutti busbw / limit")
 hdr = "#{:>11} {:>10} {:>8} {:>10} {:>8} {:>4} {:>8} {:>8} {:>8} {:>8}"
 lim_hdr = " {:>8} {:>6} {:>7} {:>7} {:>7} {:>6}"
 print(hdr.format("size", "tutti", "tutti", "ompi", "ompi", "ompi", "busbw", "time", bw_col,

@@ -2,15 +2,21 @@
  * run: -p, default 2) each copy their own buffer with memcpy, all at the same time, at the
  * sizes of the collective sweep:
  *
- *   membw -p 2 -b 8 -e 256M -f 2 [-n, -w, -a, --iter-bytes, -J as the perf programs]
+ *   membw -p 2 -b 8 -e 256M -f 2 [--fraction F] [-n, -w, -a, --iter-bytes, -J as the perf
+ *         programs]
  *
- * Per size: a barrier, then each process copies `size` bytes from its source buffer to its
- * destination buffer, iterations as the perf programs run them; time = elapsed / iterations,
- * aggregated across processes as -a says. The copy rate is size / time per process (GB/s,
- * 1e9 B/s): every process reads `size` and writes `size` bytes, so the DRAM traffic is twice
- * that per process, P times that in all. A shared-memory collective moves every byte through
- * at least one such copy (tutti's shm transport: two, in and out of the FIFO), so a busbw
- * reads as a fraction of this rate.
+ * Per size: a barrier, then each process copies `size` bytes (F x size with --fraction, at
+ * least 1) from its source buffer to its destination buffer, iterations as the perf programs
+ * run them (--iter-bytes counts the copied bytes); time = elapsed / iterations, aggregated
+ * across processes as -a says. The copy rate is copied bytes / time per process (GB/s, 1e9
+ * B/s): every process reads and writes that many bytes, so the DRAM traffic is twice that per
+ * process, P times that in all. A shared-memory collective moves every byte through at least
+ * one such copy (tutti's shm transport: two, in and out of the FIFO), so a busbw reads as a
+ * fraction of this rate. Whether the copy stays in the caches depends on the bytes it touches
+ * (2 F x size per process): --fraction makes that the footprint of a collective's buffers at
+ * the same size (perf/compare: F = 1/2 for an in-place call, whose one buffer is size bytes),
+ * so that the reference and the collective meet the same caches. The rows keep `size`, and
+ * print the bytes copied beside it.
  *
  * No library and no launcher: the processes are forked here and meet at a barrier in shared
  * memory (spinning with sched_yield, a timeout if one dies). The JSON rows have the perf
@@ -45,6 +51,7 @@ typedef struct membw_shared {
 typedef struct membw {
   bench_opts_t opts;
   int nprocs, rank;
+  double fraction; /* bytes copied per byte of the sweep's size (--fraction) */
   membw_shared_t *sh;
   char *src, *dst;
   bench_json_t *json;
@@ -69,7 +76,13 @@ static void membw_barrier(membw_t *m) {
   }
 }
 
-/* Time of the copy at `bytes` on this process, aggregated across processes (-a). */
+/* The bytes each process copies at the sweep's `size`. */
+static size_t membw_copied(const membw_t *m, size_t size) {
+  double c = m->fraction * (double)size;
+  return c < 1 ? 1 : (size_t)c;
+}
+
+/* Time of a copy of `bytes` on this process, aggregated across processes (-a). */
 static double membw_measure(membw_t *m, size_t bytes) {
   int iters = bench_iters_for(&m->opts, bytes);
   membw_barrier(m);
@@ -103,32 +116,33 @@ static double membw_measure(membw_t *m, size_t bytes) {
 static void membw_print_header(const membw_t *m) {
   const bench_opts_t *o = &m->opts;
   printf(
-      "# membw: %d processes copying at once (memcpy), minBytes %zu maxBytes %zu, warmup "
-      "iters: %d iters: %d, time across processes: %s (-a %d)\n",
-      m->nprocs, o->min_bytes, o->max_bytes, o->warmup, o->iters, bench_average_name(o->average),
-      o->average);
+      "# membw: %d processes copying at once (memcpy), minBytes %zu maxBytes %zu, %g of each "
+      "size copied, warmup iters: %d iters: %d, time across processes: %s (-a %d)\n",
+      m->nprocs, o->min_bytes, o->max_bytes, m->fraction, o->warmup, o->iters,
+      bench_average_name(o->average), o->average);
   if (o->iter_bytes)
-    printf("# iterations per size: min(%d, max(%d, %zu / size))\n", o->iters,
+    printf("# iterations per size: min(%d, max(%d, %zu / copied))\n", o->iters,
            BENCH_MIN_SCALED_ITERS, o->iter_bytes);
   printf("#\n");
-  printf("# %10s  %9s  %12s  %12s\n", "size", "time", "copy", "all procs");
-  printf("# %10s  %9s  %12s  %12s\n", "(B)", "(us)", "(GB/s/proc)", "(GB/s)");
+  printf("# %10s  %12s  %9s  %12s  %12s\n", "size", "copied", "time", "copy", "all procs");
+  printf("# %10s  %12s  %9s  %12s  %12s\n", "(B)", "(B)", "(us)", "(GB/s/proc)", "(GB/s)");
 }
 
 static void membw_sweep(membw_t *m) {
-  size_t max = m->opts.max_bytes;
+  size_t max = membw_copied(m, m->opts.max_bytes);
   for (int i = 0; i < m->opts.warmup; i++) memcpy(m->dst, m->src, max);
   double rate_sum = 0;
   int n = 0;
-  for (size_t bytes = m->opts.min_bytes; bytes != BENCH_END;
-       bytes = bench_next_size(&m->opts, bytes)) {
-    double seconds = membw_measure(m, bytes);
+  for (size_t size = m->opts.min_bytes; size != BENCH_END; size = bench_next_size(&m->opts, size)) {
+    size_t copied = membw_copied(m, size);
+    double seconds = membw_measure(m, copied);
     if (m->rank != 0) continue;
     bench_result_t r = {.time_us = seconds * 1e6, .wrong = -1};
-    r.algbw = r.busbw = bench_algbw(bytes, seconds);
-    printf("%12zu  %9.2f  %12.2f  %12.2f\n", bytes, r.time_us, r.algbw, r.algbw * m->nprocs);
+    r.algbw = r.busbw = bench_algbw(copied, seconds);
+    printf("%12zu  %12zu  %9.2f  %12.2f  %12.2f\n", size, copied, r.time_us, r.algbw,
+           r.algbw * m->nprocs);
     fflush(stdout);
-    bench_json_row(m->json, bytes, bytes, "uint8", "none", -1, &r, &r);
+    bench_json_row(m->json, size, copied, "uint8", "none", -1, &r, &r);
     rate_sum += r.busbw;
     n++;
   }
@@ -138,23 +152,36 @@ static void membw_sweep(membw_t *m) {
   }
 }
 
-/* Takes -p N out of argv (the rest are the perf programs' options). */
-static int membw_take_procs(int *argc, char **argv) {
-  int procs = 2, out = 1;
+/* Takes -p N and --fraction F out of argv (the rest are the perf programs' options). */
+static void membw_take_args(int *argc, char **argv, membw_t *m) {
+  int out = 1;
+  const char *frac = NULL;
+  m->nprocs = 2, m->fraction = 1.0;
   for (int i = 1; i < *argc; i++) {
     if (strcmp(argv[i], "-p") == 0 && i + 1 < *argc) {
-      procs = atoi(argv[++i]);
+      m->nprocs = atoi(argv[++i]);
+      continue;
+    }
+    if (strcmp(argv[i], "--fraction") == 0 && i + 1 < *argc) {
+      frac = argv[++i];
       continue;
     }
     argv[out++] = argv[i];
   }
   *argc = out;
   argv[out] = NULL;
-  if (procs < 1 || procs > MEMBW_MAX_PROCS) {
+  if (m->nprocs < 1 || m->nprocs > MEMBW_MAX_PROCS) {
     fprintf(stderr, "membw: -p takes 1 to %d processes\n", MEMBW_MAX_PROCS);
     exit(2);
   }
-  return procs;
+  if (frac) {
+    char *end = NULL;
+    m->fraction = strtod(frac, &end);
+    if (end == frac || *end || !(m->fraction > 0 && m->fraction <= 1)) {
+      fprintf(stderr, "membw: --fraction takes a number above 0 and at most 1 (got '%s')\n", frac);
+      exit(2);
+    }
+  }
 }
 
 static void membw_open_json(membw_t *m) {
@@ -169,7 +196,7 @@ static void membw_open_json(membw_t *m) {
 
 int main(int argc, char **argv) {
   membw_t m = {0};
-  m.nprocs = membw_take_procs(&argc, argv);
+  membw_take_args(&argc, argv, &m);
   bench_parse(argc, argv, "membw", &m.opts);
   m.sh = mmap(NULL, sizeof(*m.sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m.sh == MAP_FAILED) {
@@ -190,9 +217,10 @@ int main(int argc, char **argv) {
     }
   }
   /* Each process allocates (and touches) its own buffers: first-touch places them on its node. */
-  m.src = bench_alloc(m.opts.max_bytes);
-  m.dst = bench_alloc(m.opts.max_bytes);
-  memset(m.src, 0x5a, m.opts.max_bytes);
+  size_t most = membw_copied(&m, m.opts.max_bytes);
+  m.src = bench_alloc(most);
+  m.dst = bench_alloc(most);
+  memset(m.src, 0x5a, most);
   if (m.rank == 0) {
     membw_open_json(&m);
     membw_print_header(&m);
