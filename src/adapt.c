@@ -12,11 +12,19 @@ TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
 #define ADAPT_WARM 8        /* calls of the model's choice before the first probe */
 #define ADAPT_PERIOD_MIN 16 /* steady calls between probes after a change */
 #define ADAPT_PERIOD_MAX 1024
+/* An all-to-all that keeps the FIFOs probes the exchange at least every ADAPT_A2A_FIFO_PERIOD
+ * calls. A bucket serves both placements (ranks may differ there), and in place the FIFOs ran
+ * 3.4-5.2x slower than the exchange (shared heap, 64 KiB-1 MiB; 1.0-2.3x on the private heap)
+ * where out of place the exchange ran at most 1.18x slower than them: a program that moves a
+ * size from out of place to in place waits for the next probe, so its period stays short while
+ * the probes themselves cost little (3 calls of the exchange in 32). */
+#define ADAPT_A2A_FIFO_PERIOD 32
 /* A size with no measurement of its own follows a neighbour's (within ADAPT_BORROW_SIZES powers
  * of two) decided at most ADAPT_BORROW_CALLS measured-choice calls ago. */
 #define ADAPT_BORROW_SIZES 4
 #define ADAPT_BORROW_CALLS 256
-/* Buckets per collective and placement: the power of two below the call's bytes. */
+/* Buckets per collective: the power of two below the call's bytes. Not per placement: ranks
+ * may differ there (one in place, another not), and a bucket must move alike on every rank. */
 #define ADAPT_SIZES 64
 
 enum { PH_FRESH = 0, PH_WARM, PH_STEADY, PH_PROBE, PH_PROBE2, PH_DECIDE };
@@ -94,18 +102,17 @@ int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, i
 
 static int bucket_index(const sched_args_t *a, size_t bytes) {
   int lg = 63 - __builtin_clzll((unsigned long long)bytes);
-  return (coll_slot(a->coll) * 2 + (a->in_place != 0)) * ADAPT_SIZES + lg;
+  return coll_slot(a->coll) * ADAPT_SIZES + lg;
 }
 
 static struct adapt_bucket *bucket(ncclComm_t comm, const sched_args_t *a, size_t bytes, int *idx) {
-  if (!comm->adapt)
-    comm->adapt = calloc(2 * ADAPT_COLLS * ADAPT_SIZES, sizeof(struct adapt_bucket));
+  if (!comm->adapt) comm->adapt = calloc(ADAPT_COLLS * ADAPT_SIZES, sizeof(struct adapt_bucket));
   if (!comm->adapt) return NULL;
   *idx = bucket_index(a, bytes);
   return &comm->adapt[*idx];
 }
 
-/* The pick of the nearest size of the same collective and placement decided recently (counted
+/* The pick of the nearest size of the same collective decided recently (counted
  * in calls, the same on every rank), or 0. Which of the two is faster moves with the machine
  * (adapt.h) alike at neighbouring sizes, and a large call is seldom repeated often enough to
  * be measured before it is timed. */
@@ -260,7 +267,10 @@ void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agree
   float t0 = o->adapt_t[0], t1 = o->adapt_t[1]; /* the slowest rank's */
   int pick = t0 > 0 && t1 > 0 ? (t1 < t0 ? 2 : 1) : b->pick;
   unsigned period = pick == b->pick ? 4u * b->period : ADAPT_PERIOD_MIN;
-  b->period = (uint16_t)(period > ADAPT_PERIOD_MAX ? ADAPT_PERIOD_MAX : period);
+  unsigned most = a->coll == COLL_ALLTOALL && run_of[pair_of(b, a->coll)][pick - 1] == ADAPT_FIFO
+                      ? ADAPT_A2A_FIFO_PERIOD
+                      : ADAPT_PERIOD_MAX;
+  b->period = (uint16_t)(period > most ? most : period);
   b->pick = (uint8_t)pick, b->left = b->period, b->phase = PH_STEADY;
   b->decided_at = comm->adapt_calls;
   const char *const *name = name_of[pair_of(b, a->coll)];

@@ -15,8 +15,8 @@
  * (docs/perf-baseline.md); and on two AMD EPYC guests with AVX-512 the push all-gather of 1-4
  * MiB was 0.92-0.96x direct on one and 1.3-1.45x on the other (docs/perf-issue20-2.md). So for
  * a call that is repeated, where the cost model says one of a pair, the planner measures both
- * and keeps the faster, per collective, placement (in place or not) and size (the power of two
- * below the call's bytes), and measures again from time to time:
+ * and keeps the faster, per collective and size (the power of two below the call's bytes), and
+ * measures again from time to time:
  *
  *   warm-up   the model's choice, ADAPT_WARM calls (a call made once or twice keeps it); but a
  *             size whose neighbour (the nearest within 4 powers of two, on the same pair)
@@ -29,8 +29,8 @@
  *             last two calls): every rank takes the slowest rank's time of each and keeps the
  *             faster candidate (ties: the FIFOs, direct)
  *   steady    the kept candidate for `period` calls, then a probe again; period grows 4x while
- *             probes keep the same candidate (8, 32, 128, 512, 1024 calls) and is 16 again
- *             after a change
+ *             probes keep the same candidate (8, 32, 128, 512, 1024 calls; an all-to-all that
+ *             keeps the FIFOs: 32 at most, adapt.c) and is 16 again after a change
  *
  * Which pair a bucket measures follows the handshakes: a handshake that maps every rank's
  * buffers switches it to direct against push, one that can only read them by copy back to the
@@ -38,8 +38,12 @@
  * to the model for good, and so do buffers of a pair the call does not qualify for (TUTTI_ALGO
  * without both candidates; mapped buffers of an all-reduce, whose push is 1.2-6x direct).
  *
- * Every rank makes the same choice: the state moves only with the call sequence, which is the
- * same on every rank, and with the handshake's answers, which every rank receives alike. Times
+ * Every rank makes the same choice: the state moves only with the call sequence (collectives
+ * and sizes), which is the same on every rank, and with the handshake's answers, which every
+ * rank receives alike. Not with placement: whether a call is in place may differ between ranks
+ * (a bucket per placement had one rank probing while another ran steady, and the call failed as
+ * a mismatch). So a program that moves a size from out of place to in place keeps the bucket's
+ * pick until its next probe, which then times both candidates in the new placement. Times
  * are this rank's alone (a group of one call, from the planner to the engine's end), and only
  * enter a choice through a handshake. The choice never changes results: a call qualifies only
  * where both candidates give the same bits (2 ranks: x0 (+) x1 either way; integers; float max

@@ -115,9 +115,26 @@ TEST(Adapt, KeepsTheFasterCandidate) {
   expect_all_ok(codes);
   auto d = decisions_per_rank(2);
   for (const auto &mine : d) {
-    ASSERT_GE(mine.size(), 2u) << "a decision per placement at least";
+    ASSERT_GE(mine.size(), 2u) << "two decisions at least";
     for (const std::string &kept : mine) EXPECT_EQ(kept.find("cma"), std::string::npos) << kept;
   }
+  EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
+}
+
+// Ranks may differ in placement (NCCL's in place is each rank's own pointers): with cma held
+// back (the FIFOs kept, the model's cma not), rank 0 calls in place throughout and rank 1 moves
+// from in place to out of place after 30 calls. Every call succeeds with exact results, and both
+// ranks decide alike. (With a bucket per placement, rank 1 started over on the model's cma while
+// rank 0 ran the FIFOs: the next call failed as a mismatch on both.)
+TEST(Adapt, RanksThatDifferInPlacementStillChooseAlike) {
+  log_capture::clear();
+  auto codes = forked(2, hold_back_cma, [](int rank, ncclComm_t comm) {
+    int rc = run_calls(rank, 2, comm, 65536, 30, false, true);
+    return rc ? rc : run_calls(rank, 2, comm, 65536, 30, false, rank == 0);
+  });
+  expect_all_ok(codes);
+  auto d = decisions_per_rank(2);
+  ASSERT_GE(d[0].size(), 2u) << "logs in " << log_capture::g_dir;
   EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
 }
 
@@ -217,8 +234,7 @@ TEST(Adapt, MappedAllGathersKeepTheFasterOfDirectAndPush) {
     const char *kept =
         std::string(slow) == "push" ? ": direct for the next" : ": push for the next";
     for (const auto &mine : d) {
-      ASSERT_GE(mine.size(), 2u) << "a decision per placement at least (logs in "
-                                 << log_capture::g_dir << ")";
+      ASSERT_GE(mine.size(), 2u) << "two decisions at least (logs in " << log_capture::g_dir << ")";
       for (const std::string &line : mine)
         EXPECT_NE(("x: " + line).find(kept), std::string::npos) << line;
     }
@@ -299,6 +315,28 @@ TEST(Adapt, InPlaceAllToAllsMeasureTheFifosAgainstTheExchange) {
       EXPECT_GE(log_capture::count(exchange), 2)
           << "the exchange ran (logs in " << log_capture::g_dir << ")";
     }
+}
+
+// An all-to-all that keeps the FIFOs probes the exchange every 32 steady calls at most (adapt.c,
+// ADAPT_A2A_FIFO_PERIOD: a bucket serves both placements, and in place the FIFOs are the slow
+// one). In-place all-to-alls of 128 KiB on mapped buffers, 2 ranks, the exchange held back 20
+// ms a call on rank 1: 200 calls decide 6 times (after calls 11, 46, 81, 116, 151 and 186; a
+// period growing to 128 and 512 would give 3), every time for the FIFOs, alike on both ranks.
+TEST(Adapt, AllToAllsThatKeepTheFifosProbeOften) {
+  log_capture::clear();
+  auto codes = forked(
+      2,
+      [](int) {
+        setenv("TUTTI_MEM_ALLOC", "shared", 1);
+        setenv("TUTTI_TEST_PEER_DELAY_US", "20000", 1);
+        setenv("TUTTI_TEST_PEER_DELAY_RANK", "1", 1);
+      },
+      [](int rank, ncclComm_t comm) { return run_alltoalls(rank, 2, comm, 16384, 200, true); });
+  expect_all_ok(codes);
+  auto d = decisions_per_rank(2);
+  EXPECT_EQ(d[0].size(), 6u) << "logs in " << log_capture::g_dir;
+  for (const std::string &kept : d[0]) EXPECT_EQ(kept.find("the FIFOs for the next"), 0u) << kept;
+  EXPECT_EQ(d[0], d[1]) << "the ranks decided differently";
 }
 
 // Out-of-place all-to-alls of 128 KiB on heap buffers, 2 ranks, cma held back (the FIFOs, the
