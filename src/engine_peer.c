@@ -61,6 +61,7 @@ typedef struct agree_msg { /* where one rank's buffers are, for one call */
   peer_handle_t h[2];
   float adapt_t[2]; /* a deciding call's latest times of this rank (adapt.h), else 0 */
   int32_t exchange; /* 1: an in-place all-to-all sending from its live buffer (op_ctx.exchange) */
+  int32_t algo;     /* the algorithm this rank planned (algo_t), the same on every rank */
 } agree_msg_t;
 
 /* The transport that reaches `rank`'s words and buffers from here (this rank's own: through any
@@ -97,6 +98,10 @@ static uint64_t word_read(word_ref_t pw) {
   TUTTI_HB_ACQUIRE(pw.key);
   return v;
 }
+
+/* Test hook: rank TUTTI_TEST_HANDSHAKE_SKEW_RANK (-1: none) says in its handshakes that it
+ * planned another algorithm than it did, as a planning bug would have it (decide). */
+TUTTI_PARAM(TestHandshakeSkewRank, "TEST_HANDSHAKE_SKEW_RANK", -1)
 
 /* Test hook: rank TUTTI_TEST_PEER_DELAY_RANK sleeps TUTTI_TEST_PEER_DELAY_US before each peer step
  * that reads other ranks' buffers or writes into them, so that a test can hold one rank back
@@ -162,6 +167,9 @@ static void expose(const op_ctx_t *o, const size_t bytes[2], agree_msg_t *m) {
   }
   if (o->adapt_decide) m->adapt_t[0] = o->adapt_t[0], m->adapt_t[1] = o->adapt_t[1];
   m->exchange = o->exchange;
+  m->algo = (int32_t)o->algo;
+  if (comm->rank == tutti_param_TestHandshakeSkewRank())
+    m->algo = (int32_t)((o->algo + 1) % ALGO_NUM);
 }
 
 /* *ok: PEER_AGREE_* from every rank's answers for both buffers (the same on every rank: all
@@ -186,6 +194,21 @@ static ncclResult_t decide(op_ctx_t *o, const agree_msg_t *all, int *ok) {
   }
   o->exchange = exchange;
   *ok = map ? PEER_AGREE_MAP : read && comm->peer_read ? PEER_AGREE_READ : PEER_AGREE_NONE;
+  /* Every rank plans alike (plan.c); ranks whose peer steps would run different algorithms on
+   * each other's buffers would write wrong results or wait for steps that never come, so a
+   * disagreement here is an error on every rank (each sees every message), not a guess. */
+  for (int p = 0; *ok != PEER_AGREE_NONE && p < comm->nranks; p++)
+    if (all[p].algo != all[comm->rank].algo)
+      return TUTTI_ERR(ncclInternalError,
+                       "rank %d: the ranks planned different algorithms for nccl%s (op #%llu): "
+                       "%s on rank %d, %s on rank %d; every rank must choose alike, so this is a "
+                       "bug in tutti's planning (please report it with TUTTI_DEBUG=INFO "
+                       "TUTTI_DEBUG_SUBSYS=COLL,TUNING logs)",
+                       comm->rank, coll_name(o->coll), (unsigned long long)o->seq,
+                       algo_name((algo_t)all[comm->rank].algo), comm->rank,
+                       all[p].algo >= 0 && all[p].algo < ALGO_NUM ? algo_name((algo_t)all[p].algo)
+                                                                  : "an unknown algorithm",
+                       p);
   for (int p = 0; o->adapt_decide && p < comm->nranks; p++)
     for (int k = 0; k < 2; k++) o->adapt_t[k] = TUTTI_MAX(o->adapt_t[k], all[p].adapt_t[k]);
   for (int p = 0; map && p < comm->nranks; p++)

@@ -5,7 +5,8 @@
 // cma's) on forked ranks: the handshake runs on calls 1, 65 and 193 only; a switch to
 // ncclMemAlloc buffers is taken up at the next try; ranks that differ in placing
 // the result (in place on one, out of place on the other) still choose alike; every result is
-// exact. And the other way round: buffers every rank can map skip reading by copy.
+// exact. And the other way round: buffers every rank can map skip reading by copy. And a
+// handshake whose ranks planned different algorithms fails on every rank.
 #include <gtest/gtest.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -147,6 +148,49 @@ TEST(MapMiss, MappedBuffersSkipReadingByCopyBetweenTries) {
   expect_all_ok(codes);
   EXPECT_EQ(per_rank(2, kHandshake), std::vector<int>({3, 3})) << "calls 1, 65 and 193";
   EXPECT_EQ(log_capture::count("cma, the peers' buffers read by copy"), 0);
+}
+
+// Every rank plans alike; the handshake checks it (engine_peer.c, decide): with rank 1 saying it
+// planned another algorithm (TUTTI_TEST_HANDSHAKE_SKEW_RANK, as a planning bug would), the
+// first call fails on both ranks with ncclInternalError and a message naming both algorithms,
+// on buffers the peers map (an all-gather, direct) and on heap buffers read by copy (an
+// all-reduce of 64 KiB, push). Before the check, ranks that disagreed there wrote wrong results.
+TEST(MapMiss, RanksThatPlannedDifferentAlgorithmsFailTheCall) {
+  for (bool mapped : {true, false}) {
+    SCOPED_TRACE(mapped ? "mapped" : "heap");
+    auto codes = forked(
+        2,
+        [mapped](int) {
+          setenv("TUTTI_TEST_HANDSHAKE_SKEW_RANK", "1", 1);
+          setenv("TUTTI_ADAPT", "0", 1);
+          if (mapped) setenv("TUTTI_MEM_ALLOC", "shared", 1);
+        },
+        [mapped](int rank, ncclComm_t comm) {
+          void *s = nullptr, *r = nullptr;
+          if (mapped) {
+            CHILD_CHECK(ncclMemAlloc(&s, kCount * 4) == ncclSuccess &&
+                            ncclMemAlloc(&r, 2 * kCount * 4) == ncclSuccess,
+                        43, "ncclMemAlloc");
+          } else {
+            s = calloc(kCount, 4), r = calloc(kCount, 4);
+          }
+          ncclResult_t rc = mapped ? ncclAllGather(s, r, kCount, ncclInt32, comm, nullptr)
+                                   : ncclAllReduce(s, r, kCount, ncclInt32, ncclSum, comm, nullptr);
+          std::string msg = ncclGetLastError(comm);
+          CHILD_CHECK(rc == ncclInternalError, 44, "rank %d: %s (%s)", rank, ncclGetErrorString(rc),
+                      msg.c_str());
+          CHILD_CHECK(msg.find("planned different algorithms") != std::string::npos &&
+                          msg.find(mapped ? "direct on rank" : "push on rank") != std::string::npos,
+                      45, "rank %d: %s", rank, msg.c_str());
+          if (mapped) {
+            ncclMemFree(s), ncclMemFree(r);
+          } else {
+            free(s), free(r);
+          }
+          return 0;
+        });
+    expect_all_ok(codes);
+  }
 }
 
 }  // namespace
