@@ -16,8 +16,9 @@ TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
  * calls. A bucket serves both placements (ranks may differ there), and in place the FIFOs ran
  * 3.4-5.2x slower than the exchange (shared heap, 64 KiB-1 MiB; 1.0-2.3x on the private heap)
  * where out of place the exchange ran at most 1.18x slower than them: a program that moves a
- * size from out of place to in place waits for the next probe, so its period stays short while
- * the probes themselves cost little (3 calls of the exchange in 32). */
+ * size from out of place to in place waits for the next probe, so its period stays short. The
+ * probes (3 calls of the exchange, with handshakes, in 35) cost out of place: 0.92-1.05 against
+ * a period growing to 1024, every interval across 1 (docs/perf-issue20-3.md). */
 #define ADAPT_A2A_FIFO_PERIOD 32
 /* A size with no measurement of its own follows a neighbour's (within ADAPT_BORROW_SIZES powers
  * of two) decided at most ADAPT_BORROW_CALLS measured-choice calls ago. */
@@ -266,14 +267,15 @@ void adapt_agreed(ncclComm_t comm, op_ctx_t *o, const sched_args_t *a, int agree
   if (!o->adapt_decide) return;
   float t0 = o->adapt_t[0], t1 = o->adapt_t[1]; /* the slowest rank's */
   int pick = t0 > 0 && t1 > 0 ? (t1 < t0 ? 2 : 1) : b->pick;
+  int pair = pair_of(b, a->coll);
   unsigned period = pick == b->pick ? 4u * b->period : ADAPT_PERIOD_MIN;
-  unsigned most = a->coll == COLL_ALLTOALL && run_of[pair_of(b, a->coll)][pick - 1] == ADAPT_FIFO
+  unsigned most = a->coll == COLL_ALLTOALL && run_of[pair][pick - 1] == ADAPT_FIFO
                       ? ADAPT_A2A_FIFO_PERIOD
                       : ADAPT_PERIOD_MAX;
   b->period = (uint16_t)(period > most ? most : period);
   b->pick = (uint8_t)pick, b->left = b->period, b->phase = PH_STEADY;
   b->decided_at = comm->adapt_calls;
-  const char *const *name = name_of[pair_of(b, a->coll)];
+  const char *const *name = name_of[pair];
   INFO(SUB_COLL | SUB_TUNING,
        "nccl%s of %zu bytes, measured (slowest rank): %s %.1f us, %s %.1f us: %s for the "
        "next %u calls",
