@@ -13,12 +13,13 @@ TUTTI_PARAM(AdaptMinBytes, "ADAPT_MIN_BYTES", 64 * 1024)
 #define ADAPT_PERIOD_MIN 16 /* steady calls between probes after a change */
 #define ADAPT_PERIOD_MAX 1024
 /* An all-to-all that keeps the FIFOs probes the exchange at least every ADAPT_A2A_FIFO_PERIOD
- * calls. A bucket serves both placements (ranks may differ there), and in place the FIFOs ran
- * 3.4-5.2x slower than the exchange (shared heap, 64 KiB-1 MiB; 1.0-2.3x on the private heap)
- * where out of place the exchange ran at most 1.18x slower than them: a program that moves a
- * size from out of place to in place waits for the next probe, so its period stays short. The
- * probes (3 calls of the exchange, with handshakes, in 35) cost out of place: 0.92-1.05 against
- * a period growing to 1024, every interval across 1 (docs/perf-issue20-3.md). */
+ * calls. A bucket serves both placements (ranks may differ there), and on mapped buffers in place
+ * the FIFOs (swapping blocks) ran 1.4-1.8x slower than direct's exchange at 64 KiB-4 MiB (3.4-
+ * 5.2x while they sent from a copy) where out of place the exchange ran at most 1.18x slower than
+ * them: a program that moves a size from out of place to in place waits for the next probe, so
+ * its period stays short. The probes (3 calls of the exchange, with handshakes, in 35) cost out
+ * of place: 0.92-1.05 against a period growing to 1024, every interval across 1
+ * (docs/perf-issue20-3.md). */
 #define ADAPT_A2A_FIFO_PERIOD 32
 /* A size with no measurement of its own follows a neighbour's (within ADAPT_BORROW_SIZES powers
  * of two) decided at most ADAPT_BORROW_CALLS measured-choice calls ago. */
@@ -93,7 +94,7 @@ int adapt_qualifies(ncclComm_t comm, const op_ctx_t *o, const sched_args_t *a, i
   if (peer_read && (mask & (1u << ALGO_CMA)) && (mask & fifo)) pairs |= ADAPT_PAIR_HEAP;
   /* on mapped buffers the all-gather's direct and push, both allowed (push's all-reduce is the
    * faster by 1.2-6x, docs/perf-issue20-2.md: nothing to measure), and the all-to-all's FIFOs and
-   * direct (in place the FIFOs send from a copy, direct exchanges blocks) */
+   * direct (in place both swap blocks, through the FIFOs or in the peers' memory) */
   uint32_t both = (1u << ALGO_DIRECT) | (1u << ALGO_PUSH);
   if (a->coll == COLL_ALLGATHER && peer_map && (mask & both) == both) pairs |= ADAPT_PAIR_MAP;
   if (a->coll == COLL_ALLTOALL && peer_map && (mask & (1u << ALGO_DIRECT)) && (mask & fifo))
@@ -144,9 +145,12 @@ static int candidate(const struct adapt_bucket *b, coll_t c, algo_t a) {
   return (algo_get(a)->needs & ALGO_PEER_STEPS) ? 1 : 0;
 }
 
-/* An all-to-all the model already gives an algorithm with peer steps keeps it: in place that
- * exchanges blocks, which the FIFOs (sending from a copy) never beat, and out of place the FIFOs
- * won nothing measured there (the same choice on every rank: the model's). */
+/* An all-to-all the model already gives an algorithm with peer steps keeps it (the same choice
+ * on every rank: the model's). Out of place the FIFOs won nothing measured there; in place, where
+ * they swap blocks (FIFO_SWAP), they beat cma's exchange on the private heap at 256 KiB-1 MiB
+ * (1.38x, 1.62x; 4-16 MiB within the spread) but not direct's on mapped buffers, and a bucket
+ * serves both placements: measured from the model's cma (2 ranks, out of place first as the perf
+ * programs run) the in-place calls gained nothing in the same run (docs/perf-issue20-3.md). */
 static int model_stands(const sched_args_t *a, algo_t model) {
   return a->coll == COLL_ALLTOALL && (algo_get(model)->needs & ALGO_PEER_STEPS);
 }

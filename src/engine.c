@@ -162,6 +162,75 @@ static int lane_large(lane_t *l, const op_ctx_t *o, const step_t *st, conn_t *rc
   return 1;
 }
 
+/* A received piece of another length: the ranks called different collectives (recorded). */
+static int piece_mismatch(const lane_t *l, const op_ctx_t *o, int peer, size_t got, size_t want) {
+  TUTTI_ERR(ncclInvalidUsage,
+            "rank %d received %zu bytes from rank %d where it expected %zu in nccl%s (op #%llu): "
+            "ranks called different collectives, counts or types",
+            l->comm->rank, got, peer, want, coll_name(o->coll), (unsigned long long)o->seq);
+  return -1;
+}
+
+/* Settles one direction of a FIFO_SWAP step as lane_large would a STEP_WHOLE one, asking for
+ * pieces (bit: 1 send, 2 receive). 1 once settled, 0 while the peer's header is not in. */
+static int swap_settle(lane_t *l, conn_t *c, size_t bytes, int bit, int *moved) {
+  if (l->large & bit) return 1;
+  int send = bit == 1;
+  if (!whole_by_pieces(c, bytes, send)) {
+    if (!(send ? c->transport->send_large(c, NULL, bytes)
+               : c->transport->recv_large(c, NULL, bytes)))
+      return 0;
+    *moved = 1;
+  }
+  l->large |= bit;
+  return 1;
+}
+
+/* A FIFO_SWAP step (schedule.h): pieces go out as far as the FIFO takes them, and each comes in
+ * once the piece at its place went out (l->sent elements sent, l->pos received); sent pieces are
+ * copies in the FIFO's slots, so the peer can always take them and no order of the two ranks'
+ * steps waits on itself. Returns 1 when the step is over, 0 while blocked, -1 on an error. */
+static int lane_swap(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
+  ncclComm_t comm = l->comm;
+  conn_t *rc = &comm->recv_conn[st->recv_peer], *sc = &comm->send_conn[st->send_peer];
+  size_t es = o->esize, total = st->count;
+  size_t slot = TUTTI_MAX(TUTTI_MIN(sc->slot_bytes, rc->slot_bytes) / es, 1);
+  const char *src = o->buf[st->src_buf] + st->src_off * es;
+  char *dst = o->buf[st->dst_buf] + st->dst_off * es;
+  if (!swap_settle(l, sc, total * es, 1, moved)) {
+    l->wait_peer = st->send_peer, l->wait_send = 1;
+    return 0;
+  }
+  while (l->sent < total) {
+    size_t n = TUTTI_MIN(total - l->sent, slot);
+    void *out = sc->transport->send_slot(sc, n * es);
+    if (!out) break;
+    copy_bytes(out, src + l->sent * es, n * es);
+    sc->transport->send_post(sc, n * es);
+    l->sent += n, *moved = 1;
+  }
+  int settled = swap_settle(l, rc, total * es, 2, moved);
+  while (settled && l->pos < l->sent) {
+    size_t n = TUTTI_MIN(total - l->pos, slot), got = n * es;
+    const void *in = rc->transport->recv_slot(rc, &got);
+    if (!in) break;
+    if (got != n * es) return piece_mismatch(l, o, st->recv_peer, got, n * es);
+    if (o->stream)
+      copy_stream(dst + l->pos * es, in, got);
+    else
+      copy_bytes(dst + l->pos * es, in, got);
+    rc->transport->recv_done(rc);
+    l->pos += n, *moved = 1;
+  }
+  if (l->pos == total) {
+    l->cur++, l->pos = 0, l->sent = 0, l->large = 0;
+    return 1;
+  }
+  int recv = !settled || l->pos < l->sent; /* else the FIFO to the peer is full */
+  l->wait_peer = recv ? st->recv_peer : st->send_peer, l->wait_send = !recv;
+  return 0;
+}
+
 /* Advances one lane as far as it can without waiting. Returns 1 if it moved, 0 if blocked,
  * -1 on a protocol error (message recorded). */
 static int lane_advance(lane_t *l, const op_ctx_t *ops) {
@@ -170,6 +239,11 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
   while (lane_flush(l, &moved) && l->cur < l->nsteps) {
     const step_t *st = &l->steps[l->cur];
     const op_ctx_t *o = &ops[st->op];
+    if (st->kind == STEP_FIFO_SWAP && !o->dev) {
+      int r = lane_swap(l, o, st, &moved);
+      if (r <= 0) return r < 0 ? -1 : moved;
+      continue;
+    }
     if (st->kind != STEP_FIFO || o->dev) {
       int r = engine_peer_step(l, o, st, &moved);
       if (r <= 0) return r < 0 ? -1 : moved;
@@ -208,14 +282,7 @@ static int lane_advance(lane_t *l, const op_ctx_t *ops) {
       l->wait_peer = st->send_peer, l->wait_send = 1;
       return moved;
     }
-    if (got != n * es) {
-      TUTTI_ERR(
-          ncclInvalidUsage,
-          "rank %d received %zu bytes from rank %d where it expected %zu in nccl%s (op #%llu): "
-          "ranks called different collectives, counts or types",
-          comm->rank, got, st->recv_peer, n * es, coll_name(o->coll), (unsigned long long)o->seq);
-      return -1;
-    }
+    if (got != n * es) return piece_mismatch(l, o, st->recv_peer, got, n * es);
     if (into && out)
       copy_bytes(out, dst, n * es); /* forwarded through a slot transport */
     else if (rc && !into)
@@ -369,7 +436,8 @@ static conn_t *wait_conn(lane_t *lanes, int nlanes, int phase, int *send) {
     lane_t *l = &lanes[i];
     if (l->phase != phase || lane_done(l)) continue;
     if (wc) return wc->transport->wait_oversubscribed_only ? NULL : wc;
-    if (l->cur < l->nsteps && l->steps[l->cur].kind != STEP_FIFO) return NULL;
+    step_kind_t k = l->cur < l->nsteps ? (step_kind_t)l->steps[l->cur].kind : STEP_FIFO;
+    if (k != STEP_FIFO && k != STEP_FIFO_SWAP) return NULL;
     *send = l->wait_send;
     wc = l->wait_send ? &l->comm->send_conn[l->wait_peer] : &l->comm->recv_conn[l->wait_peer];
   }
@@ -444,7 +512,7 @@ int engine_quick_steps(ncclComm_t comm, const step_t *steps, size_t n, const siz
   for (size_t i = 0; i < n; i++) {
     const step_t *st = &steps[i];
     size_t bytes = st->count * esize[st->op];
-    if (st->kind != STEP_FIFO) return 0;
+    if (st->kind != STEP_FIFO && st->kind != STEP_FIFO_SWAP) return 0;
     const conn_t *rc = st->recv_peer >= 0 ? &comm->recv_conn[st->recv_peer] : NULL;
     const conn_t *sc = st->send_peer >= 0 ? &comm->send_conn[st->send_peer] : NULL;
     if (rc && (!rc->transport || rc->transport->recv_into || bytes > rc->slot_bytes)) return 0;
@@ -452,7 +520,34 @@ int engine_quick_steps(ncclComm_t comm, const step_t *steps, size_t n, const siz
     if ((st->flags & STEP_WHOLE) && !(rc && sc) && (rc || sc) &&
         !whole_by_pieces(sc ? sc : rc, bytes, sc != NULL))
       return 0; /* a rendezvous (lane_large) */
+    if (st->kind == STEP_FIFO_SWAP &&
+        !(whole_by_pieces(sc, bytes, 1) && whole_by_pieces(rc, bytes, 0)))
+      return 0; /* a header to settle (swap_settle) */
   }
+  return 1;
+}
+
+/* quick_advance's FIFO_SWAP step of one piece: sent once (l->sent), then received into its
+ * place; 1 when over, 0 while its piece is not in, -1 for the engine's loop (as quick_advance). */
+static int quick_swap(lane_t *l, const op_ctx_t *o, const step_t *st) {
+  conn_t *rc = &l->comm->recv_conn[st->recv_peer], *sc = &l->comm->send_conn[st->send_peer];
+  size_t es = o->esize, bytes = st->count * es, got = bytes;
+  if (!l->sent) {
+    void *out = sc->transport->send_slot(sc, bytes);
+    if (!out) return -1;
+    copy_bytes(out, o->buf[st->src_buf] + st->src_off * es, bytes);
+    sc->transport->send_post(sc, bytes);
+    l->sent = st->count;
+  }
+  const void *in = rc->transport->recv_slot(rc, &got);
+  if (!in) return 0;
+  if (got != bytes) return -1;
+  if (o->stream)
+    copy_stream(o->buf[st->dst_buf] + st->dst_off * es, in, bytes);
+  else
+    copy_bytes(o->buf[st->dst_buf] + st->dst_off * es, in, bytes);
+  rc->transport->recv_done(rc);
+  l->sent = 0;
   return 1;
 }
 
@@ -468,6 +563,13 @@ static int quick_advance(lane_t *l, const op_ctx_t *ops) {
     const op_ctx_t *o = &ops[st->op];
     size_t es = o->esize, n = st->count, bytes = n * es, got = bytes;
     if (n == 0) continue;
+    if (st->kind == STEP_FIFO_SWAP) {
+      size_t was = l->sent;
+      int r = quick_swap(l, o, st);
+      if (r <= 0) return r < 0 ? -1 : moved | (l->sent != was);
+      moved = 1;
+      continue;
+    }
     conn_t *rc = st->recv_peer >= 0 ? &comm->recv_conn[st->recv_peer] : NULL;
     conn_t *sc = st->send_peer >= 0 ? &comm->send_conn[st->send_peer] : NULL;
     char *src = o->buf[st->src_buf] ? o->buf[st->src_buf] + st->src_off * es : NULL;

@@ -60,7 +60,8 @@ typedef struct lane {
   size_t tx_left;
   size_t rx_got;    /* recv_into: bytes of the current piece already in place */
   int large;        /* a STEP_WHOLE step's rendezvous (send_large / recv_large) was settled:
-                     * the step goes on by pieces */
+                     * the step goes on by pieces (FIFO_SWAP: bit 1 its send, bit 2 its receive) */
+  size_t sent;      /* FIFO_SWAP: elements of the step sent (l->pos: received) */
   ncclResult_t err; /* the code of a failed step (0: ncclInvalidUsage, its message recorded) */
 } lane_t;
 

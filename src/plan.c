@@ -418,11 +418,44 @@ static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
 
 /* In-place all-to-all: receives land in blocks still to be sent (and, on the peer path, blocks
  * the peers still read). With peer steps its ranks exchange blocks instead (agree_all: it says
- * so in its handshake, and every rank then swaps each pair's blocks, direct.c); otherwise it
- * sends from a copy, made here. Once made, send != recv. */
+ * so in its handshake, and every rank then swaps each pair's blocks, direct.c); through the
+ * FIFOs each block goes out before the peer's comes into its place (args.swap, FIFO_SWAP
+ * steps), where the group allows it (group_swaps); otherwise it sends from a copy, made here.
+ * Once made, send != recv. */
 static int alltoall_needs_copy(const pending_t *p) {
   return p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0 &&
          p->ctx.buf[BUF_SEND] == p->ctx.buf[BUF_RECV];
+}
+
+/* Whether comm's FIFOs carry FIFO_SWAP steps: every peer's connections send through slots
+ * (send_post) and receive through them (schedule.h; shm and ib's receives, not tcp). */
+static int fifo_swaps(ncclComm_t comm) {
+  for (int q = 0; q < comm->nranks; q++) {
+    const transport_t *s = comm->send_conn[q].transport, *r = comm->recv_conn[q].transport;
+    if (q != comm->rank && (!s || !r || !s->send_post || s->send_from || r->recv_into)) return 0;
+  }
+  return 1;
+}
+
+/* An in-place all-to-all that, alone on its communicator's lanes, swaps its blocks. */
+static int swaps_alone(const pending_t *p) {
+  return p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev &&
+         !needs_peer_memory(p) && (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) &&
+         fifo_swaps(p->ctx.comm);
+}
+
+/* args.swap of the group's calls: an in-place all-to-all swaps where every call of the group on
+ * its communicator with lane steps swaps too. A receive in a lane of its own would take from the
+ * FIFO that a FIFO_SWAP step, in the send lane, also takes from: their order would be the
+ * engine's, not the program's. */
+static void group_swaps(pending_t *ops, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ops[i].args.swap = swaps_alone(&ops[i]);
+    for (size_t j = 0; j < n && ops[i].args.swap; j++)
+      if (j != i && ops[j].ctx.comm == ops[i].ctx.comm && !self_p2p(&ops[j]) &&
+          (algo_get(ops[j].ctx.algo)->needs & ALGO_USES_LANES) && !swaps_alone(&ops[j]))
+        ops[i].args.swap = 0;
+  }
 }
 
 static ncclResult_t copy_alltoall_input(ncclComm_t comm, pending_t *p) {
@@ -542,12 +575,21 @@ static void tag_steps(sched_t *s, uint16_t op) {
   s->tagged = s->n;
 }
 
+/* A call alone that may take the cached steps: an in-place all-to-all swaps as it would when
+ * planned (its algorithm is the cached plan's, which has lane steps: only a swapping one is kept,
+ * runs_cached_steps). */
+static void cached_swaps(pending_t *p) {
+  p->args.swap =
+      p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev && fifo_swaps(p->ctx.comm);
+}
+
 /* Whether a call of p's kind may run its key's cached steps as they are: not a send or receive
- * (the p2p lanes), not on the device, not an in-place all-to-all (its input is copied first, or
- * its ranks exchange blocks as its handshake says). */
+ * (the p2p lanes), not on the device, not an in-place all-to-all unless it swaps its blocks
+ * through the FIFOs (else its input is copied first, or its ranks exchange blocks as its
+ * handshake says). */
 static int runs_cached_steps(const pending_t *p) {
   return p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev &&
-         !(p->args.coll == COLL_ALLTOALL && p->args.in_place);
+         !(p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->args.swap);
 }
 
 /* The cached plan's steps are now steps[0, n), as one lane or (nlanes > 0) lanes ending at
@@ -680,7 +722,8 @@ ncclResult_t plan_prepare(pending_t *p) {
 static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
   ncclComm_t comm = p->ctx.comm;
   TUTTI_CHECK(plan_prepare(p));
-  if (alltoall_needs_copy(p) && !p->args.exchange) TUTTI_CHECK(copy_alltoall_input(comm, p));
+  if (alltoall_needs_copy(p) && !p->args.exchange && !p->args.swap)
+    TUTTI_CHECK(copy_alltoall_input(comm, p));
   TUTTI_CHECK(build(comm, p, cached, &comm->sched_scratch));
   tag_steps(&comm->sched_scratch, op_index);
   if (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) {
@@ -708,6 +751,7 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
     any_peer |= needs_peer_memory(&ops[i]);
   }
   if (any_peer) TUTTI_CHECK(agree_all(ops, n, c));
+  group_swaps(ops, n);
   for (size_t i = 0; i < n; i++)
     if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], c[i], (uint16_t)i));
   if (tutti_param_DumpSchedule()) dump_lanes(ops, n);
@@ -724,6 +768,7 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   *timed = pairs || p->ctx.nt_timed;
   if (p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev)
     (void)map_excluded(comm, p);
+  cached_swaps(p);
   if (!runs_cached_steps(p) || !plan_matches(comm, p) || !comm->plan.steps_valid ||
       tutti_param_DumpSchedule())
     return ncclSuccess;
@@ -747,6 +792,7 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
 void plan_quick(pending_t *p, const sched_t **steps) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
+  cached_swaps(p);
   if (!comm->plan.quick || !runs_cached_steps(p) || adapted(comm, p) || stream_measured(comm, p))
     return;
   /* map_excluded's answer, counted only once the call is known to take this way */

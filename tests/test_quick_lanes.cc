@@ -109,13 +109,14 @@ int run_phases(ncclComm_t comm, int rank, int n, const phase *phases, size_t nph
 }
 
 // Three ranks, small blocks: every call but the first of each key takes the quick way, on every
-// rank (a gather's senders too: their plan is one send lane), whatever the root; an in-place
-// all-to-all (its input is copied first) and calls whose key changes every time do not.
+// rank (a gather's senders too: their plan is one send lane), whatever the root, an in-place
+// all-to-all too (its blocks swapped through the FIFOs, no copy); calls whose key changes every
+// time do not.
 TEST(QuickLanes, RepeatedSmallCallsTakeIt) {
   static const phase phases[] = {
       {GATHER, 0, 3, false, false, 9},  {GATHER, 2, 3, false, false, 9},
       {SCATTER, 1, 5, false, false, 9}, {ALLTOALL, 0, 2, false, false, 9},
-      {ALLTOALL, 0, 2, true, false, 0}, {GATHER, 1, 4, true, false, 9},
+      {ALLTOALL, 0, 2, true, false, 9}, {GATHER, 1, 4, true, false, 9},
       {SCATTER, 2, 4, true, false, 9},  {GATHER, 0, 6, false, true, 0},
       {GATHER, 0, 3, false, false, 9}};
   const int n = 3;

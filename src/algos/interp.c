@@ -19,6 +19,7 @@ typedef struct fifo {
 
 typedef struct lane_state {
   size_t cur, pos;
+  size_t sent; /* FIFO_SWAP: elements sent (pos: received) */
 } lane_state_t;
 
 typedef struct interp {
@@ -48,6 +49,51 @@ static int64_t *at(const interp_t *in, int r, int b, size_t off, size_t n) {
 
 static int64_t pre(const interp_t *in, const step_t *st, int64_t x) {
   return (st->flags & STEP_PRE) ? x * in->o->pre_mul : x;
+}
+
+static void fifo_put(fifo_t *q, piece_t *p) {
+  p->next = NULL;
+  if (q->tail)
+    q->tail->next = p;
+  else
+    q->head = p;
+  q->tail = p, q->count++;
+}
+
+static void fifo_drop_head(fifo_t *q) {
+  piece_t *p = q->head;
+  q->head = p->next, q->count--, free(p);
+  if (!q->head) q->tail = NULL;
+}
+
+/* A FIFO_SWAP step: sends what the FIFO takes, then receives the pieces already sent, each into
+ * the place it was sent from (1 moved, 0 blocked, -1 error). */
+static int swap_pieces(interp_t *in, int me, const step_t *st, lane_state_t *ls) {
+  size_t slot = in->o->slot ? in->o->slot : st->count;
+  fifo_t *iq = &in->fifo[st->recv_peer * in->n + me], *oq = &in->fifo[me * in->n + st->send_peer];
+  int moved = 0;
+  while (ls->sent < st->count && !(in->o->depth && oq->count >= in->o->depth)) {
+    size_t n = st->count - ls->sent < slot ? st->count - ls->sent : slot;
+    int64_t *src = at(in, me, st->src_buf, st->src_off + ls->sent, n);
+    piece_t *out = src ? malloc(sizeof(piece_t) + n * 8) : NULL;
+    if (!out)
+      return fail(in, "rank %d: step %d reads outside its buffers (or no memory)", me,
+                  (int)ls->cur);
+    memcpy(out->v, src, n * 8);
+    out->n = n, ls->sent += n, moved = 1;
+    fifo_put(oq, out);
+  }
+  while (ls->pos < ls->sent && iq->head) {
+    size_t n = st->count - ls->pos < slot ? st->count - ls->pos : slot;
+    int64_t *dst = at(in, me, st->dst_buf, st->dst_off + ls->pos, n);
+    if (!dst) return fail(in, "rank %d: step %d writes outside its buffers", me, (int)ls->cur);
+    if (iq->head->n != n)
+      return fail(in, "rank %d got a piece of the wrong size at step %d", me, (int)ls->cur);
+    memcpy(dst, iq->head->v, n * 8);
+    fifo_drop_head(iq);
+    ls->pos += n, moved = 1;
+  }
+  return moved;
 }
 
 /* One piece of a FIFO step: 1 ran, 0 blocked, -1 error. */
@@ -83,16 +129,8 @@ static int fifo_piece(interp_t *in, int me, const step_t *st, lane_state_t *ls) 
     if (out) out->v[i] = v;
     if (st->flags & STEP_STORE) dst[i] = stored;
   }
-  if (got) iq->head = got->next, iq->count--, free(got);
-  if (iq && !iq->head) iq->tail = NULL;
-  if (out) {
-    out->n = n, out->next = NULL;
-    if (oq->tail)
-      oq->tail->next = out;
-    else
-      oq->head = out;
-    oq->tail = out, oq->count++;
-  }
+  if (got) fifo_drop_head(iq);
+  if (out) out->n = n, fifo_put(oq, out);
   ls->pos += n;
   return 1;
 }
@@ -164,7 +202,11 @@ static int advance(interp_t *in, int me, int l) {
   while (ls->cur < s->n) {
     const step_t *st = &s->steps[ls->cur];
     int rc;
-    if (st->kind != STEP_FIFO) {
+    if (st->kind == STEP_FIFO_SWAP && ls->pos >= st->count) {
+      ls->cur++, ls->pos = 0, ls->sent = 0, rc = 1;
+    } else if (st->kind == STEP_FIFO_SWAP) {
+      rc = swap_pieces(in, me, st, ls);
+    } else if (st->kind != STEP_FIFO) {
       rc = peer_step(in, me, st, ls);
       if (rc == 1) ls->cur++, ls->pos = 0;
     } else if (ls->pos >= st->count) {

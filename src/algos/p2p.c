@@ -47,16 +47,31 @@ static int copy_block(sched_t *lanes, int n, int rank, size_t src_off, size_t ds
                                          .count = count});
 }
 
+/* In place with a->swap, block p goes to p and comes from p in one FIFO_SWAP step (schedule.h),
+ * in p's send lane; without it the planner sends from a copy of the input (plan.c). */
+static int swap_block(sched_t *lanes, int peer, size_t off, size_t count) {
+  return push(&lanes[peer], (step_t){.kind = STEP_FIFO_SWAP,
+                                     .recv_peer = peer,
+                                     .send_peer = peer,
+                                     .src_buf = BUF_RECV,
+                                     .dst_buf = BUF_RECV,
+                                     .src_off = off,
+                                     .dst_off = off,
+                                     .count = count});
+}
+
 int p2p_alltoall(const sched_args_t *a, sched_t *lanes) {
   int n = a->nranks, r = a->rank;
   size_t c = a->count;
   for (int k = 0; k < n; k++) {
     int p = (r + k) % n; /* staggered so that not every rank starts with rank 0 */
-    if (p == r) {        /* in place it is where it belongs (the input is a copy, plan.c) */
+    if (p == r) {        /* in place it is where it belongs */
       if (!a->in_place && copy_block(lanes, n, r, (size_t)r * c, (size_t)r * c, c)) return -1;
       continue;
     }
-    if (send_block(lanes, p, (size_t)p * c, c) || recv_block(lanes, n, p, (size_t)p * c, c))
+    size_t off = (size_t)p * c;
+    if (a->in_place && a->swap ? swap_block(lanes, p, off, c)
+                               : send_block(lanes, p, off, c) || recv_block(lanes, n, p, off, c))
       return -1;
   }
   return 0;

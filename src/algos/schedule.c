@@ -57,14 +57,15 @@ static const char *peer_str(int peer, char *buf, size_t len) {
  *      1  recv 4   send 0   recv-reduce+send  src recv+0         dst -              count 4 */
 static void dump_step(FILE *f, size_t i, const step_t *st) {
   char rp[16], sp[16], src[40], dst[40], kind[24];
-  static const char *peer_kinds[] = {"", "peer-reduce", "peer-copy", "peer-done", "peer-exchange"};
-  const char *what = st->kind != STEP_FIFO     ? peer_kinds[st->kind % 5]
+  static const char *kinds[] = {"",          "peer-reduce",   "peer-copy",
+                                "peer-done", "peer-exchange", "swap"};
+  const char *what = st->kind != STEP_FIFO     ? kinds[st->kind % 6]
                      : st->recv_peer >= 0      ? (st->flags & STEP_REDUCE ? "recv-reduce" : "recv")
                      : st->send_peer >= 0      ? "send"
                      : st->flags & STEP_REDUCE ? "local-reduce"
                                                : "copy";
   snprintf(kind, sizeof(kind), "%s%s", what,
-           st->recv_peer >= 0 && st->send_peer >= 0 ? "+send" : "");
+           st->recv_peer >= 0 && st->send_peer >= 0 && st->kind != STEP_FIFO_SWAP ? "+send" : "");
   snprintf(src, sizeof(src), "%s+%zu", buf_name(st->src_buf), st->src_off);
   snprintf(dst, sizeof(dst), "%s+%zu", buf_name(st->dst_buf), st->dst_off);
   /* a peer step's "recv" is the rank whose memory it reads (PEER_REDUCE: the first operand) */

@@ -77,13 +77,24 @@ enum {
  *                may be in place (src_buf and dst_buf one buffer); q touches none of these
  *                elements in the call (an in-place all-to-all's pair of blocks, swapped half by
  *                each of the two ranks)
+ *
+ * And one more FIFO kind, for a block that goes to a peer and comes from it in the same place:
+ *   FIFO_SWAP    sends src[src_off, +count) to send_peer and receives dst[dst_off, +count) from
+ *                recv_peer (the same rank), piece by piece through the FIFOs, each piece going
+ *                out before the piece at its place comes in, so src and dst may be one range
+ *                (an in-place all-to-all's block, with no copy of the input). On the wire it is
+ *                a STEP_WHOLE send and a STEP_WHOLE store that ask for pieces: the peer's
+ *                matching steps may be either. Only on transports that send through slots
+ *                (send_post: pieces sent ahead are copies, so the lane never waits for its own
+ *                bytes to leave).
  */
 typedef enum {
   STEP_FIFO = 0,
   STEP_PEER_REDUCE,
   STEP_PEER_COPY,
   STEP_PEER_DONE,
-  STEP_PEER_EXCHANGE
+  STEP_PEER_EXCHANGE,
+  STEP_FIFO_SWAP
 } step_kind_t;
 
 typedef struct step {
@@ -156,6 +167,9 @@ typedef struct sched_args {
   /* all-to-all with peer steps: some rank sends from its live buffer (in place, no copy), so
    * every rank swaps each pair's blocks with PEER_EXCHANGE (the same on every rank) */
   int exchange;
+  /* in-place all-to-all through the FIFOs: each peer's block is one FIFO_SWAP, the input not
+   * copied (plan.c sets it where the group's other steps allow it) */
+  int swap;
 } sched_args_t;
 
 /* sched_args_t.exchange for tools that build a call whose ranks are all in place or all not (the
