@@ -5,8 +5,8 @@
 // quick way), of the rendezvous size (both ends settle a header for pieces), of many pieces, and
 // none; ranks that differ in placement; more ranks than CPUs; groups where the blocks swap (two
 // in-place all-to-alls) and where they cannot (a receive in a lane of its own: the input is
-// copied); tcp, which sends from memory (copied too); and counts that differ, an error on every
-// rank rather than a hang or a wrong block.
+// copied); tcp, which sends from memory (copied too); and counts that differ and a peer that
+// dies, errors rather than a hang or a wrong block.
 #include <gtest/gtest.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -169,6 +169,35 @@ TEST(AlltoAllSwap, CountsThatDifferAreAnErrorOnEveryRank) {
                   count + 1);
       CHILD_CHECK(strstr(why, "bytes") && strstr(why, "rank"), 41,
                   "the error does not say what differed: %s", why);
+      ncclCommAbort(comm);
+      _exit(0);
+    }));
+  }
+}
+
+// Rank 1's process ends before its fourth call; rank 0's in-place call, which fills the FIFO to
+// rank 1 and waits for its pieces, fails naming rank 1: an error, not a hang. One piece (the
+// quick way, handed to the engine's loop) and many.
+TEST(AlltoAllSwap, ADeadPeerIsAnErrorNamingIt) {
+  for (size_t count : {(size_t)7, (size_t)300007}) {
+    SCOPED_TRACE(count);
+    expect_all_ok(forked(2, p2p, [count](int rank, ncclComm_t comm) {
+      std::vector<int32_t> a;
+      for (int k = 0; k < 4; k++) {
+        if (rank == 1 && k == 3) _exit(0);
+        fill(a, k, rank, 2, count);
+        ncclResult_t res = ncclAlltoAll(a.data(), a.data(), count, ncclInt32, comm, nullptr);
+        const char *why = ncclGetLastError(comm);
+        if (k < 3) {
+          CHILD_CHECK(res == ncclSuccess, 50, "call %d: %s", k, why);
+          int rc = check(a, k, rank, 2, count);
+          if (rc) return rc;
+          continue;
+        }
+        CHILD_CHECK(res == ncclRemoteError, 51, "call after rank 1 ended: %d (%s)", (int)res, why);
+        CHILD_CHECK(strstr(why, "peer rank 1") != nullptr, 52, "the error does not name rank 1: %s",
+                    why);
+      }
       ncclCommAbort(comm);
       _exit(0);
     }));
