@@ -1,9 +1,9 @@
 // The ranks of test_chaos: this binary, started by tutti-run --hosts with TUTTI_CHAOS_HELPER=1.
 //
 // Every rank draws the same sequence of calls from TUTTI_CHAOS_SEED (kind: one of six
-// collectives, all-to-all and a ring of sends and receives among them; datatype, count up to
-// 256 Ki elements, root) and checks every result exactly (inputs j % 1009 + rank:
-// sums of a few ranks are integers, exact in every datatype used). The victim rank
+// collectives, all-to-all (in place for an even root) and a ring of sends and receives among
+// them; datatype, count up to 256 Ki elements, root) and checks every result exactly (inputs j %
+// 1009 + rank: sums of a few ranks are integers, exact in every datatype used). The victim rank
 // (TUTTI_CHAOS_VICTIM, -1: none) kills itself with SIGKILL, from a thread, TUTTI_CHAOS_DELAY_US
 // after the moment TUTTI_CHAOS_PHASE names:
 //   init      the start of ncclCommInitRank (tuttiCommInitFromEnv)
@@ -109,7 +109,9 @@ int one_call(ChaosRng &rng, int n) {
   if (kind == 1) r = ncclBroadcast(s.data(), d.data(), c, t, root, g_comm, nullptr);
   if (kind == 2) r = ncclAllGather(s.data(), d.data(), c, t, g_comm, nullptr);
   if (kind == 3) r = ncclReduceScatter(s.data(), d.data(), c, t, ncclSum, g_comm, nullptr);
-  if (kind == 4) r = ncclAlltoAll(s.data(), d.data(), c, t, g_comm, nullptr);
+  /* an all-to-all in place for an even root (drawn for every call: the seeds' sequences stay) */
+  bool in_place = kind == 4 && root % 2 == 0;
+  if (kind == 4) r = ncclAlltoAll(s.data(), in_place ? s.data() : d.data(), c, t, g_comm, nullptr);
   if (kind == 5) { /* a ring shift: receive the previous rank's buffer, send to the next */
     ncclGroupStart();
     ncclRecv(d.data(), c, t, prev, g_comm, nullptr);
@@ -124,9 +126,10 @@ int one_call(ChaosRng &rng, int n) {
                   : kind == 3 ? n * (double)((g_rank * c + j) % 1009) + n * (n - 1) / 2.0
                   : kind == 4 ? in((int)(j / c), g_rank * c + j % c)
                               : in(prev, j);
-    if (get(d, j) != want) {
-      printf("R%d| WRONG %s count %zu at %zu: %g, want %g\n", g_rank, what[kind], c, j, get(d, j),
-             want);
+    double got = get(in_place ? s : d, j);
+    if (got != want) {
+      printf("R%d| WRONG %s%s count %zu at %zu: %g, want %g\n", g_rank, what[kind],
+             in_place ? " in place" : "", c, j, got, want);
       return 4;
     }
   }
