@@ -197,11 +197,9 @@ static int lane_swap(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
   size_t slot = TUTTI_MAX(TUTTI_MIN(sc->slot_bytes, rc->slot_bytes) / es, 1);
   const char *src = o->buf[st->src_buf] + st->src_off * es;
   char *dst = o->buf[st->dst_buf] + st->dst_off * es;
-  if (!swap_settle(l, sc, total * es, 1, moved)) {
-    l->wait_peer = st->send_peer, l->wait_send = 1;
-    return 0;
-  }
-  while (l->sent < total) {
+  /* each direction settles on its own: neither end waits for the other's header to send its */
+  int sending = swap_settle(l, sc, total * es, 1, moved);
+  while (sending && l->sent < total) {
     size_t n = TUTTI_MIN(total - l->sent, slot);
     void *out = sc->transport->send_slot(sc, n * es);
     if (!out) break;
@@ -226,7 +224,7 @@ static int lane_swap(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
     l->cur++, l->pos = 0, l->sent = 0, l->large = 0;
     return 1;
   }
-  int recv = !settled || l->pos < l->sent; /* else the FIFO to the peer is full */
+  int recv = sending && (!settled || l->pos < l->sent); /* else the FIFO to the peer is full */
   l->wait_peer = recv ? st->recv_peer : st->send_peer, l->wait_send = !recv;
   return 0;
 }

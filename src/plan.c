@@ -427,12 +427,18 @@ static int alltoall_needs_copy(const pending_t *p) {
          p->ctx.buf[BUF_SEND] == p->ctx.buf[BUF_RECV];
 }
 
-/* Whether comm's FIFOs carry FIFO_SWAP steps: every peer's connections send through slots
- * (send_post) and receive through them (schedule.h; shm and ib's receives, not tcp). */
-static int fifo_swaps(ncclComm_t comm) {
+/* Whether comm's FIFOs carry FIFO_SWAP steps of `bytes`: every peer's connections send through
+ * slots (send_post) and receive through them (schedule.h; shm and ib, not tcp, whose pieces all
+ * go out from memory). Where a transport sends from memory too (ib), only blocks below its
+ * rendezvous size: from there the copy of the input is the only copy this rank makes (the NIC
+ * writes into the peer's buffer), where the swap would make two. */
+static int fifo_swaps(ncclComm_t comm, size_t bytes) {
   for (int q = 0; q < comm->nranks; q++) {
-    const transport_t *s = comm->send_conn[q].transport, *r = comm->recv_conn[q].transport;
-    if (q != comm->rank && (!s || !r || !s->send_post || s->send_from || r->recv_into)) return 0;
+    const conn_t *sc = &comm->send_conn[q];
+    const transport_t *s = sc->transport, *r = comm->recv_conn[q].transport;
+    if (q == comm->rank) continue;
+    if (!s || !r || !s->send_slot || !s->send_post || r->recv_into) return 0;
+    if (s->send_from && sc->large_bytes && bytes >= sc->large_bytes) return 0;
   }
   return 1;
 }
@@ -441,7 +447,7 @@ static int fifo_swaps(ncclComm_t comm) {
 static int swaps_alone(const pending_t *p) {
   return p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev &&
          !needs_peer_memory(p) && (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) &&
-         fifo_swaps(p->ctx.comm);
+         fifo_swaps(p->ctx.comm, p->args.count * p->ctx.esize);
 }
 
 /* args.swap of the group's calls: an in-place all-to-all swaps where every call of the group on
@@ -579,8 +585,8 @@ static void tag_steps(sched_t *s, uint16_t op) {
  * planned (its algorithm is the cached plan's, which has lane steps: only a swapping one is kept,
  * runs_cached_steps). */
 static void cached_swaps(pending_t *p) {
-  p->args.swap =
-      p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev && fifo_swaps(p->ctx.comm);
+  p->args.swap = p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev &&
+                 fifo_swaps(p->ctx.comm, p->args.count * p->ctx.esize);
 }
 
 /* Whether a call of p's kind may run its key's cached steps as they are: not a send or receive
