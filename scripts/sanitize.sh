@@ -39,13 +39,13 @@ if [ "${1:-}" = --ci ]; then
   ci=1
   shift
   SANITIZE_TARGETS="test_hardening test_peer_lifetime test_quick test_direct_rooted test_shm_rdv"
-  SANITIZE_TARGETS+=" test_quick_lanes test_call_cache test_p2p_in_place"
+  SANITIZE_TARGETS+=" test_quick_lanes test_call_cache test_p2p_in_place test_alltoall_swap"
   SANITIZE_TARGETS+=" tutti-run"
   SANITIZE_TARGETS+=" env_allreduce"
   ci_tests='^(Group|GroupSplit|GroupInit|SmallDevShm|Secret|LaunchEnv|AgreedSettings|CheckColl'
   ci_tests+='|CheckCollMatching|EndRace|Register|PeerLifetime|DirectRooted|ShmLarge|Quick'
   ci_tests+='|QuickLanes|GatherOrExchange/QuickLanesFailure|CallCache|Ranks/P2pInPlace'
-  ci_tests+='|P2pInPlaceInPart)\.'
+  ci_tests+='|P2pInPlaceInPart|AlltoAllSwap)\.'
   ci_tests+='|^Launcher\.RanksDieWhenTuttiRunIsKilled$'
   if [ "$kind" = asan ]; then
     for t in bootstrap tcp_frames compress settings collcheck topo_xml; do
