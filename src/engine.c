@@ -191,6 +191,11 @@ static int swap_settle(lane_t *l, conn_t *c, size_t bytes, int bit, int *moved) 
  * copies in the FIFO's slots, so the peer can always take them and no order of the two ranks'
  * steps waits on itself. Returns 1 when the step is over, 0 while blocked, -1 on an error. */
 static int lane_swap(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
+  if (st->count ==
+      0) { /* nothing on the wire (as lane_advance's empty steps); buffers may be NULL */
+    l->cur++;
+    return 1;
+  }
   ncclComm_t comm = l->comm;
   conn_t *rc = &comm->recv_conn[st->recv_peer], *sc = &comm->send_conn[st->send_peer];
   size_t es = o->esize, total = st->count;
