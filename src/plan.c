@@ -416,67 +416,6 @@ static ncclResult_t peer_outcome(pending_t *p, int agreed, int *cached) {
   return ncclSuccess;
 }
 
-/* In-place all-to-all: receives land in blocks still to be sent (and, on the peer path, blocks
- * the peers still read). With peer steps its ranks exchange blocks instead (agree_all: it says
- * so in its handshake, and every rank then swaps each pair's blocks, direct.c); through the
- * FIFOs each block goes out before the peer's comes into its place (args.swap, FIFO_SWAP
- * steps), where the group allows it (group_swaps); otherwise it sends from a copy, made here.
- * Once made, send != recv. */
-static int alltoall_needs_copy(const pending_t *p) {
-  return p->args.coll == COLL_ALLTOALL && p->args.in_place && p->args.count > 0 &&
-         p->ctx.buf[BUF_SEND] == p->ctx.buf[BUF_RECV];
-}
-
-/* Whether comm's FIFOs carry FIFO_SWAP steps of `bytes`: every peer's connections send through
- * slots (send_post) and receive through them (schedule.h; shm and ib, not tcp, whose pieces all
- * go out from memory). Where a transport sends from memory too (ib), only blocks below its
- * rendezvous size: from there the copy of the input is the only copy this rank makes (the NIC
- * writes into the peer's buffer), where the swap would make two. */
-static int fifo_swaps(ncclComm_t comm, size_t bytes) {
-  for (int q = 0; q < comm->nranks; q++) {
-    const conn_t *sc = &comm->send_conn[q];
-    const transport_t *s = sc->transport, *r = comm->recv_conn[q].transport;
-    if (q == comm->rank) continue;
-    if (!s || !r || !s->send_slot || !s->send_post || r->recv_into) return 0;
-    if (s->send_from && sc->large_bytes && bytes >= sc->large_bytes) return 0;
-  }
-  return 1;
-}
-
-/* An in-place all-to-all that, alone on its communicator's lanes, swaps its blocks. */
-static int swaps_alone(const pending_t *p) {
-  return p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev &&
-         !needs_peer_memory(p) && (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) &&
-         fifo_swaps(p->ctx.comm, p->args.count * p->ctx.esize);
-}
-
-/* args.swap of the group's calls: an in-place all-to-all swaps where every call of the group on
- * its communicator with lane steps swaps too. A receive in a lane of its own would take from the
- * FIFO that a FIFO_SWAP step, in the send lane, also takes from: their order would be the
- * engine's, not the program's. */
-static void group_swaps(pending_t *ops, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    ops[i].args.swap = swaps_alone(&ops[i]);
-    for (size_t j = 0; j < n && ops[i].args.swap; j++)
-      if (j != i && ops[j].ctx.comm == ops[i].ctx.comm && !self_p2p(&ops[j]) &&
-          (algo_get(ops[j].ctx.algo)->needs & ALGO_USES_LANES) && !swaps_alone(&ops[j]))
-        ops[i].args.swap = 0;
-  }
-}
-
-static ncclResult_t copy_alltoall_input(ncclComm_t comm, pending_t *p) {
-  size_t blk = p->args.count * p->ctx.esize, r = (size_t)comm->rank, n = (size_t)comm->nranks;
-  char *copy = plan_temp_alloc(blk * n);
-  if (!copy) return TUTTI_ERR(ncclSystemError, "out of memory for an in-place all-to-all copy");
-  /* the other ranks' blocks: the own one is already its own result, and the schedules leave it
-   * where it is in place */
-  const char *in = p->ctx.buf[BUF_SEND];
-  memcpy(copy, in, r * blk);
-  memcpy(copy + (r + 1) * blk, in + (r + 1) * blk, (n - r - 1) * blk);
-  p->ctx.buf[BUF_SEND] = copy;
-  return ncclSuccess;
-}
-
 /* The handshakes of all the group's peer-memory calls, run together. */
 static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
   static TUTTI_TLS op_ctx_t **ctx;
@@ -507,7 +446,7 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
     ops[i].ctx.peer_buf[0] = tables, ops[i].ctx.peer_buf[1] = tables + nr;
     ops[i].ctx.peer_h[0] = handles, ops[i].ctx.peer_h[1] = handles + nr;
     ctx[k] = &ops[i].ctx, idx[k] = (int)i;
-    ops[i].ctx.exchange = alltoall_needs_copy(&ops[i]);
+    ops[i].ctx.exchange = plan_a2a_needs_copy(&ops[i]);
     /* the extents this rank uses (0: a buffer NCCL ignores here, a non-root's) */
     bytes[k][0] = ops[i].bytes[0], bytes[k][1] = ops[i].bytes[1], k++;
   }
@@ -579,14 +518,6 @@ static void dump_lanes(const pending_t *ops, size_t n) {
 static void tag_steps(sched_t *s, uint16_t op) {
   for (size_t i = s->tagged; i < s->n; i++) s->steps[i].op = op;
   s->tagged = s->n;
-}
-
-/* A call alone that may take the cached steps: an in-place all-to-all swaps as it would when
- * planned (its algorithm is the cached plan's, which has lane steps: only a swapping one is kept,
- * runs_cached_steps). */
-static void cached_swaps(pending_t *p) {
-  p->args.swap = p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev &&
-                 fifo_swaps(p->ctx.comm, p->args.count * p->ctx.esize);
 }
 
 /* Whether a call of p's kind may run its key's cached steps as they are: not a send or receive
@@ -728,8 +659,8 @@ ncclResult_t plan_prepare(pending_t *p) {
 static ncclResult_t plan_finish(pending_t *p, int cached, uint16_t op_index) {
   ncclComm_t comm = p->ctx.comm;
   TUTTI_CHECK(plan_prepare(p));
-  if (alltoall_needs_copy(p) && !p->args.exchange && !p->args.swap)
-    TUTTI_CHECK(copy_alltoall_input(comm, p));
+  if (plan_a2a_needs_copy(p) && !p->args.exchange && !p->args.swap)
+    TUTTI_CHECK(plan_a2a_copy_input(comm, p));
   TUTTI_CHECK(build(comm, p, cached, &comm->sched_scratch));
   tag_steps(&comm->sched_scratch, op_index);
   if (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) {
@@ -757,7 +688,7 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
     any_peer |= needs_peer_memory(&ops[i]);
   }
   if (any_peer) TUTTI_CHECK(agree_all(ops, n, c));
-  group_swaps(ops, n);
+  plan_a2a_swaps(ops, n);
   for (size_t i = 0; i < n; i++)
     if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], c[i], (uint16_t)i));
   if (tutti_param_DumpSchedule()) dump_lanes(ops, n);
@@ -774,7 +705,7 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
   *timed = pairs || p->ctx.nt_timed;
   if (p->args.coll != COLL_SEND && p->args.coll != COLL_RECV && !p->ctx.dev)
     (void)map_excluded(comm, p);
-  cached_swaps(p);
+  plan_a2a_cached_swap(p);
   if (!runs_cached_steps(p) || !plan_matches(comm, p) || !comm->plan.steps_valid ||
       tutti_param_DumpSchedule())
     return ncclSuccess;
@@ -798,7 +729,7 @@ ncclResult_t plan_one_cached(pending_t *p, const sched_t **steps, int *timed) {
 void plan_quick(pending_t *p, const sched_t **steps) {
   ncclComm_t comm = p->ctx.comm;
   *steps = NULL;
-  cached_swaps(p);
+  plan_a2a_cached_swap(p);
   if (!comm->plan.quick || !runs_cached_steps(p) || adapted(comm, p) || stream_measured(comm, p))
     return;
   /* map_excluded's answer, counted only once the call is known to take this way */

@@ -94,4 +94,16 @@ void plan_lanes_free(kept_lanes_t *k);
 void plan_p2p_cache(const pending_t *ops, size_t n);
 void plan_p2p_free(ncclComm_t comm);
 
+/* The in-place all-to-all's input (plan_a2a.c), shared by plan.c and it. */
+/* An in-place all-to-all whose send buffer is its receive buffer (args.count > 0). */
+int plan_a2a_needs_copy(const pending_t *p);
+/* args.swap of each call of a group whose algorithms are chosen: an in-place all-to-all swaps
+ * its blocks through the FIFOs (FIFO_SWAP) where every connection sends through slots and every
+ * call of the group with lane steps on its communicator swaps too. */
+void plan_a2a_swaps(pending_t *ops, size_t n);
+/* The same for a call alone that may run the cached steps (only a swapping one is kept). */
+void plan_a2a_cached_swap(pending_t *p);
+/* Sends from a copy of the other ranks' blocks (ctx.buf[BUF_SEND] becomes it). */
+ncclResult_t plan_a2a_copy_input(ncclComm_t comm, pending_t *p);
+
 #endif
