@@ -29,6 +29,14 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* A plain store of the call's bytes: streamed where the call streams (o->stream). */
+static void store_bytes(const op_ctx_t *o, void *dst, const void *src, size_t bytes) {
+  if (o->stream)
+    copy_stream(dst, src, bytes);
+  else
+    copy_bytes(dst, src, bytes);
+}
+
 /* Moves one piece of a step whose data is local or a send (no receive). A plain store of a
  * streaming call streams, as a received piece's does (piece_recv). */
 static void piece_local(const op_ctx_t *o, const step_t *st, char *src, char *dst, void *out,
@@ -62,10 +70,7 @@ static void piece_recv(const op_ctx_t *o, const step_t *st, const void *in, char
     for (size_t i = 0; i < n; i += block) {
       size_t m = TUTTI_MIN(block, n - i);
       reduce_combine(&o->rop, (char *)out + i * es, a + i * es, b + i * es, m, rflags);
-      if (o->stream)
-        copy_stream(dst + i * es, (char *)out + i * es, m * es);
-      else
-        copy_bytes(dst + i * es, (char *)out + i * es, m * es);
+      store_bytes(o, dst + i * es, (char *)out + i * es, m * es);
     }
     return;
   }
@@ -218,10 +223,7 @@ static int lane_swap(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved)
     const void *in = rc->transport->recv_slot(rc, &got);
     if (!in) break;
     if (got != n * es) return piece_mismatch(l, o, st->recv_peer, got, n * es);
-    if (o->stream)
-      copy_stream(dst + l->pos * es, in, got);
-    else
-      copy_bytes(dst + l->pos * es, in, got);
+    store_bytes(o, dst + l->pos * es, in, got);
     rc->transport->recv_done(rc);
     l->pos += n, *moved = 1;
   }
@@ -545,10 +547,7 @@ static int quick_swap(lane_t *l, const op_ctx_t *o, const step_t *st) {
   const void *in = rc->transport->recv_slot(rc, &got);
   if (!in) return 0;
   if (got != bytes) return -1;
-  if (o->stream)
-    copy_stream(o->buf[st->dst_buf] + st->dst_off * es, in, bytes);
-  else
-    copy_bytes(o->buf[st->dst_buf] + st->dst_off * es, in, bytes);
+  store_bytes(o, o->buf[st->dst_buf] + st->dst_off * es, in, bytes);
   rc->transport->recv_done(rc);
   l->sent = 0;
   return 1;

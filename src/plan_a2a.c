@@ -33,12 +33,16 @@ static int uses_lanes(const pending_t *p) {
   return (algo_get(p->ctx.algo)->needs & ALGO_USES_LANES) != 0;
 }
 
-/* An in-place all-to-all on the FIFOs that, alone on its communicator's lanes, swaps its
- * blocks. */
-static int swaps_alone(const pending_t *p) {
-  return p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev && uses_lanes(p) &&
-         !(algo_get(p->ctx.algo)->needs & ALGO_PEER_STEPS) &&
+/* An in-place all-to-all on host memory whose blocks the communicator's FIFOs can swap. */
+static int swappable(const pending_t *p) {
+  return p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev &&
          fifo_swaps(p->ctx.comm, p->args.count * p->ctx.esize);
+}
+
+/* One that, alone on its communicator's lanes, swaps them: its algorithm the FIFOs' (lane
+ * steps, no peer steps). */
+static int swaps_alone(const pending_t *p) {
+  return uses_lanes(p) && !(algo_get(p->ctx.algo)->needs & ALGO_PEER_STEPS) && swappable(p);
 }
 
 /* A receive in a lane of its own would take from the FIFO that a FIFO_SWAP step, in the send
@@ -59,8 +63,7 @@ void plan_a2a_swaps(pending_t *ops, size_t n) {
 }
 
 void plan_a2a_cached_swap(pending_t *p) {
-  p->args.swap = p->args.coll == COLL_ALLTOALL && p->args.in_place && !p->ctx.dev &&
-                 fifo_swaps(p->ctx.comm, p->args.count * p->ctx.esize);
+  p->args.swap = swappable(p);
 }
 
 ncclResult_t plan_a2a_copy_input(ncclComm_t comm, pending_t *p) {
