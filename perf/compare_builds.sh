@@ -36,7 +36,7 @@ usage: $(basename "$0") -A build_a -B build_b [options] [-- perf program options
   -o dir           keep every run's output in dir (A.i.txt, B.i.txt) for a later look
   -a               no runs: report again on the outputs kept in -o dir (e.g. with -P in);
                    -o dir1,dir2,... pools the pairs of several runs, each run one block; the
-                   header names the kept runs' arguments and settings (dir/run.txt)
+                   header names the kept runs' arguments, settings and builds (dir/run.txt)
 perf program options default to: -b 8 -e 256M -f 4 -n 200 -w 5 -c 0 --iter-bytes 256M
 EOF2
   exit "${1:-0}"
@@ -69,9 +69,9 @@ else
 fi
 
 [[ $again == 0 || -n $keep ]] || usage 2
-# what the runs were, for a report again (-a) from the outputs alone: the perf program's arguments
-# and each build's settings, one per line
-((again)) || printf '%s\n' "${perf_args[*]}" "$env_a" "$env_b" >"$out/run.txt"
+# what the runs were, for a report again (-a) from the outputs alone: the perf program's arguments,
+# each build's settings and each build, one per line
+((again)) || printf '%s\n' "${perf_args[*]}" "$env_a" "$env_b" "$a" "$b" >"$out/run.txt"
 ((again)) || for ((rep = 1; rep <= reps; rep++)); do
   if ((rep % 2)); then order=(A B); else order=(B A); fi
   for which in "${order[@]}"; do
@@ -129,19 +129,22 @@ if not all(n for d, n in blocks):
     print(f"compare_builds: no pairs (A.1.txt, B.1.txt) in {[d for d, n in blocks if not n]}",
           file=sys.stderr)
     sys.exit(2)
-# Reported again: the arguments and settings the kept runs had (run.txt), not this invocation's
-# defaults; where the blocks had different ones, each block's.
+# Reported again: the arguments, settings and builds the kept runs had (run.txt), not this
+# invocation's; where the blocks had different ones, each block's.
+def recorded(d):
+    if not os.path.exists(f"{d}/run.txt"):
+        return ("(not recorded)",) * 5
+    return tuple((open(f"{d}/run.txt").read().split("\n") + [""] * 5)[:5])
+
+def each_block(kept, i):
+    values = [k[i] for k in kept]
+    return values[0] if len(set(values)) == 1 else " | ".join(values)
+
 if again == "1":
-    kept = []
-    for d, n in blocks:
-        if os.path.exists(f"{d}/run.txt"):
-            lines = open(f"{d}/run.txt").read().split("\n")
-            kept.append(tuple((lines + ["", "", ""])[:3]))
-        else:
-            kept.append(("(not recorded)",) * 3)
+    kept = [recorded(d) for d, n in blocks]
     if any(k[0] != "(not recorded)" for k in kept):
-        pick = lambda i: kept[0][i] if len(set(k[i] for k in kept)) == 1 else " | ".join(k[i] for k in kept)
-        args, env_a, env_b = pick(0), pick(1), pick(2)
+        args, env_a, env_b, ka, kb = (each_block(kept, i) for i in range(5))
+        a, b = ka or a, kb or b
 ra = [run(d, "A", r) for d, n in blocks for r in range(1, n + 1)]
 rb = [run(d, "B", r) for d, n in blocks for r in range(1, n + 1)]
 block_of = [k for k, (d, n) in enumerate(blocks) for r in range(n)]
