@@ -196,8 +196,8 @@ static int swap_settle(lane_t *l, conn_t *c, size_t bytes, int bit, int *moved) 
  * copies in the FIFO's slots, so the peer can always take them and no order of the two ranks'
  * steps waits on itself. Returns 1 when the step is over, 0 while blocked, -1 on an error. */
 static int lane_swap(lane_t *l, const op_ctx_t *o, const step_t *st, int *moved) {
-  if (st->count ==
-      0) { /* nothing on the wire (as lane_advance's empty steps); buffers may be NULL */
+  /* nothing on the wire (as lane_advance's empty steps); the buffers may be NULL */
+  if (st->count == 0) {
     l->cur++;
     return 1;
   }

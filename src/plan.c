@@ -359,11 +359,6 @@ static int needs_peer_memory(const pending_t *p) {
   return (algo_get(p->ctx.algo)->needs & ALGO_PEER_STEPS) != 0;
 }
 
-/* Send and receive to self are the group's copies (group.c): no steps. */
-static int self_p2p(const pending_t *p) {
-  return (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) && p->args.root == p->args.rank;
-}
-
 /* Whether the handshake's answer (PEER_AGREE_*) lets algorithm a run. */
 static int peer_fits(algo_t a, int agreed) {
   unsigned needs = algo_get(a)->needs;
@@ -424,7 +419,7 @@ static ncclResult_t agree_all(pending_t *ops, size_t n, int *cached) {
   static TUTTI_TLS size_t cap;
   int k = 0;
   for (size_t i = 0; i < n; i++) {
-    if (self_p2p(&ops[i]) || !needs_peer_memory(&ops[i])) continue;
+    if (plan_self_p2p(&ops[i]) || !needs_peer_memory(&ops[i])) continue;
     if ((size_t)k == cap) {
       size_t c = cap ? 2 * cap : 8;
       void *a = realloc(ctx, c * sizeof(*ctx)), *b = a ? realloc(bytes, c * sizeof(*bytes)) : NULL;
@@ -682,7 +677,7 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
   int *c = cached, any_peer = 0; /* one thread-local access */
   for (size_t i = 0; i < n; i++) {
     c[i] = 0;
-    if (self_p2p(&ops[i])) continue;
+    if (plan_self_p2p(&ops[i])) continue;
     ops[i].ctx.seq = ops[i].ctx.comm->op_count++;
     TUTTI_CHECK(plan_choose(ops[i].ctx.comm, &ops[i], &c[i]));
     any_peer |= needs_peer_memory(&ops[i]);
@@ -690,7 +685,7 @@ ncclResult_t plan_group(pending_t *ops, size_t n) {
   if (any_peer) TUTTI_CHECK(agree_all(ops, n, c));
   plan_a2a_swaps(ops, n);
   for (size_t i = 0; i < n; i++)
-    if (!self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], c[i], (uint16_t)i));
+    if (!plan_self_p2p(&ops[i])) TUTTI_CHECK(plan_finish(&ops[i], c[i], (uint16_t)i));
   if (tutti_param_DumpSchedule()) dump_lanes(ops, n);
   plan_p2p_cache(ops, n);
   return ncclSuccess;

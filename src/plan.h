@@ -94,8 +94,13 @@ void plan_lanes_free(kept_lanes_t *k);
 void plan_p2p_cache(const pending_t *ops, size_t n);
 void plan_p2p_free(ncclComm_t comm);
 
-/* The in-place all-to-all's input (plan_a2a.c), shared by plan.c and it. */
-/* An in-place all-to-all whose send buffer is its receive buffer (args.count > 0). */
+/* Send and receive to self are the group's copies (group.c): no steps. */
+static inline int plan_self_p2p(const pending_t *p) {
+  return (p->args.coll == COLL_SEND || p->args.coll == COLL_RECV) && p->args.root == p->args.rank;
+}
+
+/* The in-place all-to-all's input (plan_a2a.c).
+ * An in-place all-to-all whose send buffer is its receive buffer (args.count > 0). */
 int plan_a2a_needs_copy(const pending_t *p);
 /* args.swap of each call of a group whose algorithms are chosen: an in-place all-to-all swaps
  * its blocks through the FIFOs (FIFO_SWAP) where every connection sends through slots and every

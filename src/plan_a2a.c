@@ -47,16 +47,14 @@ static int swaps_alone(const pending_t *p) {
 
 /* A receive in a lane of its own would take from the FIFO that a FIFO_SWAP step, in the send
  * lane, also takes from: their order would be the engine's, not the program's. So every call of
- * the group with lane steps on the communicator must swap (sends and receives to self have no
- * steps). */
+ * the group with lane steps on the communicator must swap. */
 void plan_a2a_swaps(pending_t *ops, size_t n) {
   for (size_t i = 0; i < n; i++) {
     ops[i].args.swap = swaps_alone(&ops[i]);
     for (size_t j = 0; j < n && ops[i].args.swap; j++) {
       const pending_t *o = &ops[j];
-      int to_self =
-          (o->args.coll == COLL_SEND || o->args.coll == COLL_RECV) && o->args.root == o->args.rank;
-      if (j != i && o->ctx.comm == ops[i].ctx.comm && !to_self && uses_lanes(o) && !swaps_alone(o))
+      if (j != i && o->ctx.comm == ops[i].ctx.comm && !plan_self_p2p(o) && uses_lanes(o) &&
+          !swaps_alone(o))
         ops[i].args.swap = 0;
     }
   }
