@@ -636,33 +636,48 @@ ncclResult_t engine_exchange(const exchange_t *x, int nx) {
     tls_cache_keep(&steps, &cap), tls_cache_keep(&lanes, &cap), tls_cache_keep(&ops, &ocap);
   }
   for (int i = 0; i < nx; i++) {
-    ncclComm_t comm = x[i].comm;
-    int n = comm->nranks;
-    ops[i] = (op_ctx_t){.comm = comm,
+    ops[i] = (op_ctx_t){.comm = x[i].comm,
                         .coll = x[i].call->coll, /* for messages: the user's call */
                         .algo = ALGO_P2P,
                         .esize = 1,
                         .seq = x[i].call->seq,
                         .rop = {.type = ncclUint8, .base = ncclSum, .divisor = 1}};
     ops[i].buf[BUF_SEND] = (char *)x[i].mine, ops[i].buf[BUF_RECV] = x[i].theirs;
-    for (int k = 1; k < n; k++) { /* one lane per message: no order between them */
+  }
+  /* One lane per communicator, peer and direction, its steps the exchanges of that communicator
+   * in their order: messages to one peer are told apart only by their order in its FIFO, and
+   * lanes have no order between them (a receive lane of a later exchange could take an earlier
+   * one's message). */
+  size_t ns = 0;
+  for (int i = 0; i < nx; i++) {
+    ncclComm_t comm = x[i].comm;
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = x[j].comm == comm;
+    if (seen) continue; /* its lanes were made with the first exchange of its communicator */
+    int n = comm->nranks;
+    for (int k = 1; k < n; k++) {
       int p = (comm->rank + k) % n;
-      steps[nl] = (step_t){.recv_peer = -1,
-                           .send_peer = p,
-                           .src_buf = BUF_SEND,
-                           .dst_buf = BUF_NONE,
-                           .op = (uint16_t)i,
-                           .count = x[i].bytes};
-      lanes[nl] = (lane_t){.comm = comm, .steps = &steps[nl], .nsteps = 1}, nl++;
-      steps[nl] = (step_t){.recv_peer = p,
-                           .send_peer = -1,
-                           .src_buf = BUF_NONE,
-                           .dst_buf = BUF_RECV,
-                           .flags = STEP_STORE,
-                           .op = (uint16_t)i,
-                           .dst_off = (size_t)p * x[i].bytes,
-                           .count = x[i].bytes};
-      lanes[nl] = (lane_t){.comm = comm, .steps = &steps[nl], .nsteps = 1}, nl++;
+      for (int recv = 0; recv < 2; recv++) {
+        size_t first = ns;
+        for (int j = i; j < nx; j++) {
+          if (x[j].comm != comm) continue;
+          steps[ns++] = recv ? (step_t){.recv_peer = p,
+                                        .send_peer = -1,
+                                        .src_buf = BUF_NONE,
+                                        .dst_buf = BUF_RECV,
+                                        .flags = STEP_STORE,
+                                        .op = (uint16_t)j,
+                                        .dst_off = (size_t)p * x[j].bytes,
+                                        .count = x[j].bytes}
+                             : (step_t){.recv_peer = -1,
+                                        .send_peer = p,
+                                        .src_buf = BUF_SEND,
+                                        .dst_buf = BUF_NONE,
+                                        .op = (uint16_t)j,
+                                        .count = x[j].bytes};
+        }
+        lanes[nl++] = (lane_t){.comm = comm, .steps = &steps[first], .nsteps = ns - first};
+      }
     }
   }
   return nl ? engine_run(lanes, (int)nl, ops) : ncclSuccess;

@@ -92,8 +92,9 @@ typedef struct exchange {
   size_t bytes;
   const op_ctx_t *call;
 } exchange_t;
-/* Runs nx exchanges together (one thread may drive several communicators' ranks in a group).
- * Collective: every rank calls it at the same point of its calls. */
+/* Runs nx exchanges together (one thread may drive several communicators' ranks in a group);
+ * the exchanges of one communicator reach each peer in their order in x, which is how the peer
+ * tells them apart. Collective: every rank calls it at the same point of its calls. */
 ncclResult_t engine_exchange(const exchange_t *x, int nx);
 
 /* engine_peer.c. Before calls with peer steps: for each of the k calls, every rank exposes its

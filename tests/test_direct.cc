@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -480,6 +481,39 @@ TEST(Direct, OneThreadDrivesEveryRankInAGroup) {
     while (std::getline(f, line)) mapped += line.find(want) != std::string::npos;
     EXPECT_EQ(mapped, 3 * (2 + 4 + 6)) << "every rank's 2 + 4 + 6 all-reduces should go " << algo;
     unlink(log);
+  }
+}
+
+// A group of peer-memory calls on one communicator: their handshakes go to each peer together,
+// and each call must get the peer's message of the same call. They are told apart only by their
+// order, so a receive of the second call that took the first call's message (the engine's lanes
+// have no order between them) gave that call the other call's buffers and algorithm: an
+// all-gather mapped through an all-reduce's handles wrote past its buffer, or the check of the
+// algorithms failed the group. Threads (heap buffers, one address space) and processes
+// (ncclMemAlloc), 3 ranks, in place and out, 60 groups (the failure came by the 7th) of an
+// all-gather (direct) and an all-reduce (push) and, every other time, a second all-gather.
+TEST(Direct, HandshakesOfTheCallsOfAGroupStayApart) {
+  for (Mode mode : {Mode::kThreads, Mode::kProcs}) {
+    th::run_ranks_ok(
+        mode, 3,
+        [mode](RankCtx &ctx) {
+          if (mode == Mode::kProcs) th::case_buffers_from_memalloc(true);
+          for (int it = 0; it < 60 && ctx.ok(); it++) {
+            std::vector<Case> cases = {
+                {Coll::kAllGather, ncclUint8, Op::kSum, 54442, ctx.rank != 1, 0, 0},
+                {Coll::kAllReduce, ncclFloat16, Op::kMax, 104168, false, 0, 1}};
+            if (it % 2) cases.push_back({Coll::kAllGather, ncclInt32, Op::kSum, 30000, true, 0, 0});
+            std::vector<std::unique_ptr<th::CaseRun>> runs;
+            for (const Case &c : cases) runs.emplace_back(new th::CaseRun(ctx, c));
+            NCCL_OK(ctx, ncclGroupStart());
+            for (auto &run : runs) run->issue();
+            ncclResult_t rc = ncclGroupEnd();
+            RCHECK(ctx, rc == ncclSuccess, "group %d: %s", it, ncclGetLastError(ctx.comm));
+            for (auto &run : runs) run->verify();
+          }
+          th::case_buffers_from_memalloc(false);
+        },
+        th::Options(), std::string("groups of peer-memory calls, ") + th::mode_name(mode));
   }
 }
 

@@ -1,0 +1,179 @@
+// Soak of groups (src/group.c, src/plan.c): random groups of 1-5 collectives (harness cases: any
+// collective, datatype, op, root, count up to 128 Ki elements) and sends and receives between
+// random pairs of ranks, itself included, each rank with its own placement per collective and,
+// as processes, its own buffers (heap or ncclMemAlloc memory the peers map). Each group runs 1-3
+// times in a row, so the cached plans and the quick way run as well. Every result is checked
+// element by element (collectives: harness CaseRun; point-to-point: a closed form of sender,
+// receiver, index and group).
+// TUTTI_SOAK_GROUPS sets the groups of the slow test (default 8000), TUTTI_SOAK_GROUPS_SEED the
+// draws' seed (20261207).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using th::CaseRun;
+using th::Mode;
+using th::RankCtx;
+
+// One send of a group: from rank src to rank dst, count uint32 elements.
+struct P2p {
+  int src, dst;
+  size_t count;
+};
+
+uint32_t p2p_value(const P2p &p, size_t j, long group) {
+  return (uint32_t)(p.src * 2654435761u + p.dst * 40503u + j * 3u + (uint64_t)group * 97u);
+}
+
+// A group as drawn on every rank alike (the per-rank choices are bits of one draw).
+struct Group {
+  std::vector<th::Case> cases;
+  std::vector<bool> memalloc;  // per case: this rank's buffers from ncclMemAlloc
+  std::vector<P2p> p2p;
+  int reps = 1;
+};
+
+Group draw_group(std::mt19937_64 &rng, int rank, int n, bool may_memalloc) {
+  Group g;
+  int ncoll = (int)(rng() % 6);  // 0-5 collectives
+  int np2p = ncoll == 0 ? 1 + (int)(rng() % 4) : (int)(rng() % 4);
+  for (int k = 0; k < ncoll; k++) {
+    th::Case c;
+    c.coll = th::kAllColls[rng() % 8];
+    c.type = th::kAllTypes[rng() % 12];
+    c.op = th::kAllOps[rng() % 6];
+    int bits = (int)(rng() % 18);
+    c.count = bits == 0 ? 0 : (size_t)(rng() % (1ull << bits));
+    uint64_t place = rng() % 3, place_bits = rng();
+    c.in_place = place == 0 ? false : place == 1 ? true : ((place_bits >> rank) & 1) != 0;
+    c.root = (int)(rng() % (uint64_t)n);
+    c.align = rng() % 4;
+    uint64_t kind = rng() % 3, kind_bits = rng();
+    g.memalloc.push_back(may_memalloc &&
+                         (kind == 1 || (kind == 2 && ((kind_bits >> rank) & 1) != 0)));
+    g.cases.push_back(c);
+  }
+  for (int k = 0; k < np2p; k++) {
+    P2p p;
+    p.src = (int)(rng() % (uint64_t)n);
+    p.dst = (int)(rng() % (uint64_t)n);
+    int bits = (int)(rng() % 17);
+    p.count = bits == 0 ? 0 : (size_t)(rng() % (1ull << bits));
+    g.p2p.push_back(p);
+  }
+  g.reps = 1 + (int)(rng() % 3);
+  return g;
+}
+
+std::string describe_group(const Group &g, int n) {
+  std::string s;
+  for (const th::Case &c : g.cases) s += th::describe(c, n) + "; ";
+  for (const P2p &p : g.p2p)
+    s += "send " + std::to_string(p.src) + "->" + std::to_string(p.dst) + " x" +
+         std::to_string(p.count) + "; ";
+  return s;
+}
+
+// One run of group g (number `id`) on this rank; false after a failure (reported).
+bool run_group(RankCtx &ctx, const Group &g, long id, bool procs) {
+  std::vector<std::unique_ptr<CaseRun>> runs;
+  for (size_t k = 0; k < g.cases.size(); k++) {
+    if (procs) th::case_buffers_from_memalloc(g.memalloc[k]);
+    runs.emplace_back(new CaseRun(ctx, g.cases[k]));
+  }
+  if (procs) th::case_buffers_from_memalloc(false);
+  std::vector<std::vector<uint32_t>> sends, recvs;
+  for (const P2p &p : g.p2p) {
+    sends.emplace_back(p.src == ctx.rank ? p.count : 0);
+    recvs.emplace_back(p.dst == ctx.rank ? p.count : 0, 0xdeadbeefu);
+    for (size_t j = 0; j < sends.back().size(); j++) sends.back()[j] = p2p_value(p, j, id);
+  }
+  NCCL_OK_RET(ctx, ncclGroupStart(), false);
+  for (auto &run : runs) run->issue();
+  for (size_t k = 0; k < g.p2p.size(); k++) {
+    const P2p &p = g.p2p[k];
+    if (p.src == ctx.rank)
+      NCCL_OK_RET(ctx, ncclSend(sends[k].data(), p.count, ncclUint32, p.dst, ctx.comm, nullptr),
+                  false);
+    if (p.dst == ctx.rank)
+      NCCL_OK_RET(ctx, ncclRecv(recvs[k].data(), p.count, ncclUint32, p.src, ctx.comm, nullptr),
+                  false);
+  }
+  ncclResult_t rc = ncclGroupEnd();
+  RCHECK_RET(ctx, rc == ncclSuccess, false, "group %ld: ncclGroupEnd: %s (%s); the group: %s", id,
+             ncclGetErrorString(rc), ncclGetLastError(ctx.comm),
+             describe_group(g, ctx.nranks).c_str());
+  bool ok = true;
+  for (auto &run : runs) ok = run->verify() && ok;
+  for (size_t k = 0; k < g.p2p.size() && ok; k++) {
+    const P2p &p = g.p2p[k];
+    for (size_t j = 0; j < recvs[k].size(); j++)
+      if (recvs[k][j] != p2p_value(p, j, id)) {
+        ctx.fail("group %ld: receive %zu from rank %d, element %zu: %u, want %u", id, k, p.src, j,
+                 recvs[k][j], p2p_value(p, j, id));
+        ok = false;
+        break;
+      }
+  }
+  if (!ok) ctx.fail("group %ld was: %s", id, describe_group(g, ctx.nranks).c_str());
+  return ok;
+}
+
+void soak_groups(Mode mode, int nranks, long groups, double timeout_s) {
+  const char *seed = std::getenv("TUTTI_SOAK_GROUPS_SEED");
+  const uint64_t s = seed ? std::strtoull(seed, nullptr, 10) : 20261207;
+  th::Options opt;
+  opt.timeout_s = timeout_s;
+  th::run_ranks_ok(
+      mode, nranks,
+      [&](RankCtx &ctx) {
+        std::mt19937_64 rng(s);
+        bool procs = ctx.mode == Mode::kProcs;
+        long colls = 0, p2p = 0, runs = 0;
+        for (long i = 0; i < groups; i++) {
+          Group g = draw_group(rng, ctx.rank, ctx.nranks, procs);
+          for (int r = 0; r < g.reps; r++, runs++) {
+            if (!run_group(ctx, g, i, procs)) return;
+            colls += (long)g.cases.size(), p2p += (long)g.p2p.size();
+          }
+        }
+        if (ctx.rank == 0)
+          std::fprintf(stderr,
+                       "soak: %d ranks (%s), %ld groups run %ld times: %ld collectives, "
+                       "%ld sends\n",
+                       ctx.nranks, th::mode_name(ctx.mode), groups, runs, colls, p2p);
+      },
+      opt, std::to_string(groups) + " groups");
+}
+
+long groups_from_env(long fallback) {
+  const char *env = std::getenv("TUTTI_SOAK_GROUPS");
+  return env && std::atol(env) > 0 ? std::atol(env) : fallback;
+}
+
+TEST(SoakGroups, ShortTwoRanksAsProcesses) {
+  soak_groups(Mode::kProcs, 2, 400, 300);
+}
+
+TEST(SoakGroups, ShortThreeRanksAsThreads) {
+  soak_groups(Mode::kThreads, 3, 200, 300);
+}
+
+TEST(SoakGroups, FourRanksAsProcesses) {
+  soak_groups(Mode::kProcs, 4, groups_from_env(8000), 3600);
+}
+
+TEST(SoakGroups, ThreeRanksAsThreads) {
+  soak_groups(Mode::kThreads, 3, groups_from_env(2000) / 2, 3600);
+}
+
+}  // namespace
