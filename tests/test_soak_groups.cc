@@ -5,8 +5,8 @@
 // times in a row, so the cached plans and the quick way run as well. Every result is checked
 // element by element (collectives: harness CaseRun; point-to-point: a closed form of sender,
 // receiver, index and group).
-// TUTTI_SOAK_GROUPS sets the groups of the slow test (default 8000), TUTTI_SOAK_GROUPS_SEED the
-// draws' seed (20261207).
+// TUTTI_SOAK_GROUPS sets the groups of the slow tests (default 8000; the threads run half of them,
+// the fake hosts and sockets a quarter), TUTTI_SOAK_GROUPS_SEED the draws' seed (20261207).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "in_child.h"
 
 namespace {
 
@@ -128,10 +129,11 @@ bool run_group(RankCtx &ctx, const Group &g, long id, bool procs) {
   return ok;
 }
 
-void soak_groups(Mode mode, int nranks, long groups, double timeout_s) {
+// `opt` (processes only): settings of the ranks, e.g. fake hosts or sockets only.
+void soak_groups(Mode mode, int nranks, long groups, double timeout_s,
+                 th::Options opt = th::Options()) {
   const char *seed = std::getenv("TUTTI_SOAK_GROUPS_SEED");
   const uint64_t s = seed ? std::strtoull(seed, nullptr, 10) : 20261207;
-  th::Options opt;
   opt.timeout_s = timeout_s;
   th::run_ranks_ok(
       mode, nranks,
@@ -155,6 +157,68 @@ void soak_groups(Mode mode, int nranks, long groups, double timeout_s) {
       opt, std::to_string(groups) + " groups");
 }
 
+// One thread drives every rank of a process (ncclCommInitAll): each group holds every rank's
+// calls, so the groups span the communicators (the handshakes and lanes of several of them run
+// together). In a child, with TUTTI_TIMEOUT so that a wait that never ends is an error; exit
+// code 0 when every result was exact.
+int one_thread_soak(int n, long groups) {
+  setenv("TUTTI_TIMEOUT", "60", 1);
+  const char *seed = std::getenv("TUTTI_SOAK_GROUPS_SEED");
+  const uint64_t s = seed ? std::strtoull(seed, nullptr, 10) : 20261207;
+  std::vector<ncclComm_t> comms(n);
+  if (ncclCommInitAll(comms.data(), n, nullptr) != ncclSuccess) return 2;
+  std::vector<RankCtx> ctx(n);
+  std::vector<std::mt19937_64> rng(n, std::mt19937_64(s));
+  for (int r = 0; r < n; r++)
+    ctx[r].rank = r, ctx[r].nranks = n, ctx[r].mode = Mode::kThreads, ctx[r].comm = comms[r];
+  bool ok = true;
+  for (long i = 0; i < groups && ok; i++) {
+    std::vector<Group> g;
+    for (int r = 0; r < n; r++) g.push_back(draw_group(rng[r], r, n, false));
+    for (int rep = 0; rep < g[0].reps && ok; rep++) {
+      std::vector<std::vector<std::unique_ptr<CaseRun>>> runs(n);
+      std::vector<std::vector<std::vector<uint32_t>>> sends(n), recvs(n);
+      for (int r = 0; r < n; r++) {
+        for (const th::Case &c : g[r].cases) runs[r].emplace_back(new CaseRun(ctx[r], c));
+        for (const P2p &p : g[r].p2p) {
+          sends[r].emplace_back(p.src == r ? p.count : 0);
+          recvs[r].emplace_back(p.dst == r ? p.count : 0, 0xdeadbeefu);
+          for (size_t j = 0; j < sends[r].back().size(); j++)
+            sends[r].back()[j] = p2p_value(p, j, i);
+        }
+      }
+      ncclGroupStart();
+      for (int r = 0; r < n; r++) {
+        for (auto &run : runs[r]) run->issue();
+        for (size_t k = 0; k < g[r].p2p.size(); k++) {
+          const P2p &p = g[r].p2p[k];
+          if (p.src == r)
+            ncclSend(sends[r][k].data(), p.count, ncclUint32, p.dst, comms[r], nullptr);
+          if (p.dst == r)
+            ncclRecv(recvs[r][k].data(), p.count, ncclUint32, p.src, comms[r], nullptr);
+        }
+      }
+      ncclResult_t rc = ncclGroupEnd();
+      if (rc != ncclSuccess) {
+        std::fprintf(stderr, "group %ld: ncclGroupEnd: %s (%s); the group: %s\n", i,
+                     ncclGetErrorString(rc), ncclGetLastError(comms[0]),
+                     describe_group(g[0], n).c_str());
+        return 3;
+      }
+      for (int r = 0; r < n; r++) {
+        for (auto &run : runs[r]) ok = run->verify() && ok;
+        for (size_t k = 0; k < g[r].p2p.size(); k++)
+          for (size_t j = 0; j < recvs[r][k].size() && ok; j++)
+            ok = recvs[r][k][j] == p2p_value(g[r].p2p[k], j, i);
+      }
+      if (!ok) std::fprintf(stderr, "group %ld failed: %s\n", i, describe_group(g[0], n).c_str());
+    }
+  }
+  for (int r = 0; r < n; r++) ncclCommDestroy(comms[r]);
+  if (ok) std::fprintf(stderr, "soak: %d ranks driven by one thread, %ld groups\n", n, groups);
+  return ok ? 0 : 4;
+}
+
 long groups_from_env(long fallback) {
   const char *env = std::getenv("TUTTI_SOAK_GROUPS");
   return env && std::atol(env) > 0 ? std::atol(env) : fallback;
@@ -173,7 +237,32 @@ TEST(SoakGroups, FourRanksAsProcesses) {
 }
 
 TEST(SoakGroups, ThreeRanksAsThreads) {
-  soak_groups(Mode::kThreads, 3, groups_from_env(2000) / 2, 3600);
+  soak_groups(Mode::kThreads, 3, groups_from_env(8000) / 2, 3600);
+}
+
+TEST(SoakGroups, ShortOneThreadDrivesThreeRanks) {
+  EXPECT_EQ(exit_code_in_child([] { return one_thread_soak(3, 150); }), 0)
+      << "2: init, 3: a group failed, 4: a wrong result (stderr says which)";
+}
+
+TEST(SoakGroups, OneThreadDrivesFourRanks) {
+  EXPECT_EQ(exit_code_in_child([] { return one_thread_soak(4, groups_from_env(8000) / 4); }), 0)
+      << "2: init, 3: a group failed, 4: a wrong result (stderr says which)";
+}
+
+// Ranks 0-1 and 2-3 on two hosts (TUTTI_HOSTID): shm inside a host, sockets between them, the
+// hierarchical algorithms.
+TEST(SoakGroups, FourRanksOnTwoHostsAsProcesses) {
+  th::Options opt;
+  opt.before_init = [](int rank) { setenv("TUTTI_HOSTID", rank < 2 ? "soak-a" : "soak-b", 1); };
+  soak_groups(Mode::kProcs, 4, groups_from_env(8000) / 4, 3600, opt);
+}
+
+// Every pair over sockets (TUTTI_SHM_DISABLE=1).
+TEST(SoakGroups, ThreeRanksOverSocketsAsProcesses) {
+  th::Options opt;
+  opt.env = {{"TUTTI_SHM_DISABLE", "1"}};
+  soak_groups(Mode::kProcs, 3, groups_from_env(8000) / 4, 3600, opt);
 }
 
 }  // namespace
