@@ -223,6 +223,16 @@ int64_t premul_scalar(ncclDataType_t t, int nranks);
 // call in this process and in ranks forked later (direct all-reduce tests).
 void case_buffers_from_memalloc(bool on);
 
+// Case buffers from another allocator, for every case made after the call in this process (nullptr:
+// back to the heap or ncclMemAlloc): alloc gives what the call gets, view(p) the bytes the test
+// fills and checks (emulated device memory, which the host reaches only through such a view).
+struct BufferSource {
+  void *(*alloc)(size_t bytes);
+  void (*release)(void *p);
+  void *(*view)(void *p);
+};
+void case_buffers_from(const BufferSource *src);
+
 // One collective case on one rank: the constructor lays out and fills the buffers, issue()
 // makes the call (inside a group it only queues it), verify() checks every buffer and reports
 // through ctx.fail. Buffers live as long as the object.
@@ -233,6 +243,8 @@ class CaseRun {
   ~CaseRun();
   CaseRun(const CaseRun &) = delete;
   CaseRun &operator=(const CaseRun &) = delete;
+  // The stream the call is made on (nullptr by default); the caller synchronizes it before verify.
+  void set_stream(cudaStream_t s) { stream_ = s; }
   ncclResult_t issue();
   bool verify();
   // For a call the library may refuse: it returned ncclInvalidArgument and no buffer changed.
@@ -264,6 +276,7 @@ class CaseRun {
   ncclRedOp_t op_ = ncclSum;
   bool premul_ = false;
   ncclResult_t rc_ = ncclSuccess;
+  cudaStream_t stream_ = nullptr;
 };
 
 // CaseRun's issue + verify. *comm_broken (if given) tells whether to stop using the comm.

@@ -278,16 +278,27 @@ void case_buffers_from_memalloc(bool on) {
   g_memalloc_buffers = on;
 }
 
+const BufferSource *g_source = nullptr;
+
+void case_buffers_from(const BufferSource *src) {
+  g_source = src;
+}
+
 // A case's buffer with guards on both sides: from the heap, or from ncclMemAlloc (memory the
 // other ranks of the host can map) after case_buffers_from_memalloc(true).
 struct CaseBuffer {
   struct Mem {
-    uint8_t *p = nullptr;
+    uint8_t *p = nullptr;  // what the test reads and writes
     size_t n = 0;
     bool shared = false;
+    const BufferSource *src = g_source;
+    void *given = nullptr;  // what the call gets, from src
     explicit Mem(size_t bytes) : n(bytes) {
       void *q = nullptr;
-      if (g_memalloc_buffers && ncclMemAlloc(&q, n) == ncclSuccess) {
+      if (src) {
+        given = src->alloc(n);
+        p = static_cast<uint8_t *>(src->view(given));
+      } else if (g_memalloc_buffers && ncclMemAlloc(&q, n) == ncclSuccess) {
         p = static_cast<uint8_t *>(q), shared = true;
       } else {
         p = new uint8_t[n];
@@ -295,7 +306,9 @@ struct CaseBuffer {
       memset(p, kSentinel, n);
     }
     ~Mem() {
-      if (shared)
+      if (src)
+        src->release(given);
+      else if (shared)
         ncclMemFree(p);
       else
         delete[] p;
@@ -308,6 +321,10 @@ struct CaseBuffer {
       : mem(2 * kGuard + misalign + nbytes), lead(kGuard + misalign), bytes(nbytes) {}
   std::vector<uint8_t> before;  // the whole buffer, guards included, just before the call
   uint8_t *data() { return mem.p + lead; }
+  // What the call gets for data() + off.
+  void *for_call(size_t off) {
+    return mem.src ? static_cast<uint8_t *>(mem.given) + lead + off : data() + off;
+  }
   void snapshot() { before.assign(mem.p, mem.p + mem.n); }
 };
 
@@ -473,22 +490,22 @@ ncclResult_t CaseRun::call(const void *send, void *recv, ncclRedOp_t op) {
   ncclComm_t comm = ctx_.comm;
   switch (c_.coll) {
     case Coll::kAllReduce:
-      return ncclAllReduce(send, recv, k, t, op, comm, nullptr);
+      return ncclAllReduce(send, recv, k, t, op, comm, stream_);
     case Coll::kReduce:
-      return ncclReduce(send, recv, k, t, op, c_.root, comm, nullptr);
+      return ncclReduce(send, recv, k, t, op, c_.root, comm, stream_);
     case Coll::kReduceScatter:
-      return ncclReduceScatter(send, recv, k, t, op, comm, nullptr);
+      return ncclReduceScatter(send, recv, k, t, op, comm, stream_);
     case Coll::kBroadcast:
-      if (c_.in_place && k % 2 == 1) return ncclBcast(recv, k, t, c_.root, comm, nullptr);
-      return ncclBroadcast(send, recv, k, t, c_.root, comm, nullptr);
+      if (c_.in_place && k % 2 == 1) return ncclBcast(recv, k, t, c_.root, comm, stream_);
+      return ncclBroadcast(send, recv, k, t, c_.root, comm, stream_);
     case Coll::kAllGather:
-      return ncclAllGather(send, recv, k, t, comm, nullptr);
+      return ncclAllGather(send, recv, k, t, comm, stream_);
     case Coll::kAlltoAll:
-      return ncclAlltoAll(send, recv, k, t, comm, nullptr);
+      return ncclAlltoAll(send, recv, k, t, comm, stream_);
     case Coll::kGather:
-      return ncclGather(send, recv, k, t, c_.root, comm, nullptr);
+      return ncclGather(send, recv, k, t, c_.root, comm, stream_);
     case Coll::kScatter:
-      return ncclScatter(send, recv, k, t, c_.root, comm, nullptr);
+      return ncclScatter(send, recv, k, t, c_.root, comm, stream_);
   }
   return ncclInternalError;
 }
@@ -558,9 +575,9 @@ ncclResult_t CaseRun::issue() {
     }
   }
   if (c_.in_place)
-    rc_ = call(buf_->data() + send_at_ * es_, buf_->data() + recv_at_ * es_, op_);
+    rc_ = call(buf_->for_call(send_at_ * es_), buf_->for_call(recv_at_ * es_), op_);
   else
-    rc_ = call(sb_->data(), rb_->data(), op_);
+    rc_ = call(sb_->for_call(0), rb_->for_call(0), op_);
   return rc_;
 }
 
