@@ -1,11 +1,11 @@
 // Protocol soak of the stream path (proxy.c) through the host emulation of the device
 // (device_emu.c, TUTTI_DEVICE_EMULATION=1). NOT a GPU test: no CUDA call runs. One thread drives
-// 3 ranks (ncclCommInitAll on the one emulated device, as a GPU program may), each rank with its
-// own stream, through random groups of collectives (harness cases: any collective, datatype, op,
-// root, count up to 64 Ki elements, each rank its own placement) on emulated device memory (which
-// the host cannot touch: a stray host access by the engine is a SIGSEGV), one to three groups
-// queued on the streams before the test waits for them. Every result is checked element by
-// element, guard bytes included, against its closed form.
+// 2-4 ranks (ncclCommInitAll on the one emulated device, as a GPU program may), or 3 ranks are
+// processes over shm; each rank has its own stream, through random groups of collectives (harness
+// cases: any collective, datatype, op, root, count up to 64 Ki elements, each rank its own
+// placement) on emulated device memory (which the host cannot touch: a stray host access by the
+// engine is a SIGSEGV), one to three groups queued on the streams before the test waits for them.
+// Every result is checked element by element, guard bytes included, against its closed form.
 // TUTTI_SOAK_DEVICE_GROUPS sets the groups of the slow test (default 3000),
 // TUTTI_SOAK_DEVICE_SEED the draws' seed (20261207).
 #include <gtest/gtest.h>
@@ -118,6 +118,50 @@ int device_soak(int n, long groups) {
   return code;
 }
 
+// Ranks as processes over shm (the emulation's memory handles opened across processes), each
+// with its own stream: the same draws, the groups of each rank's own calls.
+void device_soak_procs(int n, long groups) {
+  th::Options opt;
+  opt.timeout_s = 1800;
+  opt.env = {{"TUTTI_DEVICE_EMULATION", "1"}, {"TUTTI_TIMEOUT", "60"}};
+  opt.before_init = on_device;
+  th::run_ranks_ok(
+      Mode::kProcs, n,
+      [groups](RankCtx &ctx) {
+        const char *seed = std::getenv("TUTTI_SOAK_DEVICE_SEED");
+        std::mt19937_64 rng(seed ? std::strtoull(seed, nullptr, 10) : 20261207);
+        void *stream = device_emu_stream_create();
+        th::case_buffers_from(&kDeviceMemory);
+        for (long i = 0; i < groups && ctx.ok();) {
+          std::vector<std::unique_ptr<CaseRun>> runs;
+          int queued = 1 + (int)(rng() % 3);
+          for (int q = 0; q < queued && i < groups && ctx.ok(); q++, i++) {
+            int k = 1 + (int)(rng() % 4);
+            std::mt19937_64 draws(rng());
+            size_t first = runs.size();
+            for (int c = 0; c < k; c++) {
+              runs.emplace_back(new CaseRun(ctx, draw_case(draws, ctx.rank, ctx.nranks)));
+              runs.back()->set_stream(static_cast<cudaStream_t>(stream));
+            }
+            NCCL_OK(ctx, ncclGroupStart());
+            for (size_t j = first; j < runs.size(); j++) runs[j]->issue();
+            ncclResult_t rc = ncclGroupEnd();
+            RCHECK(ctx, rc == ncclSuccess, "group %ld: %s", i, ncclGetLastError(ctx.comm));
+          }
+          if (device_emu_stream_sync(stream, 60000) != 0) {
+            ctx.fail("group %ld: the stream did not finish within 60 s", i);
+            std::_Exit(5);  // the buffers are still in use: leave them
+          }
+          for (auto &run : runs) run->verify();
+        }
+        th::case_buffers_from(nullptr);
+        device_emu_counts_t k = device_emu_counts();
+        RCHECK(ctx, k.ipc_opens > 0, "no handle of another process's device memory was opened");
+        device_emu_stream_destroy(stream);
+      },
+      opt, std::to_string(groups) + " groups on emulated device memory");
+}
+
 long groups_from_env(long fallback) {
   const char *env = std::getenv("TUTTI_SOAK_DEVICE_GROUPS");
   return env && std::atol(env) > 0 ? std::atol(env) : fallback;
@@ -129,6 +173,14 @@ const char *const kCodes =
 
 TEST(SoakDeviceProtocol, ShortThreeRanks) {
   EXPECT_EQ(exit_code_in_child([] { return device_soak(3, 100); }), 0) << kCodes;
+}
+
+TEST(SoakDeviceProtocol, ShortThreeRanksAsProcesses) {
+  device_soak_procs(3, 100);
+}
+
+TEST(SoakDeviceProtocol, ThreeRanksAsProcesses) {
+  device_soak_procs(3, groups_from_env(3000));
 }
 
 TEST(SoakDeviceProtocol, ThreeRanks) {
