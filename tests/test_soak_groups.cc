@@ -6,7 +6,8 @@
 // element by element (collectives: harness CaseRun; point-to-point: a closed form of sender,
 // receiver, index and group).
 // TUTTI_SOAK_GROUPS sets the groups of the slow tests (default 8000; the threads run half of them,
-// the fake hosts and sockets a quarter), TUTTI_SOAK_GROUPS_SEED the draws' seed (20261207).
+// the split communicators, fake hosts and sockets a quarter), TUTTI_SOAK_GROUPS_SEED the draws'
+// seed (20261207).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -84,49 +85,73 @@ std::string describe_group(const Group &g, int n) {
   return s;
 }
 
-// One run of group g (number `id`) on this rank; false after a failure (reported).
+// One run of group g (number `id`) on one rank of one communicator (ctx): its buffers laid out
+// and filled, then issued inside the caller's ncclGroupStart / ncclGroupEnd, then checked.
+class GroupRun {
+ public:
+  GroupRun(RankCtx &ctx, const Group &g, long id, bool procs) : ctx_(ctx), g_(g), id_(id) {
+    for (size_t k = 0; k < g.cases.size(); k++) {
+      if (procs) th::case_buffers_from_memalloc(g.memalloc[k]);
+      runs_.emplace_back(new CaseRun(ctx, g.cases[k]));
+    }
+    if (procs) th::case_buffers_from_memalloc(false);
+    for (const P2p &p : g.p2p) {
+      sends_.emplace_back(p.src == ctx.rank ? p.count : 0);
+      recvs_.emplace_back(p.dst == ctx.rank ? p.count : 0, 0xdeadbeefu);
+      for (size_t j = 0; j < sends_.back().size(); j++) sends_.back()[j] = p2p_value(p, j, id);
+    }
+  }
+  bool issue() {
+    for (auto &run : runs_) run->issue();
+    for (size_t k = 0; k < g_.p2p.size(); k++) {
+      const P2p &p = g_.p2p[k];
+      if (p.src == ctx_.rank)
+        NCCL_OK_RET(ctx_,
+                    ncclSend(sends_[k].data(), p.count, ncclUint32, p.dst, ctx_.comm, nullptr),
+                    false);
+      if (p.dst == ctx_.rank)
+        NCCL_OK_RET(ctx_,
+                    ncclRecv(recvs_[k].data(), p.count, ncclUint32, p.src, ctx_.comm, nullptr),
+                    false);
+    }
+    return true;
+  }
+  // After ncclGroupEnd returned rc.
+  bool verify(ncclResult_t rc) {
+    RCHECK_RET(ctx_, rc == ncclSuccess, false, "group %ld: ncclGroupEnd: %s (%s); the group: %s",
+               id_, ncclGetErrorString(rc), ncclGetLastError(ctx_.comm),
+               describe_group(g_, ctx_.nranks).c_str());
+    bool ok = true;
+    for (auto &run : runs_) ok = run->verify() && ok;
+    for (size_t k = 0; k < g_.p2p.size() && ok; k++) {
+      const P2p &p = g_.p2p[k];
+      for (size_t j = 0; j < recvs_[k].size(); j++)
+        if (recvs_[k][j] != p2p_value(p, j, id_)) {
+          ctx_.fail("group %ld: receive %zu from rank %d, element %zu: %u, want %u", id_, k, p.src,
+                    j, recvs_[k][j], p2p_value(p, j, id_));
+          ok = false;
+          break;
+        }
+    }
+    if (!ok) ctx_.fail("group %ld was: %s", id_, describe_group(g_, ctx_.nranks).c_str());
+    return ok;
+  }
+
+ private:
+  RankCtx &ctx_;
+  const Group &g_;
+  long id_;
+  std::vector<std::unique_ptr<CaseRun>> runs_;
+  std::vector<std::vector<uint32_t>> sends_, recvs_;
+};
+
+// One run of group g on this rank; false after a failure (reported).
 bool run_group(RankCtx &ctx, const Group &g, long id, bool procs) {
-  std::vector<std::unique_ptr<CaseRun>> runs;
-  for (size_t k = 0; k < g.cases.size(); k++) {
-    if (procs) th::case_buffers_from_memalloc(g.memalloc[k]);
-    runs.emplace_back(new CaseRun(ctx, g.cases[k]));
-  }
-  if (procs) th::case_buffers_from_memalloc(false);
-  std::vector<std::vector<uint32_t>> sends, recvs;
-  for (const P2p &p : g.p2p) {
-    sends.emplace_back(p.src == ctx.rank ? p.count : 0);
-    recvs.emplace_back(p.dst == ctx.rank ? p.count : 0, 0xdeadbeefu);
-    for (size_t j = 0; j < sends.back().size(); j++) sends.back()[j] = p2p_value(p, j, id);
-  }
+  GroupRun run(ctx, g, id, procs);
   NCCL_OK_RET(ctx, ncclGroupStart(), false);
-  for (auto &run : runs) run->issue();
-  for (size_t k = 0; k < g.p2p.size(); k++) {
-    const P2p &p = g.p2p[k];
-    if (p.src == ctx.rank)
-      NCCL_OK_RET(ctx, ncclSend(sends[k].data(), p.count, ncclUint32, p.dst, ctx.comm, nullptr),
-                  false);
-    if (p.dst == ctx.rank)
-      NCCL_OK_RET(ctx, ncclRecv(recvs[k].data(), p.count, ncclUint32, p.src, ctx.comm, nullptr),
-                  false);
-  }
+  bool issued = run.issue();
   ncclResult_t rc = ncclGroupEnd();
-  RCHECK_RET(ctx, rc == ncclSuccess, false, "group %ld: ncclGroupEnd: %s (%s); the group: %s", id,
-             ncclGetErrorString(rc), ncclGetLastError(ctx.comm),
-             describe_group(g, ctx.nranks).c_str());
-  bool ok = true;
-  for (auto &run : runs) ok = run->verify() && ok;
-  for (size_t k = 0; k < g.p2p.size() && ok; k++) {
-    const P2p &p = g.p2p[k];
-    for (size_t j = 0; j < recvs[k].size(); j++)
-      if (recvs[k][j] != p2p_value(p, j, id)) {
-        ctx.fail("group %ld: receive %zu from rank %d, element %zu: %u, want %u", id, k, p.src, j,
-                 recvs[k][j], p2p_value(p, j, id));
-        ok = false;
-        break;
-      }
-  }
-  if (!ok) ctx.fail("group %ld was: %s", id, describe_group(g, ctx.nranks).c_str());
-  return ok;
+  return issued && run.verify(rc);
 }
 
 // `opt` (processes only): settings of the ranks, e.g. fake hosts or sockets only.
@@ -219,6 +244,43 @@ int one_thread_soak(int n, long groups) {
   return ok ? 0 : 4;
 }
 
+// Each rank also on a communicator split from the first (ranks of even and of odd number): every
+// group holds calls on both, in an order drawn per group, so one thread's group spans two
+// communicators that share its rank.
+void soak_split(Mode mode, int nranks, long groups, double timeout_s) {
+  const char *seed = std::getenv("TUTTI_SOAK_GROUPS_SEED");
+  const uint64_t s = seed ? std::strtoull(seed, nullptr, 10) : 20261207;
+  th::Options opt;
+  opt.timeout_s = timeout_s;
+  th::run_ranks_ok(
+      mode, nranks,
+      [&](RankCtx &ctx) {
+        RankCtx sub;
+        sub.mode = ctx.mode;
+        NCCL_OK(ctx, ncclCommSplit(ctx.comm, ctx.rank % 2, ctx.rank, &sub.comm, nullptr));
+        NCCL_OK(ctx, ncclCommUserRank(sub.comm, &sub.rank));
+        NCCL_OK(ctx, ncclCommCount(sub.comm, &sub.nranks));
+        std::mt19937_64 rng(s);
+        bool procs = ctx.mode == Mode::kProcs;
+        for (long i = 0; i < groups && ctx.ok() && sub.ok(); i++) {
+          Group a = draw_group(rng, ctx.rank, ctx.nranks, procs);
+          Group b = draw_group(rng, sub.rank, sub.nranks, procs);
+          bool sub_first = rng() % 2 == 0;
+          for (int r = 0; r < a.reps && ctx.ok() && sub.ok(); r++) {
+            GroupRun ra(ctx, a, i, procs), rb(sub, b, i, procs);
+            NCCL_OK(ctx, ncclGroupStart());
+            bool issued = sub_first ? rb.issue() && ra.issue() : ra.issue() && rb.issue();
+            ncclResult_t rc = ncclGroupEnd();
+            if (issued) ra.verify(rc), rb.verify(rc);
+          }
+        }
+        for (const std::string &m : sub.messages)
+          ctx.fail("on the split communicator: %s", m.c_str());
+        NCCL_OK(ctx, ncclCommDestroy(sub.comm));
+      },
+      opt, std::to_string(groups) + " groups on a communicator and its split");
+}
+
 long groups_from_env(long fallback) {
   const char *env = std::getenv("TUTTI_SOAK_GROUPS");
   return env && std::atol(env) > 0 ? std::atol(env) : fallback;
@@ -248,6 +310,15 @@ TEST(SoakGroups, ShortOneThreadDrivesThreeRanks) {
 TEST(SoakGroups, OneThreadDrivesFourRanks) {
   EXPECT_EQ(exit_code_in_child([] { return one_thread_soak(4, groups_from_env(8000) / 4); }), 0)
       << "2: init, 3: a group failed, 4: a wrong result (stderr says which)";
+}
+
+TEST(SoakGroups, ShortSplitFourRanksAsProcesses) {
+  soak_split(Mode::kProcs, 4, 100, 300);
+}
+
+TEST(SoakGroups, SplitFourRanksAsProcessesAndThreads) {
+  soak_split(Mode::kProcs, 4, groups_from_env(8000) / 4, 3600);
+  soak_split(Mode::kThreads, 4, groups_from_env(8000) / 4, 3600);
 }
 
 // Ranks 0-1 and 2-3 on two hosts (TUTTI_HOSTID): shm inside a host, sockets between them, the
