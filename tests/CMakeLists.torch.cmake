@@ -16,6 +16,16 @@ add_test(NAME torch_ops_2ranks_worker
          COMMAND ${tutti_torch_launch} -n 2 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_ops.py)
 set_tests_properties(torch_ops_2ranks_worker PROPERTIES LABELS "slow" TIMEOUT 600
                      ENVIRONMENT "${tutti_torch_env};TUTTI_TORCH_INLINE_BYTES=0")
+# Random asynchronous operations with up to 5 outstanding, waited for in a drawn order
+# (tests/torch/test_soak.py), on 3 ranks, and on 2 with every call queued for the worker.
+add_test(NAME torch_soak_3ranks
+         COMMAND ${tutti_torch_launch} -n 3 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_soak.py 1500)
+add_test(NAME torch_soak_2ranks_worker
+         COMMAND ${tutti_torch_launch} -n 2 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_soak.py 1500)
+set_tests_properties(torch_soak_3ranks PROPERTIES LABELS "slow" TIMEOUT 600
+                     ENVIRONMENT "${tutti_torch_env}")
+set_tests_properties(torch_soak_2ranks_worker PROPERTIES LABELS "slow" TIMEOUT 600
+                     ENVIRONMENT "${tutti_torch_env};TUTTI_TORCH_INLINE_BYTES=0")
 add_test(NAME torch_ddp_equals_gloo
          COMMAND ${tutti_torch_launch} -n 2 --limit 500 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_ddp.py)
 add_test(NAME torch_killed_rank
