@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,11 @@ struct Case {
   size_t align = 0;  // extra elements of misalignment of every buffer (0..3)
 };
 std::string describe(const Case &c, int nranks);
+// A random case, the same on every rank from the same rng state: collective, datatype, op, a count
+// drawn log-uniformly below 2^max_log2, root, misalignment; in place on every rank alike or not
+// (rank < 0), or each rank its own placement (rank >= 0: in place, out of place, or a bit per
+// rank of one draw).
+Case random_case(std::mt19937_64 &rng, int nranks, int max_log2, int rank = -1);
 // Readable gtest parameter values (test names in ctest show them).
 inline void PrintTo(Coll c, std::ostream *os) {
   *os << coll_name(c);

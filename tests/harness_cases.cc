@@ -20,6 +20,24 @@ const ncclDataType_t kAllTypes[12] = {ncclInt8,    ncclUint8,    ncclInt32,     
                                       ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
                                       ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 
+Case random_case(std::mt19937_64 &rng, int nranks, int max_log2, int rank) {
+  Case c;
+  c.coll = kAllColls[rng() % 8];
+  c.type = kAllTypes[rng() % 12];
+  c.op = kAllOps[rng() % 6];
+  int bits = (int)(rng() % (uint64_t)(max_log2 + 1));
+  c.count = bits == 0 ? 0 : (size_t)(rng() % (1ull << bits));
+  if (rank < 0) {
+    c.in_place = rng() % 2 == 0;
+  } else {
+    uint64_t place = rng() % 3, place_bits = rng();
+    c.in_place = place == 0 ? false : place == 1 ? true : ((place_bits >> rank) & 1) != 0;
+  }
+  c.root = (int)(rng() % (uint64_t)nranks);
+  c.align = rng() % 4;
+  return c;
+}
+
 const TypeInfo &type_info(ncclDataType_t t) {
   static const TypeInfo kInfo[12] = {
       {ncclInt8, "int8", 1, false, true, 127},

@@ -75,6 +75,18 @@ inline int rank_of(const std::string &line) {
   return close == std::string::npos ? -1 : atoi(line.c_str() + open + 2);
 }
 
+// Per rank (0..n-1), in order, what follows the last ": " of each line that holds `needle` (the
+// measured choices' decisions: "...: cma for the next 16 calls").
+inline std::vector<std::vector<std::string>> tails_per_rank(int n, const std::string &needle) {
+  std::vector<std::vector<std::string>> out(n);
+  for (const std::string &line : lines()) {
+    int rank = rank_of(line);
+    if (line.find(needle) != std::string::npos && rank >= 0 && rank < n)
+      out[rank].push_back(line.substr(line.rfind(": ") + 2));
+  }
+  return out;
+}
+
 struct Cleanup {
   ~Cleanup() {
     if (getpid() != g_owner) return;  // a forked rank exiting

@@ -86,15 +86,9 @@ int run_gathers(int rank, int n, ncclComm_t comm, size_t count, int calls, bool 
   return 0;
 }
 
-// The decisions each rank logged, in order ("...: cma for the next 16 calls").
+// The decisions each rank logged, in order.
 std::vector<std::vector<std::string>> decisions_per_rank(int n) {
-  std::vector<std::vector<std::string>> out(n);
-  for (const std::string &line : log_capture::lines()) {
-    int rank = log_capture::rank_of(line);
-    if (line.find(kDecided) != std::string::npos && rank >= 0 && rank < n)
-      out[rank].push_back(line.substr(line.rfind(": ") + 2));
-  }
-  return out;
+  return log_capture::tails_per_rank(n, kDecided);
 }
 
 // Before a forked rank starts: cma held back 20 ms per peer step on rank 1 (the FIFOs win).

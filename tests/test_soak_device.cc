@@ -38,20 +38,6 @@ void *emu_view(void *p) {
 }
 const th::BufferSource kDeviceMemory = {emu_alloc, emu_release, emu_view};
 
-th::Case draw_case(std::mt19937_64 &rng, int rank, int n) {
-  th::Case c;
-  c.coll = th::kAllColls[rng() % 8];
-  c.type = th::kAllTypes[rng() % 12];
-  c.op = th::kAllOps[rng() % 6];
-  int bits = (int)(rng() % 17);
-  c.count = bits == 0 ? 0 : (size_t)(rng() % (1ull << bits));
-  uint64_t place = rng() % 3, place_bits = rng();
-  c.in_place = place == 0 ? false : place == 1 ? true : ((place_bits >> rank) & 1) != 0;
-  c.root = (int)(rng() % (uint64_t)n);
-  c.align = rng() % 4;
-  return c;
-}
-
 // In a child (the emulation and the device are set up once per process), with TUTTI_TIMEOUT so
 // that a wait that never ends is an error: 0 when every result was exact.
 int device_soak(int n, long groups) {
@@ -78,7 +64,7 @@ int device_soak(int n, long groups) {
       size_t first = runs.size();
       for (int r = 0; r < n; r++)
         for (int c = 0; c < k; c++) {
-          runs.emplace_back(new CaseRun(ctx[r], draw_case(draws[r], r, n)));
+          runs.emplace_back(new CaseRun(ctx[r], th::random_case(draws[r], n, 16, r)));
           runs.back()->set_stream(static_cast<cudaStream_t>(streams[r]));
         }
       ncclGroupStart();
@@ -140,7 +126,7 @@ void device_soak_procs(int n, long groups) {
             std::mt19937_64 draws(rng());
             size_t first = runs.size();
             for (int c = 0; c < k; c++) {
-              runs.emplace_back(new CaseRun(ctx, draw_case(draws, ctx.rank, ctx.nranks)));
+              runs.emplace_back(new CaseRun(ctx, th::random_case(draws, ctx.nranks, 16, ctx.rank)));
               runs.back()->set_stream(static_cast<cudaStream_t>(stream));
             }
             NCCL_OK(ctx, ncclGroupStart());

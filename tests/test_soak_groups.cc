@@ -49,16 +49,7 @@ Group draw_group(std::mt19937_64 &rng, int rank, int n, bool may_memalloc) {
   int ncoll = (int)(rng() % 6);  // 0-5 collectives
   int np2p = ncoll == 0 ? 1 + (int)(rng() % 4) : (int)(rng() % 4);
   for (int k = 0; k < ncoll; k++) {
-    th::Case c;
-    c.coll = th::kAllColls[rng() % 8];
-    c.type = th::kAllTypes[rng() % 12];
-    c.op = th::kAllOps[rng() % 6];
-    int bits = (int)(rng() % 18);
-    c.count = bits == 0 ? 0 : (size_t)(rng() % (1ull << bits));
-    uint64_t place = rng() % 3, place_bits = rng();
-    c.in_place = place == 0 ? false : place == 1 ? true : ((place_bits >> rank) & 1) != 0;
-    c.root = (int)(rng() % (uint64_t)n);
-    c.align = rng() % 4;
+    th::Case c = th::random_case(rng, n, 17, rank);
     uint64_t kind = rng() % 3, kind_bits = rng();
     g.memalloc.push_back(may_memalloc &&
                          (kind == 1 || (kind == 2 && ((kind_bits >> rank) & 1) != 0)));

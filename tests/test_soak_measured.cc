@@ -32,15 +32,9 @@ using th::RankCtx;
 const char *const kDecided = "measured (slowest rank)";
 const char *const kSwitched = "the peers' buffers can";
 
-// The decisions each rank logged, in order (what follows the last ": " of each line).
+// The decisions each rank logged, in order.
 std::vector<std::vector<std::string>> decisions_per_rank(int n) {
-  std::vector<std::vector<std::string>> out(n);
-  for (const std::string &line : log_capture::lines()) {
-    int rank = log_capture::rank_of(line);
-    if (line.find(kDecided) != std::string::npos && rank >= 0 && rank < n)
-      out[rank].push_back(line.substr(line.rfind(": ") + 2));
-  }
-  return out;
+  return log_capture::tails_per_rank(n, kDecided);
 }
 
 uint64_t seed() {
