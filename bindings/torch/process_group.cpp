@@ -3,6 +3,7 @@
 #include "process_group.hpp"
 
 #include <ATen/core/ivalue.h>
+#include <Python.h>
 #include <c10/util/Exception.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +123,18 @@ ProcessGroupTutti::~ProcessGroupTutti() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) {
+    // The worker may be dropping the last reference to a finished job's tensors, which takes
+    // the GIL (a tensor Python no longer refers to still owns its Python object): a caller that
+    // holds the GIL (destroy_process_group, the interpreter's exit) lets it go while it waits.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      PyThreadState *saved = PyEval_SaveThread();
+      worker_.join();
+      PyEval_RestoreThread(saved);
+    } else {
+      worker_.join();
+    }
+  }
   if (comm_) ncclCommDestroy(comm_);
 }
 
